@@ -1,0 +1,120 @@
+//! `vram-planner reference FILE.jsonl`: replays measured training steps (the format of
+//! `tests/data/pytorch-step-memory.jsonl`) and prints the estimate beside each measurement.
+
+use serde::Deserialize;
+
+use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerKind, Plan, Precision};
+use crate::estimator::estimate;
+
+/// The fields of a reference record that define the case.
+#[derive(Deserialize)]
+pub struct Record {
+    pub case_id: String,
+    pub model: String,
+    #[serde(default)]
+    pub hf_config: Option<serde_json::Value>,
+    pub batch: u64,
+    #[serde(default)]
+    pub res: Option<u64>,
+    #[serde(default)]
+    pub seq: Option<u64>,
+    pub dtype: Precision,
+    pub opt: OptimizerKind,
+    #[serde(default)]
+    pub ckpt: Option<String>,
+    #[serde(default)]
+    pub attn: Option<AttnImpl>,
+    #[serde(default)]
+    pub cudnn: Option<bool>,
+    #[serde(default)]
+    pub device: Option<String>,
+    pub peak_r512: u64,
+}
+
+impl Record {
+    pub fn plan(&self) -> Result<Plan, String> {
+        let ckpt = match &self.ckpt {
+            Some(c) => Checkpointing::parse(c)?,
+            None => Checkpointing::None,
+        };
+        Ok(Plan {
+            model: self.model.clone(),
+            hf_config: self.hf_config.clone(),
+            batch: self.batch,
+            res: self.res,
+            seq: self.seq,
+            dtype: self.dtype,
+            opt: self.opt,
+            ckpt,
+            attn: self.attn.unwrap_or_default(),
+            cudnn: self.cudnn,
+            ..Plan::default()
+        })
+    }
+}
+
+/// One compared case.
+pub struct Compared {
+    pub case_id: String,
+    pub model: String,
+    pub predicted: u64,
+    pub measured: u64,
+    pub rel_err: f64,
+}
+
+/// Compares one JSON line; `Err` carries the reason it is unsupported.
+pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String, String)> {
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| ("<unparsable>".to_string(), format!("not a JSON record: {e}")))?;
+    let id = v.get("case_id").and_then(|c| c.as_str()).unwrap_or("<no case_id>").to_string();
+    let rec: Record = serde_json::from_value(v).map_err(|e| (id.clone(), format!("record not understood: {e}")))?;
+    if rec.device.as_deref() == Some("cpu") {
+        return Err((id, "device cpu: CPU kernels save different tensors than the CUDA ones modelled here".into()));
+    }
+    let plan = rec.plan().map_err(|e| (id.clone(), e))?;
+    let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
+    let predicted = est.peak_allocated.0;
+    let rel_err = (predicted as f64 - rec.peak_r512 as f64) / rec.peak_r512 as f64;
+    let out = serde_json::json!({
+        "case_id": rec.case_id,
+        "peak_r512_predicted": predicted,
+        "peak_forward_predicted": est.peak_forward.0,
+        "param_bytes_predicted": est.param_bytes.0,
+        "grad_bytes_predicted": est.grad_bytes.0,
+        "opt_state_bytes_predicted": est.opt_state_bytes.0,
+        "measured_peak_r512": rec.peak_r512,
+        "rel_err": rel_err,
+    });
+    Ok((Compared { case_id: rec.case_id, model: rec.model, predicted, measured: rec.peak_r512, rel_err }, out))
+}
+
+/// Median, 90th percentile and maximum of absolute relative errors.
+pub fn summary(errs: &[f64]) -> (f64, f64, f64) {
+    let mut a: Vec<f64> = errs.iter().map(|e| e.abs()).collect();
+    a.sort_by(|x, y| x.total_cmp(y));
+    if a.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    let q = |p: f64| a[((p * (a.len() - 1) as f64).round() as usize).min(a.len() - 1)];
+    (q(0.5), q(0.9), *a.last().unwrap())
+}
+
+pub fn run(path: &std::path::Path) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut errs = Vec::new();
+    let mut unsupported = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match compare_line(line) {
+            Ok((c, out)) => {
+                errs.push(c.rel_err);
+                println!("{out}");
+            }
+            Err((id, reason)) => {
+                unsupported += 1;
+                println!("{}", serde_json::json!({"case_id": id, "unsupported": reason}));
+            }
+        }
+    }
+    let (med, p90, max) = summary(&errs);
+    println!("{}", serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}}));
+    Ok(())
+}

@@ -1,0 +1,170 @@
+//! The plan: what the user asks about. Its keys are those of the reference records
+//! (`model`, `hf_config`, `batch`, `res`, `seq`, `dtype`, `opt`, `ckpt`, `attn`, `cudnn`) plus
+//! further options; unknown keys are refused so a typo never silently changes nothing.
+
+use serde::{Deserialize, Serialize};
+
+pub use super::graph::Precision;
+pub use super::optimizer::{OptimizerImpl, OptimizerKind};
+
+/// Gradient checkpointing policy (non-reentrant `torch.utils.checkpoint`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(try_from = "CkptRepr", into = "CkptRepr")]
+pub enum Checkpointing {
+    #[default]
+    None,
+    /// Each stage of a staged CNN (ResNet `layer1..4`).
+    Stage,
+    /// Each block: residual block, transformer layer, child of `features`, conv block.
+    Block,
+    /// `checkpoint_sequential` with round(√N) segments (Chen et al. 2016).
+    Sqrt,
+    /// `checkpoint_sequential` with k segments.
+    Segments(u32),
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(untagged)]
+enum CkptRepr {
+    Name(String),
+    K(u32),
+}
+
+impl TryFrom<CkptRepr> for Checkpointing {
+    type Error = String;
+    fn try_from(r: CkptRepr) -> Result<Self, String> {
+        match r {
+            CkptRepr::K(0) => Err("checkpoint segments must be at least 1".into()),
+            CkptRepr::K(k) => Ok(Checkpointing::Segments(k)),
+            CkptRepr::Name(s) => Checkpointing::parse(&s),
+        }
+    }
+}
+
+impl From<Checkpointing> for CkptRepr {
+    fn from(c: Checkpointing) -> Self {
+        match c {
+            Checkpointing::Segments(k) => CkptRepr::K(k),
+            other => CkptRepr::Name(other.name()),
+        }
+    }
+}
+
+impl Checkpointing {
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Checkpointing::None),
+            "stage" => Ok(Checkpointing::Stage),
+            "block" | "layer" => Ok(Checkpointing::Block),
+            "sqrt" => Ok(Checkpointing::Sqrt),
+            _ => match s.strip_prefix("k").or(Some(s)).and_then(|k| k.parse::<u32>().ok()) {
+                Some(k) if k >= 1 => Ok(Checkpointing::Segments(k)),
+                _ => Err(format!("unknown checkpointing '{s}': use none, stage, block, layer, sqrt or a number of segments")),
+            },
+        }
+    }
+    pub fn name(self) -> String {
+        match self {
+            Checkpointing::None => "none".into(),
+            Checkpointing::Stage => "stage".into(),
+            Checkpointing::Block => "block".into(),
+            Checkpointing::Sqrt => "sqrt".into(),
+            Checkpointing::Segments(k) => format!("k{k}"),
+        }
+    }
+}
+
+/// Attention implementation of transformer models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnImpl {
+    /// `torch.nn.functional.scaled_dot_product_attention` (memory-efficient or cuDNN kernel).
+    #[default]
+    Sdpa,
+    /// Explicit `softmax(QKᵀ/√d)V` with the score matrix materialised.
+    Eager,
+}
+
+fn one() -> u64 {
+    1
+}
+fn one32() -> u32 {
+    1
+}
+
+/// A training set-up to estimate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Preset name (`vram-planner models`), or a label when `hf_config` is given.
+    pub model: String,
+    /// A Hugging Face `config.json` (GPT-2, BERT, LLaMA, Mistral, Qwen2) defining the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_config: Option<serde_json::Value>,
+    /// Micro-batch size.
+    #[serde(default = "one")]
+    pub batch: u64,
+    /// Square image side in pixels (vision models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub res: Option<u64>,
+    /// Sequence length in tokens (text models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(default)]
+    pub dtype: Precision,
+    #[serde(default)]
+    pub opt: OptimizerKind,
+    #[serde(default)]
+    pub optimizer_impl: OptimizerImpl,
+    #[serde(default)]
+    pub ckpt: Checkpointing,
+    #[serde(default)]
+    pub attn: AttnImpl,
+    /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudnn: Option<bool>,
+    /// Gradient-accumulation micro-batches per optimizer step.
+    #[serde(default = "one32")]
+    pub accumulation: u32,
+    /// GPU preset name for the fit verdict and the device-level numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            model: "resnet50".into(),
+            hf_config: None,
+            batch: 32,
+            res: None,
+            seq: None,
+            dtype: Precision::Fp32,
+            opt: OptimizerKind::Adam,
+            optimizer_impl: OptimizerImpl::Foreach,
+            ckpt: Checkpointing::None,
+            attn: AttnImpl::Sdpa,
+            cudnn: None,
+            accumulation: 1,
+            gpu: None,
+        }
+    }
+}
+
+impl Plan {
+    pub fn new(model: &str) -> Self {
+        Plan { model: model.into(), ..Plan::default() }
+    }
+}
+
+/// What a model builder needs, resolved from the plan.
+#[derive(Clone, Debug)]
+pub struct BuildCtx {
+    pub batch: u64,
+    pub res: u64,
+    pub seq: u64,
+    pub precision: Precision,
+    pub ckpt: Checkpointing,
+    pub attn: AttnImpl,
+    pub cudnn: bool,
+}

@@ -1,0 +1,305 @@
+//! The model IR: a forward tape of ops over tensors with shapes, as PyTorch's autograd records it.
+//!
+//! Each op is one plain record ([`OpRecord`]) of what it reads, what it allocates, what autograd
+//! saves for backward, how gradients flow back through it and its FLOPs. Tensors live in
+//! storages, so views and in-place ops share memory exactly as they do in PyTorch. The op
+//! constructors (`ops.rs`) append records; [`crate::estimator::simulate`] replays the tape.
+
+use super::error::EstimateError;
+use super::units::{tensor_bytes, Bytes, DType, Elems};
+
+pub type TensorId = usize;
+pub type StorageId = usize;
+
+/// What a storage is, for the breakdown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StorageKind {
+    Param,
+    Buffer,
+    Input,
+    Activation,
+}
+
+#[derive(Clone, Debug)]
+pub struct Storage {
+    pub bytes: Bytes,
+    pub kind: StorageKind,
+}
+
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    pub shape: Vec<u64>,
+    pub dtype: DType,
+    pub storage: StorageId,
+    pub requires_grad: bool,
+    /// A leaf parameter: its gradient accumulates into `.grad`.
+    pub is_param: bool,
+}
+
+impl Tensor {
+    pub fn numel(&self) -> u64 {
+        self.shape.iter().product()
+    }
+}
+
+/// How the gradient of one input is produced by an op's backward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GradFlow {
+    /// A new tensor of the input's size and dtype is allocated (the usual case).
+    Alloc,
+    /// The incoming gradient is passed on unchanged (add, views, in-place ops): no allocation.
+    Alias,
+}
+
+/// One op of the forward tape: the plain record of its quantities.
+#[derive(Clone, Debug)]
+pub struct OpRecord {
+    /// Module path, e.g. `layer1.0.conv1`.
+    pub name: String,
+    /// The op kind, e.g. `conv2d`, `batch_norm`.
+    pub kind: &'static str,
+    pub inputs: Vec<TensorId>,
+    pub outputs: Vec<TensorId>,
+    /// Tensors autograd keeps until this op's backward ran (outputs, inputs or extra tensors such
+    /// as dropout masks and normalisation statistics).
+    pub saved: Vec<TensorId>,
+    /// Gradient produced for each input that requires grad.
+    pub grads: Vec<(TensorId, GradFlow)>,
+    /// Scratch memory allocated and freed inside the forward op.
+    pub fwd_scratch: Bytes,
+    /// Tensors allocated inside the backward node besides the input gradients, freed at its end.
+    pub bwd_scratch: Bytes,
+    /// Forward FLOPs (multiply-add = 2).
+    pub flops: f64,
+    /// Checkpoint segment this op belongs to (its saved tensors are recomputed in backward).
+    pub segment: Option<usize>,
+}
+
+/// Numeric precision of the training step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Precision {
+    /// Everything in fp32.
+    #[default]
+    Fp32,
+    /// `torch.autocast(dtype=bfloat16)` over fp32 weights.
+    AmpBf16,
+    /// `torch.autocast(dtype=float16)` over fp32 weights (with a GradScaler).
+    AmpFp16,
+    /// Weights, buffers, inputs and optimizer state in bf16.
+    Bf16,
+    /// Weights, buffers, inputs and optimizer state in fp16.
+    Fp16,
+}
+
+impl Precision {
+    /// dtype of parameters, buffers and float inputs.
+    pub fn param_dtype(self) -> DType {
+        match self {
+            Precision::Fp32 | Precision::AmpBf16 | Precision::AmpFp16 => DType::F32,
+            Precision::Bf16 => DType::BF16,
+            Precision::Fp16 => DType::F16,
+        }
+    }
+    /// The autocast dtype, if autocast is on.
+    pub fn autocast(self) -> Option<DType> {
+        match self {
+            Precision::AmpBf16 => Some(DType::BF16),
+            Precision::AmpFp16 => Some(DType::F16),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Fp32 => "fp32",
+            Precision::AmpBf16 => "amp_bf16",
+            Precision::AmpFp16 => "amp_fp16",
+            Precision::Bf16 => "bf16",
+            Precision::Fp16 => "fp16",
+        }
+    }
+}
+
+/// The forward tape being recorded, with the autocast state and the checkpoint segment in force.
+#[derive(Clone, Debug)]
+pub struct Graph {
+    pub storages: Vec<Storage>,
+    pub tensors: Vec<Tensor>,
+    pub ops: Vec<OpRecord>,
+    pub precision: Precision,
+    /// Segment that new ops join (`None`: not checkpointed).
+    pub current_segment: Option<usize>,
+    pub segments: usize,
+    /// Autocast's cache of low-precision weight copies (param tensor → cast tensor), kept for the
+    /// whole forward as `torch.autocast` does.
+    pub(crate) cast_cache: Vec<(TensorId, TensorId)>,
+    /// Tensors the training loop keeps alive after forward (the loss).
+    pub kept: Vec<TensorId>,
+    /// Name prefix of the module being built.
+    prefix: Vec<String>,
+}
+
+impl Graph {
+    pub fn new(precision: Precision) -> Self {
+        Graph {
+            storages: Vec::new(),
+            tensors: Vec::new(),
+            ops: Vec::new(),
+            precision,
+            current_segment: None,
+            segments: 0,
+            cast_cache: Vec::new(),
+            kept: Vec::new(),
+            prefix: Vec::new(),
+        }
+    }
+
+    pub fn t(&self, id: TensorId) -> &Tensor {
+        &self.tensors[id]
+    }
+    pub fn shape(&self, id: TensorId) -> Vec<u64> {
+        self.tensors[id].shape.clone()
+    }
+    pub fn dtype(&self, id: TensorId) -> DType {
+        self.tensors[id].dtype
+    }
+    pub fn numel(&self, id: TensorId) -> u64 {
+        self.tensors[id].numel()
+    }
+    pub fn bytes(&self, id: TensorId) -> Bytes {
+        // Shapes were checked when the tensor was made.
+        Bytes(self.tensors[id].numel() * self.tensors[id].dtype.bits()).round_up(8) / 8
+    }
+
+    /// Enters a named submodule for op names (`layer1`, `0`, `conv1` → `layer1.0.conv1`).
+    pub fn push(&mut self, name: impl Into<String>) {
+        self.prefix.push(name.into());
+    }
+    pub fn pop(&mut self) {
+        self.prefix.pop();
+    }
+    pub fn scoped<R>(&mut self, name: impl Into<String>, f: impl FnOnce(&mut Graph) -> R) -> R {
+        self.push(name);
+        let r = f(self);
+        self.pop();
+        r
+    }
+    pub fn name(&self, leaf: &str) -> String {
+        let mut s = self.prefix.join(".");
+        if !leaf.is_empty() {
+            if !s.is_empty() {
+                s.push('.');
+            }
+            s.push_str(leaf);
+        }
+        s
+    }
+
+    /// Runs `f` as one checkpointed region (`torch.utils.checkpoint`, non-reentrant) when `on`.
+    pub fn checkpointed<R>(&mut self, on: bool, f: impl FnOnce(&mut Graph) -> R) -> R {
+        if !on || self.current_segment.is_some() {
+            return f(self);
+        }
+        let seg = self.segments;
+        self.segments += 1;
+        self.current_segment = Some(seg);
+        let r = f(self);
+        self.current_segment = None;
+        r
+    }
+
+    fn new_storage(&mut self, shape: &[u64], dtype: DType, kind: StorageKind) -> Result<StorageId, EstimateError> {
+        let bytes = tensor_bytes(Elems::of_shape(shape)?, dtype)?;
+        self.storages.push(Storage { bytes, kind });
+        Ok(self.storages.len() - 1)
+    }
+
+    fn push_tensor(&mut self, shape: Vec<u64>, dtype: DType, storage: StorageId, requires_grad: bool, is_param: bool) -> TensorId {
+        self.tensors.push(Tensor { shape, dtype, storage, requires_grad, is_param });
+        self.tensors.len() - 1
+    }
+
+    /// A new tensor with its own storage.
+    pub fn alloc(&mut self, shape: Vec<u64>, dtype: DType, kind: StorageKind, requires_grad: bool) -> Result<TensorId, EstimateError> {
+        let s = self.new_storage(&shape, dtype, kind)?;
+        Ok(self.push_tensor(shape, dtype, s, requires_grad, false))
+    }
+
+    /// A trainable parameter in the precision's parameter dtype.
+    pub fn param(&mut self, shape: Vec<u64>) -> Result<TensorId, EstimateError> {
+        let dt = self.precision.param_dtype();
+        self.param_of(shape, dt)
+    }
+    pub fn param_of(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        let s = self.new_storage(&shape, dtype, StorageKind::Param)?;
+        Ok(self.push_tensor(shape, dtype, s, true, true))
+    }
+    /// A non-trainable buffer (batch-norm running statistics).
+    pub fn buffer(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        let s = self.new_storage(&shape, dtype, StorageKind::Buffer)?;
+        Ok(self.push_tensor(shape, dtype, s, false, false))
+    }
+    /// A model input (images, token ids, labels).
+    pub fn input(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        let s = self.new_storage(&shape, dtype, StorageKind::Input)?;
+        Ok(self.push_tensor(shape, dtype, s, false, false))
+    }
+    /// A view or in-place result: a new tensor sharing `of`'s storage.
+    pub fn alias(&mut self, of: TensorId, shape: Vec<u64>, requires_grad: bool) -> TensorId {
+        let (dt, st) = (self.tensors[of].dtype, self.tensors[of].storage);
+        self.push_tensor(shape, dt, st, requires_grad, false)
+    }
+
+    pub fn requires_grad(&self, ids: &[TensorId]) -> bool {
+        ids.iter().any(|&i| self.tensors[i].requires_grad)
+    }
+
+    /// Gradient rules for `inputs`: `Alloc` for each one that requires grad.
+    pub fn grads_alloc(&self, inputs: &[TensorId]) -> Vec<(TensorId, GradFlow)> {
+        inputs.iter().filter(|&&i| self.tensors[i].requires_grad).map(|&i| (i, GradFlow::Alloc)).collect()
+    }
+
+    /// Appends an op record. Saved tensors are dropped when nothing requires grad: autograd
+    /// records no node then.
+    pub fn record(&mut self, mut op: OpRecord) {
+        if op.grads.is_empty() {
+            op.saved.clear();
+            op.bwd_scratch = Bytes::ZERO;
+        }
+        op.segment = self.current_segment;
+        self.ops.push(op);
+    }
+
+    /// Starts a record with this module's name.
+    pub fn op(&self, kind: &'static str, leaf: &str) -> OpRecord {
+        OpRecord {
+            name: self.name(leaf),
+            kind,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            saved: Vec::new(),
+            grads: Vec::new(),
+            fwd_scratch: Bytes::ZERO,
+            bwd_scratch: Bytes::ZERO,
+            flops: 0.0,
+            segment: None,
+        }
+    }
+
+    /// Marks a tensor as kept alive by the training loop after forward (the loss).
+    pub fn keep(&mut self, t: TensorId) {
+        self.kept.push(t);
+    }
+
+    pub fn param_count(&self) -> u64 {
+        self.tensors.iter().filter(|t| t.is_param).map(|t| t.numel()).sum()
+    }
+}
+
+impl std::ops::Div<u64> for Bytes {
+    type Output = Bytes;
+    fn div(self, d: u64) -> Bytes {
+        Bytes(self.0 / d)
+    }
+}

@@ -1,0 +1,76 @@
+//! Optimizers as PyTorch implements them on CUDA: which state they keep per parameter and which
+//! temporaries their step allocates.
+//!
+//! Source: `torch/optim/adam.py` (`_multi_tensor_adam`), `torch/optim/sgd.py`
+//! (`_multi_tensor_sgd`), PyTorch 2.x. The foreach Adam/AdamW step computes
+//! `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`: one parameter-sized temporary per dtype
+//! group, live together with params, grads and both moments (the step's peak when activations are
+//! small). `fused=True` runs one kernel per group with no temporary. The step counters live on the
+//! CPU (`capturable=False`), so they cost no device memory.
+
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerKind {
+    Sgd,
+    SgdMomentum,
+    #[default]
+    Adam,
+    Adamw,
+}
+
+/// Which implementation runs the step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OptimizerImpl {
+    /// PyTorch's default on CUDA: `_foreach_*` ops over all tensors of a dtype group.
+    #[default]
+    Foreach,
+    /// `fused=True`: one fused kernel, no temporaries.
+    Fused,
+    /// `foreach=False`: a Python loop over parameters; temporaries are one parameter at a time.
+    ForLoop,
+}
+
+impl OptimizerKind {
+    /// State tensors per parameter, each of the parameter's size and dtype
+    /// (Adam: `exp_avg`, `exp_avg_sq`; SGD with momentum: `momentum_buffer`).
+    pub fn states_per_param(self) -> u64 {
+        match self {
+            OptimizerKind::Sgd => 0,
+            OptimizerKind::SgdMomentum => 1,
+            OptimizerKind::Adam | OptimizerKind::Adamw => 2,
+        }
+    }
+    /// Parameter-sized temporaries the step holds at once, per dtype group.
+    pub fn step_temporaries(self, imp: OptimizerImpl) -> u64 {
+        match (self, imp) {
+            (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::Foreach) => 1,
+            _ => 0,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            OptimizerKind::Sgd => "sgd",
+            OptimizerKind::SgdMomentum => "sgd_momentum",
+            OptimizerKind::Adam => "adam",
+            OptimizerKind::Adamw => "adamw",
+        }
+    }
+    pub const ALL: [OptimizerKind; 4] = [OptimizerKind::Sgd, OptimizerKind::SgdMomentum, OptimizerKind::Adam, OptimizerKind::Adamw];
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ZeRO (Rajbhandari et al. 2020, §3.1): mixed-precision Adam keeps 16 bytes per parameter:
+    /// fp16 weights and gradients (2 + 2) and fp32 master weights, momentum and variance (4+4+4).
+    #[test]
+    fn zero_paper_sixteen_bytes_per_param() {
+        let fp16_copy = 2 + 2;
+        let master_and_states = 4 * (1 + OptimizerKind::Adam.states_per_param());
+        assert_eq!(fp16_copy + master_and_states, 16);
+    }
+}

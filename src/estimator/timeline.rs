@@ -1,0 +1,148 @@
+//! The category × phase accounting of one training step: live bytes by category after every
+//! event, the peak taken over the sum (never the sum of per-category peaks), as PyTorch's
+//! `torch/distributed/_tools/mem_tracker.py` does with `_MemRefType` × `_ModState`.
+
+use serde::Serialize;
+
+use super::device::Pools;
+use super::units::Bytes;
+
+/// What a live byte is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Category {
+    Params,
+    Buffers,
+    Inputs,
+    /// Made in forward: what autograd saved, plus the live intermediate values.
+    Activations,
+    /// Made in backward: activation gradients, recomputed segments, backward scratch.
+    BackwardTemps,
+    /// Parameter gradients (`.grad`).
+    Gradients,
+    OptimizerState,
+    OptimizerTemps,
+}
+
+impl Category {
+    pub const ALL: [Category; 8] = [
+        Category::Params,
+        Category::Buffers,
+        Category::Inputs,
+        Category::Activations,
+        Category::BackwardTemps,
+        Category::Gradients,
+        Category::OptimizerState,
+        Category::OptimizerTemps,
+    ];
+    pub fn index(self) -> usize {
+        self as usize
+    }
+    pub fn key(self) -> &'static str {
+        match self {
+            Category::Params => "params",
+            Category::Buffers => "buffers",
+            Category::Inputs => "inputs",
+            Category::Activations => "activations",
+            Category::BackwardTemps => "backward_temps",
+            Category::Gradients => "gradients",
+            Category::OptimizerState => "optimizer_state",
+            Category::OptimizerTemps => "optimizer_temps",
+        }
+    }
+    pub fn label(self) -> &'static str {
+        match self {
+            Category::Params => "Parameters",
+            Category::Buffers => "Buffers",
+            Category::Inputs => "Input batch",
+            Category::Activations => "Activations",
+            Category::BackwardTemps => "Backward temporaries",
+            Category::Gradients => "Gradients",
+            Category::OptimizerState => "Optimizer state",
+            Category::OptimizerTemps => "Optimizer temporaries",
+        }
+    }
+}
+
+/// Phases of one training step, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    ZeroGrad,
+    Forward,
+    Backward,
+    Optimizer,
+}
+
+impl Phase {
+    pub fn key(self) -> &'static str {
+        match self {
+            Phase::ZeroGrad => "zero_grad",
+            Phase::Forward => "forward",
+            Phase::Backward => "backward",
+            Phase::Optimizer => "optimizer",
+        }
+    }
+}
+
+/// Live bytes per category, and the same blocks by allocator pool (for reserved memory).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct Live(pub [u64; 8], #[serde(skip)] pub Pools);
+
+impl Live {
+    pub fn total(&self) -> Bytes {
+        Bytes(self.0.iter().fold(0u64, |a, &b| a.saturating_add(b)))
+    }
+    pub fn get(&self, c: Category) -> Bytes {
+        Bytes(self.0[c.index()])
+    }
+    /// One block of `b` bytes becomes live.
+    pub fn add(&mut self, c: Category, b: Bytes) {
+        self.0[c.index()] = self.0[c.index()].saturating_add(b.0);
+        self.1.add(b.0);
+    }
+    /// One block of `b` bytes is freed.
+    pub fn sub(&mut self, c: Category, b: Bytes) {
+        debug_assert!(self.0[c.index()] >= b.0, "freeing more {:?} than live", c);
+        self.0[c.index()] = self.0[c.index()].saturating_sub(b.0);
+        self.1.sub(b.0);
+    }
+}
+
+/// One point of the timeline: the live bytes right after an op ran (its outputs allocated, its
+/// inputs not yet freed), the moment the CUDA allocator's high-water mark records.
+#[derive(Clone, Debug, Serialize)]
+pub struct Event {
+    pub phase: Phase,
+    /// Index into the forward tape, or `None` for optimizer and bookkeeping events.
+    pub op: Option<usize>,
+    pub live: Live,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Timeline {
+    pub events: Vec<Event>,
+}
+
+impl Timeline {
+    pub fn push(&mut self, phase: Phase, op: Option<usize>, live: Live) {
+        self.events.push(Event { phase, op, live });
+    }
+    /// The event with the largest total, the first one on ties.
+    pub fn peak(&self) -> Option<&Event> {
+        let mut best: Option<&Event> = None;
+        for e in &self.events {
+            if best.is_none_or(|b| e.live.total() > b.live.total()) {
+                best = Some(e);
+            }
+        }
+        best
+    }
+    /// Largest segment footprint over the step: the caching allocator never releases segments.
+    pub fn reserved(&self) -> Bytes {
+        self.events.iter().map(|e| e.live.1.reserved().max(e.live.total())).max().unwrap_or(Bytes::ZERO)
+    }
+    pub fn peak_in(&self, phase: Phase) -> Bytes {
+        self.events.iter().filter(|e| e.phase == phase).map(|e| e.live.total()).max().unwrap_or(Bytes::ZERO)
+    }
+}

@@ -1,0 +1,11 @@
+//! On wasm32 this binary mounts the planner page; natively it is the `vram-planner` CLI.
+
+#[cfg(target_arch = "wasm32")]
+fn main() {
+    vram_planner::ui::mount();
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    std::process::exit(vram_planner::cli::main());
+}

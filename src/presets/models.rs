@@ -1,0 +1,63 @@
+//! The model catalogue: each preset names its family, its input and its builder.
+
+use crate::estimator::config::BuildCtx;
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::Graph;
+
+use super::vision;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Family {
+    Cnn,
+    VisionTransformer,
+    Language,
+    Rnn,
+}
+
+impl Family {
+    pub fn label(self) -> &'static str {
+        match self {
+            Family::Cnn => "CNNs",
+            Family::VisionTransformer => "Vision transformers",
+            Family::Language => "Language models",
+            Family::Rnn => "RNN",
+        }
+    }
+}
+
+/// What the model consumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// Square images; the default side and the smallest side the architecture accepts.
+    Image { default_res: u64, min_res: u64 },
+    /// Token sequences; the default length and the position limit (`None`: unbounded, e.g. RoPE).
+    Tokens { default_seq: u64, max_seq: Option<u64> },
+}
+
+pub struct ModelPreset {
+    pub id: &'static str,
+    pub name: &'static str,
+    pub family: Family,
+    pub input: InputKind,
+    /// Exact parameter count (torchvision / transformers), checked against the built graph.
+    pub params: u64,
+    pub build: fn(&BuildCtx) -> Result<Graph, EstimateError>,
+}
+
+const fn img(default_res: u64, min_res: u64) -> InputKind {
+    InputKind::Image { default_res, min_res }
+}
+
+pub static MODELS: &[ModelPreset] = &[
+    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 32), params: 11_689_512, build: |c| vision::resnet(c, [2, 2, 2, 2], false, 64) },
+    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 32), params: 21_797_672, build: |c| vision::resnet(c, [3, 4, 6, 3], false, 64) },
+    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 32), params: 25_557_032, build: |c| vision::resnet(c, [3, 4, 6, 3], true, 64) },
+    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 32), params: 44_549_160, build: |c| vision::resnet(c, [3, 4, 23, 3], true, 64) },
+    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 32), params: 60_192_808, build: |c| vision::resnet(c, [3, 8, 36, 3], true, 64) },
+    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 32), params: 68_883_240, build: |c| vision::resnet(c, [3, 4, 6, 3], true, 128) },
+];
+
+pub fn find(id: &str) -> Option<&'static ModelPreset> {
+    MODELS.iter().find(|m| m.id == id)
+}
