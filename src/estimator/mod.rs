@@ -17,6 +17,7 @@ pub mod graph;
 pub mod ops;
 pub mod optimizer;
 pub mod simulate;
+pub mod sweep;
 pub mod timeline;
 pub mod units;
 
