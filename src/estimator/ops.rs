@@ -361,6 +361,23 @@ impl Graph {
         Ok(y)
     }
 
+    /// `split`/`chunk`/`narrow` into views of `x` with the given shapes (no memory). Backward
+    /// (`split_backward`) concatenates the pieces' gradients into one new full-size gradient.
+    pub fn split(&mut self, x: TensorId, shapes: Vec<Vec<u64>>) -> Result<Vec<TensorId>, EstimateError> {
+        let rg = self.t(x).requires_grad;
+        let total: u64 = shapes.iter().map(|s| s.iter().product::<u64>()).sum();
+        if total > self.numel(x) {
+            return Err(self.bad_shape(&format!("split of {:?} into {:?}", self.shape(x), shapes)));
+        }
+        let outs: Vec<TensorId> = shapes.into_iter().map(|s| self.alias(x, s, rg)).collect();
+        let mut op = self.op("split", "");
+        op.inputs = vec![x];
+        op.outputs = outs.clone();
+        op.grads = self.grads_alloc(&[x]);
+        self.record(op);
+        Ok(outs)
+    }
+
     /// A materialising copy (`.contiguous()` after a transpose, `permute(...).reshape`).
     pub fn contiguous(&mut self, x: TensorId, shape: Vec<u64>) -> R {
         let y = self.out_like(shape, self.dtype(x), &[x])?;

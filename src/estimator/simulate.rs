@@ -205,8 +205,15 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
             free(s, &mut alive, &mut live, &cat_of);
         }
     }
+    // Attribute each saved storage once, to the first op that holds it.
+    let mut counted = vec![false; ns];
     for i in 0..nops {
-        saved_after_forward[i] = held_until[i].iter().filter(|&&s| alive[s]).map(|&s| sbytes[s]).sum();
+        for &s in &held_until[i] {
+            if alive[s] && !counted[s] {
+                counted[s] = true;
+                saved_after_forward[i] += sbytes[s];
+            }
+        }
     }
 
     // ---- backward ----
