@@ -85,6 +85,17 @@ pub enum AttnImpl {
     Eager,
 }
 
+/// Which kernels run: the CUDA ones (the product's subject) or PyTorch's CPU kernels, which save
+/// different tensors (float dropout masks, the math attention path). CPU is there to replay the
+/// reference set's CPU records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    #[default]
+    Cuda,
+    Cpu,
+}
+
 fn one() -> u64 {
     1
 }
@@ -123,6 +134,8 @@ pub struct Plan {
     /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cudnn: Option<bool>,
+    #[serde(default)]
+    pub device: Device,
     /// Gradient-accumulation micro-batches per optimizer step.
     #[serde(default = "one32")]
     pub accumulation: u32,
@@ -145,6 +158,7 @@ impl Default for Plan {
             ckpt: Checkpointing::None,
             attn: AttnImpl::Sdpa,
             cudnn: None,
+            device: Device::Cuda,
             accumulation: 1,
             gpu: None,
         }
@@ -167,4 +181,5 @@ pub struct BuildCtx {
     pub ckpt: Checkpointing,
     pub attn: AttnImpl,
     pub cudnn: bool,
+    pub device: Device,
 }
