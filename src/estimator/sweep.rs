@@ -7,6 +7,7 @@ use super::timeline::Category;
 use super::units::Bytes;
 use super::{estimate, Estimate, MAX_BATCH};
 
+
 /// One point of a sweep: the swept value and the peak broken down by category.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Point {
@@ -51,9 +52,94 @@ fn with(plan: &Plan, axis: Axis, x: u64) -> Plan {
     p
 }
 
-/// Estimates `plan` at each value of `axis`; values the model cannot take are skipped.
+/// Estimates `plan` at each value of `axis`; values the model cannot take are skipped. Batch
+/// sweeps use [`BatchLines`] (two simulations, then every point in microseconds).
 pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
+    if axis == Axis::Batch {
+        if let Ok(lines) = BatchLines::new(plan, xs.iter().copied().max().unwrap_or(1)) {
+            return xs.iter().filter(|&&x| x >= 1 && x <= MAX_BATCH).map(|&x| lines.point(x)).collect();
+        }
+    }
     xs.iter().filter_map(|&x| estimate(&with(plan, axis, x)).ok().map(|e| Point::of(x, &e))).collect()
+}
+
+/// Memory as a function of the batch size. Every activation, gradient and temporary of a step is
+/// proportional to the batch while parameters, buffers and optimizer state are constant, and the
+/// step runs the same ops in the same order at any batch; so each timeline event's live bytes are
+/// an affine function `p + b·a` of the batch `b`, and the peak is the upper envelope of those lines.
+/// Two simulations (at batch 1 and a larger one) give every line; the only inexactness is the
+/// 512-byte block rounding (a few KiB).
+#[derive(Clone, Debug)]
+pub struct BatchLines {
+    /// Per event, per category: bytes at batch 0 (intercept) and per sample (slope).
+    lines: Vec<[(f64, f64); 8]>,
+    /// Per event: reserved segments at the two batches, interpolated the same way.
+    reserved: Vec<(f64, f64)>,
+    fixed: Bytes,
+    forward_flops_per_sample: f64,
+    recompute_flops_per_sample: f64,
+}
+
+impl BatchLines {
+    pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, EstimateError> {
+        let b1 = 1u64;
+        let b2 = hi.clamp(2, 1024);
+        let e1 = estimate(&with(plan, Axis::Batch, b1))?;
+        let e2 = estimate(&with(plan, Axis::Batch, b2))?;
+        if e1.timeline.events.len() != e2.timeline.events.len() {
+            return Err(EstimateError::Unsupported("the step's ops change with the batch size".into()));
+        }
+        let d = (b2 - b1) as f64;
+        let mut lines = Vec::with_capacity(e1.timeline.events.len());
+        let mut reserved = Vec::with_capacity(e1.timeline.events.len());
+        for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
+            let mut l = [(0.0, 0.0); 8];
+            for c in 0..8 {
+                let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
+                l[c] = (a.live.0[c] as f64 - slope * b1 as f64, slope);
+            }
+            lines.push(l);
+            let (r1, r2) = (a.live.1.reserved().max(a.live.total()).0 as f64, b.live.1.reserved().max(b.live.total()).0 as f64);
+            let slope = (r2 - r1) / d;
+            reserved.push((r1 - slope * b1 as f64, slope));
+        }
+        Ok(BatchLines {
+            lines,
+            reserved,
+            fixed: e1.workspaces + e1.context,
+            forward_flops_per_sample: e1.forward_flops / b1 as f64,
+            recompute_flops_per_sample: e1.recompute_flops / b1 as f64,
+        })
+    }
+
+    fn total(l: &[(f64, f64); 8], b: f64) -> f64 {
+        l.iter().map(|(p, a)| (p + a * b).max(0.0)).sum()
+    }
+
+    /// The estimate's headline numbers at batch `b`.
+    pub fn point(&self, b: u64) -> Point {
+        let bf = b as f64;
+        let (mut best, mut best_v) = (0usize, f64::MIN);
+        for (i, l) in self.lines.iter().enumerate() {
+            let v = Self::total(l, bf);
+            if v > best_v {
+                best = i;
+                best_v = v;
+            }
+        }
+        let l = &self.lines[best];
+        let by_category: Vec<(Category, Bytes)> = Category::ALL.iter().map(|&c| (c, Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64))).collect();
+        let peak: Bytes = by_category.iter().map(|(_, b)| *b).sum();
+        let reserved = self.reserved.iter().map(|(p, a)| p + a * bf).fold(0.0, f64::max).max(peak.0 as f64);
+        Point {
+            x: b,
+            peak_allocated: peak,
+            device_total: Bytes(reserved.round() as u64) + self.fixed,
+            by_category,
+            recompute_flops: self.recompute_flops_per_sample * bf,
+            forward_flops: self.forward_flops_per_sample * bf,
+        }
+    }
 }
 
 /// `n` values from `lo` to `hi`, evenly spaced on a log scale, deduplicated.
@@ -69,9 +155,75 @@ pub fn log_points(lo: u64, hi: u64, n: usize) -> Vec<u64> {
     v
 }
 
-/// The largest batch whose device total fits `capacity`, found by doubling then bisection
-/// (memory never falls as the batch grows). `Ok(None)` when even batch 1 does not fit.
+/// The largest batch whose device total fits `capacity` (memory never falls as the batch grows).
+/// [`BatchLines`] predicts it; full estimates around the prediction confirm it, so the answer is
+/// exactly what [`estimate`] says. `Ok(None)` when even batch 1 does not fit.
 pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
+    let fits = |b: u64| -> Result<bool, EstimateError> {
+        match estimate(&with(plan, Axis::Batch, b)) {
+            Ok(e) => Ok(e.device_total <= capacity),
+            Err(EstimateError::TooLarge) => Ok(false),
+            Err(e) => Err(e),
+        }
+    };
+    if !fits(1)? {
+        return Ok(None);
+    }
+    let Ok(lines) = BatchLines::new(plan, 1024) else { return max_batch_bisect(plan, capacity) };
+    // Predicted boundary from the lines, then a bracket confirmed by real estimates.
+    let (mut lo, mut hi) = (1u64, MAX_BATCH);
+    let guess = {
+        let (mut a, mut b) = (1u64, MAX_BATCH);
+        while b - a > 1 {
+            let m = a + (b - a) / 2;
+            if lines.point(m).device_total <= capacity {
+                a = m;
+            } else {
+                b = m;
+            }
+        }
+        a
+    };
+    let mut step = (guess / 64).max(1);
+    let mut probe = guess;
+    // Walk down until it fits, then up until it does not, widening the step each time.
+    while probe > 1 && !fits(probe)? {
+        hi = probe;
+        probe = probe.saturating_sub(step).max(1);
+        step *= 2;
+    }
+    lo = lo.max(probe);
+    let mut step = (guess / 64).max(1);
+    let mut up = lo;
+    loop {
+        let next = up.saturating_add(step).min(MAX_BATCH);
+        if next >= hi || next == up {
+            break;
+        }
+        if fits(next)? {
+            up = next;
+            step *= 2;
+        } else {
+            hi = next;
+            break;
+        }
+    }
+    lo = up;
+    if hi == MAX_BATCH && fits(MAX_BATCH)? {
+        return Ok(Some(MAX_BATCH));
+    }
+    while hi - lo > 1 {
+        let mid = lo + (hi - lo) / 2;
+        if fits(mid)? {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    Ok(Some(lo))
+}
+
+fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
     let fits = |b: u64| -> Result<bool, EstimateError> {
         match estimate(&with(plan, Axis::Batch, b)) {
             Ok(e) => Ok(e.device_total <= capacity),
@@ -100,4 +252,33 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
         }
     }
     Ok(Some(lo))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batch_lines_match_full_estimates() {
+        let mut p = Plan::new("resnet18");
+        p.res = Some(64);
+        let lines = BatchLines::new(&p, 512).unwrap();
+        for b in [1u64, 3, 17, 100, 511] {
+            let e = estimate(&with(&p, Axis::Batch, b)).unwrap();
+            let pt = lines.point(b);
+            let err = (pt.peak_allocated.0 as f64 - e.peak_allocated.0 as f64).abs() / e.peak_allocated.0 as f64;
+            assert!(err < 1e-3, "batch {b}: lines {} vs estimate {}", pt.peak_allocated, e.peak_allocated);
+        }
+    }
+
+    #[test]
+    fn max_batch_is_the_exact_boundary() {
+        let mut p = Plan::new("resnet50");
+        p.res = Some(224);
+        let cap = Bytes(24 << 30);
+        let b = max_batch(&p, cap).unwrap().unwrap();
+        let at = |b| estimate(&with(&p, Axis::Batch, b)).unwrap().device_total;
+        assert!(at(b) <= cap && at(b + 1) > cap, "batch {b}: {} / {}", at(b), at(b + 1));
+        assert_eq!(max_batch(&p, Bytes(1 << 20)).unwrap(), None);
+    }
 }
