@@ -593,25 +593,28 @@ impl Graph {
         Ok(y)
     }
 
-    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` (fp32 under
-    /// autocast; its output saved) then `nll_loss` (a scalar and `total_weight`). Returns the loss.
+    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` in the
+    /// logits' dtype (its output saved; autocast does not cast inside the composite
+    /// `cross_entropy_loss`), then `nll_loss` (autocast fp32 list: a low-precision input is cast
+    /// first) returning a scalar and `total_weight`; `nll_loss_backward` takes `self`, so the
+    /// nll input is saved too. Returns the loss.
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> R {
-        let x = self.fp32(logits)?;
-        let ls = self.out_like(self.shape(x), self.dtype(x), &[x])?;
+        let ls = self.out_like(self.shape(logits), self.dtype(logits), &[logits])?;
         let mut op = self.op("log_softmax", "loss");
-        op.flops = 5.0 * self.numel(x) as f64;
-        op.inputs = vec![x];
+        op.flops = 5.0 * self.numel(logits) as f64;
+        op.inputs = vec![logits];
         op.outputs = vec![ls];
         op.saved = vec![ls];
-        op.grads = self.grads_alloc(&[x]);
+        op.grads = self.grads_alloc(&[logits]);
         self.record(op);
-        let loss = self.out_like(vec![], self.dtype(x), &[ls])?;
+        let x = self.fp32(ls)?;
+        let loss = self.out_like(vec![], self.dtype(x), &[x])?;
         let tw = self.alloc(vec![], self.dtype(x), StorageKind::Activation, false)?;
         let mut op = self.op("nll_loss", "loss");
-        op.inputs = vec![ls, target];
+        op.inputs = vec![x, target];
         op.outputs = vec![loss, tw];
-        op.saved = vec![target, tw];
-        op.grads = self.grads_alloc(&[ls]);
+        op.saved = vec![x, target, tw];
+        op.grads = self.grads_alloc(&[x]);
         self.record(op);
         self.keep(loss);
         Ok(loss)

@@ -3,4 +3,5 @@
 pub mod gpus;
 pub mod hf;
 pub mod models;
+pub mod text;
 pub mod vision;
