@@ -44,25 +44,37 @@ fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
     Some(out)
 }
 
-/// The fused attention kernel `scaled_dot_product_attention` picks on sm_90 (torch 2.15,
-/// `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`, priority cuDNN → flash → efficient),
-/// as the oracle observed it (`kernel_ops_seen` of the reference records).
+/// The kernel `scaled_dot_product_attention` runs (torch 2.15,
+/// `aten/src/ATen/native/transformers/{cuda,}/sdp_utils*.cpp`), as the oracle observed it
+/// (`kernel_ops_seen` of the reference records).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SdpaKernel {
-    /// `_scaled_dot_product_efficient_attention` (xformers/CUTLASS): any dtype, any mask.
+    /// `_scaled_dot_product_efficient_attention` (CUTLASS): any dtype, any mask.
     Efficient,
     /// `_scaled_dot_product_flash_attention`: fp16/bf16, no mask, head dim ≤ 256.
     Flash,
     /// `_scaled_dot_product_cudnn_attention`: fp16/bf16, no dropout, head dim ≤ 128.
     Cudnn,
+    /// CPU `_scaled_dot_product_flash_attention_for_cpu`: no dropout; takes a mask.
+    FlashCpu,
+    /// `_scaled_dot_product_attention_math`: the decomposed fallback (CPU with dropout).
+    Math,
 }
 
 impl SdpaKernel {
-    /// fp32 always runs the efficient kernel (flash and cuDNN need fp16/bf16). In half precision
-    /// cuDNN wins when there is no dropout (LLaMA, mask or not); with dropout it is rejected and
-    /// flash runs unless a mask is present (BERT: flash; GPT-2 with its mask: efficient).
-    pub fn select(dtype: DType, has_mask: bool, dropout: f64, head_dim: u64) -> Self {
-        if dtype == DType::F32 {
+    /// On sm_90 (priority cuDNN → flash → efficient): fp32 always runs the efficient kernel
+    /// (flash and cuDNN need fp16/bf16); in half precision cuDNN wins when there is no dropout
+    /// (LLaMA, mask or not); with dropout it is rejected and flash runs unless a mask is present
+    /// (BERT: flash; GPT-2 with its mask: efficient). On the CPU the flash kernel runs without
+    /// dropout, the math path with it.
+    pub fn select(cpu: bool, dtype: DType, has_mask: bool, dropout: f64, head_dim: u64) -> Self {
+        if cpu {
+            if dropout > 0.0 {
+                SdpaKernel::Math
+            } else {
+                SdpaKernel::FlashCpu
+            }
+        } else if dtype == DType::F32 {
             SdpaKernel::Efficient
         } else if dropout <= 0.0 && head_dim <= 128 {
             SdpaKernel::Cudnn
@@ -77,6 +89,8 @@ impl SdpaKernel {
             SdpaKernel::Efficient => "sdpa_efficient",
             SdpaKernel::Flash => "sdpa_flash",
             SdpaKernel::Cudnn => "sdpa_cudnn",
+            SdpaKernel::FlashCpu => "sdpa_flash_cpu",
+            SdpaKernel::Math => "sdpa_math",
         }
     }
 }
@@ -205,25 +219,6 @@ impl Graph {
         Ok(y)
     }
 
-    /// `x.split(n, dim=-1)` into equal views (GPT-2's fused `c_attn`). Its backward concatenates
-    /// the parts' gradients (`cat`): one new tensor of `x`'s size.
-    pub fn split_last(&mut self, x: TensorId, parts: u64) -> Result<Vec<TensorId>, EstimateError> {
-        let mut s = self.shape(x);
-        let last = *s.last().unwrap_or(&0);
-        if parts == 0 || last % parts != 0 {
-            return Err(self.shape_err(format!("split {last} into {parts}")));
-        }
-        *s.last_mut().unwrap_or(&mut 0) = last / parts;
-        let rg = self.t(x).requires_grad;
-        let outs: Vec<TensorId> = (0..parts).map(|_| self.alias(x, s.clone(), rg)).collect();
-        let mut op = self.op("split", "");
-        op.inputs = vec![x];
-        op.outputs = outs.clone();
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
-        Ok(outs)
-    }
-
     /// `repeat_kv` (`x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)`):
     /// the reshape of an expanded tensor copies; its backward sums over the repeats into a new
     /// tensor of `x`'s size. `n_rep == 1` returns `x` itself.
@@ -305,14 +300,16 @@ impl Graph {
         self.no_grad_op("causal_mask", &[], s, DType::Bool, Bytes(scratch.0.saturating_mul(2)))
     }
 
-    /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)` on CUDA (on autocast's
-    /// low-precision list). A bool mask is first turned into an additive float mask of the query
-    /// dtype by `torch.where` (`sdp_utils` `convert_boolean_attn_mask`), one per call. Saved for
-    /// backward (`derivatives.yaml`): q, k, v, the output, the softmax statistics
-    /// (efficient: logsumexp `[B, H, ⌈S/32⌉·32]` fp32; flash: `[B, H, S]` fp32; cuDNN:
+    /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)` followed by the models'
+    /// `transpose(1, 2).reshape(B, S, H·D)`; returns that `[B, S, H·D]` tensor. SDPA is on
+    /// autocast's low-precision list. A bool mask is first turned into an additive float mask of
+    /// the query dtype by `torch.where` (`convert_boolean_attn_mask`), once per call. The fused
+    /// kernels save (`derivatives.yaml`) q, k, v, the output, the softmax statistics (efficient:
+    /// logsumexp `[B, H, ⌈S/32⌉·32]` fp32; flash and CPU flash: `[B, H, S]` fp32; cuDNN:
     /// `[B, H, S, 1]` fp32), the RNG seed/offset (int64 scalars; flash: a `[2]` state and a
-    /// scalar) and the mask (efficient, cuDNN). Backward allocates the three input gradients.
-    pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64) -> R {
+    /// scalar; CPU flash: none) and the mask (all but flash); their output is laid out
+    /// `[B, S, H, D]`, so the merge is a view. Backward allocates the three input gradients.
+    pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64, cpu: bool) -> R {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
@@ -324,24 +321,28 @@ impl Graph {
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let kv_s = ks[2];
         let dt = self.dtype(q);
-        let kernel = SdpaKernel::select(dt, bool_mask.is_some(), dropout, d);
+        let kernel = SdpaKernel::select(cpu, dt, bool_mask.is_some(), dropout, d);
         let fmask = match bool_mask {
             Some(m) => Some(self.no_grad_op("where", &[m], vec![b, 1, s, kv_s], dt, Bytes::ZERO)?),
             None => None,
         };
+        if kernel == SdpaKernel::Math {
+            return self.sdpa_math(q, k, v, fmask, dropout);
+        }
         let ins = vec![q, k, v];
         let rg = self.requires_grad(&ins);
         let out = self.alloc(vec![b, h, s, d], dt, StorageKind::Activation, rg)?;
         let mut outs = vec![out];
         let stats = match kernel {
             SdpaKernel::Efficient => vec![b, h, s.div_ceil(32) * 32],
-            SdpaKernel::Flash => vec![b, h, s],
             SdpaKernel::Cudnn => vec![b, h, s, 1],
+            _ => vec![b, h, s],
         };
         outs.push(self.alloc(stats, DType::F32, StorageKind::Activation, false)?);
-        let rng: [Vec<u64>; 2] = match kernel {
-            SdpaKernel::Flash => [vec![2], vec![]],
-            _ => [vec![], vec![]],
+        let rng: Vec<Vec<u64>> = match kernel {
+            SdpaKernel::Flash => vec![vec![2], vec![]],
+            SdpaKernel::FlashCpu => vec![],
+            _ => vec![vec![], vec![]],
         };
         for shape in rng {
             outs.push(self.alloc(shape, DType::I64, StorageKind::Activation, false)?);
@@ -358,7 +359,82 @@ impl Graph {
         }
         op.grads = self.grads_alloc(&ins);
         self.record(op);
-        Ok(out)
+        self.view(out, vec![b, s, h * d])
+    }
+
+    /// `_scaled_dot_product_attention_math` (CPU with dropout): low-precision inputs are upcast
+    /// to fp32; `q·√scale` and `kᵀ·√scale`, contiguous copies of both (saved by the bmm), scores,
+    /// `+ mask`, `_safe_softmax` (saves its output), dropout, a contiguous copy of v, `bmm`, the
+    /// output cast back; the merge of its `[B, H, S, D]` output then copies. Autocast does not
+    /// reach inside it (it runs below the autocast key), so the bmms run in fp32.
+    fn sdpa_math(&mut self, q: TensorId, k: TensorId, v: TensorId, fmask: Option<TensorId>, dropout: f64) -> R {
+        let orig = self.dtype(q);
+        let (qs, ks) = (self.shape(q), self.shape(k));
+        let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
+        let kv_s = ks[2];
+        let q = self.cast(q, DType::F32)?;
+        let k = self.cast(k, DType::F32)?;
+        let v = self.cast(v, DType::F32)?;
+        let scale = Pw { flops: 1.0, ..Pw::default() };
+        let qs_ = self.pointwise("mul", q, DType::F32, scale)?;
+        let kt = self.view(k, vec![b, h, d, kv_s])?;
+        let kts = self.pointwise("mul", kt, DType::F32, scale)?;
+        let qc = self.contiguous(qs_, vec![b, h, s, d])?;
+        let ktc = self.contiguous(kts, vec![b, h, d, kv_s])?;
+        let scores = self.bmm_raw(qc, ktc)?;
+        let w = match fmask {
+            Some(m) => self.add_bc(scores, m)?,
+            None => scores,
+        };
+        let p = self.softmax_to(w, DType::F32)?;
+        let p = self.dropout_on(p, dropout, true)?;
+        let vc = self.contiguous(v, vec![b, h, kv_s, d])?;
+        let o = self.bmm_raw(p, vc)?;
+        let o = self.cast(o, orig)?;
+        let ot = self.view(o, vec![b, s, h, d])?;
+        self.contiguous(ot, vec![b, s, h * d])
+    }
+
+    /// A batched matrix product outside autocast's reach (inside a composite op): saves both
+    /// operands.
+    fn bmm_raw(&mut self, a: TensorId, b: TensorId) -> R {
+        let (sa, sb) = (self.shape(a), self.shape(b));
+        let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+        let mut s = sa.clone();
+        *s.last_mut().unwrap_or(&mut 0) = n;
+        let batch: u64 = sa[..sa.len() - 2].iter().product();
+        let rg = self.requires_grad(&[a, b]);
+        let y = self.alloc(s, promote(self.dtype(a), self.dtype(b)), StorageKind::Activation, rg)?;
+        let mut op = self.op("bmm", "");
+        op.flops = 2.0 * (batch * m * k * n) as f64;
+        op.inputs = vec![a, b];
+        op.outputs = vec![y];
+        op.saved = vec![a, b];
+        op.grads = self.grads_alloc(&[a, b]);
+        self.record(op);
+        Ok(y)
+    }
+
+    /// `nn.Dropout(p)` in training on the chosen device. CUDA runs the fused `native_dropout`
+    /// (a 1-byte mask, [`Graph::dropout`]); the CPU runs `_dropout_impl`: `empty_like(x)
+    /// .bernoulli_(1 - p).div_(1 - p)` and `x * noise`, so the saved mask has `x`'s dtype.
+    pub fn dropout_on(&mut self, x: TensorId, p: f64, cpu: bool) -> R {
+        if !cpu || p <= 0.0 {
+            return self.dropout(x, p);
+        }
+        let s = self.shape(x);
+        let dt = self.dtype(x);
+        let rg = self.t(x).requires_grad;
+        let y = self.alloc(s.clone(), dt, StorageKind::Activation, rg)?;
+        let noise = self.alloc(s, dt, StorageKind::Activation, false)?;
+        let mut op = self.op("dropout", "");
+        op.flops = 2.0 * self.numel(x) as f64;
+        op.inputs = vec![x];
+        op.outputs = vec![y, noise];
+        op.saved = vec![noise];
+        op.grads = self.grads_alloc(&[x]);
+        self.record(op);
+        Ok(y)
     }
 
     /// Softmax over the last dimension producing `out_dtype` (`_softmax(x, dim, half_to_float)`):
@@ -385,7 +461,7 @@ impl Graph {
     /// `transpose(1, 2).contiguous()`. `torch.matmul` on the strided head views copies q, kᵀ and v
     /// to contiguous tensors first (`expand` + `clone`); the bmm saves those copies. `fp32_softmax`:
     /// LLaMA's `softmax(..., dtype=torch.float32)`. Returns `[B, S, H·D]`.
-    pub fn eager_attention(&mut self, q: TensorId, k: TensorId, v: TensorId, float_mask: Option<TensorId>, dropout: f64, fp32_softmax: bool) -> R {
+    pub fn eager_attention(&mut self, q: TensorId, k: TensorId, v: TensorId, float_mask: Option<TensorId>, dropout: f64, fp32_softmax: bool, cpu: bool) -> R {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
@@ -409,7 +485,7 @@ impl Graph {
         let mut p = self.softmax_to(w, sm_dt)?;
         let vdt = self.dtype(v);
         p = self.cast(p, vdt)?;
-        p = self.dropout(p, dropout)?;
+        p = self.dropout_on(p, dropout, cpu)?;
         let vc = self.contiguous(v, self.shape(v))?;
         let o = self.matmul(p, vc)?;
         let ot = self.view(o, vec![b, s, h, d])?;
@@ -488,13 +564,13 @@ impl Graph {
     /// `NewGELUActivation` (GPT-2's `gelu_new`), written in Python as
     /// `0.5 * x * (1 + tanh(√(2/π) · (x + 0.044715 · x³)))`: eight aten ops. Saved: x (by `pow`),
     /// `0.5·x` and `1 + tanh(·)` (by the final product) and the tanh output.
-    pub fn gelu_new(&mut self, x: TensorId) -> R {
+    pub fn gelu_new(&mut self, x: TensorId, cpu: bool) -> R {
         let dt = self.dtype(x);
         let scalar = Pw { flops: 1.0, ..Pw::default() };
         let half = self.pointwise("mul", x, dt, scalar)?;
-        // `pow` is on autocast's fp32 list: under autocast x is cast to fp32 and everything after
-        // it promotes to fp32.
-        let xf = self.fp32(x)?;
+        // `pow` is on CUDA autocast's fp32 list (not on the CPU's): under autocast x is cast to
+        // fp32 and everything after it promotes to fp32.
+        let xf = if cpu { x } else { self.fp32(x)? };
         let cube = self.pointwise("pow", xf, self.dtype(xf), Pw { save_input: true, bwd_temps: 2, flops: 2.0, ..Pw::default() })?;
         let c = self.pointwise("mul", cube, self.dtype(cube), scalar)?;
         let inner = self.add_bc(x, c)?;
@@ -547,9 +623,9 @@ mod tests {
     fn kernel_choice_matches_the_oracle() {
         // GPT-2 (mask + dropout): efficient in every dtype; BERT bf16 (dropout, no mask): flash;
         // LLaMA bf16 (mask, no dropout): cuDNN; fp32: efficient.
-        assert_eq!(SdpaKernel::select(DType::BF16, true, 0.1, 64), SdpaKernel::Efficient);
-        assert_eq!(SdpaKernel::select(DType::BF16, false, 0.1, 64), SdpaKernel::Flash);
-        assert_eq!(SdpaKernel::select(DType::BF16, true, 0.0, 128), SdpaKernel::Cudnn);
-        assert_eq!(SdpaKernel::select(DType::F32, false, 0.0, 64), SdpaKernel::Efficient);
+        assert_eq!(SdpaKernel::select(false, DType::BF16, true, 0.1, 64), SdpaKernel::Efficient);
+        assert_eq!(SdpaKernel::select(false, DType::BF16, false, 0.1, 64), SdpaKernel::Flash);
+        assert_eq!(SdpaKernel::select(false, DType::BF16, true, 0.0, 128), SdpaKernel::Cudnn);
+        assert_eq!(SdpaKernel::select(false, DType::F32, false, 0.0, 64), SdpaKernel::Efficient);
     }
 }

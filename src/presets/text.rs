@@ -7,7 +7,7 @@
 //! A model is described by a [`TextConfig`] (parsed from a `config.json` in [`super::hf`]); the
 //! presets are configs too, so both paths share this builder.
 
-use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing};
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
@@ -136,9 +136,9 @@ fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut
     Ok(h)
 }
 
-fn activation(g: &mut Graph, x: TensorId, a: Activation) -> Result<TensorId, EstimateError> {
+fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<TensorId, EstimateError> {
     match a {
-        Activation::GeluNew => g.gelu_new(x),
+        Activation::GeluNew => g.gelu_new(x, cpu),
         Activation::Gelu => g.act(x, Act::Gelu, false),
         Activation::Relu => g.act(x, Act::Relu, false),
         Activation::Silu => g.act(x, Act::Silu, false),
@@ -149,13 +149,6 @@ fn activation(g: &mut Graph, x: TensorId, a: Activation) -> Result<TensorId, Est
 fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Result<TensorId, EstimateError> {
     let s = g.shape(x);
     g.view(x, vec![s[0], heads, s[1], d])
-}
-
-/// Attention output `[B, H, S, D]` (laid out `[B, S, H, D]` by the fused kernels) → `[B, S, H·D]`:
-/// `transpose(1, 2).reshape(...).contiguous()` is a view.
-fn merge_heads(g: &mut Graph, o: TensorId) -> Result<TensorId, EstimateError> {
-    let s = g.shape(o);
-    g.view(o, vec![s[0], s[2], s[1] * s[3]])
 }
 
 /// Builds the training step's forward tape of `cfg` at `ctx` (batch, sequence, precision,
@@ -192,6 +185,7 @@ fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<TensorId, EstimateError
 
 /// `GPT2LMHeadModel.forward` (`models/gpt2/modeling_gpt2.py`).
 fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
     let (x, wte) = g.scoped("transformer", |g| g.embedding("wte", ids, cfg.vocab, h_dim))?;
@@ -202,29 +196,27 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
     let (pe, _) = g.scoped("transformer", |g| g.embedding("wpe", pos, p, h_dim))?;
     let mut h = g.add_bc(x, pe)?;
     let mask = causal_masks(g, ctx)?;
-    h = g.dropout(h, cfg.embd_dropout)?;
+    h = g.dropout_on(h, cfg.embd_dropout, cpu)?;
     h = run_layers(g, cfg, ctx, "transformer.h", h, |g, h| {
         let a = g.layer_norm("ln_1", h, true)?;
         let qkv = g.scoped("attn", |g| g.conv1d("c_attn", a, h_dim, 3 * h_dim))?;
-        let parts = g.split_last(qkv, 3)?;
+        let (b, s) = (ctx.batch, ctx.seq);
+        let parts = g.split(qkv, vec![vec![b, s, h_dim]; 3])?;
         let q = heads_view(g, parts[0], nh, d)?;
         let k = heads_view(g, parts[1], nh, d)?;
         let v = heads_view(g, parts[2], nh, d)?;
         let o = match ctx.attn {
-            AttnImpl::Sdpa => {
-                let o = g.scoped("attn", |g| g.sdpa(q, k, v, Some(mask), cfg.attn_dropout))?;
-                merge_heads(g, o)?
-            }
-            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, false))?,
+            AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu))?,
+            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, false, cpu))?,
         };
         let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
-        let o = g.dropout(o, cfg.resid_dropout)?;
+        let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
         let h = g.add_bc(o, h)?;
         let m = g.layer_norm("ln_2", h, true)?;
         let m = g.scoped("mlp", |g| g.conv1d("c_fc", m, h_dim, cfg.intermediate))?;
-        let m = g.scoped("mlp", |g| activation(g, m, cfg.act))?;
+        let m = g.scoped("mlp", |g| activation(g, m, cfg.act, cpu))?;
         let m = g.scoped("mlp", |g| g.conv1d("c_proj", m, cfg.intermediate, h_dim))?;
-        let m = g.dropout(m, cfg.resid_dropout)?;
+        let m = g.dropout_on(m, cfg.resid_dropout, cpu)?;
         g.add_bc(h, m)
     })?;
     h = g.scoped("transformer", |g| g.layer_norm("ln_f", h, true))?;
@@ -238,6 +230,7 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
 /// the raw scores.
 fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
     let (b, s) = (ctx.batch, ctx.seq);
@@ -254,7 +247,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         let (pe, _) = g.embedding("position_embeddings", pos, p, h_dim)?;
         let e = g.add_bc(e, pe)?;
         let e = g.layer_norm("LayerNorm", e, true)?;
-        Ok::<_, EstimateError>((g.dropout(e, cfg.embd_dropout)?, word))
+        Ok::<_, EstimateError>((g.dropout_on(e, cfg.embd_dropout, cpu)?, word))
     })?;
     if cfg.tie_embeddings {
         // The embedding op is the first one recorded after the weight's creation.
@@ -269,26 +262,23 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
                 Ok::<_, EstimateError>((heads_view(g, q, nh, d)?, heads_view(g, k, nh, d)?, heads_view(g, v, nh, d)?))
             })?;
             let o = match ctx.attn {
-                AttnImpl::Sdpa => {
-                    let o = g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout))?;
-                    merge_heads(g, o)?
-                }
-                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, cfg.attn_dropout, false))?,
+                AttnImpl::Sdpa => g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout, cpu))?,
+                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, cfg.attn_dropout, false, cpu))?,
             };
             g.scoped("output", |g| {
                 let o = g.linear("dense", o, nh * d, h_dim, cfg.o_bias)?;
-                let o = g.dropout(o, cfg.resid_dropout)?;
+                let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
                 let o = g.add_bc(o, h)?;
                 g.layer_norm("LayerNorm", o, true)
             })
         })?;
         let i = g.scoped("intermediate", |g| {
             let i = g.linear("dense", a, h_dim, cfg.intermediate, cfg.mlp_bias)?;
-            activation(g, i, cfg.act)
+            activation(g, i, cfg.act, cpu)
         })?;
         g.scoped("output", |g| {
             let o = g.linear("dense", i, cfg.intermediate, h_dim, cfg.mlp_bias)?;
-            let o = g.dropout(o, cfg.resid_dropout)?;
+            let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
             let o = g.add_bc(o, a)?;
             g.layer_norm("LayerNorm", o, true)
         })
@@ -296,7 +286,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
     let scores = g.scoped("cls.predictions", |g| {
         let t = g.scoped("transform", |g| {
             let t = g.linear("dense", e, h_dim, h_dim, true)?;
-            let t = activation(g, t, cfg.act)?;
+            let t = activation(g, t, cfg.act, cpu)?;
             g.layer_norm("LayerNorm", t, true)
         })?;
         g.scoped("decoder", |g| {
@@ -318,6 +308,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
 /// to biases and defaults).
 fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
@@ -346,11 +337,8 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
             let k = g.repeat_kv(k, n_rep)?;
             let v = g.repeat_kv(v, n_rep)?;
             let o = match ctx.attn {
-                AttnImpl::Sdpa => {
-                    let o = g.sdpa(q, k, v, Some(mask), cfg.attn_dropout)?;
-                    merge_heads(g, o)?
-                }
-                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, true)?,
+                AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
+                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, true, cpu)?,
             };
             g.linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
         })?;
@@ -358,7 +346,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
         let m = g.rms_norm("post_attention_layernorm", h)?;
         let y = g.scoped("mlp", |g| {
             let gt = g.linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
-            let gt = activation(g, gt, cfg.act)?;
+            let gt = activation(g, gt, cfg.act, cpu)?;
             let up = g.linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
             let y = g.mul_bc(gt, up)?;
             g.linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias)
