@@ -4,6 +4,9 @@
 //! other defaults and biases). The batch is `{"input_ids": ids, "labels": ids}` (one int64
 //! tensor), the loss `model(**batch).loss`, `use_cache=False`.
 //!
+//! Op names follow the module paths below the model's base (`h.3.attn.c_attn`, `layer.3.output`,
+//! `layers.3.self_attn.q_proj`), so the per-layer activation chart groups them by layer.
+//!
 //! A model is described by a [`TextConfig`] (parsed from a `config.json` in [`super::hf`]); the
 //! presets are configs too, so both paths share this builder.
 
@@ -100,10 +103,11 @@ impl TextConfig {
 }
 
 /// Layer ranges and whether each is one checkpointed region. `Block` (HF
-/// `gradient_checkpointing_enable`, non-reentrant) wraps every layer; `Sqrt`/`Segments(k)`
-/// follow `torch.utils.checkpoint.checkpoint_sequential` over the layers: `k - 1` checkpointed
-/// chunks of `L / k` layers, the rest run normally.
-fn layer_groups(layers: u64, ckpt: Checkpointing) -> Result<Vec<(std::ops::Range<u64>, bool)>, EstimateError> {
+/// `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform stack has no
+/// stages, so `Stage` means the same. `Sqrt`/`Segments(k)` follow
+/// `torch.utils.checkpoint.checkpoint_sequential` over the layers: `k - 1` checkpointed chunks of
+/// `L / k` layers, the rest run normally.
+fn layer_groups(layers: u64, ckpt: Checkpointing) -> Vec<(std::ops::Range<u64>, bool)> {
     let chunks = |k: u64| {
         let k = k.clamp(1, layers.max(1));
         let size = layers / k;
@@ -111,20 +115,17 @@ fn layer_groups(layers: u64, ckpt: Checkpointing) -> Result<Vec<(std::ops::Range
         g.push(((k - 1) * size..layers, false));
         g
     };
-    Ok(match ckpt {
+    match ckpt {
         Checkpointing::None => vec![(0..layers, false)],
-        Checkpointing::Block => (0..layers).map(|i| (i..i + 1, true)).collect(),
+        Checkpointing::Block | Checkpointing::Stage => (0..layers).map(|i| (i..i + 1, true)).collect(),
         Checkpointing::Sqrt => chunks((layers as f64).sqrt().round() as u64),
         Checkpointing::Segments(k) => chunks(k as u64),
-        Checkpointing::Stage => {
-            return Err(EstimateError::Unsupported("stage checkpointing applies to staged CNNs; for transformers use 'layer' (every layer), 'sqrt' or a number of segments".into()))
-        }
-    })
+    }
 }
 
 /// Runs `layer` over all layers, wrapping the checkpointed groups.
 fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut h: TensorId, mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>) -> Result<TensorId, EstimateError> {
-    for (range, ck) in layer_groups(cfg.layers, ctx.ckpt)? {
+    for (range, ck) in layer_groups(cfg.layers, ctx.ckpt) {
         h = g.checkpointed(ck, |g| {
             let mut h = h;
             for i in range {
@@ -188,16 +189,16 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
     let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
-    let (x, wte) = g.scoped("transformer", |g| g.embedding("wte", ids, cfg.vocab, h_dim))?;
+    let (x, wte) = g.embedding("wte", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, wte);
     }
     let pos = g.no_grad_op("arange", &[], vec![1, ctx.seq], DType::I64, Bytes::ZERO)?;
-    let (pe, _) = g.scoped("transformer", |g| g.embedding("wpe", pos, p, h_dim))?;
+    let (pe, _) = g.embedding("wpe", pos, p, h_dim)?;
     let mut h = g.add_bc(x, pe)?;
     let mask = causal_masks(g, ctx)?;
-    h = g.dropout_on(h, cfg.embd_dropout, cpu)?;
-    h = run_layers(g, cfg, ctx, "transformer.h", h, |g, h| {
+    h = g.scoped("drop", |g| g.dropout_on(h, cfg.embd_dropout, cpu))?;
+    h = run_layers(g, cfg, ctx, "h", h, |g, h| {
         let a = g.layer_norm("ln_1", h, true)?;
         let qkv = g.scoped("attn", |g| g.conv1d("c_attn", a, h_dim, 3 * h_dim))?;
         let (b, s) = (ctx.batch, ctx.seq);
@@ -219,7 +220,7 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         let m = g.dropout_on(m, cfg.resid_dropout, cpu)?;
         g.add_bc(h, m)
     })?;
-    h = g.scoped("transformer", |g| g.layer_norm("ln_f", h, true))?;
+    h = g.layer_norm("ln_f", h, true)?;
     let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, wte, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
@@ -237,7 +238,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
     // Buffers `position_ids` and `token_type_ids`, `[1, max_positions]` int64 each.
     let pos_buf = g.buffer(vec![1, p], DType::I64)?;
     let tt_buf = g.buffer(vec![1, p], DType::I64)?;
-    let (mut e, word) = g.scoped("bert.embeddings", |g| {
+    let (mut e, word) = g.scoped("embeddings", |g| {
         let (x, word) = g.embedding("word_embeddings", ids, cfg.vocab, h_dim)?;
         let tt = g.no_grad_op("gather", &[tt_buf], vec![1, s], DType::I64, Bytes::ZERO)?;
         let tt = g.alias(tt, vec![b, s], false);
@@ -253,7 +254,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         // The embedding op is the first one recorded after the weight's creation.
         tied_grad_sum_at(g, word);
     }
-    e = run_layers(g, cfg, ctx, "bert.encoder.layer", e, |g, h| {
+    e = run_layers(g, cfg, ctx, "layer", e, |g, h| {
         let a = g.scoped("attention", |g| {
             let (q, k, v) = g.scoped("self", |g| {
                 let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
@@ -283,7 +284,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
-    let scores = g.scoped("cls.predictions", |g| {
+    let scores = g.scoped("cls", |g| {
         let t = g.scoped("transform", |g| {
             let t = g.linear("dense", e, h_dim, h_dim, true)?;
             let t = activation(g, t, cfg.act, cpu)?;
@@ -312,7 +313,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
-    let (x, embed) = g.scoped("model", |g| g.embedding("embed_tokens", ids, cfg.vocab, h_dim))?;
+    let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
@@ -320,8 +321,8 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
     let mask = causal_masks(g, ctx)?;
-    let (cos, sin) = g.scoped("model.rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
-    let h = run_layers(g, cfg, ctx, "model.layers", x, |g, h| {
+    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
         let a = g.rms_norm("input_layernorm", h)?;
         let o = g.scoped("self_attn", |g| {
             let q = g.linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias)?;
@@ -353,7 +354,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
         })?;
         g.add_bc(h, y)
     })?;
-    let h = g.scoped("model", |g| g.rms_norm("norm", h))?;
+    let h = g.rms_norm("norm", h)?;
     let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, embed, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
