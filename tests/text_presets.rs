@@ -12,6 +12,11 @@ use vram_planner::estimator::{build_graph, estimate};
 use vram_planner::presets::models::{self, Family};
 
 const DATA: &str = include_str!("data/pytorch-step-memory.jsonl");
+/// Further steps measured with the same oracle (`shared/reference/harness`, `measure.run_case`,
+/// fake CUDA, adamw) for the presets and paths the reference set lacks: Qwen2 (GQA, tied), Mistral
+/// and Llama 3 (GQA), GPT-2 medium/large, BERT-large, eager attention under autocast,
+/// checkpointing with eager attention.
+const EXTRA: &str = include_str!("data/text-extra-steps.jsonl");
 
 /// Counted with transformers 5.24 on the meta device from the same configs.
 const PARAMS: &[(&str, u64)] = &[
@@ -76,6 +81,17 @@ fn every_measured_step_of_the_language_models_within_3_percent() {
     }
     println!("{n} language-model steps, worst {:.4} % ({})", 100.0 * worst.0, worst.1);
     assert!(n >= 48, "expected the GPT-2/BERT/LLaMA records, found {n}");
+}
+
+#[test]
+fn further_measured_steps_within_3_percent() {
+    let mut n = 0;
+    for line in EXTRA.lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        assert!(c.rel_err.abs() <= 0.03, "{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err);
+        n += 1;
+    }
+    assert_eq!(n, 13);
 }
 
 #[test]

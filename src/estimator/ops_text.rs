@@ -95,6 +95,17 @@ impl SdpaKernel {
     }
 }
 
+/// Settings of [`Graph::eager_attention`].
+#[derive(Clone, Copy, Debug)]
+pub struct EagerOpts {
+    /// Dropout on the attention probabilities.
+    pub dropout: f64,
+    /// LLaMA's `softmax(..., dtype=torch.float32)` (GPT-2/BERT take the softmax in the scores' dtype).
+    pub fp32_softmax: bool,
+    /// CPU kernels (float dropout masks).
+    pub cpu: bool,
+}
+
 /// How a pointwise op with one tensor operand (the others are Python scalars) behaves in
 /// autograd.
 #[derive(Clone, Copy, Debug, Default)]
@@ -459,9 +470,10 @@ impl Graph {
     /// Eager attention as `eager_attention_forward` of GPT-2/BERT/LLaMA writes it:
     /// `matmul(q, kᵀ) * scale (+ mask)`, softmax, cast to v's dtype, dropout, `matmul(·, v)`,
     /// `transpose(1, 2).contiguous()`. `torch.matmul` on the strided head views copies q, kᵀ and v
-    /// to contiguous tensors first (`expand` + `clone`); the bmm saves those copies. `fp32_softmax`:
-    /// LLaMA's `softmax(..., dtype=torch.float32)`. Returns `[B, S, H·D]`.
-    pub fn eager_attention(&mut self, q: TensorId, k: TensorId, v: TensorId, float_mask: Option<TensorId>, dropout: f64, fp32_softmax: bool, cpu: bool) -> R {
+    /// to contiguous tensors first (`expand` + `clone`); the bmm saves those copies. Returns
+    /// `[B, S, H·D]`.
+    pub fn eager_attention(&mut self, q: TensorId, k: TensorId, v: TensorId, float_mask: Option<TensorId>, o: EagerOpts) -> R {
+        let EagerOpts { dropout, fp32_softmax, cpu } = o;
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;

@@ -78,7 +78,7 @@ fn activation(cfg: &Value, key: &str, default: &str) -> Result<Activation, Estim
 }
 
 fn divide(what: &str, a: u64, b: u64) -> Result<u64, EstimateError> {
-    if a % b != 0 {
+    if !a.is_multiple_of(b) {
         return Err(bad(format!("{what}: {a} is not divisible by {b}")));
     }
     Ok(a / b)
@@ -193,7 +193,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         Some(d) => d,
         None => divide("hidden_size must be divisible by num_attention_heads (or give head_dim)", hidden, heads)?,
     };
-    if head_dim % 2 != 0 {
+    if !head_dim.is_multiple_of(2) {
         return Err(bad(format!("head_dim must be even for rotary embeddings, got {head_dim}")));
     }
     let (qkv_bias, o_bias, mlp_bias) = match mt {

@@ -14,6 +14,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
+use crate::estimator::ops_text::EagerOpts;
 use crate::estimator::units::{Bytes, DType};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -208,7 +209,7 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         let v = heads_view(g, parts[2], nh, d)?;
         let o = match ctx.attn {
             AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu))?,
-            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, false, cpu))?,
+            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
         };
         let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
         let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
@@ -264,7 +265,7 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
             })?;
             let o = match ctx.attn {
                 AttnImpl::Sdpa => g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout, cpu))?,
-                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, cfg.attn_dropout, false, cpu))?,
+                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
             };
             g.scoped("output", |g| {
                 let o = g.linear("dense", o, nh * d, h_dim, cfg.o_bias)?;
@@ -339,7 +340,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
             let v = g.repeat_kv(v, n_rep)?;
             let o = match ctx.attn {
                 AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
-                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), cfg.attn_dropout, true, cpu)?,
+                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu })?,
             };
             g.linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
         })?;
