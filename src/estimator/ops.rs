@@ -570,7 +570,8 @@ impl Graph {
         let batch: u64 = sa[..sa.len() - 2].iter().product();
         let y = self.out_like(s, self.dtype(ac), &[ac, bc])?;
         let mut op = self.op("matmul", "");
-        op.flops = 2.0 * (batch * m * k * n) as f64;
+        // In f64: the product of four dimensions can exceed 64 bits even when every tensor fits.
+        op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
         op.inputs = vec![ac, bc];
         op.outputs = vec![y];
         op.saved = vec![ac, bc];

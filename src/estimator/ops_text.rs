@@ -359,7 +359,7 @@ impl Graph {
             outs.push(self.alloc(shape, DType::I64, StorageKind::Activation, false)?);
         }
         let mut op = self.op(kernel.op_name(), "attn");
-        op.flops = 4.0 * (b * h * s * kv_s * d) as f64;
+        op.flops = 4.0 * (b * h) as f64 * (s * d) as f64 * kv_s as f64;
         op.inputs = ins.clone();
         op.inputs.extend(fmask);
         op.outputs = outs.clone();
@@ -417,7 +417,7 @@ impl Graph {
         let rg = self.requires_grad(&[a, b]);
         let y = self.alloc(s, promote(self.dtype(a), self.dtype(b)), StorageKind::Activation, rg)?;
         let mut op = self.op("bmm", "");
-        op.flops = 2.0 * (batch * m * k * n) as f64;
+        op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
         op.inputs = vec![a, b];
         op.outputs = vec![y];
         op.saved = vec![a, b];

@@ -1,7 +1,8 @@
 //! Models defined by a Hugging Face `config.json`: GPT-2, BERT, LLaMA, Mistral and Qwen2, read
 //! with the defaults and attribute aliases of their transformers 5.24 config classes
-//! (`models/*/configuration_*.py`). Anything the builder cannot model is refused with a message
-//! naming the field, never guessed.
+//! (`models/*/configuration_*.py`). The task head is always the language-modelling one
+//! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), whatever `architectures` lists.
+//! Anything the builder cannot model is refused with a message naming the field, never guessed.
 
 use serde_json::Value;
 
