@@ -44,6 +44,15 @@ impl Graph {
         EstimateError::Unsupported(format!("{}: {what}", self.name("")))
     }
 
+    /// The end of a Python reference: a module's local variable or argument keeps its tensor
+    /// alive until the function returns, past the tensor's last use by an op (e.g. the query of
+    /// `MultiheadAttention` until the output projection ran). Allocates and saves nothing.
+    pub fn seq_hold(&mut self, ts: &[TensorId]) {
+        let mut op = self.op("python_ref", "");
+        op.inputs = ts.to_vec();
+        self.record(op);
+    }
+
     /// A factory tensor (`torch.zeros`) that needs no gradient: the initial LSTM states.
     pub fn seq_zeros(&mut self, shape: Vec<u64>, dtype: DType) -> R {
         let z = self.alloc(shape, dtype, StorageKind::Activation, false)?;
@@ -234,7 +243,7 @@ impl Graph {
     /// Returns `(hy, cy)`.
     pub fn lstm_fused_cell(&mut self, ig: TensorId, hg: TensorId, cx: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<(TensorId, TensorId), EstimateError> {
         let gs = self.shape(ig);
-        if gs.len() != 2 || self.shape(hg) != gs || gs[1] % 4 != 0 {
+        if gs.len() != 2 || self.shape(hg) != gs || !gs[1].is_multiple_of(4) {
             return Err(self.seq_bad(&format!("LSTM gates must be [B, 4H], got {:?}", gs)));
         }
         let (b, hid) = (gs[0], gs[1] / 4);
@@ -293,8 +302,8 @@ impl Graph {
     /// backward pass needs); the workspace holds one layer's input projection for all steps
     /// (`4H` per row and step: cuDNN runs the input GEMM of all steps as one GEMM, Appleyard et
     /// al., "Optimizing Recurrent Neural Networks in cuDNN 5", NVIDIA 2016).
-    /// Returns the output as a `[B, L, H]` view.
-    pub fn lstm_cudnn(&mut self, x: TensorId, w_flat: &[TensorId], layers: u64, hidden: u64) -> R {
+    /// Returns the output as a `[B, L, H]` view and the final states `(hy, cy)`.
+    pub fn lstm_cudnn(&mut self, x: TensorId, w_flat: &[TensorId], layers: u64, hidden: u64) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
         let s = self.shape(x);
         if s.len() != 3 {
             return Err(self.seq_bad(&format!("LSTM input must be [B, L, E], got {:?}", s)));
@@ -329,9 +338,10 @@ impl Graph {
             + elt(l * b * e) // x
             + workspace;
         self.record(op);
-        // The final states are returned but unused by a language model.
-        let _ = (hy, cy);
-        self.view(out, vec![b, l, hidden])
+        let y = self.view(out, vec![b, l, hidden])?;
+        // The initial states are referenced until `nn.LSTM.forward` returns.
+        self.seq_hold(&[hx, cx]);
+        Ok((y, (hy, cy)))
     }
 
     /// Autocast's reflattening for cuDNN RNNs (`aten/src/ATen/native/cudnn/AutocastRNN.cpp`

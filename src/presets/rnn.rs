@@ -51,11 +51,15 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             })
             .collect::<Result<_, EstimateError>>()
     })?;
-    let y = g.scoped("lstm", |g| {
+    let (y, finals) = g.scoped("lstm", |g| {
         if ctx.cudnn {
             let flat: Vec<TensorId> = params.iter().flat_map(|p| [p.w_ih, p.w_hh, p.b_ih, p.b_hh]).collect();
             let w = g.lstm_cudnn_weights(&flat)?;
-            g.lstm_cudnn(emb, &w, cfg.layers, cfg.hidden)
+            let (y, finals) = g.lstm_cudnn(emb, &w, cfg.layers, cfg.hidden)?;
+            // The module's input (and, under autocast, the fp32 weights' flat copy's source)
+            // is referenced until `nn.LSTM.forward` returns.
+            g.seq_hold(&[emb]);
+            Ok((y, finals))
         } else {
             native_lstm(g, emb, &params, cfg)
         }
@@ -65,8 +69,12 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
     let yc = g.lowp(y)?;
     let yc = g.seq_copy(yc, vec![b * l, cfg.hidden], false)?;
     let logits = g.linear("head", yc, cfg.hidden, cfg.vocab, true)?;
+    // `forward`'s `y` (and the unused final states bound to `_`) live until it returns.
+    g.seq_hold(&[y, finals.0, finals.1]);
     let target = g.view(ids, vec![b * l])?;
     g.cross_entropy(logits, target)?;
+    // `loss_fn`'s `logits` lives until the loss is computed.
+    g.seq_hold(&[logits]);
     Ok(g)
 }
 
@@ -82,8 +90,8 @@ fn cast_uncached(g: &mut Graph, w: TensorId) -> Result<TensorId, EstimateError> 
 /// `_lstm_impl` without cuDNN: zero initial states `[layers, B, H]` unbound per layer; per layer
 /// the input is unbound into steps, each step runs `mm(x_t, W_ihᵀ)`, `mm(h, W_hhᵀ)` and the fused
 /// cell ([`Graph::lstm_fused_cell`]), and the step outputs are stacked into the next layer's
-/// input. The final `h_n`/`c_n` stacks are built and dropped. Returns the `[B, L, H]` output view.
-fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLmConfig) -> Result<TensorId, EstimateError> {
+/// input. Returns the `[B, L, H]` output view and the final `(h_n, c_n)` stacks (unused).
+fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLmConfig) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
     let s = g.shape(emb);
     let (b, l) = (s[0], s[1]);
     let pdt = g.precision.param_dtype();
@@ -119,8 +127,10 @@ fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
         }
         out = Some(ys);
     }
-    g.seq_stack(&last_h)?;
-    g.seq_stack(&last_c)?;
+    let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
     let out = out.ok_or_else(|| EstimateError::Unsupported("an LSTM needs at least one layer".into()))?;
-    g.view(out, vec![b, l, cfg.hidden])
+    let y = g.view(out, vec![b, l, cfg.hidden])?;
+    // The module's input and the zero initial states are referenced until `forward` returns.
+    g.seq_hold(&[emb, h0, c0]);
+    Ok((y, finals))
 }

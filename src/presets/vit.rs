@@ -32,7 +32,7 @@ const CLASSES: u64 = 1000;
 /// the head on the class token, then `F.cross_entropy`. Dropout is 0 in every torchvision ViT,
 /// so `nn.Dropout` is the identity and allocates nothing.
 pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
-    if ctx.res % cfg.patch != 0 {
+    if !ctx.res.is_multiple_of(cfg.patch) {
         // torchvision asserts `image_size % patch_size == 0` when building the model.
         return Err(EstimateError::Unsupported(format!(
             "ViT with {p}×{p} patches needs a resolution divisible by {p}; {r} is not (use {lo} or {hi})",
@@ -42,7 +42,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
             hi = (ctx.res / cfg.patch + 1) * cfg.patch,
         )));
     }
-    if cfg.hidden % cfg.heads != 0 {
+    if !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
     }
     let mut g = Graph::new(ctx.precision);
@@ -60,6 +60,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     // The class token (an fp32 parameter) goes first, so the concatenation is fp32 under autocast.
     h = g.cat(&[cls, h], 1)?;
 
+    let tokens = h;
     h = g.scoped("encoder", |g| {
         let pos = g.scoped("pos_embedding", |g| g.param(vec![1, s, d]))?;
         let mut h = g.seq_add(h, pos)?;
@@ -75,11 +76,15 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
         }
         g.layer_norm("ln", h, true)
     })?;
+    // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
+    g.seq_hold(&[tokens]);
 
     // `x[:, 0]`: a view, so the head's saved input keeps the whole LayerNorm output alive.
     let cls_out = g.seq_select(h, vec![b, d])?;
     let logits = g.scoped("heads", |g| g.linear("head", cls_out, d, CLASSES, true))?;
     g.cross_entropy(logits, y)?;
+    // The logits are an argument of `F.cross_entropy` until it returns.
+    g.seq_hold(&[logits]);
     Ok(g)
 }
 
@@ -113,9 +118,12 @@ fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig)
     let x = g.seq_add(a, input)?;
     let y = g.layer_norm("ln_2", x, true)?;
     let y = g.scoped("mlp", |g| {
-        let y = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
-        let y = g.act(y, Act::Gelu, false)?;
-        g.linear("3", y, cfg.mlp, cfg.hidden, true)
+        let z = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
+        let z = g.act(z, Act::Gelu, false)?;
+        let z = g.linear("3", z, cfg.mlp, cfg.hidden, true)?;
+        // `Sequential.forward`'s argument holds the LayerNorm output until the MLP returns.
+        g.seq_hold(&[y]);
+        Ok::<_, EstimateError>(z)
     })?;
     g.seq_add(x, y)
 }
@@ -155,5 +163,7 @@ fn self_attention(g: &mut Graph, h: TensorId, b: u64, cfg: VitConfig) -> Result<
     // to `[S·B, E]` with a copy that lives through the node.
     let scratch = g.bytes(out);
     g.add_scratch(Default::default(), scratch);
+    // `query` (the LayerNorm output) is referenced until `multi_head_attention_forward` returns.
+    g.seq_hold(&[h]);
     g.view(out, vec![b, s, d])
 }
