@@ -160,3 +160,26 @@ fn lstm_default_sequence_and_cudnn() {
     // Default sequence 512, two layers: one fused cell per step and layer.
     assert_eq!(g.ops.iter().filter(|o| o.kind == "lstm_cell").count(), 2 * 512);
 }
+
+#[test]
+fn native_lstm_refuses_sequences_it_cannot_unroll() {
+    let mut p = plan("lstm-lm", 1);
+    p.cudnn = Some(false);
+    p.seq = Some(vram_planner::presets::rnn::MAX_NATIVE_STEPS + 1);
+    match estimate(&p) {
+        Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn: true"), "{msg}"),
+        other => panic!("expected an error, got {:?}", other.map(|e| e.peak_allocated)),
+    }
+    p.cudnn = Some(true);
+    assert!(estimate(&p).is_ok(), "the cuDNN RNN is one op at any length");
+}
+
+#[test]
+fn options_that_do_not_apply_are_refused() {
+    let mut p = plan("vit_b_16", 2);
+    p.attn = vram_planner::estimator::config::AttnImpl::Eager;
+    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+    let mut p = plan("lstm-lm", 2);
+    p.ckpt = Checkpointing::Block;
+    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+}

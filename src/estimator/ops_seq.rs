@@ -332,9 +332,13 @@ impl Graph {
         op.saved = [ins.as_slice(), &[hxc, cxc, out, reserve]].concat();
         op.grads = self.grads_alloc(&ins);
         op.fwd_scratch = elt(l * b * e) + workspace;
+        // `_cudnn_rnn_backward_input` (with `dy`) runs before `_cudnn_rnn_backward_weight` (with
+        // `dw`, allocated here as the weights' gradients), each with its own `x` copy and
+        // workspace: the node's peak holds the larger of `dy` and `dw`.
+        let dw: u64 = w_flat.iter().map(|&w| self.bytes(w).0).sum();
         op.bwd_scratch = elt(2 * layers * b * hidden) // dhx, dcx
             + elt(2 * layers * b * hidden) // zero grad_hy, grad_cy
-            + elt(l * b * hidden) // dy
+            + Bytes(elt(l * b * hidden).0.saturating_sub(dw)) // dy
             + elt(l * b * e) // x
             + workspace;
         self.record(op);

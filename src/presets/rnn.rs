@@ -7,7 +7,7 @@
 //! `aten/src/ATen/native/RNN.cpp` runs it (the reference's `cudnn: false` cases), and the
 //! cuDNN RNN as one op (see [`Graph::lstm_cudnn`] for what of it is modelled rather than measured).
 
-use crate::estimator::config::BuildCtx;
+use crate::estimator::config::{BuildCtx, Checkpointing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::units::DType;
@@ -33,7 +33,23 @@ struct LayerParams {
     b_hh: TensorId,
 }
 
+/// Longest sequence the native LSTM is unrolled for: the tape holds about a dozen records per
+/// step and layer, so this bounds an estimate to well under a second and a few hundred MiB.
+pub const MAX_NATIVE_STEPS: u64 = 16_384;
+
 pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
+    if ctx.ckpt != Checkpointing::None {
+        return Err(EstimateError::Unsupported(format!(
+            "activation checkpointing ({}) is not modelled for the LSTM language model: use ckpt: none",
+            ctx.ckpt.name()
+        )));
+    }
+    if !ctx.cudnn && ctx.seq > MAX_NATIVE_STEPS {
+        return Err(EstimateError::Unsupported(format!(
+            "the native (cudnn: false) LSTM is simulated step by step and supports at most {MAX_NATIVE_STEPS} steps, got {}: use cudnn: true or truncate backpropagation through time",
+            ctx.seq
+        )));
+    }
     let mut g = Graph::new(ctx.precision);
     let (b, l) = (ctx.batch, ctx.seq);
     let ids = g.input(vec![b, l], DType::I64)?;

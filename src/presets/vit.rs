@@ -3,7 +3,7 @@
 //! `vit_l_16`, op by op, with `nn.MultiheadAttention` in training mode as
 //! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`.
 
-use crate::estimator::config::{BuildCtx, Checkpointing};
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
@@ -41,6 +41,11 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
             lo = (ctx.res / cfg.patch).max(1) * cfg.patch,
             hi = (ctx.res / cfg.patch + 1) * cfg.patch,
         )));
+    }
+    if ctx.attn == AttnImpl::Eager {
+        return Err(EstimateError::Unsupported(
+            "torchvision's ViT calls nn.MultiheadAttention with need_weights=False, which always runs F.scaled_dot_product_attention: use attn: sdpa".into(),
+        ));
     }
     if !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
