@@ -3,8 +3,8 @@
 //! from (expand, select, layout copies, stack, unbind, mixed-dtype add, zeros).
 //!
 //! What each op allocates and saves was read off the aten ops PyTorch 2.15 dispatches on a
-//! (faked) sm_90 device: the reference harness's per-op storage log
-//! (`/work/shared/reference/harness`, traced with a logging copy of `tracker.py`), checked against
+//! (faked) sm_90 device: the reference harness (`shared/reference/harness`) with a per-op log of
+//! new and freed storages added to a copy of its `tracker.py`, checked against
 //! `tools/autograd/derivatives.yaml` (shipped as `torchgen/packaged/autograd/derivatives.yaml`).
 //! Where the fake device hides a real-GPU behaviour (an in-place `add_` that a fake tensor runs
 //! out of place because it is a tensor subclass), the real behaviour is modelled and said so.
@@ -119,10 +119,11 @@ impl Graph {
     }
 
     /// `a + b` out of place with type promotion (a residual add of an autocast bf16 branch onto
-    /// the fp32 stream gives fp32) and broadcasting of `b`. Saves nothing. The gradient passes
-    /// through to an operand of the result's dtype and shape; an operand of another dtype gets
-    /// a cast copy (`derivatives.yaml` `add.Tensor`: `handle_r_to_c`/`.to(self.scalar_type())`
-    /// through autograd's input metadata), a broadcast one a reduced copy.
+    /// the fp32 stream gives fp32) and broadcasting of `b`. Saves nothing (`derivatives.yaml`
+    /// `add.Tensor`). The gradient passes through to an operand of the result's dtype and shape;
+    /// for an operand of another dtype or a broadcast shape the autograd engine
+    /// (`torch/csrc/autograd/engine.cpp` `validate_outputs`) makes a new tensor: a cast to the
+    /// operand's dtype, a `sum_to` its shape.
     pub fn seq_add(&mut self, a: TensorId, b: TensorId) -> R {
         let (da, db) = (self.dtype(a), self.dtype(b));
         let dt = if da == DType::F32 || db == DType::F32 { DType::F32 } else { da };
