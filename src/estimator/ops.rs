@@ -593,10 +593,15 @@ impl Graph {
         Ok(y)
     }
 
-    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` (fp32 under
-    /// autocast; its output saved) then `nll_loss` (a scalar and `total_weight`). Returns the loss.
+    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` (its output
+    /// saved), then `nll_loss` (a scalar and `total_weight`; saves its input, the target and
+    /// `total_weight`, `derivatives.yaml` `nll_loss_forward`). `cross_entropy_loss` passes the
+    /// logits' dtype to `log_softmax` explicitly, which autocast's `fp32_set_opt_dtype` policy
+    /// leaves alone, so log-probabilities stay in the logits' dtype; `nll_loss` is on the fp32
+    /// list and casts them (traced under bf16 autocast: `_log_softmax` bf16 → `_to_copy` fp32 →
+    /// `nll_loss_forward`). Returns the loss.
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> R {
-        let x = self.fp32(logits)?;
+        let x = logits;
         let ls = self.out_like(self.shape(x), self.dtype(x), &[x])?;
         let mut op = self.op("log_softmax", "loss");
         op.flops = 5.0 * self.numel(x) as f64;
@@ -605,13 +610,14 @@ impl Graph {
         op.saved = vec![ls];
         op.grads = self.grads_alloc(&[x]);
         self.record(op);
-        let loss = self.out_like(vec![], self.dtype(x), &[ls])?;
-        let tw = self.alloc(vec![], self.dtype(x), StorageKind::Activation, false)?;
+        let lsc = self.fp32(ls)?;
+        let loss = self.out_like(vec![], self.dtype(lsc), &[lsc])?;
+        let tw = self.alloc(vec![], self.dtype(lsc), StorageKind::Activation, false)?;
         let mut op = self.op("nll_loss", "loss");
-        op.inputs = vec![ls, target];
+        op.inputs = vec![lsc, target];
         op.outputs = vec![loss, tw];
-        op.saved = vec![target, tw];
-        op.grads = self.grads_alloc(&[ls]);
+        op.saved = vec![lsc, target, tw];
+        op.grads = self.grads_alloc(&[lsc]);
         self.record(op);
         self.keep(loss);
         Ok(loss)

@@ -3,4 +3,6 @@
 pub mod gpus;
 pub mod hf;
 pub mod models;
+pub mod rnn;
 pub mod vision;
+pub mod vit;

@@ -4,7 +4,7 @@ use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 
-use super::vision;
+use super::{rnn, vision, vit};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -45,6 +45,10 @@ pub struct ModelPreset {
     pub build: fn(&BuildCtx) -> Result<Graph, EstimateError>,
 }
 
+const fn tokens(default_seq: u64, max_seq: Option<u64>) -> InputKind {
+    InputKind::Tokens { default_seq, max_seq }
+}
+
 const fn img(default_res: u64, min_res: u64) -> InputKind {
     InputKind::Image { default_res, min_res }
 }
@@ -56,6 +60,9 @@ pub static MODELS: &[ModelPreset] = &[
     ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 32), params: 44_549_160, build: |c| vision::resnet(c, [3, 4, 23, 3], true, 64) },
     ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 32), params: 60_192_808, build: |c| vision::resnet(c, [3, 8, 36, 3], true, 64) },
     ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 32), params: 68_883_240, build: |c| vision::resnet(c, [3, 4, 6, 3], true, 128) },
+    ModelPreset { id: "vit_b_16", name: "ViT-B/16", family: Family::VisionTransformer, input: img(224, 16), params: 86_567_656, build: |c| vit::vit(c, vit::VIT_B_16) },
+    ModelPreset { id: "vit_l_16", name: "ViT-L/16", family: Family::VisionTransformer, input: img(224, 16), params: 304_326_632, build: |c| vit::vit(c, vit::VIT_L_16) },
+    ModelPreset { id: "lstm-lm", name: "2-layer LSTM LM (h512, vocab 10k)", family: Family::Rnn, input: tokens(512, None), params: 14_452_496, build: |c| rnn::lstm_lm(c, rnn::LSTM_LM) },
 ];
 
 pub fn find(id: &str) -> Option<&'static ModelPreset> {
