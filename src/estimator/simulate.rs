@@ -237,10 +237,12 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     // The loss gradient (`torch.ones_like(loss)`).
     if let Some(&loss) = g.kept.first() {
         let b = rounded(g.bytes(loss));
-        objs.push(GradObj { bytes: b, refs: 1, cat: Category::BackwardTemps });
+        // `loss.backward()` holds its `ones_like` seed for the whole backward: one extra reference.
+        objs.push(GradObj { bytes: b, refs: 2, cat: Category::BackwardTemps });
         live.add(Category::BackwardTemps, Bytes(b));
         grad_of[loss] = Some(0);
     }
+    let loss_seed = g.kept.first().map(|_| 0usize);
     for t in g.tensors.iter().enumerate().filter(|(_, t)| t.is_param && grads_persist).map(|(i, _)| i) {
         has_grad[t] = true;
     }
@@ -374,6 +376,9 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         if let Some(ob) = o.take() {
             drop_ref(ob, &mut objs, &mut live);
         }
+    }
+    if let Some(seed) = loss_seed {
+        drop_ref(seed, &mut objs, &mut live);
     }
     tl.push(Phase::Backward, None, live);
 
