@@ -15,6 +15,7 @@ pub mod device;
 pub mod error;
 pub mod graph;
 pub mod ops;
+pub mod ops_cnn;
 pub mod optimizer;
 pub mod simulate;
 pub mod sweep;
