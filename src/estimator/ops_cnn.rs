@@ -28,14 +28,15 @@ impl Graph {
 
     /// An activation module with `inplace=True` (`Conv2dNormActivation`'s default).
     ///
-    /// ReLU, ReLU6 (`hardtanh_`), sigmoid and tanh differentiate through their result, so the
-    /// in-place op allocates nothing. Hardswish, SiLU, GELU and Hardsigmoid differentiate
-    /// through their input (`hardswish_backward(grad, self)`, `silu_backward(grad, self)`, ... in
-    /// `derivatives.yaml`): the autograd kernel of an in-place op whose formula reads the
-    /// original `self` first saves `self.clone()` (seen as `aten::clone` before
-    /// `aten::hardswish_` in the trace), then overwrites the input's storage.
+    /// ReLU, sigmoid and tanh differentiate through their result (`threshold_backward(grad,
+    /// result, 0)`, `sigmoid_backward(grad, result)` in `derivatives.yaml`), so the in-place op
+    /// allocates nothing. ReLU6 (`hardtanh_`, which has no in-place entry and so uses
+    /// `hardtanh_backward(grad, self, ..)`), Hardswish, SiLU, GELU and Hardsigmoid differentiate
+    /// through their input: the autograd kernel of an in-place op whose formula reads the
+    /// original `self` first saves `self.clone()` (seen as `aten::clone` before `aten::hardtanh_`
+    /// / `aten::hardswish_` in the trace), then overwrites the input's storage.
     pub fn act_inplace(&mut self, x: TensorId, a: Act) -> R {
-        let needs_original = matches!(a, Act::Hardswish | Act::Silu | Act::Gelu | Act::Hardsigmoid);
+        let needs_original = matches!(a, Act::Relu6 | Act::Hardswish | Act::Silu | Act::Gelu | Act::Hardsigmoid);
         if !needs_original || !self.t(x).requires_grad {
             return self.act(x, a, true);
         }
