@@ -11,7 +11,7 @@
 use super::error::EstimateError;
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::ops::{Act, Conv};
-use super::units::DType;
+use super::units::{Bytes, DType};
 
 type R = Result<TensorId, EstimateError>;
 
@@ -142,8 +142,12 @@ impl Graph {
             op.outputs = vec![y];
             op.saved = vec![gamma, x];
             op.grads = self.grads_alloc(&[gamma, x]);
-            // The broadcast gradient of gamma: `grad * x` at full size, then reduced.
-            op.bwd_scratch = self.bytes(y);
+            // `MulBackward0` computes both products at the result dtype before the engine
+            // reduces gamma's (`sum_to_size`) and casts x's to x's dtype (`validate_outputs`):
+            // at its peak the node holds two full result-dtype products. Counted here as the
+            // part beyond the cast gradient of x that outlives the node.
+            let full = self.bytes(y);
+            op.bwd_scratch = if self.dtype(x) == dt { full } else { Bytes(2 * full.0).saturating_sub(self.bytes(x)) };
             self.record(op);
             Ok(y)
         })();

@@ -330,7 +330,7 @@ fn mbconv(g: &mut Graph, x: TensorId, t: u64, k: u64, stride: u64, cin: u64, cou
 /// segment's output).
 pub fn vgg16(ctx: &BuildCtx) -> Built {
     const CFG: [u64; 18] = [64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
-    let relu_inplace = !matches!(ctx.ckpt, Checkpointing::Sqrt | Checkpointing::Segments(_));
+    let relu_inplace = ctx.ckpt == Checkpointing::None;
     let mut g = Graph::new(ctx.precision);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
