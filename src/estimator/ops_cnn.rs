@@ -48,7 +48,14 @@ impl Graph {
         op.outputs = vec![orig];
         self.record(op);
         let y = self.alias(x, s, true);
-        let mut op = self.op("act_", "");
+        let kind = match a {
+            Act::Relu6 => "hardtanh_",
+            Act::Hardswish => "hardswish_",
+            Act::Silu => "silu_",
+            Act::Gelu => "gelu_",
+            _ => "hardsigmoid_",
+        };
+        let mut op = self.op(kind, "");
         op.flops = self.numel(x) as f64;
         op.inputs = vec![x];
         op.outputs = vec![y];

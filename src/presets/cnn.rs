@@ -56,17 +56,17 @@ fn features(g: &mut Graph, ctx: &BuildCtx, x: TensorId, children: Vec<Child<'_>>
         }
     };
     g.push("features");
+    let mut queue = children.into_iter().enumerate();
     let mut h = x;
-    let mut children: Vec<Option<Child<'_>>> = children.into_iter().map(Some).collect();
     let mut i = 0;
     let r = (|| {
         while i < n {
             let end = ckpt_ranges.iter().find(|r| r.start == i).map(|r| r.end);
             let stop = end.unwrap_or(i + 1);
+            let chunk: Vec<(usize, Child<'_>)> = queue.by_ref().take(stop - i).collect();
             h = g.checkpointed(end.is_some(), |g| {
                 let mut h = h;
-                for (j, c) in children.iter_mut().enumerate().take(stop).skip(i) {
-                    let f = c.take().expect("each child runs once");
+                for (j, f) in chunk {
                     h = g.scoped(j.to_string(), |g| f(g, h))?;
                 }
                 Ok::<_, EstimateError>(h)
@@ -105,7 +105,7 @@ fn same(cin: u64, cout: u64, k: u64, stride: u64) -> Conv {
     Conv::new(cin, cout, k, stride, (k - 1) / 2)
 }
 
-/// Global average pool (`mean` over H, W on CUDA), flatten, classifier; then the loss.
+/// Global average pool (`adaptive_avg_pool2d(1)`, a `mean` over H and W on CUDA), then flatten.
 fn pool_flatten(g: &mut Graph, h: TensorId) -> R {
     let h = g.scoped("avgpool", |g| g.adaptive_avg_pool2d(h, 1))?;
     let s = g.shape(h);
@@ -450,9 +450,7 @@ fn custom_block_ckpt(ctx: &BuildCtx, model: &str) -> Result<bool, EstimateError>
 pub fn plainconv128(ctx: &BuildCtx) -> Built {
     let ckpt = custom_block_ckpt(ctx, "plainconv128")?;
     let mut g = Graph::new(ctx.precision);
-    let dt = g.precision.param_dtype();
-    let x = g.input(vec![ctx.batch, 3, ctx.res, ctx.res], dt)?;
-    let y = g.input(vec![ctx.batch], DType::I64)?;
+    let (x, y) = image_batch(&mut g, ctx)?;
     let mut h = g.scoped("stem", |g| g.checkpointed(ckpt, |g| cbr(g, x, 3, 128)))?;
     for i in 0..4 {
         h = g.scoped(format!("blocks.{i}"), |g| g.checkpointed(ckpt, |g| cbr(g, h, 128, 128)))?;
@@ -470,7 +468,7 @@ pub fn plainconv128(ctx: &BuildCtx) -> Built {
 /// conv to 2 classes and a per-pixel cross entropy against `[N, H, W]` labels. The resolution
 /// must be a multiple of 16, or the skip and the upsampled maps differ in size and `cat` fails.
 pub fn unet(ctx: &BuildCtx) -> Built {
-    if ctx.res % 16 != 0 {
+    if !ctx.res.is_multiple_of(16) {
         return Err(EstimateError::Unsupported(format!("unet needs a resolution divisible by 16 (four 2×2 poolings), got {}", ctx.res)));
     }
     let ckpt = custom_block_ckpt(ctx, "unet")?;
