@@ -16,6 +16,7 @@ pub mod error;
 pub mod graph;
 pub mod ops;
 pub mod ops_seq;
+pub mod ops_cnn;
 pub mod optimizer;
 pub mod simulate;
 pub mod sweep;

@@ -1,5 +1,6 @@
 //! Presets as data: models (built op by op from their reference definitions), GPUs.
 
+pub mod cnn;
 pub mod gpus;
 pub mod hf;
 pub mod models;
