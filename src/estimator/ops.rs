@@ -18,7 +18,7 @@ type R = Result<TensorId, EstimateError>;
 pub enum Act {
     /// `threshold_backward(grad, result)`: saves its output.
     Relu,
-    /// `hardtanh_backward(grad, self)`: ReLU6 saves its input (or the result when in-place).
+    /// `hardtanh_backward(grad, self)`: ReLU6 saves its input (in place: a clone of it).
     Relu6,
     /// Saves its input.
     Gelu,
@@ -288,6 +288,10 @@ impl Graph {
 
     /// An activation, in place (`inplace=True` modules) or not.
     pub fn act(&mut self, x: TensorId, a: Act, inplace: bool) -> R {
+        // In place, an activation whose backward reads its input first saves a clone of it.
+        if inplace && !a.saves_output() && self.t(x).requires_grad {
+            return self.act_inplace(x, a);
+        }
         let s = self.shape(x);
         let rg = self.t(x).requires_grad;
         let y = if inplace { self.alias(x, s, rg) } else { self.out_like(s, self.dtype(x), &[x])? };
@@ -295,8 +299,7 @@ impl Graph {
         op.flops = self.numel(x) as f64;
         op.inputs = vec![x];
         op.outputs = vec![y];
-        // An in-place op can only save its result (the input is overwritten).
-        op.saved = vec![if a.saves_output() || inplace { y } else { x }];
+        op.saved = vec![if a.saves_output() { y } else { x }];
         op.grads = self.grads_alloc(&[x]);
         self.record(op);
         Ok(y)
