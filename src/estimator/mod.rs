@@ -15,6 +15,8 @@ pub mod device;
 pub mod error;
 pub mod graph;
 pub mod ops;
+pub mod ops_seq;
+pub mod ops_cnn;
 pub mod ops_text;
 pub mod optimizer;
 pub mod simulate;
