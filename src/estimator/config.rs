@@ -1,11 +1,14 @@
 //! The plan: what the user asks about. Its keys are those of the reference records
 //! (`model`, `hf_config`, `batch`, `res`, `seq`, `dtype`, `opt`, `ckpt`, `attn`, `cudnn`) plus
 //! further options; unknown keys are refused so a typo never silently changes nothing.
+//! Fine-tuning and inference keys (`mode`, `lora`, `quantization`, `kv_cache_dtype`,
+//! `sparsity`, `frozen`, `context`, `new_tokens`) are described in [`super::tune`].
 
 use serde::{Deserialize, Serialize};
 
 pub use super::graph::Precision;
 pub use super::optimizer::{OptimizerImpl, OptimizerKind};
+pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Sparsity, TuneCtx};
 
 /// Gradient checkpointing policy (non-reentrant `torch.utils.checkpoint`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -123,7 +126,7 @@ pub struct Plan {
     pub seq: Option<u64>,
     #[serde(default)]
     pub dtype: Precision,
-    #[serde(default)]
+    #[serde(default, alias = "optimizer")]
     pub opt: OptimizerKind,
     #[serde(default)]
     pub optimizer_impl: OptimizerImpl,
@@ -142,6 +145,39 @@ pub struct Plan {
     /// GPU preset name for the fit verdict and the device-level numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// Pre-training (`train`), fine-tuning (`finetune`: frozen layers, LoRA, QLoRA) or serving
+    /// (`infer`: forward only, KV cache).
+    #[serde(default)]
+    pub mode: Mode,
+    /// LoRA adapters (peft `LoraConfig`); fine-tuning only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
+    /// Weight format of the transformer blocks' linear layers.
+    #[serde(default)]
+    pub quantization: Quantization,
+    /// NF4: quantize the absmax constants again (bitsandbytes `compress_statistics`).
+    #[serde(default)]
+    pub double_quant: bool,
+    /// Elements per quantization block (NF4 default 64, INT4 default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u64>,
+    /// Element type of the KV cache (default: the activations' dtype).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<KvDtype>,
+    /// Structured sparsity of the transformer blocks' linear weights (inference).
+    #[serde(default)]
+    pub sparsity: Sparsity,
+    /// Frozen parameters for partial fine-tuning: the embeddings and the first N blocks, or a
+    /// list of module paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
+    /// Inference: tokens generated per sequence (`generate(max_new_tokens)`, default 1: the
+    /// prefill alone produces the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tokens: Option<u64>,
 }
 
 impl Default for Plan {
@@ -161,6 +197,16 @@ impl Default for Plan {
             device: Device::Cuda,
             accumulation: 1,
             gpu: None,
+            mode: Mode::Train,
+            lora: None,
+            quantization: Quantization::None,
+            double_quant: false,
+            group_size: None,
+            kv_cache_dtype: None,
+            sparsity: Sparsity::None,
+            frozen: None,
+            context: None,
+            new_tokens: None,
         }
     }
 }
@@ -182,4 +228,6 @@ pub struct BuildCtx {
     pub attn: AttnImpl,
     pub cudnn: bool,
     pub device: Device,
+    /// Fine-tuning and inference settings (plain training: the default).
+    pub tune: TuneCtx,
 }

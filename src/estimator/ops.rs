@@ -111,13 +111,14 @@ impl Graph {
     }
 
     /// Casts for an op on autocast's low-precision list. Weights (leaf params) are cast once per
-    /// autocast region and the copy is cached.
+    /// autocast region and the copy is cached; only leaves that require grad are cached
+    /// (`cached_cast` in `autocast_mode.cpp`), so a frozen weight is cast again at every use.
     pub fn lowp(&mut self, x: TensorId) -> R {
         let Some(dt) = self.precision.autocast() else { return Ok(x) };
         if !self.dtype(x).is_float() || self.dtype(x) == dt {
             return Ok(x);
         }
-        if self.t(x).is_param {
+        if self.t(x).is_param && self.t(x).requires_grad {
             if let Some(&(_, c)) = self.cast_cache.iter().find(|(p, _)| *p == x) {
                 return Ok(c);
             }
@@ -237,6 +238,15 @@ impl Graph {
             self.buffer(vec![1], DType::I64)?;
             let ins = vec![x, w, b];
             let y = self.out_like(s.clone(), self.dtype(x), &ins)?;
+            if self.inference {
+                // Eval mode normalises with the running statistics: the output alone.
+                let mut op = self.op("batch_norm", "");
+                op.flops = 2.0 * self.numel(x) as f64;
+                op.inputs = vec![x, w, b, rm, rv];
+                op.outputs = vec![y];
+                self.record(op);
+                return Ok(y);
+            }
             let mean = self.alloc(vec![c], DType::F32, StorageKind::Activation, false)?;
             let invstd = self.alloc(vec![c], DType::F32, StorageKind::Activation, false)?;
             let mut op = self.op("batch_norm", "");
@@ -393,9 +403,9 @@ impl Graph {
     }
 
     /// `nn.Dropout(p)` in training on CUDA (`native_dropout`): output plus a 1-byte mask, saves the
-    /// mask. `p = 0` is the identity and records nothing.
+    /// mask. `p = 0` and eval mode are the identity and record nothing.
     pub fn dropout(&mut self, x: TensorId, p: f64) -> R {
-        if p <= 0.0 {
+        if p <= 0.0 || self.inference {
             return Ok(x);
         }
         let s = self.shape(x);
@@ -605,6 +615,11 @@ impl Graph {
     /// list and casts them (traced under bf16 autocast: `_log_softmax` bf16 → `_to_copy` fp32 →
     /// `nll_loss_forward`). Returns the loss.
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> R {
+        // Inference: no labels, no loss; the caller holds the logits.
+        if self.inference {
+            self.keep(logits);
+            return Ok(logits);
+        }
         let x = logits;
         let ls = self.out_like(self.shape(x), self.dtype(x), &[x])?;
         let mut op = self.op("log_softmax", "loss");

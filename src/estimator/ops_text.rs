@@ -430,7 +430,7 @@ impl Graph {
     /// (a 1-byte mask, [`Graph::dropout`]); the CPU runs `_dropout_impl`: `empty_like(x)
     /// .bernoulli_(1 - p).div_(1 - p)` and `x * noise`, so the saved mask has `x`'s dtype.
     pub fn dropout_on(&mut self, x: TensorId, p: f64, cpu: bool) -> R {
-        if !cpu || p <= 0.0 {
+        if !cpu || p <= 0.0 || self.inference {
             return self.dropout(x, p);
         }
         let s = self.shape(x);
@@ -599,6 +599,11 @@ impl Graph {
     /// unless already fp32), labels padded with -100 and shifted (`pad`, `[..., 1:].contiguous()`),
     /// then `cross_entropy` with mean reduction (`num_items_in_batch` is None).
     pub fn causal_lm_loss(&mut self, logits: TensorId, labels: TensorId) -> R {
+        // Inference: `model(input_ids).logits`, no loss; the caller holds the logits.
+        if self.inference {
+            self.keep(logits);
+            return Ok(logits);
+        }
         self.push("loss");
         let r = (|| {
             let s = self.shape(logits);

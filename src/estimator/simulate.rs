@@ -47,6 +47,7 @@ fn kind_category(k: StorageKind) -> Category {
         StorageKind::Buffer => Category::Buffers,
         StorageKind::Input => Category::Inputs,
         StorageKind::Activation => Category::Activations,
+        StorageKind::KvCache => Category::KvCache,
     }
 }
 
@@ -155,10 +156,21 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         }
     }
     let trainable: Vec<u64> = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| sbytes[t.storage]).collect();
-    for &b in &trainable {
-        for _ in 0..opt.optimizer.states_per_param() {
-            live.add(Category::OptimizerState, Bytes(b));
+    // Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
+    if !opt.optimizer.is_paged() {
+        let mut any_8bit = false;
+        for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
+            let states = opt.optimizer.state_storages(t.numel(), t.dtype);
+            any_8bit |= opt.optimizer.is_bnb() && t.numel() >= super::optimizer::BNB_MIN_8BIT_SIZE;
+            for b in states {
+                live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+            }
         }
+        for b in opt.optimizer.shared_state(any_8bit) {
+            live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+        }
+    }
+    for &b in &trainable {
         live.add(Category::Gradients, Bytes(b));
     }
     let _ = grads_total;
@@ -204,6 +216,10 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         if cached[s] && savers[s] == 0 && !kept[s] {
             free(s, &mut alive, &mut live, &cat_of);
         }
+    }
+    // Inference (`torch.no_grad()`): the step is the forward alone.
+    if g.inference {
+        return StepResult { timeline: tl, forward_flops, recompute_flops: 0.0, saved_after_forward };
     }
     // Attribute each saved storage once, to the first op that holds it.
     let mut counted = vec![false; ns];

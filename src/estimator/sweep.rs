@@ -72,7 +72,7 @@ pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
 #[derive(Clone, Debug)]
 pub struct BatchLines {
     /// Per event, per category: bytes at batch 0 (intercept) and per sample (slope).
-    lines: Vec<[(f64, f64); 8]>,
+    lines: Vec<[(f64, f64); Category::COUNT]>,
     /// Per event, the total's intercept and slope (the sum of the categories').
     totals: Vec<(f64, f64)>,
     /// Per event: reserved segments at the two batches, interpolated the same way.
@@ -95,8 +95,8 @@ impl BatchLines {
         let mut lines = Vec::with_capacity(e1.timeline.events.len());
         let mut reserved = Vec::with_capacity(e1.timeline.events.len());
         for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
-            let mut l = [(0.0, 0.0); 8];
-            for c in 0..8 {
+            let mut l = [(0.0, 0.0); Category::COUNT];
+            for c in 0..Category::COUNT {
                 let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
                 l[c] = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }

@@ -50,7 +50,7 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             ctx.seq
         )));
     }
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (b, l) = (ctx.batch, ctx.seq);
     let ids = g.input(vec![b, l], DType::I64)?;
     let (emb, _) = g.embedding("emb", ids, cfg.vocab, cfg.embed)?;

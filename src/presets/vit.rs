@@ -50,7 +50,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     if !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
     }
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let (b, d) = (ctx.batch, cfg.hidden);
     let n = (ctx.res / cfg.patch) * (ctx.res / cfg.patch);
