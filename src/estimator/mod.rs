@@ -13,6 +13,7 @@
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod fit;
 pub mod graph;
 pub mod ops;
 pub mod ops_seq;

@@ -269,6 +269,15 @@ impl Graph {
         self.view(out, vec![b, s, h * d])
     }
 
+    /// The 256-entry fp32 dynamic map all double-quantized NF4 weights share
+    /// (`name2qmap["dynamic"]` of `quantize_blockwise`), once per model.
+    pub fn nf4_shared_constants(&mut self, tune: &TuneCtx) -> Result<(), EstimateError> {
+        if tune.quant == Quantization::Nf4 && tune.double_quant {
+            self.weight_constant(vec![256], DType::F32)?;
+        }
+        Ok(())
+    }
+
     /// A basic slice (`hidden_states[:, -n:, :]`): a view, no memory.
     pub fn slice_view(&mut self, x: TensorId, shape: Vec<u64>) -> R {
         let rg = self.t(x).requires_grad;

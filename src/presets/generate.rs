@@ -6,7 +6,8 @@
 //!
 //! Python references decide when tensors die in a forward without autograd (checked op by op
 //! against the oracle's per-op log): `LlamaModel.forward` holds `inputs_embeds` and the rotary
-//! `cos`/`sin` until the last norm; `LlamaAttention.forward` holds its input (the norm output)
+//! `cos`/`sin` until the last norm, and each layer's input until the layer returns (the loop
+//! variable is reassigned only then); `LlamaAttention.forward` holds its input (the norm output)
 //! and the query until `o_proj` has run (keys and values are replaced by the cache tensors
 //! `update` returns); `LlamaMLP.forward` holds its input until `down_proj` has run.
 //! `generate` then copies the last logits to fp32 (`outputs.logits[:, -1, :].to(copy=True,
@@ -33,6 +34,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let act = g.precision.autocast().unwrap_or(pdt);
     let kv_dt = step.kv_dtype.unwrap_or(act);
     let ids = g.input(vec![b, s], DType::I64)?;
+    g.nf4_shared_constants(tune)?;
     let mut caches = Vec::with_capacity(cfg.layers as usize);
     for _ in 0..cfg.layers {
         let k = g.kv_cache(vec![b, nkv, t, d], kv_dt)?;
@@ -45,6 +47,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
     let mut h = x;
     for (i, &(kc, vc)) in caches.iter().enumerate() {
+        let h_in = h;
         h = g.scoped(format!("layers.{i}"), |g| {
             let a = g.rms_norm("input_layernorm", h)?;
             let o = g.scoped("self_attn", |g| {
@@ -74,7 +77,9 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
                 g.seq_hold(&[m]);
                 Ok::<_, EstimateError>(y)
             })?;
-            g.add_bc(h, y)
+            let out = g.add_bc(h, y)?;
+            g.seq_hold(&[h_in]);
+            Ok::<_, EstimateError>(out)
         })?;
     }
     let h = g.rms_norm("norm", h)?;

@@ -345,6 +345,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
+    g.nf4_shared_constants(&ctx.tune)?;
     let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
