@@ -366,8 +366,9 @@ pub fn lora_params(fin: u64, fout: u64, rank: u64) -> u64 {
 /// The storages of one NF4 weight of `n` elements (bitsandbytes `quantize_4bit`), exact bytes:
 /// the packed weight (`(n + 1) / 2` uint8), the 16-entry fp32 NF4 code, and either the fp32
 /// absmax per block or, with double quantization, the uint8 absmax, an fp32 absmax per 256 of
-/// them and the fp32 offset. The 256-entry fp32 dynamic map that the second level shares is
-/// counted once per model ([`nf4_shared_bytes`]).
+/// them, the fp32 offset and the second level's own copy of the 256-entry fp32 dynamic map
+/// (`quantize_blockwise` stores `code.to(A.device, copy=True)`). The cached original of that map
+/// (`name2qmap["dynamic"]`) exists once per process ([`nf4_shared_bytes`]).
 pub fn nf4_storages(n: u64, block: u64, double_quant: bool) -> Vec<(u64, DType)> {
     let blocks = n.div_ceil(block);
     let mut v = vec![(n, DType::I4), (16, DType::F32)];
@@ -375,6 +376,7 @@ pub fn nf4_storages(n: u64, block: u64, double_quant: bool) -> Vec<(u64, DType)>
         v.push((blocks, DType::U8));
         v.push((blocks.div_ceil(NF4_BLOCK2), DType::F32));
         v.push((1, DType::F32));
+        v.push((256, DType::F32));
     } else {
         v.push((blocks, DType::F32));
     }
@@ -413,7 +415,7 @@ mod tests {
         // 8/64 + 32/(64·256) = 0.127 bit with double quantization.
         let n = 64 * 256 * 1000;
         let plain = nf4_weight_bytes(n, 64, false) - 64;
-        let dq = nf4_weight_bytes(n, 64, true) - 64 - 4;
+        let dq = nf4_weight_bytes(n, 64, true) - 64 - 4 - 1024;
         assert_eq!(plain * 8, n * 4 + n / 2);
         assert_eq!(dq * 8, n * 4 + n / 8 + n / 512);
     }
