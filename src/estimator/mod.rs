@@ -16,6 +16,7 @@ pub mod error;
 pub mod graph;
 pub mod ops;
 pub mod optimizer;
+pub mod parallel;
 pub mod simulate;
 pub mod sweep;
 pub mod timeline;
@@ -109,7 +110,11 @@ fn check_range(field: &'static str, v: u64, min: u64, max: u64) -> Result<(), Es
 pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
     check_range("batch", plan.batch, 1, MAX_BATCH)?;
     check_range("accumulation", plan.accumulation as u64, 1, MAX_ACCUMULATION as u64)?;
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision: plan.dtype, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device };
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision: plan.dtype, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tp: 1, sequence_parallel: false };
+    if let Some(par) = &plan.parallel {
+        ctx.tp = par.tp;
+        ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
+    }
     if let Some(res) = plan.res {
         check_range("res", res, 1, MAX_RES)?;
     }

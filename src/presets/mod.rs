@@ -2,5 +2,6 @@
 
 pub mod gpus;
 pub mod hf;
+pub mod links;
 pub mod models;
 pub mod vision;
