@@ -534,6 +534,14 @@ pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, EstimateError> 
     bp.accumulation = 1;
     let g = super::build_graph(&bp)?;
     tp_check(plan, &g, layout.tp)?;
+    prepare_graph(plan, layout, g)
+}
+
+/// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
+pub fn prepare_graph(plan: &Plan, layout: &Layout, g: Graph) -> Result<Prepared, EstimateError> {
+    if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
+        return Err(bad(format!("the graph was not built with tensor parallelism tp = {}", layout.tp)));
+    }
     let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: layout.micro_batches };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
@@ -567,17 +575,23 @@ fn cat_name(i: usize) -> &'static str {
 
 /// Estimates `plan` on its multi-GPU layout.
 pub fn estimate_parallel(plan: &Plan) -> Result<ParallelEstimate, EstimateError> {
+    estimate_parallel_with(plan, |layout| prepare(plan, layout))
+}
+
+/// [`estimate_parallel`] over pieces made by `prep` (e.g. [`prepare_graph`] on a custom graph).
+pub fn estimate_parallel_with(plan: &Plan, prep: impl Fn(&Layout) -> Result<Prepared, EstimateError>) -> Result<ParallelEstimate, EstimateError> {
     let gpu = match &plan.gpu {
         Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
         None => None,
     };
     let layout = Layout::resolve(plan, gpu.as_ref())?;
-    let prep = prepare(plan, &layout)?;
+    let prepare = &prep;
+    let prep = prepare(&layout)?;
     let mut est = evaluate(plan, &layout, &prep, gpu.as_ref());
     if let Some(off) = est.offload.as_mut() {
         let mut base = layout.clone();
         base.offload = Offload::default();
-        let base_prep = if layout.offload.activations { prepare(plan, &base)? } else { prep };
+        let base_prep = if layout.offload.activations { prepare(&base)? } else { prep };
         let without = evaluate(plan, &base, &base_prep, gpu.as_ref());
         off.gpu_bytes_saved = without.per_gpu.peak_allocated_bytes.saturating_sub(est.per_gpu.peak_allocated_bytes);
     }
@@ -799,10 +813,16 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
             (0 | 1, false) => {
                 // Bucketed all-reduce once per step (`no_sync` on earlier micro-batches), overlapping
                 // the last backward; the last bucket (the first layers) is ready only at its end.
-                let buckets: Vec<u64> = chunks.iter().flat_map(|&c| sharded[c].buckets.iter().copied()).collect();
-                let total: f64 = buckets.iter().map(|&b| secs(Collective::AllReduce, b)).sum();
-                let last = buckets.last().map(|&b| secs(Collective::AllReduce, b)).unwrap_or(0.0);
-                let exposed = (total - bwd).max(last);
+                let buckets: Vec<(u64, f64)> = chunks.iter().flat_map(|&c| sharded[c].buckets.iter().copied().zip(sharded[c].bucket_ready.iter().copied())).collect();
+                let total: f64 = buckets.iter().map(|&(b, _)| secs(Collective::AllReduce, b)).sum();
+                // The comm stream takes buckets in order as they become ready during the last
+                // backward (Li et al. 2020, "PyTorch Distributed", §3.2.3); what runs past the
+                // backward's end is exposed.
+                let mut end = 0.0f64;
+                for &(b, ready) in &buckets {
+                    end = end.max(ready * bwd) + secs(Collective::AllReduce, b);
+                }
+                let exposed = (end - bwd).max(0.0);
                 let mut it = item("dp", format!("DDP gradient all-reduce ({} buckets)", buckets.len()), Collective::AllReduce, dp, grads, 1, &l, 0.0);
                 it.seconds = total;
                 it.exposed_seconds = exposed.min(total);

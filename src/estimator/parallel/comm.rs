@@ -37,6 +37,8 @@ pub const DEFAULT_MFU: f64 = 0.45;
 pub fn fp32_tflops(gpu: &Gpu) -> f64 {
     match gpu.id {
         "v100-16" | "v100-32" => 15.7,
+        // Not a preset: the Pascal GPU of the Horovod scaling anchor (P100 PCIe data sheet).
+        "p100-16" => 9.3,
         "t4" => 8.1,
         "a10" => 31.2,
         "l4" => 30.3,

@@ -1,6 +1,9 @@
 //! The search for the cheapest layouts that fit a GPU: fewest GPUs first, then the shortest
-//! time per sample. Every layout is estimated in full ([`super::evaluate`]); the graph and the
-//! stage simulations are shared by layouts with the same model-parallel degrees.
+//! step. The training job is held fixed: the plan's global batch (`batch` × its micro-batches)
+//! is split over the data-parallel replicas and then into micro-batches, the fewest that fit (the
+//! largest micro-batch keeps the GPU busiest), at least `pp` of them under pipeline parallelism.
+//! Every layout is estimated in full ([`super::evaluate`]); the graph and the stage simulations
+//! are shared by layouts with the same model-parallel degrees and micro-batch.
 
 use std::collections::HashMap;
 
@@ -38,9 +41,12 @@ pub struct Candidate {
     pub tp: u64,
     pub pp: u64,
     pub zero: u8,
+    /// Samples per micro-batch and micro-batches per step on each replica.
+    pub micro_batch: u64,
+    pub micro_batches: u64,
     pub peak_device_bytes: u64,
+    /// Time of one step of the whole global batch.
     pub step_seconds: Option<f64>,
-    pub seconds_per_sample: Option<f64>,
     pub scaling_efficiency: Option<f64>,
 }
 
@@ -53,10 +59,11 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
     let id = plan.gpu.as_deref().ok_or_else(|| EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into()))?;
     let gpu = gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?;
     let gpn = opts.gpus_per_node.max(1);
-    let base_m = plan.parallel.as_ref().and_then(|p| p.micro_batches).unwrap_or(plan.accumulation).max(1);
+    let base_m = plan.parallel.as_ref().and_then(|p| p.micro_batches).unwrap_or(plan.accumulation).max(1) as u64;
+    let global = plan.batch.saturating_mul(base_m);
     let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
     worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
-    let mut cache: HashMap<(u64, u64, u32), Option<Prepared>> = HashMap::new();
+    let mut cache: HashMap<(u64, u64, u64, u64), Option<Prepared>> = HashMap::new();
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -67,51 +74,65 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
         for tp in divisors(node_gpus) {
             for pp in divisors(w / tp) {
                 let dp = w / (tp * pp);
-                let m = if pp > 1 { base_m.max(pp as u32) } else { base_m };
+                if global % dp != 0 {
+                    continue;
+                }
+                let per_replica = global / dp;
                 let stages: Vec<u8> = if dp > 1 { opts.zero_stages.clone() } else { vec![0] };
-                for zero in stages {
-                    let mut p = plan.clone();
-                    p.accumulation = 1;
-                    let mut par = plan.parallel.clone().unwrap_or_default();
-                    par.gpus_per_node = Some(node_gpus);
-                    par.nodes = Some(nodes);
-                    par.dp = Some(dp);
-                    par.tp = tp;
-                    par.pp = pp;
-                    par.zero = Some(zero);
-                    par.fsdp = false;
-                    par.micro_batches = Some(m);
-                    par.interleave = 1;
-                    par.sequence_parallel = par.sequence_parallel && tp > 1;
-                    p.parallel = Some(Parallel { ..par });
-                    let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else { continue };
-                    let key = (tp, pp, m);
-                    let prep = cache.entry(key).or_insert_with(|| prepare(&p, &layout).ok());
-                    let Some(prep) = prep.as_ref() else { continue };
-                    let e: ParallelEstimate = evaluate(&p, &layout, prep, Some(&gpu));
-                    if e.fits != Some(true) {
-                        continue;
+                let mut done = vec![false; stages.len()];
+                for m in divisors(per_replica).into_iter().filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64) {
+                    if done.iter().all(|&d| d) {
+                        break;
                     }
-                    let samples = e.samples_per_step.max(1) as f64;
-                    here.push(Candidate {
-                        gpus: w,
-                        scheme: e.scheme.clone(),
-                        dp,
-                        tp,
-                        pp,
-                        zero,
-                        peak_device_bytes: e.per_gpu.device_total_bytes,
-                        step_seconds: e.step_seconds,
-                        seconds_per_sample: e.step_seconds.map(|s| s / samples),
-                        scaling_efficiency: e.scaling_efficiency,
-                        plan: p,
-                    });
+                    let b = per_replica / m;
+                    for (k, &zero) in stages.iter().enumerate() {
+                        if done[k] {
+                            continue;
+                        }
+                        let mut p = plan.clone();
+                        p.batch = b;
+                        p.accumulation = 1;
+                        let mut par = plan.parallel.clone().unwrap_or_default();
+                        par.gpus_per_node = Some(node_gpus);
+                        par.nodes = Some(nodes);
+                        par.dp = Some(dp);
+                        par.tp = tp;
+                        par.pp = pp;
+                        par.zero = Some(zero);
+                        par.fsdp = false;
+                        par.micro_batches = Some(m as u32);
+                        par.interleave = 1;
+                        par.sequence_parallel = par.sequence_parallel && tp > 1;
+                        p.parallel = Some(par);
+                        let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else { continue };
+                        let prep = cache.entry((tp, pp, b, m)).or_insert_with(|| prepare(&p, &layout).ok());
+                        let Some(prep) = prep.as_ref() else { continue };
+                        let e: ParallelEstimate = evaluate(&p, &layout, prep, Some(&gpu));
+                        if e.fits != Some(true) {
+                            continue;
+                        }
+                        done[k] = true;
+                        here.push(Candidate {
+                            gpus: w,
+                            scheme: e.scheme.clone(),
+                            dp,
+                            tp,
+                            pp,
+                            zero,
+                            micro_batch: b,
+                            micro_batches: m,
+                            peak_device_bytes: e.per_gpu.device_total_bytes,
+                            step_seconds: e.step_seconds,
+                            scaling_efficiency: e.scaling_efficiency,
+                            plan: p,
+                        });
+                    }
                 }
             }
         }
         here.sort_by(|a, b| {
-            let ka = a.seconds_per_sample.unwrap_or(f64::INFINITY);
-            let kb = b.seconds_per_sample.unwrap_or(f64::INFINITY);
+            let ka = a.step_seconds.unwrap_or(f64::INFINITY);
+            let kb = b.step_seconds.unwrap_or(f64::INFINITY);
             ka.total_cmp(&kb).then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
         });
         found.extend(here);

@@ -182,6 +182,8 @@ pub struct Sharded<'a> {
     opt_rank: u64,
     /// DDP bucket buffers (stages 0 and 1 with more than one rank).
     pub buckets: Vec<u64>,
+    /// Fraction of the backward elapsed when each bucket's last gradient is ready.
+    pub bucket_ready: Vec<f64>,
     /// Next unit whose first op comes after op i (forward prefetch), previous unit before op i.
     next_unit: Vec<Option<usize>>,
     prev_unit: Vec<Option<usize>>,
@@ -279,15 +281,35 @@ impl<'a> Sharded<'a> {
             }
             _ => params.iter().filter(|p| p.trainable).map(|p| p.shard * states_per_param).sum(),
         };
-        let buckets = if n > 1 && sh.zero <= 1 && !sh.fsdp {
-            // Ready order: reverse of first use in forward.
+        // Fraction of the backward's work done once op i's backward has run (backward ≈ 2× the
+        // op's forward FLOPs, in reverse order): when a gradient arriving there is ready.
+        let total_bwd: f64 = g.ops.iter().map(|o| o.flops).sum::<f64>().max(1.0);
+        let mut done_after = vec![0.0f64; g.ops.len()];
+        let mut acc = 0.0;
+        for i in (0..g.ops.len()).rev() {
+            acc += g.ops[i].flops;
+            done_after[i] = acc / total_bwd;
+        }
+        let (mut buckets, mut bucket_ready) = (Vec::new(), Vec::new());
+        if n > 1 && sh.zero <= 1 && !sh.fsdp {
+            // Ready order: the reverse of the forward.
             let mut order: Vec<(usize, u64)> = params.iter().filter(|p| p.trainable).map(|p| (p.arrival.unwrap_or(0), p.full)).collect();
             order.sort_by_key(|&(a, _)| std::cmp::Reverse(a));
             let bytes: Vec<u64> = order.iter().map(|&(_, b)| b).collect();
-            ddp_buckets(&bytes, DDP_FIRST_BUCKET, DDP_BUCKET_CAP).into_iter().map(rounded).collect()
-        } else {
-            Vec::new()
-        };
+            let sizes = ddp_buckets(&bytes, DDP_FIRST_BUCKET, DDP_BUCKET_CAP);
+            let mut k = 0;
+            for b in sizes {
+                let mut got = 0;
+                let mut ready = 0.0f64;
+                while got < b && k < order.len() {
+                    got += order[k].1;
+                    ready = ready.max(done_after.get(order[k].0).copied().unwrap_or(1.0));
+                    k += 1;
+                }
+                buckets.push(rounded(b));
+                bucket_ready.push(ready);
+            }
+        }
         let nops = g.ops.len();
         let mut next_unit = vec![None; nops];
         let mut prev_unit = vec![None; nops];
@@ -307,7 +329,7 @@ impl<'a> Sharded<'a> {
                 prv = Some(u);
             }
         }
-        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, next_unit, prev_unit }
+        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit }
     }
 
     /// Bytes of the parameters at rest on this rank (shards when they are sharded).
