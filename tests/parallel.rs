@@ -193,13 +193,17 @@ fn tp_must_divide_the_heads() {
 
 // ------------------------------------------------------------------ pipeline
 
-/// A stack of identical GPT layers (hook at t = 1), for the pipeline schedules.
-fn gpt_stack(layers: u64, s: u64, b: u64, h: u64, a: u64) -> Graph {
+/// A stack of identical GPT layers built with the tensor-parallel hook at degree `t`.
+fn gpt_stack_tp(layers: u64, s: u64, b: u64, h: u64, a: u64, t: u64) -> Graph {
     let mut g = Graph::new(Precision::Fp16);
+    let mut ctx = BuildCtx::new(b, 224, s, Precision::Fp16);
+    ctx.tp = t;
+    g.set_tensor_parallel(&ctx);
+    let hn = h / a;
+    let (a, _) = g.tp_attention_heads(a, a).unwrap();
     let x0 = g.input(vec![b, s, h], DType::F16).unwrap();
     let target = g.input(vec![b * s], DType::I64).unwrap();
     let mut x = g.linear("embed", x0, h, h, false).unwrap();
-    let hn = h / a;
     for l in 0..layers {
         x = g
             .scoped(format!("h.{l}"), |g| {
@@ -209,7 +213,7 @@ fn gpt_stack(layers: u64, s: u64, b: u64, h: u64, a: u64) -> Graph {
                 let sc = g.matmul(qkv[0], qkv[1])?;
                 let p = g.softmax(sc)?;
                 let c = g.matmul(p, qkv[2])?;
-                let c = g.contiguous(c, vec![b, s, h])?;
+                let c = g.contiguous(c, vec![b, s, h / t])?;
                 let o = g.row_parallel_linear("dense", c, h, h, true)?;
                 let r1 = g.add(o, x, false)?;
                 let ln2 = g.layer_norm("ln2", r1, true)?;
@@ -225,6 +229,10 @@ fn gpt_stack(layers: u64, s: u64, b: u64, h: u64, a: u64) -> Graph {
     let logits = g.view(logits, vec![b * s, 64]).unwrap();
     g.cross_entropy(logits, target).unwrap();
     g
+}
+
+fn gpt_stack(layers: u64, s: u64, b: u64, h: u64, a: u64) -> Graph {
+    gpt_stack_tp(layers, s, b, h, a, 1)
 }
 
 fn stack_plan(pp: u64, v: u64, m: u32) -> Plan {
@@ -268,6 +276,32 @@ fn interleaved_schedule_first_stage_factor() {
     let want = first_stage_activation_bytes(per_layer, 16, p, v) / first_stage_activation_bytes(per_layer, 16, p, 1);
     assert_close(inter.ranks[0].micro_batches_in_flight as f64 / v as f64 / plain.ranks[0].micro_batches_in_flight as f64, want, 1e-9);
     assert!(inter.per_gpu.activations_bytes > plain.per_gpu.activations_bytes);
+}
+
+/// 3D parallelism on a GPT stack: tp 2 × pp 2 × dp 2 over 8 GPUs of one node with ZeRO-1.
+/// Every scheme communicates, tensor parallelism halves the per-GPU parameters and the sharded
+/// activations, and the layout stays inside NVLink.
+#[test]
+fn three_d_parallelism() {
+    let mut plan = Plan::new("gpt-stack");
+    plan.dtype = Precision::AmpBf16;
+    plan.gpu = Some("h100-80".into());
+    let par = |tp: u64| Parallel { gpus_per_node: Some(8), tp, pp: 2, zero: Some(1), micro_batches: Some(4), ..Default::default() };
+    plan.parallel = Some(par(2));
+    let e3 = estimate_parallel_with(&plan, |l| prepare_graph(&plan, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))).unwrap();
+    assert_eq!((e3.layout.dp, e3.layout.tp, e3.layout.pp), (2, 2, 2));
+    let schemes: Vec<&str> = e3.ranks.iter().flat_map(|_| e3.communication.iter().map(|c| c.scheme)).collect();
+    for s in ["dp", "zero", "tp", "pp"] {
+        assert!(schemes.contains(&s), "{s} missing: {schemes:?}");
+    }
+    assert!(e3.communication.iter().all(|c| c.link == "nvlink4"));
+    plan.parallel = Some(par(1));
+    let mut p2 = plan.clone();
+    p2.parallel.as_mut().unwrap().gpus_per_node = Some(4);
+    let e1 = estimate_parallel_with(&p2, |l| prepare_graph(&p2, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))).unwrap();
+    let ratio = e3.ranks[0].memory.params_bytes as f64 / e1.ranks[0].memory.params_bytes as f64;
+    assert!(ratio > 0.5 && ratio < 0.6, "tp 2 holds about half the parameters: {ratio}");
+    assert!(e3.per_gpu.activations_bytes < e1.per_gpu.activations_bytes);
 }
 
 /// Stages split the parameters with balanced counts and together hold every one of them.

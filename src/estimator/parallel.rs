@@ -476,8 +476,8 @@ pub struct ParallelEstimate {
     pub peak_rank: usize,
     pub per_gpu: PerGpu,
     pub host_bytes: u64,
-    /// Bytes the busiest GPU sends per optimizer step, its total communication time, and the part
-    /// not hidden behind compute.
+    /// Bytes the busiest GPU sends per optimizer step over NCCL, its total communication time,
+    /// and the part not hidden behind compute (host copies are in `offload`).
     pub comm_bytes_per_step: u64,
     pub comm_seconds_per_step: f64,
     pub comm_exposed_seconds_per_step: f64,
@@ -703,6 +703,7 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
     }
     let c_max = compute_per_mb.iter().cloned().fold(0.0, f64::max);
     let compute = if pp > 1 { c_max * (m as f64 + (pp - 1) as f64 / v as f64) } else { c_max * m as f64 };
+    // Ranks wait for each other every step: the slowest sets the pace.
     let exposed_max = all_items.iter().map(|it| it.iter().map(|x| x.exposed_seconds).sum::<f64>()).fold(0.0, f64::max);
     let step = compute + exposed_max;
     for (k, r) in ranks.into_iter().enumerate() {
@@ -720,7 +721,7 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
             compute_seconds: compute_per_mb[k] * m as f64,
             comm_bytes_sent: items.iter().filter(|x| x.scheme != "offload").map(|x| x.bytes_sent).sum(),
             comm_seconds: items.iter().filter(|x| x.scheme != "offload").map(|x| x.seconds).sum(),
-            exposed_comm_seconds: items.iter().map(|x| x.exposed_seconds).sum(),
+            exposed_comm_seconds: items.iter().filter(|x| x.scheme != "offload").map(|x| x.exposed_seconds).sum(),
         });
     }
     let peak_rank = (0..reports.len()).max_by_key(|&k| (reports[k].memory.device_total_bytes, std::cmp::Reverse(k))).unwrap_or(0);
@@ -775,7 +776,7 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
         host_bytes,
         comm_bytes_per_step: reports[busiest].comm_bytes_sent,
         comm_seconds_per_step: reports[busiest].comm_seconds,
-        comm_exposed_seconds_per_step: exposed_max,
+        comm_exposed_seconds_per_step: reports[busiest].exposed_comm_seconds,
         communication,
         compute_seconds: peak_flops.map(|_| compute),
         step_seconds: peak_flops.map(|_| step),

@@ -2,7 +2,8 @@
 //! own, and how many micro-batches each stage holds in flight.
 //!
 //! Blocks come from module names: everything up to the first numeric component is one block
-//! (`layer1.0.conv1` → `layer1.0`, `model.layers.12.mlp` → `model.layers.12`), an unnumbered
+//! (`layer1.0.conv1` → `layer1.0`, `model.layers.12.mlp` → `model.layers.12`,
+//! `encoder.layers.encoder_layer_3.mlp` → `encoder.layers.encoder_layer_3`), an unnumbered
 //! top-level module is a block of its own (`conv1`, `fc`, `loss`), and an unnamed op joins the block
 //! before it. Numbered blocks are the "layers" (residual blocks, transformer layers); they are also
 //! the units FSDP wraps (see [`super::zero`]).
@@ -30,11 +31,18 @@ pub struct Block {
     pub param_elems: u64,
 }
 
+/// A component that numbers a repeated module: `0`, `12` (`nn.Sequential`, `nn.ModuleList`) or
+/// `encoder_layer_11` (torchvision's ViT names its layers so).
+fn is_index(c: &str) -> bool {
+    let digits = c.trim_end_matches(|ch: char| ch.is_ascii_digit());
+    digits.len() < c.len() && (digits.is_empty() || digits.ends_with('_'))
+}
+
 fn block_key(name: &str) -> (String, bool) {
     let mut out: Vec<&str> = Vec::new();
     for c in name.split('.') {
         out.push(c);
-        if !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit()) {
+        if is_index(c) {
             return (out.join("."), true);
         }
     }
@@ -302,6 +310,8 @@ mod tests {
         assert_eq!(block_key("model.layers.12.mlp.up"), ("model.layers.12".into(), true));
         assert_eq!(block_key("fc"), ("fc".into(), false));
         assert_eq!(block_key("bn1"), ("bn1".into(), false));
+        assert_eq!(block_key("layer1"), ("layer1".into(), false));
+        assert_eq!(block_key("encoder.layers.encoder_layer_3.mlp"), ("encoder.layers.encoder_layer_3".into(), true));
     }
 
     #[test]

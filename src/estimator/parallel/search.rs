@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{evaluate, prepare, Layout, Parallel, ParallelEstimate, Prepared};
+use super::{evaluate, prepare, Layout, ParallelEstimate, Prepared};
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
 use crate::presets::gpus;
