@@ -18,7 +18,7 @@ type R = Result<TensorId, EstimateError>;
 pub enum Act {
     /// `threshold_backward(grad, result)`: saves its output.
     Relu,
-    /// `hardtanh_backward(grad, self)`: ReLU6 saves its input (or the result when in-place).
+    /// `hardtanh_backward(grad, self)`: ReLU6 saves its input (in place: a clone of it).
     Relu6,
     /// Saves its input.
     Gelu,
@@ -288,6 +288,10 @@ impl Graph {
 
     /// An activation, in place (`inplace=True` modules) or not.
     pub fn act(&mut self, x: TensorId, a: Act, inplace: bool) -> R {
+        // In place, an activation whose backward reads its input first saves a clone of it.
+        if inplace && !a.saves_output() && self.t(x).requires_grad {
+            return self.act_inplace(x, a);
+        }
         let s = self.shape(x);
         let rg = self.t(x).requires_grad;
         let y = if inplace { self.alias(x, s, rg) } else { self.out_like(s, self.dtype(x), &[x])? };
@@ -295,8 +299,7 @@ impl Graph {
         op.flops = self.numel(x) as f64;
         op.inputs = vec![x];
         op.outputs = vec![y];
-        // An in-place op can only save its result (the input is overwritten).
-        op.saved = vec![if a.saves_output() || inplace { y } else { x }];
+        op.saved = vec![if a.saves_output() { y } else { x }];
         op.grads = self.grads_alloc(&[x]);
         self.record(op);
         Ok(y)
@@ -570,7 +573,8 @@ impl Graph {
         let batch: u64 = sa[..sa.len() - 2].iter().product();
         let y = self.out_like(s, self.dtype(ac), &[ac, bc])?;
         let mut op = self.op("matmul", "");
-        op.flops = 2.0 * (batch * m * k * n) as f64;
+        // In f64: the product of four dimensions can exceed 64 bits even when every tensor fits.
+        op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
         op.inputs = vec![ac, bc];
         op.outputs = vec![y];
         op.saved = vec![ac, bc];
@@ -593,10 +597,15 @@ impl Graph {
         Ok(y)
     }
 
-    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` (fp32 under
-    /// autocast; its output saved) then `nll_loss` (a scalar and `total_weight`). Returns the loss.
+    /// `F.cross_entropy(logits [N, C], target [N])` with mean reduction: `log_softmax` (its output
+    /// saved), then `nll_loss` (a scalar and `total_weight`; saves its input, the target and
+    /// `total_weight`, `derivatives.yaml` `nll_loss_forward`). `cross_entropy_loss` passes the
+    /// logits' dtype to `log_softmax` explicitly, which autocast's `fp32_set_opt_dtype` policy
+    /// leaves alone, so log-probabilities stay in the logits' dtype; `nll_loss` is on the fp32
+    /// list and casts them (traced under bf16 autocast: `_log_softmax` bf16 → `_to_copy` fp32 →
+    /// `nll_loss_forward`). Returns the loss.
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> R {
-        let x = self.fp32(logits)?;
+        let x = logits;
         let ls = self.out_like(self.shape(x), self.dtype(x), &[x])?;
         let mut op = self.op("log_softmax", "loss");
         op.flops = 5.0 * self.numel(x) as f64;
@@ -605,13 +614,14 @@ impl Graph {
         op.saved = vec![ls];
         op.grads = self.grads_alloc(&[x]);
         self.record(op);
-        let loss = self.out_like(vec![], self.dtype(x), &[ls])?;
-        let tw = self.alloc(vec![], self.dtype(x), StorageKind::Activation, false)?;
+        let lsc = self.fp32(ls)?;
+        let loss = self.out_like(vec![], self.dtype(lsc), &[lsc])?;
+        let tw = self.alloc(vec![], self.dtype(lsc), StorageKind::Activation, false)?;
         let mut op = self.op("nll_loss", "loss");
-        op.inputs = vec![ls, target];
+        op.inputs = vec![lsc, target];
         op.outputs = vec![loss, tw];
-        op.saved = vec![target, tw];
-        op.grads = self.grads_alloc(&[ls]);
+        op.saved = vec![lsc, target, tw];
+        op.grads = self.grads_alloc(&[lsc]);
         self.record(op);
         self.keep(loss);
         Ok(loss)

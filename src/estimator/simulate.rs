@@ -234,10 +234,12 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         }
     };
 
-    // The loss gradient (`torch.ones_like(loss)`).
+    // The loss gradient (`torch.ones_like(loss)`). `torch.autograd.backward` keeps its own
+    // reference (`grad_tensors_`) until the engine returns, so it lives through all of backward.
+    let loss_grad = g.kept.first().map(|_| 0usize);
     if let Some(&loss) = g.kept.first() {
         let b = rounded(g.bytes(loss));
-        objs.push(GradObj { bytes: b, refs: 1, cat: Category::BackwardTemps });
+        objs.push(GradObj { bytes: b, refs: 2, cat: Category::BackwardTemps });
         live.add(Category::BackwardTemps, Bytes(b));
         grad_of[loss] = Some(0);
     }
@@ -256,19 +258,26 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
                 // Re-run the segment's forward up to its last op that saves anything (early stop).
                 let first = seg_first[seg];
                 let stop = (first..=seg_last[seg]).rev().find(|&j| !g.ops[j].saved.is_empty()).unwrap_or(first);
-                let mut re_last = vec![None::<usize>; 0];
-                re_last.resize(ns, None);
-                for j in first..=stop {
+                // Autograd saves an op's inputs before its kernel runs and its outputs after
+                // (the VariableType codegen); the recomputation raises `_StopRecomputationError`
+                // at the last save (`torch/utils/checkpoint.py`, early stop). So when the last
+                // saving op keeps none of its own outputs, its kernel never runs again.
+                let stop_runs = g.ops[stop].saved.iter().any(|t| g.ops[stop].outputs.contains(t));
+                let run_to = if stop_runs { stop + 1 } else { stop };
+                let mut re_last = vec![None::<usize>; ns];
+                for j in first..run_to {
                     for &t in g.ops[j].inputs.iter().chain(g.ops[j].outputs.iter()) {
                         re_last[g.tensors[t].storage] = Some(j);
                     }
-                    for &s in &distinct_saved[j] {
+                }
+                for saved in &distinct_saved[first..=stop] {
+                    for &s in saved {
                         if !persistent(s) && born[s].is_some_and(|b| b >= first) {
                             re_savers[s] += 1;
                         }
                     }
                 }
-                for j in first..=stop {
+                for j in first..run_to {
                     let rop = &g.ops[j];
                     recompute_flops += rop.flops;
                     for &t in &rop.outputs {
@@ -374,6 +383,9 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         if let Some(ob) = o.take() {
             drop_ref(ob, &mut objs, &mut live);
         }
+    }
+    if let Some(o) = loss_grad {
+        drop_ref(o, &mut objs, &mut live);
     }
     tl.push(Phase::Backward, None, live);
 

@@ -73,6 +73,8 @@ pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
 pub struct BatchLines {
     /// Per event, per category: bytes at batch 0 (intercept) and per sample (slope).
     lines: Vec<[(f64, f64); 8]>,
+    /// Per event, the total's intercept and slope (the sum of the categories').
+    totals: Vec<(f64, f64)>,
     /// Per event: reserved segments at the two batches, interpolated the same way.
     reserved: Vec<(f64, f64)>,
     fixed: Bytes,
@@ -103,8 +105,10 @@ impl BatchLines {
             let slope = (r2 - r1) / d;
             reserved.push((r1 - slope * b1 as f64, slope));
         }
+        let totals = lines.iter().map(|l| l.iter().fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))).collect();
         Ok(BatchLines {
             lines,
+            totals,
             reserved,
             fixed: e1.workspaces + e1.context,
             forward_flops_per_sample: e1.forward_flops / b1 as f64,
@@ -112,16 +116,12 @@ impl BatchLines {
         })
     }
 
-    fn total(l: &[(f64, f64); 8], b: f64) -> f64 {
-        l.iter().map(|(p, a)| (p + a * b).max(0.0)).sum()
-    }
-
     /// The estimate's headline numbers at batch `b`.
     pub fn point(&self, b: u64) -> Point {
         let bf = b as f64;
         let (mut best, mut best_v) = (0usize, f64::MIN);
-        for (i, l) in self.lines.iter().enumerate() {
-            let v = Self::total(l, bf);
+        for (i, (p, a)) in self.totals.iter().enumerate() {
+            let v = p + a * bf;
             if v > best_v {
                 best = i;
                 best_v = v;

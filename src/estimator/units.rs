@@ -70,7 +70,7 @@ impl std::iter::Sum for Bytes {
 }
 
 impl fmt::Display for Bytes {
-    /// Binary units with three significant decimals: "97.5 MiB", "1.23 GiB".
+    /// Binary units, about three significant digits: "97.5 MiB", "1.23 GiB", "123.4 GiB".
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         format_binary(self.0, f)
     }
@@ -87,12 +87,10 @@ fn format_binary(b: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         v /= 1024.0;
         u += 1;
     }
-    if v >= 100.0 {
+    if v >= 10.0 {
         write!(f, "{v:.1} {}", UNITS[u])
-    } else if v >= 10.0 {
-        write!(f, "{v:.2} {}", UNITS[u])
     } else {
-        write!(f, "{v:.3} {}", UNITS[u])
+        write!(f, "{v:.2} {}", UNITS[u])
     }
 }
 
@@ -188,7 +186,7 @@ mod tests {
     fn bytes_display_binary() {
         assert_eq!(Bytes(512).to_string(), "512 B");
         assert_eq!(Bytes(25_557_032 * 4).to_string(), "97.5 MiB");
-        assert_eq!(Bytes(8 * Bytes::GIB).to_string(), "8.000 GiB");
+        assert_eq!(Bytes(8 * Bytes::GIB).to_string(), "8.00 GiB");
     }
 
     #[test]

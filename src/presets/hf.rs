@@ -1,10 +1,274 @@
-//! Models defined by a Hugging Face `config.json`.
+//! Models defined by a Hugging Face `config.json`: GPT-2, BERT, LLaMA, Mistral and Qwen2, read
+//! with the defaults and attribute aliases of their transformers 5.24 config classes
+//! (`models/*/configuration_*.py`). The task head is always the language-modelling one
+//! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), whatever `architectures` lists.
+//! Anything the builder cannot model is refused with a message naming the field, never guessed.
 
+use serde_json::Value;
+
+use super::text::{self, Activation, Arch, TextConfig};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 
-pub fn build_from_config(cfg: &serde_json::Value, _ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let mt = cfg.get("model_type").and_then(|v| v.as_str()).unwrap_or("<missing>");
-    Err(EstimateError::BadHfConfig(format!("model_type '{mt}' is not supported yet")))
+/// Largest sizes accepted from a config: far beyond any published model, small enough that the
+/// op tape stays quick to build.
+const MAX_LAYERS: u64 = 2048;
+const MAX_DIM: u64 = 1 << 22;
+const MAX_VOCAB: u64 = 1 << 24;
+
+fn bad(msg: impl Into<String>) -> EstimateError {
+    EstimateError::BadHfConfig(msg.into())
+}
+
+/// Reads the first present key of `keys` (a field and its aliases) as a positive integer.
+fn uint(cfg: &Value, keys: &[&str], default: Option<u64>, max: u64) -> Result<u64, EstimateError> {
+    let found = keys.iter().find_map(|k| cfg.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)));
+    let v = match found {
+        Some((k, v)) => {
+            let n = v.as_u64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
+            n.ok_or_else(|| bad(format!("'{k}' must be a non-negative integer, got {v}")))?
+        }
+        None => default.ok_or_else(|| bad(format!("'{}' is missing", keys[0])))?,
+    };
+    if v == 0 {
+        return Err(bad(format!("'{}' must be at least 1", keys[0])));
+    }
+    if v > max {
+        return Err(bad(format!("'{}' = {v} is above the supported {max}", keys[0])));
+    }
+    Ok(v)
+}
+
+fn opt_uint(cfg: &Value, key: &str, max: u64) -> Result<Option<u64>, EstimateError> {
+    match cfg.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(_) => uint(cfg, &[key], None, max).map(Some),
+    }
+}
+
+fn boolean(cfg: &Value, key: &str, default: bool) -> Result<bool, EstimateError> {
+    match cfg.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => v.as_bool().ok_or_else(|| bad(format!("'{key}' must be true or false, got {v}"))),
+    }
+}
+
+fn prob(cfg: &Value, key: &str, default: f64) -> Result<f64, EstimateError> {
+    match cfg.get(key) {
+        None | Some(Value::Null) => Ok(default),
+        Some(v) => match v.as_f64() {
+            Some(p) if (0.0..1.0).contains(&p) => Ok(p),
+            _ => Err(bad(format!("'{key}' must be a dropout probability in [0, 1), got {v}"))),
+        },
+    }
+}
+
+fn activation(cfg: &Value, key: &str, default: &str) -> Result<Activation, EstimateError> {
+    let name = match cfg.get(key) {
+        None | Some(Value::Null) => default,
+        Some(v) => v.as_str().ok_or_else(|| bad(format!("'{key}' must be a string, got {v}")))?,
+    };
+    match name {
+        "gelu_new" => Ok(Activation::GeluNew),
+        "gelu" | "gelu_pytorch_tanh" => Ok(Activation::Gelu),
+        "relu" => Ok(Activation::Relu),
+        "silu" | "swish" => Ok(Activation::Silu),
+        other => Err(bad(format!("activation '{other}' is not modelled (use gelu_new, gelu, gelu_pytorch_tanh, relu or silu)"))),
+    }
+}
+
+fn divide(what: &str, a: u64, b: u64) -> Result<u64, EstimateError> {
+    if !a.is_multiple_of(b) {
+        return Err(bad(format!("{what}: {a} is not divisible by {b}")));
+    }
+    Ok(a / b)
+}
+
+/// Parses a `config.json` into the builder's [`TextConfig`].
+pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
+    if !cfg.is_object() {
+        return Err(bad("expected a JSON object (the contents of config.json)"));
+    }
+    let mt = match cfg.get("model_type") {
+        Some(Value::String(s)) => s.as_str(),
+        Some(v) => return Err(bad(format!("'model_type' must be a string, got {v}"))),
+        None => return Err(bad("'model_type' is missing: expected one of gpt2, bert, llama, mistral, qwen2")),
+    };
+    match mt {
+        "gpt2" => gpt2(cfg),
+        "bert" => bert(cfg),
+        "llama" | "mistral" | "qwen2" => llama(cfg, mt),
+        other => Err(bad(format!("model_type '{other}' is not supported: use gpt2, bert, llama, mistral or qwen2"))),
+    }
+}
+
+/// `GPT2Config`: `n_embd`/`hidden_size`, `n_layer`, `n_head`, `n_inner` (None → 4·n_embd),
+/// `n_positions`, `activation_function` (gelu_new), dropouts 0.1, tied embeddings.
+fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
+    let hidden = uint(cfg, &["n_embd", "hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(cfg, &["n_head", "num_attention_heads"], Some(12), MAX_DIM)?;
+    let head_dim = divide("n_embd must be divisible by n_head", hidden, heads)?;
+    if boolean(cfg, "reorder_and_upcast_attn", false)? {
+        return Err(bad("'reorder_and_upcast_attn' = true is not modelled"));
+    }
+    if boolean(cfg, "add_cross_attention", false)? {
+        return Err(bad("'add_cross_attention' = true (encoder-decoder GPT-2) is not modelled"));
+    }
+    Ok(TextConfig {
+        arch: Arch::Gpt2,
+        model_type: "gpt2".into(),
+        vocab: uint(cfg, &["vocab_size"], Some(50257), MAX_VOCAB)?,
+        hidden,
+        layers: uint(cfg, &["n_layer", "num_hidden_layers"], Some(12), MAX_LAYERS)?,
+        heads,
+        kv_heads: heads,
+        head_dim,
+        intermediate: match opt_uint(cfg, "n_inner", MAX_DIM)? {
+            Some(n) => n,
+            None => 4 * hidden,
+        },
+        max_positions: Some(uint(cfg, &["n_positions", "max_position_embeddings"], Some(1024), MAX_DIM)?),
+        type_vocab: 0,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        act: activation(cfg, "activation_function", "gelu_new")?,
+        embd_dropout: prob(cfg, "embd_pdrop", 0.1)?,
+        attn_dropout: prob(cfg, "attn_pdrop", 0.1)?,
+        resid_dropout: prob(cfg, "resid_pdrop", 0.1)?,
+    })
+}
+
+/// `BertConfig` for `BertForMaskedLM`: absolute positions only.
+fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
+    let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
+    let head_dim = divide("hidden_size must be divisible by num_attention_heads", hidden, heads)?;
+    match cfg.get("position_embedding_type").and_then(|v| v.as_str()) {
+        None | Some("absolute") => {}
+        Some(other) => return Err(bad(format!("position_embedding_type '{other}' is not modelled (only 'absolute')"))),
+    }
+    if boolean(cfg, "is_decoder", false)? {
+        return Err(bad("'is_decoder' = true (BertLMHeadModel) is not modelled; BERT is estimated as BertForMaskedLM"));
+    }
+    let hidden_dropout = prob(cfg, "hidden_dropout_prob", 0.1)?;
+    Ok(TextConfig {
+        arch: Arch::Bert,
+        model_type: "bert".into(),
+        vocab: uint(cfg, &["vocab_size"], Some(30522), MAX_VOCAB)?,
+        hidden,
+        layers: uint(cfg, &["num_hidden_layers"], Some(12), MAX_LAYERS)?,
+        heads,
+        kv_heads: heads,
+        head_dim,
+        intermediate: uint(cfg, &["intermediate_size"], Some(3072), MAX_DIM)?,
+        max_positions: Some(uint(cfg, &["max_position_embeddings"], Some(512), MAX_DIM)?),
+        type_vocab: uint(cfg, &["type_vocab_size"], Some(2), MAX_VOCAB)?,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
+        qkv_bias: true,
+        o_bias: true,
+        mlp_bias: true,
+        act: activation(cfg, "hidden_act", "gelu")?,
+        embd_dropout: hidden_dropout,
+        attn_dropout: prob(cfg, "attention_probs_dropout_prob", 0.1)?,
+        resid_dropout: hidden_dropout,
+    })
+}
+
+/// `LlamaConfig` / `MistralConfig` / `Qwen2Config`. Defaults differ per class (sizes, GQA,
+/// biases: Llama `attention_bias`/`mlp_bias`; Mistral none; Qwen2 q/k/v bias, no o bias).
+/// Positions are rotary: no length limit.
+fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
+    let (vocab, hidden, inter, layers, heads, kv_default) = match mt {
+        "llama" => (32000, 4096, 11008, 32, 32, None),
+        "mistral" => (32000, 4096, 14336, 32, 32, Some(8)),
+        _ => (151936, 4096, 22016, 32, 32, Some(32)),
+    };
+    let hidden = uint(cfg, &["hidden_size"], Some(hidden), MAX_DIM)?;
+    let heads = uint(cfg, &["num_attention_heads"], Some(heads), MAX_DIM)?;
+    let kv_heads = uint(cfg, &["num_key_value_heads"], Some(kv_default.unwrap_or(heads)), MAX_DIM)?;
+    divide("num_attention_heads must be a multiple of num_key_value_heads", heads, kv_heads)?;
+    let head_dim = match opt_uint(cfg, "head_dim", MAX_DIM)? {
+        Some(d) => d,
+        None => divide("hidden_size must be divisible by num_attention_heads (or give head_dim)", hidden, heads)?,
+    };
+    if !head_dim.is_multiple_of(2) {
+        return Err(bad(format!("head_dim must be even for rotary embeddings, got {head_dim}")));
+    }
+    let (qkv_bias, o_bias, mlp_bias) = match mt {
+        "llama" => {
+            let ab = boolean(cfg, "attention_bias", false)?;
+            (ab, ab, boolean(cfg, "mlp_bias", false)?)
+        }
+        "mistral" => (false, false, false),
+        _ => (true, false, false),
+    };
+    let tie_default = false;
+    Ok(TextConfig {
+        arch: Arch::Llama,
+        model_type: mt.into(),
+        vocab: uint(cfg, &["vocab_size"], Some(vocab), MAX_VOCAB)?,
+        hidden,
+        layers: uint(cfg, &["num_hidden_layers"], Some(layers), MAX_LAYERS)?,
+        heads,
+        kv_heads,
+        head_dim,
+        intermediate: uint(cfg, &["intermediate_size"], Some(inter), MAX_DIM)?,
+        max_positions: None,
+        type_vocab: 0,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", tie_default)?,
+        qkv_bias,
+        o_bias,
+        mlp_bias,
+        act: activation(cfg, "hidden_act", "silu")?,
+        embd_dropout: 0.0,
+        attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
+        resid_dropout: 0.0,
+    })
+}
+
+/// Builds the training step of the model a `config.json` defines.
+pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
+    let tc = parse(cfg)?;
+    text::build(&tc, ctx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn defaults_match_the_config_classes() {
+        let g = parse(&json!({"model_type": "gpt2"})).unwrap();
+        assert_eq!((g.hidden, g.layers, g.heads, g.intermediate, g.max_positions), (768, 12, 12, 3072, Some(1024)));
+        assert_eq!(g.param_count(), 124_439_808);
+        let m = parse(&json!({"model_type": "mistral"})).unwrap();
+        assert_eq!((m.kv_heads, m.head_dim), (8, 128));
+        let q = parse(&json!({"model_type": "qwen2"})).unwrap();
+        assert!(q.qkv_bias && !q.o_bias);
+    }
+
+    #[test]
+    fn malformed_configs_are_errors() {
+        for bad_cfg in [
+            json!([1, 2]),
+            json!({}),
+            json!({"model_type": "t5"}),
+            json!({"model_type": 3}),
+            json!({"model_type": "gpt2", "n_embd": 770, "n_head": 12}),
+            json!({"model_type": "gpt2", "n_layer": "twelve"}),
+            json!({"model_type": "gpt2", "n_layer": 0}),
+            json!({"model_type": "gpt2", "n_layer": -1}),
+            json!({"model_type": "gpt2", "resid_pdrop": 1.5}),
+            json!({"model_type": "llama", "num_attention_heads": 32, "num_key_value_heads": 5}),
+            json!({"model_type": "llama", "hidden_act": "mish"}),
+            json!({"model_type": "bert", "position_embedding_type": "relative_key"}),
+            json!({"model_type": "llama", "num_hidden_layers": 1e12}),
+        ] {
+            assert!(matches!(parse(&bad_cfg), Err(EstimateError::BadHfConfig(_))), "{bad_cfg}");
+        }
+    }
 }

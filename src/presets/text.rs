@@ -1,0 +1,381 @@
+//! Language models built op by op as transformers 5.24 runs them in training
+//! (`transformers/models/{gpt2,bert,llama,mistral,qwen2}/modeling_*.py`): `GPT2LMHeadModel`,
+//! `BertForMaskedLM` and the LLaMA family's `*ForCausalLM` (Mistral and Qwen2 are LLaMA with
+//! other defaults and biases). The batch is `{"input_ids": ids, "labels": ids}` (one int64
+//! tensor), the loss `model(**batch).loss`, `use_cache=False`.
+//!
+//! Op names follow the module paths below the model's base (`h.3.attn.c_attn`, `layer.3.output`,
+//! `layers.3.self_attn.q_proj`), so the per-layer activation chart groups them by layer.
+//!
+//! A model is described by a [`TextConfig`] (parsed from a `config.json` in [`super::hf`]); the
+//! presets are configs too, so both paths share this builder.
+
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::ops::Act;
+use crate::estimator::ops_text::EagerOpts;
+use crate::estimator::units::{Bytes, DType};
+
+pub type Built = Result<Graph, EstimateError>;
+
+/// The architecture family (which `modeling_*.py` forward runs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `GPT2LMHeadModel`: learned positions, pre-LayerNorm, fused `c_attn`, `Conv1D` layers.
+    Gpt2,
+    /// `BertForMaskedLM`: learned positions and token types, post-LayerNorm, MLM head.
+    Bert,
+    /// `LlamaForCausalLM` / `MistralForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, rotary
+    /// positions, grouped-query attention, SiLU-gated MLP.
+    Llama,
+}
+
+/// The MLP activation (`transformers/activations.py` `ACT2FN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// `gelu_new`: the tanh approximation written as eight Python-level ops.
+    GeluNew,
+    /// `gelu` (erf) or `gelu_pytorch_tanh`: one fused `gelu` op saving its input.
+    Gelu,
+    Relu,
+    Silu,
+}
+
+/// Everything the builder needs from a `config.json`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TextConfig {
+    pub arch: Arch,
+    /// `model_type` as written in the config (for messages).
+    pub model_type: String,
+    pub vocab: u64,
+    pub hidden: u64,
+    pub layers: u64,
+    pub heads: u64,
+    /// Key/value heads (grouped-query attention); equals `heads` without GQA.
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub intermediate: u64,
+    /// Learned position embeddings (GPT-2, BERT): the longest sequence the model accepts.
+    pub max_positions: Option<u64>,
+    /// BERT token-type vocabulary.
+    pub type_vocab: u64,
+    /// The output projection reuses the input embedding (counted once).
+    pub tie_embeddings: bool,
+    pub qkv_bias: bool,
+    pub o_bias: bool,
+    pub mlp_bias: bool,
+    pub act: Activation,
+    /// Dropout after the embeddings (GPT-2 `embd_pdrop`, BERT `hidden_dropout_prob`).
+    pub embd_dropout: f64,
+    /// Dropout on the attention probabilities (passed to SDPA as `dropout_p`).
+    pub attn_dropout: f64,
+    /// Dropout on the residual branches (GPT-2 `resid_pdrop`, BERT `hidden_dropout_prob`).
+    pub resid_dropout: f64,
+}
+
+impl TextConfig {
+    /// Parameters as `sum(p.numel() for p in model.parameters())` counts them (tied weights
+    /// once), from the module definitions.
+    pub fn param_count(&self) -> u64 {
+        let (h, v, l, i) = (self.hidden, self.vocab, self.layers, self.intermediate);
+        let b = |on: bool, n: u64| if on { n } else { 0 };
+        match self.arch {
+            Arch::Gpt2 => {
+                let p = self.max_positions.unwrap_or(0);
+                let layer = 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
+                v * h + p * h + l * layer + 2 * h + b(!self.tie_embeddings, v * h)
+            }
+            Arch::Bert => {
+                let p = self.max_positions.unwrap_or(0);
+                let emb = v * h + p * h + self.type_vocab * h + 2 * h;
+                let layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h);
+                let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
+                emb + l * layer + head
+            }
+            Arch::Llama => {
+                let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+                let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+                let mlp = 3 * h * i + b(self.mlp_bias, 2 * i + h);
+                v * h + l * (attn + mlp + 2 * h) + h + b(!self.tie_embeddings, v * h)
+            }
+        }
+    }
+}
+
+/// Layer ranges and whether each is one checkpointed region. `Block` (HF
+/// `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform stack has no
+/// stages, so `Stage` means the same. `Sqrt`/`Segments(k)` follow
+/// `torch.utils.checkpoint.checkpoint_sequential` over the layers: `k - 1` checkpointed chunks of
+/// `L / k` layers, the rest run normally.
+fn layer_groups(layers: u64, ckpt: Checkpointing) -> Vec<(std::ops::Range<u64>, bool)> {
+    let chunks = |k: u64| {
+        let k = k.clamp(1, layers.max(1));
+        let size = layers / k;
+        let mut g: Vec<_> = (0..k - 1).map(|j| (j * size..(j + 1) * size, true)).collect();
+        g.push(((k - 1) * size..layers, false));
+        g
+    };
+    match ckpt {
+        Checkpointing::None => vec![(0..layers, false)],
+        Checkpointing::Block | Checkpointing::Stage => (0..layers).map(|i| (i..i + 1, true)).collect(),
+        Checkpointing::Sqrt => chunks((layers as f64).sqrt().round() as u64),
+        Checkpointing::Segments(k) => chunks(k as u64),
+    }
+}
+
+/// Runs `layer` over all layers, wrapping the checkpointed groups.
+fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut h: TensorId, mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>) -> Result<TensorId, EstimateError> {
+    for (range, ck) in layer_groups(cfg.layers, ctx.ckpt) {
+        h = g.checkpointed(ck, |g| {
+            let mut h = h;
+            for i in range {
+                h = g.scoped(format!("{prefix}.{i}"), |g| layer(g, h))?;
+            }
+            Ok::<_, EstimateError>(h)
+        })?;
+    }
+    Ok(h)
+}
+
+fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<TensorId, EstimateError> {
+    match a {
+        Activation::GeluNew => g.gelu_new(x, cpu),
+        Activation::Gelu => g.act(x, Act::Gelu, false),
+        Activation::Relu => g.act(x, Act::Relu, false),
+        Activation::Silu => g.act(x, Act::Silu, false),
+    }
+}
+
+/// `[B, S, heads·d]` → `[B, heads, S, d]` (`view` + `transpose(1, 2)`: no copy).
+fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Result<TensorId, EstimateError> {
+    let s = g.shape(x);
+    g.view(x, vec![s[0], heads, s[1], d])
+}
+
+/// Builds the training step's forward tape of `cfg` at `ctx` (batch, sequence, precision,
+/// checkpointing, attention implementation).
+pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
+    if let Some(max) = cfg.max_positions {
+        if ctx.seq > max {
+            return Err(EstimateError::SequenceTooLong { model: cfg.model_type.clone(), seq: ctx.seq, max });
+        }
+    }
+    let mut g = Graph::new(ctx.precision);
+    let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
+    match cfg.arch {
+        Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
+        Arch::Bert => bert(&mut g, cfg, ctx, ids)?,
+        Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
+    }
+    Ok(g)
+}
+
+/// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call);
+/// eager adds a float mask built once per forward (`torch.where(mask, 0, finfo.min)` in the
+/// embeddings' dtype, `masking_utils.eager_mask`).
+fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<TensorId, EstimateError> {
+    let m = g.causal_mask(ctx.batch, ctx.seq)?;
+    match ctx.attn {
+        AttnImpl::Sdpa => Ok(m),
+        AttnImpl::Eager => {
+            let dt = g.precision.param_dtype();
+            g.no_grad_op("where", &[m], vec![ctx.batch, 1, ctx.seq, ctx.seq], dt, Bytes::ZERO)
+        }
+    }
+}
+
+/// `GPT2LMHeadModel.forward` (`models/gpt2/modeling_gpt2.py`).
+fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
+    let p = cfg.max_positions.unwrap_or(ctx.seq);
+    let (x, wte) = g.embedding("wte", ids, cfg.vocab, h_dim)?;
+    if cfg.tie_embeddings {
+        tied_grad_sum(g, wte);
+    }
+    let pos = g.no_grad_op("arange", &[], vec![1, ctx.seq], DType::I64, Bytes::ZERO)?;
+    let (pe, _) = g.embedding("wpe", pos, p, h_dim)?;
+    let mut h = g.add_bc(x, pe)?;
+    let mask = causal_masks(g, ctx)?;
+    h = g.scoped("drop", |g| g.dropout_on(h, cfg.embd_dropout, cpu))?;
+    h = run_layers(g, cfg, ctx, "h", h, |g, h| {
+        let a = g.layer_norm("ln_1", h, true)?;
+        let qkv = g.scoped("attn", |g| g.conv1d("c_attn", a, h_dim, 3 * h_dim))?;
+        let (b, s) = (ctx.batch, ctx.seq);
+        let parts = g.split(qkv, vec![vec![b, s, h_dim]; 3])?;
+        let q = heads_view(g, parts[0], nh, d)?;
+        let k = heads_view(g, parts[1], nh, d)?;
+        let v = heads_view(g, parts[2], nh, d)?;
+        let o = match ctx.attn {
+            AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu))?,
+            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
+        };
+        let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
+        let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
+        let h = g.add_bc(o, h)?;
+        let m = g.layer_norm("ln_2", h, true)?;
+        let m = g.scoped("mlp", |g| g.conv1d("c_fc", m, h_dim, cfg.intermediate))?;
+        let m = g.scoped("mlp", |g| activation(g, m, cfg.act, cpu))?;
+        let m = g.scoped("mlp", |g| g.conv1d("c_proj", m, cfg.intermediate, h_dim))?;
+        let m = g.dropout_on(m, cfg.resid_dropout, cpu)?;
+        g.add_bc(h, m)
+    })?;
+    h = g.layer_norm("ln_f", h, true)?;
+    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, wte, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    g.causal_lm_loss(logits, ids)?;
+    Ok(())
+}
+
+/// `BertForMaskedLM.forward` (`models/bert/modeling_bert.py`): embeddings (word + token type +
+/// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
+/// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
+/// the raw scores.
+fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
+    let p = cfg.max_positions.unwrap_or(ctx.seq);
+    let (b, s) = (ctx.batch, ctx.seq);
+    // Buffers `position_ids` and `token_type_ids`, `[1, max_positions]` int64 each.
+    let pos_buf = g.buffer(vec![1, p], DType::I64)?;
+    let tt_buf = g.buffer(vec![1, p], DType::I64)?;
+    let (mut e, word) = g.scoped("embeddings", |g| {
+        let (x, word) = g.embedding("word_embeddings", ids, cfg.vocab, h_dim)?;
+        let tt = g.no_grad_op("gather", &[tt_buf], vec![1, s], DType::I64, Bytes::ZERO)?;
+        let tt = g.alias(tt, vec![b, s], false);
+        let (te, _) = g.embedding("token_type_embeddings", tt, cfg.type_vocab, h_dim)?;
+        let e = g.add_bc(x, te)?;
+        let pos = g.alias(pos_buf, vec![1, s], false);
+        let (pe, _) = g.embedding("position_embeddings", pos, p, h_dim)?;
+        let e = g.add_bc(e, pe)?;
+        let e = g.layer_norm("LayerNorm", e, true)?;
+        Ok::<_, EstimateError>((g.dropout_on(e, cfg.embd_dropout, cpu)?, word))
+    })?;
+    if cfg.tie_embeddings {
+        // The embedding op is the first one recorded after the weight's creation.
+        tied_grad_sum_at(g, word);
+    }
+    e = run_layers(g, cfg, ctx, "layer", e, |g, h| {
+        let a = g.scoped("attention", |g| {
+            let (q, k, v) = g.scoped("self", |g| {
+                let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
+                let k = g.linear("key", h, h_dim, nh * d, cfg.qkv_bias)?;
+                let v = g.linear("value", h, h_dim, nh * d, cfg.qkv_bias)?;
+                Ok::<_, EstimateError>((heads_view(g, q, nh, d)?, heads_view(g, k, nh, d)?, heads_view(g, v, nh, d)?))
+            })?;
+            let o = match ctx.attn {
+                AttnImpl::Sdpa => g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout, cpu))?,
+                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
+            };
+            g.scoped("output", |g| {
+                let o = g.linear("dense", o, nh * d, h_dim, cfg.o_bias)?;
+                let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
+                let o = g.add_bc(o, h)?;
+                g.layer_norm("LayerNorm", o, true)
+            })
+        })?;
+        let i = g.scoped("intermediate", |g| {
+            let i = g.linear("dense", a, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            activation(g, i, cfg.act, cpu)
+        })?;
+        g.scoped("output", |g| {
+            let o = g.linear("dense", i, cfg.intermediate, h_dim, cfg.mlp_bias)?;
+            let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
+            let o = g.add_bc(o, a)?;
+            g.layer_norm("LayerNorm", o, true)
+        })
+    })?;
+    let scores = g.scoped("cls", |g| {
+        let t = g.scoped("transform", |g| {
+            let t = g.linear("dense", e, h_dim, h_dim, true)?;
+            let t = activation(g, t, cfg.act, cpu)?;
+            g.layer_norm("LayerNorm", t, true)
+        })?;
+        g.scoped("decoder", |g| {
+            let bias = g.param(vec![cfg.vocab])?;
+            if cfg.tie_embeddings {
+                g.linear_with(t, word, Some(bias))
+            } else {
+                let w = g.param(vec![cfg.vocab, h_dim])?;
+                g.linear_with(t, w, Some(bias))
+            }
+        })
+    })?;
+    let scores = g.view(scores, vec![b * s, cfg.vocab])?;
+    let labels = g.view(ids, vec![b * s])?;
+    g.scoped("loss", |g| g.cross_entropy(scores, labels))?;
+    Ok(())
+}
+
+/// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
+/// to biases and defaults).
+fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
+    let n_rep = nh / nkv;
+    let pdt = g.precision.param_dtype();
+    let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    if cfg.tie_embeddings {
+        tied_grad_sum(g, embed);
+    }
+    // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
+    let inv_freq = g.buffer(vec![d / 2], pdt)?;
+    g.buffer(vec![d / 2], pdt)?;
+    let mask = causal_masks(g, ctx)?;
+    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
+        let a = g.rms_norm("input_layernorm", h)?;
+        let o = g.scoped("self_attn", |g| {
+            let q = g.linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias)?;
+            let k = g.linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
+            let v = g.linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
+            let q = heads_view(g, q, nh, d)?;
+            let k = heads_view(g, k, nkv, d)?;
+            let v = heads_view(g, v, nkv, d)?;
+            let q = g.rotary(q, cos, sin)?;
+            let k = g.rotary(k, cos, sin)?;
+            // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and repeats
+            // k/v (`use_gqa_in_sdpa`); eager always repeats.
+            let k = g.repeat_kv(k, n_rep)?;
+            let v = g.repeat_kv(v, n_rep)?;
+            let o = match ctx.attn {
+                AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
+                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu })?,
+            };
+            g.linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
+        })?;
+        let h = g.add_bc(h, o)?;
+        let m = g.rms_norm("post_attention_layernorm", h)?;
+        let y = g.scoped("mlp", |g| {
+            let gt = g.linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let gt = activation(g, gt, cfg.act, cpu)?;
+            let up = g.linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let y = g.mul_bc(gt, up)?;
+            g.linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+        })?;
+        g.add_bc(h, y)
+    })?;
+    let h = g.rms_norm("norm", h)?;
+    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, embed, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    g.causal_lm_loss(logits, ids)?;
+    Ok(())
+}
+
+/// A tied embedding's weight receives two gradients: the output projection's (first in
+/// backward) and the embedding's (last). Under the FakeTensorMode the reference was measured
+/// with, autograd's `InputBuffer::accumulate` sums them out of place (`old + new`: tensor
+/// subclasses are never accumulated in place), so a third weight-sized tensor exists while the
+/// embedding's backward delivers its gradient. Recorded as scratch of the embedding op, which
+/// must be the op just recorded.
+fn tied_grad_sum(g: &mut Graph, w: TensorId) {
+    let b = g.bytes(w);
+    g.add_scratch(Bytes::ZERO, b);
+}
+
+/// [`tied_grad_sum`] for an embedding recorded earlier: the first op that reads `w`.
+fn tied_grad_sum_at(g: &mut Graph, w: TensorId) {
+    let b = g.bytes(w);
+    if let Some(op) = g.ops.iter_mut().find(|op| op.inputs.contains(&w)) {
+        op.bwd_scratch += b;
+    }
+}

@@ -1,0 +1,174 @@
+//! Vision transformers (Dosovitskiy et al. 2021) as torchvision 0.29 builds them
+//! (`torchvision/models/vision_transformer.py`): `vit_b_16(weights=None, image_size=res)` and
+//! `vit_l_16`, op by op, with `nn.MultiheadAttention` in training mode as
+//! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`.
+
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing};
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::ops::{Act, Conv};
+use crate::estimator::ops_seq::SdpaKernel;
+
+use super::vision::{image_batch, Built};
+
+/// The architecture of one ViT variant (`_vision_transformer(...)` arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct VitConfig {
+    pub patch: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub hidden: u64,
+    pub mlp: u64,
+}
+
+pub const VIT_B_16: VitConfig = VitConfig { patch: 16, layers: 12, heads: 12, hidden: 768, mlp: 3072 };
+pub const VIT_L_16: VitConfig = VitConfig { patch: 16, layers: 24, heads: 16, hidden: 1024, mlp: 4096 };
+
+/// torchvision's classifier head size.
+const CLASSES: u64 = 1000;
+
+/// Builds a ViT classifier step: patchify conv, class token, position embedding (sized for the
+/// plan's resolution, as `image_size=res` makes it), the encoder blocks, the final LayerNorm and
+/// the head on the class token, then `F.cross_entropy`. Dropout is 0 in every torchvision ViT,
+/// so `nn.Dropout` is the identity and allocates nothing.
+pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
+    if !ctx.res.is_multiple_of(cfg.patch) {
+        // torchvision asserts `image_size % patch_size == 0` when building the model.
+        return Err(EstimateError::Unsupported(format!(
+            "ViT with {p}×{p} patches needs a resolution divisible by {p}; {r} is not (use {lo} or {hi})",
+            p = cfg.patch,
+            r = ctx.res,
+            lo = (ctx.res / cfg.patch).max(1) * cfg.patch,
+            hi = (ctx.res / cfg.patch + 1) * cfg.patch,
+        )));
+    }
+    if ctx.attn == AttnImpl::Eager {
+        return Err(EstimateError::Unsupported(
+            "torchvision's ViT calls nn.MultiheadAttention with need_weights=False, which always runs F.scaled_dot_product_attention: use attn: sdpa".into(),
+        ));
+    }
+    if !cfg.hidden.is_multiple_of(cfg.heads) {
+        return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
+    }
+    let mut g = Graph::new(ctx.precision);
+    let (x, y) = image_batch(&mut g, ctx)?;
+    let (b, d) = (ctx.batch, cfg.hidden);
+    let n = (ctx.res / cfg.patch) * (ctx.res / cfg.patch);
+    let s = n + 1;
+
+    // `_process_input`: conv → reshape → permute, all views of the conv output.
+    let mut h = g.conv2d("conv_proj", x, Conv::new(3, d, cfg.patch, cfg.patch, 0).bias(true))?;
+    h = g.view(h, vec![b, d, n])?;
+    h = g.view(h, vec![b, n, d])?;
+    let cls = g.scoped("class_token", |g| g.param(vec![1, 1, d]))?;
+    let cls = g.seq_expand(cls, vec![b, 1, d])?;
+    // The class token (an fp32 parameter) goes first, so the concatenation is fp32 under autocast.
+    h = g.cat(&[cls, h], 1)?;
+
+    let tokens = h;
+    h = g.scoped("encoder", |g| {
+        let pos = g.scoped("pos_embedding", |g| g.param(vec![1, s, d]))?;
+        let mut h = g.seq_add(h, pos)?;
+        let groups = checkpoint_groups(ctx.ckpt, cfg.layers)?;
+        for (first, count, ckpt) in groups {
+            h = g.checkpointed(ckpt, |g| {
+                let mut h = h;
+                for i in first..first + count {
+                    h = g.scoped(format!("layers.encoder_layer_{i}"), |g| encoder_block(g, h, ctx, cfg))?;
+                }
+                Ok::<_, EstimateError>(h)
+            })?;
+        }
+        g.layer_norm("ln", h, true)
+    })?;
+    // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
+    g.seq_hold(&[tokens]);
+
+    // `x[:, 0]`: a view, so the head's saved input keeps the whole LayerNorm output alive.
+    let cls_out = g.seq_select(h, vec![b, d])?;
+    let logits = g.scoped("heads", |g| g.linear("head", cls_out, d, CLASSES, true))?;
+    g.cross_entropy(logits, y)?;
+    // The logits are an argument of `F.cross_entropy` until it returns.
+    g.seq_hold(&[logits]);
+    Ok(g)
+}
+
+/// Encoder layers grouped into checkpointed runs: `(first layer, count, checkpointed)`.
+/// `block`: each layer alone (the reference harness wraps every `EncoderBlock`); `sqrt` and `k`
+/// segments follow `torch.utils.checkpoint.checkpoint_sequential`, whose last segment runs
+/// without checkpointing.
+fn checkpoint_groups(ckpt: Checkpointing, layers: u64) -> Result<Vec<(u64, u64, bool)>, EstimateError> {
+    let segments = |k: u64| {
+        let k = k.clamp(1, layers);
+        let size = layers / k;
+        let mut v: Vec<(u64, u64, bool)> = (0..k - 1).map(|i| (i * size, size, true)).collect();
+        v.push(((k - 1) * size, layers - (k - 1) * size, false));
+        v
+    };
+    Ok(match ckpt {
+        Checkpointing::None => vec![(0, layers, false)],
+        Checkpointing::Block => (0..layers).map(|i| (i, 1, true)).collect(),
+        Checkpointing::Sqrt => segments(((layers as f64).sqrt().round() as u64).max(1)),
+        Checkpointing::Segments(k) => segments(k as u64),
+        Checkpointing::Stage => return Err(EstimateError::Unsupported("a vision transformer has no stages to checkpoint: use block, sqrt or a number of segments".into())),
+    })
+}
+
+/// `EncoderBlock.forward`: `x = ln_1(input); x = self_attention(x, x, x); x = x + input;
+/// y = mlp(ln_2(x)); return x + y`.
+fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
+    let h = g.layer_norm("ln_1", input, true)?;
+    let a = g.scoped("self_attention", |g| self_attention(g, h, ctx.batch, cfg))?;
+    // The attention output is low precision under autocast: the sum is promoted to fp32.
+    let x = g.seq_add(a, input)?;
+    let y = g.layer_norm("ln_2", x, true)?;
+    let y = g.scoped("mlp", |g| {
+        let z = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
+        let z = g.act(z, Act::Gelu, false)?;
+        let z = g.linear("3", z, cfg.mlp, cfg.hidden, true)?;
+        // `Sequential.forward`'s argument holds the LayerNorm output until the MLP returns.
+        g.seq_hold(&[y]);
+        Ok::<_, EstimateError>(z)
+    })?;
+    g.seq_add(x, y)
+}
+
+/// `nn.MultiheadAttention(batch_first=True)` in training (the fast path is off when training):
+/// `multi_head_attention_forward` on `query.transpose(1, 0)`.
+fn self_attention(g: &mut Graph, h: TensorId, b: u64, cfg: VitConfig) -> Result<TensorId, EstimateError> {
+    let s = g.shape(h)[1];
+    let (d, heads) = (cfg.hidden, cfg.heads);
+    let hd = d / heads;
+    let w_in = g.scoped("in_proj_weight", |g| g.param(vec![3 * d, d]))?;
+    let b_in = g.scoped("in_proj_bias", |g| g.param(vec![3 * d]))?;
+    // `_in_projection_packed`: `linear(q, w, b)` on the `[S, B, D]` transposed view. `aten::linear`
+    // takes the `matmul` path for a non-contiguous 3-D input, whose reshape copies the (cast)
+    // input; that copy is what `mm` saves. The bias is then added in place (`add_`).
+    let ht = g.view(h, vec![s, b, d])?;
+    let ht = g.lowp(ht)?;
+    let hc = g.seq_copy(ht, vec![s * b, d], false)?;
+    let proj = g.linear_with(hc, w_in, Some(b_in))?;
+    // `unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`; backward
+    // reshapes the non-contiguous gradient of that view chain back with another copy.
+    let qkv = g.seq_copy(proj, vec![3, s, b, d], true)?;
+    // q, k, v: `select` then `view(S, B·H, hd).transpose(0, 1)` and `view(B, H, S, hd)`.
+    let q = g.seq_select(qkv, vec![b, heads, s, hd])?;
+    let k = g.seq_select(qkv, vec![b, heads, s, hd])?;
+    let v = g.seq_select(qkv, vec![b, heads, s, hd])?;
+    let o = g.mha_sdpa(q, k, v)?;
+    // `attn_output.permute(2, 0, 1, 3).contiguous().view(S·B, E)`: the efficient kernel's output
+    // is `[B, H, S, hd]`-contiguous, so this copies; cuDNN's is already `[S, B, H, hd]` in memory
+    // (laid out like the packed query) and stays a view.
+    let oc = match SdpaKernel::for_dtype(g.dtype(o)) {
+        SdpaKernel::Efficient => g.seq_copy(o, vec![s * b, d], false)?,
+        SdpaKernel::Cudnn => g.view(o, vec![s * b, d])?,
+    };
+    let out = g.linear("out_proj", oc, d, d, true)?;
+    // Its gradient arrives as a transposed view of the residual's gradient: backward reshapes it
+    // to `[S·B, E]` with a copy that lives through the node.
+    let scratch = g.bytes(out);
+    g.add_scratch(Default::default(), scratch);
+    // `query` (the LayerNorm output) is referenced until `multi_head_attention_forward` returns.
+    g.seq_hold(&[h]);
+    g.view(out, vec![b, s, d])
+}

@@ -1,0 +1,165 @@
+//! The CNN presets: exact parameter counts (torchvision 0.29.2 and the reference harness), the
+//! smallest resolution each builds at, checkpointing segment rules, and every measured reference
+//! case of the CNNs added here within 3 %.
+
+use vram_planner::cli::reference::compare_line;
+use vram_planner::estimator::build_graph;
+use vram_planner::estimator::config::{Checkpointing, Plan};
+use vram_planner::presets::cnn::{sequential_segments, sqrt_segments};
+use vram_planner::presets::models::{self, Family, InputKind};
+
+/// `sum(p.numel() for p in model.parameters())` of torchvision 0.29.2 / `harness/models.py`.
+const PARAMS: &[(&str, u64)] = &[
+    ("resnet18", 11_689_512),
+    ("resnet34", 21_797_672),
+    ("resnet50", 25_557_032),
+    ("resnet101", 44_549_160),
+    ("resnet152", 60_192_808),
+    ("wide_resnet50_2", 68_883_240),
+    ("mobilenet_v2", 3_504_872),
+    ("mobilenet_v3_small", 2_542_856),
+    ("mobilenet_v3_large", 5_483_032),
+    ("efficientnet_b0", 5_288_548),
+    ("vgg16", 138_357_544),
+    ("convnext_tiny", 28_589_128),
+    ("plainconv128", 595_850),
+    ("unet", 31_037_698),
+];
+
+/// Models whose reference cases this test holds to 3 %.
+const CHECKED: &[&str] = &["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny", "plainconv128", "unet"];
+
+fn plan(model: &str, res: u64, batch: u64) -> Plan {
+    let mut p = Plan::new(model);
+    p.res = Some(res);
+    p.batch = batch;
+    p
+}
+
+#[test]
+fn exact_param_counts() {
+    for &(id, n) in PARAMS {
+        let m = models::find(id).unwrap_or_else(|| panic!("{id} is not registered"));
+        assert_eq!(m.family, Family::Cnn, "{id}");
+        assert_eq!(m.params, n, "{id}: registry count");
+        let InputKind::Image { default_res, .. } = m.input else { panic!("{id} takes images") };
+        let g = build_graph(&plan(id, default_res, 2)).unwrap();
+        assert_eq!(g.param_count(), n, "{id}: built graph");
+    }
+    let cnns = models::MODELS.iter().filter(|m| m.family == Family::Cnn).count();
+    assert_eq!(cnns, PARAMS.len(), "every CNN preset has its count here");
+}
+
+#[test]
+fn min_res_is_the_smallest_that_builds() {
+    for m in models::MODELS.iter().filter(|m| m.family == Family::Cnn) {
+        let InputKind::Image { min_res, .. } = m.input else { continue };
+        assert!(build_graph(&plan(m.id, min_res, 1)).is_ok(), "{} builds at {min_res}", m.id);
+        if min_res > 1 {
+            assert!(build_graph(&plan(m.id, min_res - 1, 1)).is_err(), "{} is refused below {min_res}", m.id);
+        }
+    }
+}
+
+#[test]
+fn unet_needs_a_multiple_of_16() {
+    assert!(build_graph(&plan("unet", 520, 1)).is_err());
+    assert!(build_graph(&plan("unet", 528, 1)).is_ok());
+}
+
+#[test]
+fn checkpoint_sequential_segments() {
+    // checkpoint_sequential(features, k): k - 1 checkpointed runs of len // k, the rest plain.
+    assert_eq!(sequential_segments(17, 4).unwrap(), vec![0..4, 4..8, 8..12]);
+    assert_eq!(sequential_segments(31, 6).unwrap(), vec![0..5, 5..10, 10..15, 15..20, 20..25]);
+    assert_eq!(sequential_segments(9, 1).unwrap(), vec![]);
+    assert!(sequential_segments(9, 10).is_err());
+    assert!(sequential_segments(9, 0).is_err());
+    assert_eq!(sqrt_segments(17), 4);
+    assert_eq!(sqrt_segments(13), 4);
+    assert_eq!(sqrt_segments(9), 3);
+    assert_eq!(sqrt_segments(31), 6);
+    assert_eq!(sqrt_segments(8), 3);
+}
+
+#[test]
+fn checkpointing_modes_build_or_explain() {
+    for id in ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny"] {
+        for ck in [Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(2)] {
+            let mut p = plan(id, 224, 2);
+            p.ckpt = ck;
+            let g = build_graph(&p).unwrap_or_else(|e| panic!("{id} {ck:?}: {e}"));
+            assert!(g.segments > 0, "{id} {ck:?} checkpoints something");
+        }
+        let mut p = plan(id, 224, 2);
+        p.ckpt = Checkpointing::Stage;
+        assert!(build_graph(&p).is_err(), "{id}: stage is a ResNet mode");
+        p.ckpt = Checkpointing::Segments(100);
+        assert!(build_graph(&p).is_err(), "{id}: more segments than children");
+    }
+    for id in ["plainconv128", "unet"] {
+        let mut p = plan(id, 64, 2);
+        p.ckpt = Checkpointing::Block;
+        assert!(build_graph(&p).unwrap().segments > 0);
+        p.ckpt = Checkpointing::Sqrt;
+        assert!(build_graph(&p).is_err());
+    }
+}
+
+#[test]
+fn checkpointing_saves_memory() {
+    for id in ["mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny", "mobilenet_v2"] {
+        let p = plan(id, 224, 32);
+        let none = vram_planner::estimator::estimate(&p).unwrap().peak_allocated;
+        let mut q = p.clone();
+        q.ckpt = Checkpointing::Sqrt;
+        let sqrt = vram_planner::estimator::estimate(&q).unwrap().peak_allocated;
+        assert!(sqrt < none, "{id}: sqrt {sqrt} < none {none}");
+    }
+}
+
+/// Compares every CUDA record of the checked models; returns the case count and the cases off
+/// by more than `tol`.
+fn compare_file(text: &str, tol: f64) -> (usize, Vec<String>) {
+    let mut n = 0;
+    let mut failures = Vec::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = v["model"].as_str().unwrap_or("");
+        if !CHECKED.contains(&model) || v["device"].as_str() == Some("cpu") {
+            continue;
+        }
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        n += 1;
+        if c.rel_err.abs() > tol {
+            failures.push(format!("{}: {:+.3} %", c.case_id, 100.0 * c.rel_err));
+        }
+    }
+    (n, failures)
+}
+
+#[test]
+fn reference_cases_within_3_percent() {
+    let (n, failures) = compare_file(include_str!("data/pytorch-step-memory.jsonl"), 0.03);
+    assert_eq!(n, 63, "CUDA reference cases of the models added here");
+    assert!(failures.is_empty(), "off by more than 3 %:\n{}", failures.join("\n"));
+}
+
+/// MobileNetV2, ConvNeXt-T and the checkpointing modes the shared set lacks, measured with the
+/// same harness (`tests/data/PROVENANCE.md`).
+#[test]
+fn extra_oracle_cases_within_3_percent() {
+    let (n, failures) = compare_file(include_str!("data/cnn-extra-step-memory.jsonl"), 0.03);
+    assert_eq!(n, 22);
+    assert!(failures.is_empty(), "off by more than 3 %:\n{}", failures.join("\n"));
+}
+
+/// The simulation replays these models almost byte for byte; a drift above 0.5 % means an op's
+/// modelling changed.
+#[test]
+fn reference_cases_stay_tight() {
+    for text in [include_str!("data/pytorch-step-memory.jsonl"), include_str!("data/cnn-extra-step-memory.jsonl")] {
+        let (_, failures) = compare_file(text, 0.005);
+        assert!(failures.is_empty(), "off by more than 0.5 %:\n{}", failures.join("\n"));
+    }
+}

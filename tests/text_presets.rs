@@ -1,0 +1,229 @@
+//! Language models: exact parameter counts of every preset (as transformers 5.24 counts them,
+//! `sum(p.numel() for p in model.parameters())`, tied weights once), the measured training steps
+//! of GPT-2, BERT-base and the two LLaMA shapes within 3 %, `config.json` import errors, and the
+//! estimator's speed on the largest preset.
+
+use proptest::prelude::*;
+use serde_json::json;
+use vram_planner::cli::reference::compare_line;
+use vram_planner::estimator::config::{AttnImpl, Checkpointing, Plan, Precision};
+use vram_planner::estimator::error::EstimateError;
+use vram_planner::estimator::{build_graph, estimate};
+use vram_planner::presets::models::{self, Family};
+
+const DATA: &str = include_str!("data/pytorch-step-memory.jsonl");
+/// Further steps measured with the same oracle (`shared/reference/harness`, `measure.run_case`,
+/// fake CUDA, adamw) for the presets and paths the reference set lacks: Qwen2 (GQA, tied), Mistral
+/// and Llama 3 (GQA), GPT-2 medium/large, BERT-large, eager attention under autocast,
+/// checkpointing with eager attention.
+const EXTRA: &str = include_str!("data/text-extra-steps.jsonl");
+
+/// Counted with transformers 5.24 on the meta device from the same configs.
+const PARAMS: &[(&str, u64)] = &[
+    ("gpt2", 124_439_808),
+    ("gpt2-medium", 354_823_168),
+    ("gpt2-large", 774_030_080),
+    ("gpt2-xl", 1_557_611_200),
+    ("bert-base", 109_514_298),
+    ("bert-large", 335_174_458),
+    ("llama-small", 168_313_856),
+    ("llama-7b", 6_738_415_616),
+    ("llama-2-7b", 6_738_415_616),
+    ("llama-2-13b", 13_015_864_320),
+    ("llama-2-70b", 68_976_648_192),
+    ("llama-3-8b", 8_030_261_248),
+    ("llama-3-70b", 70_553_706_496),
+    ("mistral-7b", 7_241_732_096),
+    ("qwen2-0.5b", 494_032_768),
+];
+
+fn small_plan(model: &str) -> Plan {
+    let mut p = Plan::new(model);
+    p.batch = 1;
+    p.seq = Some(16);
+    p
+}
+
+#[test]
+fn every_language_preset_has_the_exact_parameter_count() {
+    for &(id, n) in PARAMS {
+        let preset = models::find(id).unwrap_or_else(|| panic!("preset {id} missing"));
+        assert_eq!(preset.family, Family::Language, "{id}");
+        assert_eq!(preset.params, n, "{id}: catalogue count");
+        let g = build_graph(&small_plan(id)).unwrap_or_else(|e| panic!("{id}: {e}"));
+        assert_eq!(g.param_count(), n, "{id}: built graph");
+        let cfg = models::text_config(id).unwrap();
+        let tc = vram_planner::presets::hf::parse(&cfg).unwrap();
+        assert_eq!(tc.param_count(), n, "{id}: closed form");
+    }
+}
+
+fn text_model(model: &str) -> bool {
+    matches!(model, "gpt2" | "bert-base" | "llama-small" | "llama-7b")
+}
+
+#[test]
+fn every_measured_step_of_the_language_models_within_3_percent() {
+    let mut n = 0;
+    let mut worst = (0.0f64, String::new());
+    for line in DATA.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if !text_model(v["model"].as_str().unwrap_or("")) {
+            continue;
+        }
+        assert!(v.get("hf_config").is_some(), "language records carry their config");
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        n += 1;
+        assert!(c.rel_err.abs() <= 0.03, "{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err);
+        if c.rel_err.abs() > worst.0 {
+            worst = (c.rel_err.abs(), c.case_id);
+        }
+    }
+    println!("{n} language-model steps, worst {:.4} % ({})", 100.0 * worst.0, worst.1);
+    assert!(n >= 48, "expected the GPT-2/BERT/LLaMA records, found {n}");
+}
+
+#[test]
+fn further_measured_steps_within_3_percent() {
+    let mut n = 0;
+    for line in EXTRA.lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        assert!(c.rel_err.abs() <= 0.03, "{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err);
+        n += 1;
+    }
+    assert_eq!(n, 13);
+}
+
+#[test]
+fn presets_and_config_import_build_the_same_model() {
+    for line in DATA.lines().filter(|l| l.contains("\"model\": \"gpt2\"") || l.contains("\"model\": \"llama-small\"")).take(4) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let model = v["model"].as_str().unwrap();
+        let mut from_cfg = small_plan(model);
+        from_cfg.hf_config = Some(v["hf_config"].clone());
+        let a = estimate(&from_cfg).unwrap();
+        let b = estimate(&small_plan(model)).unwrap();
+        assert_eq!(a.peak_allocated, b.peak_allocated, "{model}");
+        assert_eq!(a.param_count, b.param_count, "{model}");
+    }
+}
+
+fn with_config(cfg: serde_json::Value) -> Result<vram_planner::estimator::Estimate, EstimateError> {
+    let mut p = small_plan("custom");
+    p.hf_config = Some(cfg);
+    estimate(&p)
+}
+
+#[test]
+fn malformed_or_unsupported_configs_are_errors() {
+    for cfg in [
+        json!("gpt2"),
+        json!({"n_layer": 2}),
+        json!({"model_type": "t5"}),
+        json!({"model_type": "gpt2", "n_embd": 100, "n_head": 12}),
+        json!({"model_type": "gpt2", "n_layer": 2.5}),
+        json!({"model_type": "gpt2", "n_head": 0}),
+        json!({"model_type": "gpt2", "attn_pdrop": "high"}),
+        json!({"model_type": "gpt2", "activation_function": "gelu_fast"}),
+        json!({"model_type": "bert", "vocab_size": -5}),
+        json!({"model_type": "llama", "num_attention_heads": 12, "num_key_value_heads": 5}),
+        json!({"model_type": "llama", "hidden_size": 96, "num_attention_heads": 32, "head_dim": 3}),
+        json!({"model_type": "qwen2", "num_hidden_layers": 1e9}),
+        json!({"model_type": "mistral", "tie_word_embeddings": "yes"}),
+    ] {
+        match with_config(cfg.clone()) {
+            Err(EstimateError::BadHfConfig(msg)) => assert!(!msg.is_empty()),
+            other => panic!("{cfg}: expected BadHfConfig, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn learned_positions_limit_the_sequence() {
+    let mut p = small_plan("custom");
+    p.hf_config = Some(json!({"model_type": "gpt2", "n_layer": 1, "n_positions": 64}));
+    p.seq = Some(65);
+    assert!(matches!(estimate(&p), Err(EstimateError::SequenceTooLong { max: 64, .. })));
+    p.seq = Some(64);
+    assert!(estimate(&p).is_ok());
+    let mut b = Plan::new("bert-base");
+    b.seq = Some(513);
+    assert!(matches!(estimate(&b), Err(EstimateError::SequenceTooLong { .. })));
+    // Rotary positions have no limit.
+    let mut l = small_plan("llama-small");
+    l.seq = Some(32_768);
+    assert!(estimate(&l).is_ok());
+}
+
+#[test]
+fn grouped_query_attention_and_tied_embeddings_cost_what_they_should() {
+    let base = json!({"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 8, "vocab_size": 1000});
+    let mut gqa = base.clone();
+    gqa["num_key_value_heads"] = json!(2);
+    let full = with_config(base.clone()).unwrap();
+    let grouped = with_config(gqa).unwrap();
+    // k_proj and v_proj shrink by 4× in each of the 2 layers.
+    assert_eq!(full.param_count - grouped.param_count, 2 * 2 * 256 * (256 - 64));
+    let mut tied = base;
+    tied["tie_word_embeddings"] = json!(true);
+    assert_eq!(full.param_count - with_config(tied).unwrap().param_count, 1000 * 256);
+}
+
+#[test]
+fn checkpointing_every_layer_saves_memory_on_long_sequences() {
+    let mut p = Plan::new("llama-small");
+    p.seq = Some(2048);
+    p.batch = 8;
+    let none = estimate(&p).unwrap().peak_allocated;
+    p.ckpt = Checkpointing::Block;
+    let layer = estimate(&p).unwrap();
+    assert!(layer.peak_allocated < none);
+    assert!(layer.recompute_flops > 0.0);
+    p.ckpt = Checkpointing::Stage;
+    assert_eq!(estimate(&p).unwrap().peak_allocated, layer.peak_allocated);
+    p.ckpt = Checkpointing::Sqrt;
+    assert!(estimate(&p).unwrap().peak_allocated < none);
+}
+
+#[test]
+fn llama_3_70b_at_8k_is_fast_enough_for_a_slider() {
+    let mut p = Plan::new("llama-3-70b");
+    p.seq = Some(8192);
+    p.dtype = Precision::AmpBf16;
+    let g = build_graph(&p).unwrap();
+    // A bounded number of ops per layer: building and replaying stay linear in depth.
+    assert!(g.ops.len() < 80 * 80, "{} ops", g.ops.len());
+    let t = std::time::Instant::now();
+    let e = estimate(&p).unwrap();
+    let took = t.elapsed();
+    assert!(e.peak_allocated.0 > 4 * e.param_count);
+    // Debug builds are ~20× slower than release (≈5 ms there).
+    assert!(took.as_secs_f64() < 2.0, "{took:?}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+    /// Any small config of each family estimates without error, in every precision and attention
+    /// implementation, and the peak holds at least the weights, gradients and Adam state.
+    #[test]
+    fn small_configs_always_estimate(
+        family in 0usize..5, layers in 1u64..4, heads in 1u64..5, kv_div in 0usize..2, hd in 1u64..5,
+        seq in 1u64..40, batch in 1u64..4, prec in 0usize..4, eager in any::<bool>(), ckpt in any::<bool>(),
+    ) {
+        let mt = ["gpt2", "bert", "llama", "mistral", "qwen2"][family];
+        let hidden = heads * hd * 8;
+        let kv = if kv_div == 1 && heads % 2 == 0 { heads / 2 } else { heads };
+        let cfg = json!({"model_type": mt, "n_embd": hidden, "n_layer": layers, "n_head": heads, "hidden_size": hidden,
+            "num_hidden_layers": layers, "num_attention_heads": heads, "num_key_value_heads": kv, "intermediate_size": 3 * hidden,
+            "vocab_size": 97, "n_positions": 64, "max_position_embeddings": 64});
+        let mut p = Plan::new("custom");
+        p.hf_config = Some(cfg);
+        p.seq = Some(seq);
+        p.batch = batch;
+        p.dtype = [Precision::Fp32, Precision::AmpBf16, Precision::Bf16, Precision::AmpFp16][prec];
+        p.attn = if eager { AttnImpl::Eager } else { AttnImpl::Sdpa };
+        p.ckpt = if ckpt { Checkpointing::Block } else { Checkpointing::None };
+        let e = estimate(&p).unwrap();
+        prop_assert!(e.peak_allocated.0 >= e.param_bytes.0 + e.grad_bytes.0 + e.opt_state_bytes.0);
+    }
+}
