@@ -671,13 +671,11 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
         for &c in &chunks {
             let s = &sharded[c];
             if layout.offload.optimizer {
-                // State, the gradient shard it steps on and the parameters it updates, pinned.
-                host += s.optimizer_state() + s.grads_at_rest() + s.params_at_rest();
+                // The state, and the gradients and parameters of the share this rank steps on,
+                // pinned (with parameter offload that copy is the parameter shard itself).
+                host += s.optimizer_state() + s.optimizer_share(s.grads_full()) + s.optimizer_share(s.params_full());
             } else if layout.offload.params {
                 host += s.params_at_rest();
-            }
-            if layout.offload.params && layout.offload.optimizer {
-                // The parameter shard is already counted with the optimizer's copy.
             }
             host += prep.pieces[c].offloaded * n_in_flight.max(1).min(m.max(1) * v);
         }
@@ -930,8 +928,8 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
         }
     };
     if layout.offload.optimizer {
-        let g: u64 = chunks.iter().map(|&c| sharded[c].grads_at_rest()).sum();
-        let p: u64 = chunks.iter().map(|&c| sharded[c].params_at_rest()).sum();
+        let g: u64 = chunks.iter().map(|&c| sharded[c].optimizer_share(sharded[c].grads_full())).sum();
+        let p: u64 = chunks.iter().map(|&c| sharded[c].optimizer_share(sharded[c].params_full())).sum();
         out.push(host_item("gradients to the host optimizer (overlaps the last backward)".into(), g, 1, true, bwd));
         out.push(host_item("updated parameters back from the host".into(), p, 1, false, 0.0));
     }

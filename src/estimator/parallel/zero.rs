@@ -360,6 +360,14 @@ impl<'a> Sharded<'a> {
     pub fn optimizer_state_full(&self) -> u64 {
         self.opt_full
     }
+    /// `bytes` scaled to the share of the parameters whose optimizer state this rank owns
+    /// (everything at stage 0, 1/N from stage 1): what an offloaded optimizer steps on.
+    pub fn optimizer_share(&self, bytes: u64) -> u64 {
+        if self.opt_full == 0 || self.sh.zero == 0 {
+            return bytes;
+        }
+        (bytes as u128 * self.opt_rank as u128 / self.opt_full as u128) as u64
+    }
     pub fn unit_params_full(&self) -> &[u64] {
         &self.unit_full
     }
