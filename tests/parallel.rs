@@ -556,7 +556,7 @@ fn search_finds_the_cheapest_fitting_layouts() {
     let mut p = Plan::new("resnet50");
     p.batch = 256;
     p.gpu = Some("t4".into());
-    let opts = search::SearchOptions { max_gpus: 8, gpus_per_node: 8, top: 5, zero_stages: vec![0, 3] };
+    let opts = search::SearchOptions { max_gpus: 8, gpus_per_node: 8, top: 5, zero_stages: vec![0, 3], offload: false };
     let found = search::search(&p, &opts).unwrap();
     assert!(!found.is_empty());
     assert!(found.windows(2).all(|w| w[0].gpus <= w[1].gpus));

@@ -45,6 +45,9 @@ enum Cmd {
         gpus_per_node: u64,
         #[arg(long, default_value_t = 10)]
         top: usize,
+        /// Also try optimizer and parameter offload to host memory.
+        #[arg(long)]
+        offload: bool,
     },
     /// Replay reference records (JSON lines) and compare with their measured peaks.
     Reference { file: std::path::PathBuf },
@@ -89,9 +92,9 @@ fn run(cmd: Cmd) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Search { config, max_gpus, gpus_per_node, top } => {
+        Cmd::Search { config, max_gpus, gpus_per_node, top, offload } => {
             let plan = read_plan(config)?;
-            let opts = search::SearchOptions { max_gpus, gpus_per_node, top, ..Default::default() };
+            let opts = search::SearchOptions { max_gpus, gpus_per_node, top, offload, ..Default::default() };
             let found = search::search(&plan, &opts).map_err(|e| e.to_string())?;
             if found.is_empty() {
                 return Err(format!("no layout of up to {max_gpus} GPUs fits: raise --max-gpus, enable offload or checkpointing"));

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{evaluate, prepare, Layout, ParallelEstimate, Prepared};
+use super::{evaluate, prepare, Layout, Offload, ParallelEstimate, Prepared};
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
 use crate::presets::gpus;
@@ -23,11 +23,13 @@ pub struct SearchOptions {
     pub top: usize,
     /// ZeRO stages to try (data-parallel degrees above 1 only).
     pub zero_stages: Vec<u8>,
+    /// Also try optimizer offload (and parameter offload at stage 3) over the GPU's host link.
+    pub offload: bool,
 }
 
 impl Default for SearchOptions {
     fn default() -> Self {
-        SearchOptions { max_gpus: 64, gpus_per_node: 8, top: 10, zero_stages: vec![0, 1, 2, 3] }
+        SearchOptions { max_gpus: 64, gpus_per_node: 8, top: 10, zero_stages: vec![0, 1, 2, 3], offload: false }
     }
 }
 
@@ -41,6 +43,8 @@ pub struct Candidate {
     pub tp: u64,
     pub pp: u64,
     pub zero: u8,
+    pub offload_optimizer: bool,
+    pub offload_params: bool,
     /// Samples per micro-batch and micro-batches per step on each replica.
     pub micro_batch: u64,
     pub micro_batches: u64,
@@ -78,14 +82,30 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                     continue;
                 }
                 let per_replica = global / dp;
-                let stages: Vec<u8> = if dp > 1 { opts.zero_stages.clone() } else { vec![0] };
+                let zs: Vec<u8> = if dp > 1 { opts.zero_stages.clone() } else { vec![0, 3] };
+                // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
+                // with parameter offload.
+                let mut stages: Vec<(u8, bool, bool)> = Vec::new();
+                for z in zs {
+                    if dp > 1 || z == 0 {
+                        stages.push((z, false, false));
+                    }
+                    if opts.offload {
+                        if dp > 1 || z == 0 {
+                            stages.push((z, true, false));
+                        }
+                        if z == 3 {
+                            stages.push((z, true, true));
+                        }
+                    }
+                }
                 let mut done = vec![false; stages.len()];
                 for m in divisors(per_replica).into_iter().filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64) {
                     if done.iter().all(|&d| d) {
                         break;
                     }
                     let b = per_replica / m;
-                    for (k, &zero) in stages.iter().enumerate() {
+                    for (k, &(zero, off_opt, off_params)) in stages.iter().enumerate() {
                         if done[k] {
                             continue;
                         }
@@ -104,6 +124,7 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                         par.interleave = 1;
                         par.sequence_parallel = par.sequence_parallel && tp > 1;
                         p.parallel = Some(par);
+                        p.offload = (off_opt || off_params).then(|| Offload { optimizer: off_opt, params: off_params, ..plan.offload.clone().unwrap_or_default() });
                         let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else { continue };
                         let prep = cache.entry((tp, pp, b, m)).or_insert_with(|| prepare(&p, &layout).ok());
                         let Some(prep) = prep.as_ref() else { continue };
@@ -119,6 +140,8 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                             tp,
                             pp,
                             zero,
+                            offload_optimizer: off_opt,
+                            offload_params: off_params,
                             micro_batch: b,
                             micro_batches: m,
                             peak_device_bytes: e.per_gpu.device_total_bytes,
