@@ -70,11 +70,16 @@ pub struct TpState {
     /// Attention heads of the model, once a builder sharded an attention block.
     pub heads: Option<u64>,
     pub comm: Vec<CommRecord>,
+    /// Inputs whose gradient all-reduce (`f`) is already recorded, and sequence shards already
+    /// gathered: several column-parallel GEMMs reading one activation (separate q/k/v or
+    /// gate/up projections) share them, as Megatron's fused QKV and fc1 GEMMs do.
+    pub(crate) f_inputs: Vec<TensorId>,
+    pub(crate) gathered: Vec<(TensorId, TensorId)>,
 }
 
 impl Default for TpState {
     fn default() -> Self {
-        TpState { size: 1, sequence_parallel: false, seq_dim: 1, heads: None, comm: Vec::new() }
+        TpState { size: 1, sequence_parallel: false, seq_dim: 1, heads: None, comm: Vec::new(), f_inputs: Vec::new(), gathered: Vec::new() }
     }
 }
 
@@ -212,20 +217,30 @@ impl Graph {
             return self.linear_with(x, w, b);
         }
         if !self.sp() {
-            // `f`: identity forward, all-reduce of the input gradient in backward (in place).
+            // `f`: identity forward, all-reduce of the input gradient in backward (in place),
+            // once per input however many GEMMs read it.
             let y = self.linear_with(x, w, b)?;
             let gb = self.bytes(x).0;
-            if self.t(x).requires_grad {
+            if self.t(x).requires_grad && !self.tp.f_inputs.contains(&x) {
+                self.tp.f_inputs.push(x);
                 self.tp_comm(true, Collective::AllReduce, gb);
             }
             return Ok(y);
         }
-        // Sequence parallel: gather the (low-precision) shard, run the GEMM on the gathered
-        // input but keep only the shard for backward, which re-gathers it.
+        // Sequence parallel: gather the (low-precision) shard once, run the GEMM on the gathered
+        // input but keep only the shard for backward, which re-gathers it (once per input).
         let xc = self.lowp(x)?;
-        let gathered = self.sp_all_gather(xc)?;
+        let (gathered, first) = match self.tp.gathered.iter().find(|(s, _)| *s == xc) {
+            Some(&(_, g)) => (g, false),
+            None => {
+                let g = self.sp_all_gather(xc)?;
+                self.tp.gathered.push((xc, g));
+                (g, true)
+            }
+        };
         let y = self.linear_with(gathered, w, b)?;
         let gbytes = self.bytes(gathered);
+        let mut saves_shard = false;
         if let Some(op) = self.ops.last_mut() {
             for s in op.saved.iter_mut() {
                 if *s == gathered {
@@ -234,9 +249,10 @@ impl Graph {
             }
             if op.saved.contains(&xc) {
                 op.bwd_scratch += gbytes;
+                saves_shard = true;
             }
         }
-        if self.ops.last().is_some_and(|o| o.saved.contains(&xc)) {
+        if saves_shard && first {
             self.tp_comm(true, Collective::AllGather, gbytes.0);
         }
         Ok(y)
