@@ -574,3 +574,56 @@ fn search_finds_the_cheapest_fitting_layouts() {
     let found = search::search(&p, &opts).unwrap();
     assert!(found[0].gpus > 1 && found[0].zero == 3, "{:?}", found.first().map(|c| (c.gpus, c.zero)));
 }
+
+/// Several column-parallel GEMMs reading one activation (Hugging Face's separate q/k/v) share one
+/// input-gradient all-reduce, and under sequence parallelism one all-gather, as Megatron's fused
+/// QKV GEMM does.
+#[test]
+fn one_collective_per_shared_input() {
+    for sp in [false, true] {
+        let mut ctx = BuildCtx::new(2, 224, 64, Precision::Bf16);
+        ctx.tp = 2;
+        ctx.sequence_parallel = sp;
+        let mut g = Graph::new(Precision::Bf16);
+        g.set_tensor_parallel(&ctx);
+        g.tp_attention_heads(4, 4).unwrap();
+        let x0 = g.input(vec![2, g.tp_seq(64).unwrap(), 128], DType::BF16).unwrap();
+        let x = g.linear("pre", x0, 128, 128, false).unwrap();
+        for leaf in ["q", "k", "v"] {
+            g.column_parallel_linear(leaf, x, 128, 128, false).unwrap();
+        }
+        let n = |bw: bool, c: Collective| g.tp.comm.iter().filter(|r| r.backward == bw && r.collective == c).count();
+        if sp {
+            assert_eq!((n(false, Collective::AllGather), n(true, Collective::ReduceScatter), n(true, Collective::AllGather)), (1, 1, 1));
+        } else {
+            assert_eq!(n(true, Collective::AllReduce), 1);
+        }
+    }
+}
+
+/// The `estimate` JSON always has the per-GPU, host, communication and step keys.
+#[test]
+fn cli_json_has_the_scale_out_keys() {
+    let mut p = Plan::new("resnet50");
+    p.batch = 8;
+    p.gpu = Some("h100-80".into());
+    let e = estimate(&p).unwrap();
+    let check = |v: &serde_json::Value| {
+        for k in ["params_bytes", "grads_bytes", "optimizer_state_bytes", "activations_bytes", "peak_allocated_bytes", "device_total_bytes"] {
+            assert!(v["per_gpu"][k].is_u64(), "per_gpu.{k}: {}", v["per_gpu"]);
+        }
+        assert!(v["host_bytes"].is_u64());
+        assert!(v["communication"]["bytes_per_step"].is_u64());
+        assert!(v["communication"]["seconds_per_step"].is_f64());
+        assert!(v["step_seconds"].is_f64());
+        assert!(v["peak_allocated_bytes"].is_u64(), "existing keys stay");
+    };
+    let single = vram_planner::cli::estimate_json(&p, &e);
+    check(&single);
+    assert_eq!(single["per_gpu"]["peak_allocated_bytes"], single["peak_allocated_bytes"]);
+    p.parallel = Some(dp(8, 3));
+    let par = estimate_parallel(&p).unwrap();
+    let v = vram_planner::cli::estimate_json_with(&p, &e, Some(&par));
+    check(&v);
+    assert_eq!(v["parallel"]["ranks"].as_array().unwrap().len(), 1);
+}
