@@ -211,7 +211,7 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
     let l = &p.layout;
     let mut s = String::new();
     let _ = writeln!(s, "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}, {}, {} micro-batch(es) of {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, if l.interleave > 1 { format!(" (interleave {})", l.interleave) } else { String::new() }, p.scheme, l.micro_batches, plan.batch);
-    let _ = writeln!(s, "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  {}", "stage", "params", "grads", "opt state", "activations", "other", "device", "peak at");
+    let _ = writeln!(s, "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  peak at", "stage", "params", "grads", "opt state", "activations", "other", "device");
     for r in &p.ranks {
         let m = &r.memory;
         let _ = writeln!(

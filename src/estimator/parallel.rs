@@ -241,7 +241,7 @@ impl Layout {
         if micro_batches as u64 > super::MAX_ACCUMULATION as u64 {
             return Err(EstimateError::TooBig { field: "parallel.micro_batches", max: super::MAX_ACCUMULATION as u64, got: micro_batches as u64 });
         }
-        if interleave > 1 && micro_batches as u64 % pp != 0 {
+        if interleave > 1 && !(micro_batches as u64).is_multiple_of(pp) {
             return Err(bad(format!(
                 "the interleaved schedule needs micro_batches to be a multiple of pp (Megatron-LM): {micro_batches} is not a multiple of {pp}"
             )));

@@ -55,7 +55,7 @@ pub struct Candidate {
 }
 
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n % d == 0).collect()
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
 }
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
@@ -78,7 +78,7 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
         for tp in divisors(node_gpus) {
             for pp in divisors(w / tp) {
                 let dp = w / (tp * pp);
-                if global % dp != 0 {
+                if !global.is_multiple_of(dp) {
                     continue;
                 }
                 let per_replica = global / dp;

@@ -84,7 +84,7 @@ impl Default for TpState {
 }
 
 fn divisors(n: u64) -> String {
-    (1..=n).filter(|d| n % d == 0).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    (1..=n).filter(|d| n.is_multiple_of(*d)).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
 }
 
 impl Graph {
@@ -113,13 +113,13 @@ impl Graph {
     pub fn tp_attention_heads(&mut self, heads: u64, kv_heads: u64) -> Result<(u64, u64), EstimateError> {
         let t = self.tp_size();
         self.tp.heads = Some(heads);
-        if heads % t != 0 {
+        if !heads.is_multiple_of(t) {
             return Err(EstimateError::BadLayout(format!(
                 "tensor parallelism tp = {t} does not divide the {heads} attention heads: use tp among {}",
                 divisors(heads)
             )));
         }
-        if kv_heads % t != 0 && t % kv_heads != 0 {
+        if !kv_heads.is_multiple_of(t) && !t.is_multiple_of(kv_heads) {
             return Err(EstimateError::BadLayout(format!(
                 "tensor parallelism tp = {t} neither divides nor is a multiple of the {kv_heads} key/value heads: use tp among {}",
                 divisors(kv_heads)
@@ -131,7 +131,7 @@ impl Graph {
     /// One rank's share of a dimension the scheme splits (MLP width, vocabulary).
     pub fn tp_local(&self, dim: u64, what: &str) -> Result<u64, EstimateError> {
         let t = self.tp_size();
-        if dim % t != 0 {
+        if !dim.is_multiple_of(t) {
             return Err(EstimateError::BadLayout(format!("tensor parallelism tp = {t} does not divide the {what} ({dim}): use tp among {}", divisors(dim))));
         }
         Ok(dim / t)
@@ -177,7 +177,7 @@ impl Graph {
         let mut shape = self.shape(x);
         let d = self.tp.seq_dim.min(shape.len().saturating_sub(1));
         let t = self.tp_size();
-        if shape[d] % t != 0 {
+        if !shape[d].is_multiple_of(t) {
             return Err(EstimateError::BadLayout(format!("sequence parallelism: tp = {t} does not divide the sequence length {}", shape[d])));
         }
         shape[d] /= t;
