@@ -627,3 +627,27 @@ fn cli_json_has_the_scale_out_keys() {
     check(&v);
     assert_eq!(v["parallel"]["ranks"].as_array().unwrap().len(), 1);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, .. ProptestConfig::default() })]
+
+    /// Any layout, however absurd, gives an estimate or an error — never a panic.
+    #[test]
+    fn no_layout_panics(gpn in prop::option::of(prop_oneof![Just(0u64), Just(1u64 << 30), 1u64..17]),
+                        nodes in prop::option::of(0u64..5), dpv in prop::option::of(prop_oneof![Just(0u64), 1u64..9, Just(1u64 << 20)]),
+                        tp in 0u64..3, pp in prop_oneof![0u64..5, Just(1000u64)], zero in prop::option::of(0u8..6), fsdp: bool,
+                        m in prop::option::of(0u32..9), v in 0u64..3, sp: bool, opt: bool, params: bool, acts: bool) {
+        let mut p = Plan::new("resnet18");
+        p.batch = 2;
+        p.res = Some(64);
+        p.gpu = Some("a100-80".into());
+        p.parallel = Some(Parallel { gpus_per_node: gpn, nodes, dp: dpv, tp, pp, zero, fsdp, micro_batches: m, interleave: v, sequence_parallel: sp, ..Default::default() });
+        p.offload = Some(Offload { optimizer: opt, params, activations: acts, link: None });
+        if let Ok(e) = estimate_parallel(&p) {
+            prop_assert!(e.per_gpu.peak_allocated_bytes > 0);
+            prop_assert!(e.per_gpu.device_total_bytes >= e.per_gpu.peak_allocated_bytes);
+            let sum = e.per_gpu.params_bytes + e.per_gpu.grads_bytes + e.per_gpu.optimizer_state_bytes + e.per_gpu.activations_bytes + e.per_gpu.other_bytes;
+            prop_assert_eq!(sum, e.per_gpu.peak_allocated_bytes);
+        }
+    }
+}

@@ -9,6 +9,15 @@
 //! ([`zero`]) and the micro-batches a stage holds in flight. Communication is counted from the same
 //! tape and sizes ([`comm`]); offload moves bytes to the host ([`offload`]); [`search`] finds the
 //! cheapest layouts that fit.
+//!
+//! Step time: each rank's compute is its FLOPs at the GPU's peak times an assumed MFU
+//! ([`comm::DEFAULT_MFU`]); a pipeline adds its bubble, `(p − 1)/v` micro-batch times (Narayanan
+//! et al. 2021, §2.2). Overlap: DDP's buckets are all-reduced as they fill during the last
+//! backward; FSDP/ZeRO-3 gathers and reduce-scatters overlap forward and backward except the first
+//! gather and the last reduce-scatter; tensor-parallel collectives, pipeline sends, parameter
+//! broadcasts after the step and `save_on_cpu` copies are on the critical path. Ranks wait for the
+//! slowest every step. Not modelled: NCCL's own buffers (outside PyTorch's allocator), the CPU
+//! optimizer's compute time under offload, and compute slowed by concurrent NCCL kernels.
 
 pub mod comm;
 pub mod megatron;

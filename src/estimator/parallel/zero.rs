@@ -90,16 +90,20 @@ pub fn padded_shard_elems(shape: &[u64], n: u64) -> u64 {
 /// ZeroRedundancyOptimizer's partition: parameters (by element count) sorted largest first, each
 /// to the rank with the fewest elements so far. Returns the parameter indices of each rank.
 pub fn greedy_partition(numels: &[u64], n: u64) -> Vec<Vec<usize>> {
+    use std::cmp::Reverse;
+    use std::collections::BinaryHeap;
     let n = n.max(1) as usize;
     let mut order: Vec<usize> = (0..numels.len()).collect();
     // Stable sort, as Python's `sorted`: equal sizes keep registration order.
-    order.sort_by_key(|&i| std::cmp::Reverse(numels[i]));
-    let mut load = vec![0u64; n];
+    order.sort_by_key(|&i| Reverse(numels[i]));
+    // `_get_min_index` takes the first rank of least load: a min-heap on (load, rank).
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n.min(numels.len().max(1))).map(|r| Reverse((0, r))).collect();
     let mut out = vec![Vec::new(); n];
     for i in order {
-        let r = (0..n).min_by_key(|&r| load[r]).unwrap_or(0);
-        load[r] += numels[i];
-        out[r].push(i);
+        if let Some(Reverse((load, r))) = heap.pop() {
+            out[r].push(i);
+            heap.push(Reverse((load + numels[i], r)));
+        }
     }
     out
 }
