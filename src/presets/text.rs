@@ -162,6 +162,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         }
     }
     let mut g = Graph::new(ctx.precision);
+    g.set_tensor_parallel(ctx);
     let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
@@ -314,7 +315,8 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
-    let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let (nhl, nkvl) = g.tp_attention_heads(nh, nkv)?;
+    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
@@ -326,12 +328,12 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
         let a = g.rms_norm("input_layernorm", h)?;
         let o = g.scoped("self_attn", |g| {
-            let q = g.linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias)?;
-            let k = g.linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
-            let v = g.linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
-            let q = heads_view(g, q, nh, d)?;
-            let k = heads_view(g, k, nkv, d)?;
-            let v = heads_view(g, v, nkv, d)?;
+            let q = g.column_parallel_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias)?;
+            let k = g.column_parallel_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
+            let v = g.column_parallel_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
+            let q = heads_view(g, q, nhl, d)?;
+            let k = heads_view(g, k, nkvl, d)?;
+            let v = heads_view(g, v, nkvl, d)?;
             let q = g.rotary(q, cos, sin)?;
             let k = g.rotary(k, cos, sin)?;
             // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and repeats
@@ -342,21 +344,21 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
                 AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
                 AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu })?,
             };
-            g.linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
+            g.row_parallel_linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
         })?;
         let h = g.add_bc(h, o)?;
         let m = g.rms_norm("post_attention_layernorm", h)?;
         let y = g.scoped("mlp", |g| {
-            let gt = g.linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let gt = g.column_parallel_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
             let gt = activation(g, gt, cfg.act, cpu)?;
-            let up = g.linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let up = g.column_parallel_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
             let y = g.mul_bc(gt, up)?;
-            g.linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+            g.row_parallel_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias)
         })?;
         g.add_bc(h, y)
     })?;
     let h = g.rms_norm("norm", h)?;
-    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, embed, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))? } else { g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)? };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
 }
