@@ -112,7 +112,7 @@ test: test-native test-wasm test-e2e
 
 test-native: fetch
 	@echo "==> native: cargo test"
-	cargo test --locked --offline
+	cargo test --locked --offline --no-fail-fast
 
 test-wasm: tools browser fetch
 	@echo "==> wasm: wasm-bindgen-test in headless Chromium"
