@@ -83,8 +83,9 @@ fetch:
 
 # --- build ---------------------------------------------------------------------------------
 
+# Serves a debug build from target/serve, so dist/ only ever holds release builds.
 serve: tools fetch
-	trunk serve --offline
+	trunk serve --offline --dist target/serve
 
 dist: dist/index.html
 
