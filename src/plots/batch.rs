@@ -112,11 +112,13 @@ pub fn draw_batch_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data:
         let (x, y) = (batch.max(1) as f64, peak.gib());
         chart.draw_series(std::iter::once(PathElement::new(vec![(x, 0.0), (x, y_hi)], MARK.stroke_width(theme.px(1.0)))))?;
         chart.draw_series(std::iter::once(Circle::new((x, y), theme.px(4.0), MARK.filled())))?;
-        // Keep the label inside the plot: right of the marker in the left half, left of it otherwise.
+        // Label just above the point, away from the legend in the upper left (memory grows with
+        // the batch), and inside the plot: right of the marker in the left half, left of it otherwise.
         let right_half = x.ln() - x_lo.ln() > (x_hi.ln() - x_lo.ln()) / 2.0;
         let h = if right_half { HPos::Right } else { HPos::Left };
-        let style = font(12.0).color(&MARK).pos(Pos::new(h, VPos::Top));
-        chart.draw_series(std::iter::once(Text::new(format!(" batch {batch}: {peak} "), (x, y_hi), style)))?;
+        let style = font(12.0).color(&MARK).pos(Pos::new(h, VPos::Bottom));
+        let label = format!("  batch {batch}: {peak}  ");
+        chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(label, (0, -(theme.px(6.0) as i32)), style)))?;
     }
 
     chart
