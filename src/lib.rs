@@ -3,7 +3,10 @@
 //! backend; the planner page (`ui`, wasm32 only) and the CLI (`src/main.rs`) sit on top.
 
 pub mod estimator;
+pub mod plots;
 pub mod presets;
+/// The planner page; its logic ([`ui::state`]) builds natively, its components on wasm32 only.
+pub mod ui;
 
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cli;

@@ -8,6 +8,7 @@ use std::io::Read;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::estimator::config::Plan;
+use crate::estimator::parallel::{self, search, ParallelEstimate};
 use crate::estimator::{estimate, Estimate};
 use crate::presets::{gpus, models};
 
@@ -32,6 +33,21 @@ enum Cmd {
         config: Option<std::path::PathBuf>,
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+    },
+    /// The cheapest multi-GPU layouts of a plan (JSON, stdin or --config FILE) that fit its GPU:
+    /// fewest GPUs, then the shortest step, for the plan's global batch.
+    Search {
+        #[arg(long)]
+        config: Option<std::path::PathBuf>,
+        #[arg(long, default_value_t = 64)]
+        max_gpus: u64,
+        #[arg(long, default_value_t = 8)]
+        gpus_per_node: u64,
+        #[arg(long, default_value_t = 10)]
+        top: usize,
+        /// Also try optimizer and parameter offload to host memory.
+        #[arg(long)]
+        offload: bool,
     },
     /// Replay reference records (JSON lines) and compare with their measured peaks.
     Reference { file: std::path::PathBuf },
@@ -62,20 +78,28 @@ pub fn main() -> i32 {
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
         Cmd::Estimate { config, format } => {
-            let text = match config {
-                Some(p) => std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-                None => {
-                    let mut s = String::new();
-                    std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read stdin: {e}"))?;
-                    s
-                }
-            };
-            let plan: Plan = serde_json::from_str(&text).map_err(|e| format!("invalid plan: {e}"))?;
+            let plan = read_plan(config)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
+            let par = if plan.parallel.is_some() || plan.offload.is_some() { Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?) } else { None };
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&estimate_json(&plan, &est)).map_err(|e| e.to_string())?),
-                Format::Table => print!("{}", table(&plan, &est)),
+                Format::Json => println!("{}", serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref())).map_err(|e| e.to_string())?),
+                Format::Table => {
+                    print!("{}", table(&plan, &est));
+                    if let Some(p) = &par {
+                        print!("{}", parallel_table(&plan, p));
+                    }
+                }
             }
+            Ok(())
+        }
+        Cmd::Search { config, max_gpus, gpus_per_node, top, offload } => {
+            let plan = read_plan(config)?;
+            let opts = search::SearchOptions { max_gpus, gpus_per_node, top, offload, ..Default::default() };
+            let found = search::search(&plan, &opts).map_err(|e| e.to_string())?;
+            if found.is_empty() {
+                return Err(format!("no layout of up to {max_gpus} GPUs fits: raise --max-gpus, enable offload or checkpointing"));
+            }
+            println!("{}", serde_json::to_string_pretty(&found).map_err(|e| e.to_string())?);
             Ok(())
         }
         Cmd::Reference { file } => reference::run(&file),
@@ -94,8 +118,67 @@ fn run(cmd: Cmd) -> Result<(), String> {
     }
 }
 
-/// The JSON answer of `estimate`.
+fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
+    let text = match config {
+        Some(p) => std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+        None => {
+            let mut s = String::new();
+            std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read stdin: {e}"))?;
+            s
+        }
+    };
+    serde_json::from_str(&text).map_err(|e| format!("invalid plan: {e}"))
+}
+
+/// The JSON answer of `estimate` for a single-GPU plan.
 pub fn estimate_json(plan: &Plan, e: &Estimate) -> serde_json::Value {
+    estimate_json_with(plan, e, None)
+}
+
+/// The JSON answer of `estimate`: the simulated step's keys, then `per_gpu`, `host_bytes`,
+/// `communication` and `step_seconds` (for one GPU too: no traffic, the compute time), and
+/// `parallel` with every rank when the plan has a `parallel` or `offload` key. The top-level keys
+/// describe the simulated step of one tensor-parallel rank holding every layer.
+pub fn estimate_json_with(plan: &Plan, e: &Estimate, par: Option<&ParallelEstimate>) -> serde_json::Value {
+    let mut v = estimate_json_base(plan, e);
+    let gpu = plan.gpu.as_deref().and_then(gpus::find);
+    let extra = match par {
+        Some(p) => serde_json::json!({
+            "per_gpu": p.per_gpu,
+            "host_bytes": p.host_bytes,
+            "communication": {
+                "bytes_per_step": p.comm_bytes_per_step,
+                "seconds_per_step": p.comm_seconds_per_step,
+                "exposed_seconds_per_step": p.comm_exposed_seconds_per_step,
+                "items": p.communication,
+            },
+            "step_seconds": p.step_seconds,
+            "parallel": {
+                "scheme": p.scheme,
+                "layout": p.layout,
+                "peak_rank": p.peak_rank,
+                "ranks": p.ranks,
+                "compute_seconds": p.compute_seconds,
+                "scaling_efficiency": p.scaling_efficiency,
+                "samples_per_step": p.samples_per_step,
+                "offload": p.offload,
+                "fits": p.fits,
+            },
+        }),
+        None => serde_json::json!({
+            "per_gpu": parallel::single_gpu(e),
+            "host_bytes": 0,
+            "communication": {"bytes_per_step": 0, "seconds_per_step": 0.0, "exposed_seconds_per_step": 0.0, "items": []},
+            "step_seconds": gpu.map(|g| parallel::single_gpu_step_seconds(plan, e, &g)),
+        }),
+    };
+    if let (Some(o), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
+        o.extend(x);
+    }
+    v
+}
+
+fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
     let mut breakdown = serde_json::Map::new();
     for r in &e.breakdown {
         breakdown.insert(r.category.key().into(), r.bytes.0.into());
@@ -136,6 +219,46 @@ pub fn estimate_json(plan: &Plan, e: &Estimate) -> serde_json::Value {
         }
     }
     v
+}
+
+fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
+    use crate::estimator::units::Bytes;
+    use std::fmt::Write;
+    let l = &p.layout;
+    let mut s = String::new();
+    let _ = writeln!(s, "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}, {}, {} micro-batch(es) of {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, if l.interleave > 1 { format!(" (interleave {})", l.interleave) } else { String::new() }, p.scheme, l.micro_batches, plan.batch);
+    let _ = writeln!(s, "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  peak at", "stage", "params", "grads", "opt state", "activations", "other", "device");
+    for r in &p.ranks {
+        let m = &r.memory;
+        let _ = writeln!(
+            s,
+            "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  {} {}",
+            r.stage,
+            Bytes(m.params_bytes).to_string(),
+            Bytes(m.grads_bytes).to_string(),
+            Bytes(m.optimizer_state_bytes).to_string(),
+            Bytes(m.activations_bytes).to_string(),
+            Bytes(m.other_bytes).to_string(),
+            Bytes(m.device_total_bytes).to_string(),
+            r.peak_phase.key(),
+            r.peak_op.clone().unwrap_or_default()
+        );
+    }
+    let _ = writeln!(s, "peak rank: stage {}, {} per GPU", p.ranks[p.peak_rank].stage, Bytes(p.per_gpu.device_total_bytes));
+    let _ = writeln!(s, "communication: {} sent per GPU per step, {:.4} s ({:.4} s not hidden by compute)", Bytes(p.comm_bytes_per_step), p.comm_seconds_per_step, p.comm_exposed_seconds_per_step);
+    for c in &p.communication {
+        let _ = writeln!(s, "  {:<8} {:<72} {:>12} {:>9.4} s over {}", c.scheme, c.what, Bytes(c.bytes_sent.max(c.bytes_received)).to_string(), c.seconds, c.link);
+    }
+    if let (Some(step), Some(eff)) = (p.step_seconds, p.scaling_efficiency) {
+        let _ = writeln!(s, "step: {:.4} s (compute {:.4} s), scaling efficiency {:.1} %", step, p.compute_seconds.unwrap_or(0.0), eff * 100.0);
+    }
+    if let Some(o) = &p.offload {
+        let _ = writeln!(s, "offload over {}: host {} per GPU ({} per node), GPU saves {}; {}", o.link, Bytes(o.host_bytes), Bytes(o.host_bytes_per_node), Bytes(o.gpu_bytes_saved), o.verdict);
+    }
+    if let (Some(f), Some(g)) = (p.fits, plan.gpu.as_deref().and_then(gpus::find)) {
+        let _ = writeln!(s, "{} ({}): {}", g.name, g.memory, if f { "fits" } else { "does NOT fit" });
+    }
+    s
 }
 
 fn table(plan: &Plan, e: &Estimate) -> String {

@@ -178,6 +178,13 @@ pub struct Plan {
     /// prefill alone produces the first one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub new_tokens: Option<u64>,
+    /// Multi-GPU layout (data, tensor and pipeline parallelism, ZeRO/FSDP). Absent: one GPU,
+    /// estimated exactly as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<super::parallel::Parallel>,
+    /// What lives in host memory instead of on the GPU (ZeRO-Offload / ZeRO-Infinity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<super::parallel::Offload>,
 }
 
 impl Default for Plan {
@@ -207,6 +214,8 @@ impl Default for Plan {
             frozen: None,
             context: None,
             new_tokens: None,
+            parallel: None,
+            offload: None,
         }
     }
 }
@@ -230,4 +239,18 @@ pub struct BuildCtx {
     pub device: Device,
     /// Fine-tuning and inference settings (plain training: the default).
     pub tune: TuneCtx,
+    /// Tensor-parallel degree the builder shards attention and MLP over (Megatron-LM); 1 = none.
+    /// Builders apply it through the hook in [`super::parallel::tp`].
+    pub tp: u64,
+    /// Megatron sequence parallelism: the non-tensor-parallel regions (norms, dropout, residual)
+    /// hold 1/tp of the sequence.
+    pub sequence_parallel: bool,
+}
+
+impl BuildCtx {
+    /// A context with the given sizes and every option at its default (no checkpointing,
+    /// SDPA, cuDNN, CUDA, no tensor parallelism).
+    pub fn new(batch: u64, res: u64, seq: u64, precision: Precision) -> Self {
+        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false, tune: TuneCtx::default() }
+    }
 }

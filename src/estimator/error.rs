@@ -22,4 +22,7 @@ pub enum EstimateError {
     BadHfConfig(String),
     #[error("unsupported combination: {0}")]
     Unsupported(String),
+    /// A multi-GPU layout that cannot run (see `estimator::parallel`).
+    #[error("invalid parallel layout: {0}")]
+    BadLayout(String),
 }

@@ -138,6 +138,9 @@ pub struct Graph {
     pub(crate) cast_cache: Vec<(TensorId, TensorId)>,
     /// Tensors the training loop keeps alive after forward (the loss).
     pub kept: Vec<TensorId>,
+    /// Tensor parallelism the builder applies and the collectives it recorded
+    /// (`estimator::parallel::tp`); size 1 unless a builder opts in.
+    pub tp: super::parallel::tp::TpState,
     /// Name prefix of the module being built.
     prefix: Vec<String>,
     /// `model.eval()` under `torch.no_grad()`: parameters need no gradient, nothing is saved,
@@ -161,6 +164,7 @@ impl Graph {
             segments: 0,
             cast_cache: Vec::new(),
             kept: Vec::new(),
+            tp: Default::default(),
             prefix: Vec::new(),
             inference: false,
             frozen: Vec::new(),

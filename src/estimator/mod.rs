@@ -21,6 +21,7 @@ pub mod ops_cnn;
 pub mod ops_text;
 pub mod ops_tune;
 pub mod optimizer;
+pub mod parallel;
 pub mod simulate;
 pub mod sweep;
 pub mod timeline;
@@ -176,7 +177,12 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             return Err(EstimateError::Unsupported("gradient accumulation applies to training".into()));
         }
     }
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tune };
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tune, tp: 1, sequence_parallel: false };
+    if let Some(par) = &plan.parallel {
+        ctx.tp = par.tp;
+        ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
+    }
+
     if let Some(res) = plan.res {
         check_range("res", res, 1, MAX_RES)?;
     }

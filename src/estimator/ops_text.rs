@@ -616,7 +616,7 @@ impl Graph {
             let shifted = self.no_grad_op("clone", &[padded], vec![b, t], DType::I64, Bytes::ZERO)?;
             let l2 = self.view(lf, vec![b * t, v])?;
             let y = self.view(shifted, vec![b * t])?;
-            self.cross_entropy(l2, y)
+            self.vocab_parallel_cross_entropy(l2, y)
         })();
         self.pop();
         r

@@ -35,7 +35,19 @@ impl Graph {
 
     /// One projection of a transformer block (`q_proj`, ..., `down_proj`) in the plan's weight
     /// format, wrapped in LoRA adapters when the plan targets it.
+    /// Plain dense layers go through the tensor-parallel constructors (column-parallel for q, k,
+    /// v, gate, up; row-parallel for o, down), which are `linear` itself on one GPU.
     pub fn block_linear(&mut self, leaf: &str, x: TensorId, fin: u64, fout: u64, bias: bool, target: Target, tune: &TuneCtx) -> R {
+        let adapted = tune.lora.as_ref().is_some_and(|l| l.wraps(target));
+        if tune.dense_linears() && !adapted {
+            return match target {
+                Target::O | Target::Down => self.row_parallel_linear(leaf, x, fin, fout, bias),
+                _ => self.column_parallel_linear(leaf, x, fin, fout, bias),
+            };
+        }
+        if self.tp_size() > 1 {
+            return Err(self.tune_err("LoRA adapters and quantized weights are not modelled with tensor parallelism".into()));
+        }
         self.push(leaf);
         let r = (|| {
             let nf4 = tune.quant == Quantization::Nf4;

@@ -287,6 +287,14 @@ impl TuneCtx {
             (Mode::Finetune, q) => return Err(unsupported(format!("fine-tuning supports nf4 (QLoRA) only, not '{}'", q.key()))),
             (Mode::Infer, _) => {}
         }
+        if let Some(par) = &plan.parallel {
+            if mode == Mode::Infer {
+                return Err(unsupported("inference plans are estimated on one GPU: remove \"parallel\""));
+            }
+            if plan.opt.is_bnb() && (par.zero.unwrap_or(0) > 0 || par.fsdp) {
+                return Err(unsupported("bitsandbytes optimizers with ZeRO/FSDP sharding are not modelled: use DDP (zero 0) or a PyTorch optimizer"));
+            }
+        }
         if plan.double_quant && plan.quantization != Quantization::Nf4 {
             return Err(unsupported("\"double_quant\" applies to nf4 quantization"));
         }

@@ -175,6 +175,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         return Err(EstimateError::Unsupported(format!("LoRA and quantized weights are modelled for LLaMA-family models (llama, mistral, qwen2), not {}", cfg.model_type)));
     }
     let mut g = Graph::for_build(ctx);
+    g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
     let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
     match cfg.arch {
@@ -346,7 +347,8 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
     g.nf4_shared_constants(&ctx.tune)?;
-    let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let (nhl, nkvl) = g.tp_attention_heads(nh, nkv)?;
+    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
@@ -362,9 +364,9 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
             let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
             let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
             let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
-            let q = heads_view(g, q, nh, d)?;
-            let k = heads_view(g, k, nkv, d)?;
-            let v = heads_view(g, v, nkv, d)?;
+            let q = heads_view(g, q, nhl, d)?;
+            let k = heads_view(g, k, nkvl, d)?;
+            let v = heads_view(g, v, nkvl, d)?;
             let q = g.rotary(q, cos, sin)?;
             let k = g.rotary(k, cos, sin)?;
             // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and repeats
@@ -389,7 +391,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
         g.add_bc(h, y)
     })?;
     let h = g.rms_norm("norm", h)?;
-    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, embed, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))? } else { g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)? };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
 }

@@ -1,0 +1,124 @@
+# VRAM Planner: set-up, build and tests. Each target installs only what is missing (at the
+# version pinned here or in Cargo.lock), so running it again is cheap. Nothing is fetched from
+# GitHub: only the Rust crate, npm and Debian package registries are used.
+#
+#   make serve   the app at http://127.0.0.1:8080 with live reload
+#   make test    native tests, wasm component tests in headless Chromium, browser end-to-end tests
+#   make dist    release build into dist/ (works under any sub-path)
+#   make size    every dist/ file with raw and gzip bytes; fails above the weight budget
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+# Beside the clone: an offline copy of the wasm32 standard library, used if rustup refuses.
+SHARED := $(abspath $(ROOT)/../shared)
+CARGO_BIN := $(or $(CARGO_HOME),$(HOME)/.cargo)/bin
+export PATH := $(ROOT)/node_modules/.bin:$(CARGO_BIN):$(PATH)
+export TRUNK_SKIP_VERSION_CHECK := true
+
+WASM_TARGET := wasm32-unknown-unknown
+TRUNK_VERSION := 0.21.14
+# wasm-bindgen-cli must equal the wasm-bindgen crate the build links (Trunk.toml pins the same).
+WASM_BINDGEN_VERSION := $(shell awk '$$0 == "name = \"wasm-bindgen\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' $(ROOT)/Cargo.lock)
+CHROMIUM ?= /usr/bin/chromium
+CHROMEDRIVER ?= /usr/bin/chromedriver
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+# Issue #4's budget for the first load, all of dist/ gzipped.
+SIZE_BUDGET_BYTES := 200000
+
+DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
+
+.PHONY: help serve test dist size tools browser wasm-target trunk wasm-bindgen node-tools fetch test-native test-wasm test-e2e
+
+help:
+	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
+
+# --- tools ---------------------------------------------------------------------------------
+
+tools: wasm-target trunk wasm-bindgen node-tools
+
+wasm-target:
+	@sysroot="$$(rustc --print sysroot)"; \
+	if [ -d "$$sysroot/lib/rustlib/$(WASM_TARGET)/lib" ]; then exit 0; fi; \
+	echo "==> rustup target add $(WASM_TARGET)"; \
+	if ! rustup target add $(WASM_TARGET); then \
+	  archive="$(SHARED)/toolchain/rust-std-$(WASM_TARGET)-$$(rustc --version | cut -d' ' -f2).tgz"; \
+	  if [ ! -f "$$archive" ]; then echo "rustup refused the target and $$archive is missing" >&2; exit 1; fi; \
+	  echo "==> unpacking $$archive"; \
+	  tar -xzf "$$archive" -C "$$sysroot/lib/rustlib"; \
+	fi
+
+trunk:
+	@if trunk --version 2>/dev/null | grep -qx 'trunk $(TRUNK_VERSION)'; then exit 0; fi; \
+	echo "==> cargo install trunk $(TRUNK_VERSION) (about 9 minutes on 2 cores)"; \
+	cargo install --locked trunk --version $(TRUNK_VERSION)
+
+# Without --locked: the CLI's own lock file names a webpki-roots release the registry lacks.
+wasm-bindgen:
+	@if wasm-bindgen --version 2>/dev/null | grep -qx 'wasm-bindgen $(WASM_BINDGEN_VERSION)' \
+	  && wasm-bindgen-test-runner --version 2>/dev/null | grep -q '$(WASM_BINDGEN_VERSION)'; then exit 0; fi; \
+	echo "==> cargo install wasm-bindgen-cli $(WASM_BINDGEN_VERSION)"; \
+	cargo install wasm-bindgen-cli --version $(WASM_BINDGEN_VERSION)
+
+node-tools: node_modules/.installed
+
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "==> apt-get install nodejs npm"; $(SUDO) apt-get update; $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y nodejs npm; }
+	@echo "==> npm ci (binaryen's wasm-opt, playwright-core)"
+	npm ci --no-audit --no-fund
+	@touch $@
+
+# Debian's Chromium and its driver: no browser download from anywhere else.
+browser:
+	@if [ -x $(CHROMIUM) ] && [ -x $(CHROMEDRIVER) ]; then exit 0; fi; \
+	echo "==> apt-get install chromium chromium-driver"; \
+	$(SUDO) apt-get update; \
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y chromium chromium-driver
+
+fetch:
+	@cargo fetch --locked
+
+# --- build ---------------------------------------------------------------------------------
+
+# Serves a debug build from target/serve, so dist/ only ever holds release builds.
+serve: tools fetch
+	trunk serve --offline --dist target/serve
+
+dist: dist/index.html
+
+dist/index.html: $(DIST_INPUTS) | tools fetch
+	trunk build --release --offline
+	@touch $@
+
+size: dist
+	@printf '%-44s %10s %10s\n' file raw gzip; \
+	total_raw=0; total_gz=0; \
+	while IFS= read -r f; do \
+	  raw=$$(stat -c %s "$$f"); gz=$$(gzip -9 -c "$$f" | wc -c); \
+	  total_raw=$$((total_raw + raw)); total_gz=$$((total_gz + gz)); \
+	  printf '%-44s %10d %10d\n' "$${f#dist/}" "$$raw" "$$gz"; \
+	done < <(find dist -type f | LC_ALL=C sort); \
+	printf '%-44s %10d %10d\n' total "$$total_raw" "$$total_gz"; \
+	if [ "$$total_gz" -gt $(SIZE_BUDGET_BYTES) ]; then \
+	  echo "FAIL: $$total_gz gzip bytes exceed the budget of $(SIZE_BUDGET_BYTES)" >&2; exit 1; \
+	fi; \
+	echo "ok: $$total_gz of $(SIZE_BUDGET_BYTES) gzip bytes"
+
+# --- tests ---------------------------------------------------------------------------------
+
+test: test-native test-wasm test-e2e
+
+test-native: fetch
+	@echo "==> native: cargo test"
+	cargo test --locked --offline --no-fail-fast
+
+test-wasm: tools browser fetch
+	@echo "==> wasm: wasm-bindgen-test in headless Chromium"
+	CHROMEDRIVER=$(CHROMEDRIVER) cargo test --locked --offline --target $(WASM_TARGET) --test web
+
+test-e2e: dist browser node-tools
+	@echo "==> end-to-end: Playwright against dist/ under /vram-planner/"
+	CHROMIUM=$(CHROMIUM) node tests/e2e/run.mjs

@@ -1,0 +1,334 @@
+//! Pipeline parallelism: the model's blocks, their split into stages, a stage as a graph of its
+//! own, and how many micro-batches each stage holds in flight.
+//!
+//! Blocks come from module names: everything up to the first numeric component is one block
+//! (`layer1.0.conv1` → `layer1.0`, `model.layers.12.mlp` → `model.layers.12`,
+//! `encoder.layers.encoder_layer_3.mlp` → `encoder.layers.encoder_layer_3`), an unnumbered
+//! top-level module is a block of its own (`conv1`, `fc`, `loss`), and an unnamed op joins the block
+//! before it. Numbered blocks are the "layers" (residual blocks, transformer layers); they are also
+//! the units FSDP wraps (see [`super::zero`]).
+//!
+//! Stages take contiguous runs of blocks with balanced parameter counts, as DeepSpeed's
+//! `PipelineModule(partition_method="parameters")` does (`deepspeed/runtime/pipe/module.py`), so a
+//! stage holds whole blocks and a weight shared by two stages (a tied embedding) lives on both, as
+//! in Megatron-LM. Each stage is simulated as its own step ([`slice`]): the activations it
+//! receives are inputs that require grad, the activation it sends on is kept until its gradient
+//! comes back.
+
+use std::collections::HashMap;
+use std::ops::Range;
+
+use crate::estimator::graph::{Graph, Storage, StorageKind, Tensor, TensorId};
+
+/// A run of consecutive ops of one module.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Block {
+    pub name: String,
+    pub ops: Range<usize>,
+    /// A numbered block (a layer): an FSDP unit and what "layers" counts.
+    pub numbered: bool,
+    /// Elements of the parameters first used in this block.
+    pub param_elems: u64,
+}
+
+/// A component that numbers a repeated module: `0`, `12` (`nn.Sequential`, `nn.ModuleList`) or
+/// `encoder_layer_11` (torchvision's ViT names its layers so).
+fn is_index(c: &str) -> bool {
+    let digits = c.trim_end_matches(|ch: char| ch.is_ascii_digit());
+    digits.len() < c.len() && (digits.is_empty() || digits.ends_with('_'))
+}
+
+fn block_key(name: &str) -> (String, bool) {
+    let mut out: Vec<&str> = Vec::new();
+    for c in name.split('.') {
+        out.push(c);
+        if is_index(c) {
+            return (out.join("."), true);
+        }
+    }
+    (name.split('.').next().unwrap_or("").to_string(), false)
+}
+
+/// The tensors each op reads that are parameters, looking through autocast's cached casts.
+pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
+    let mut cast_of: HashMap<TensorId, TensorId> = HashMap::new();
+    for &(p, c) in &g.cast_cache {
+        cast_of.insert(c, p);
+    }
+    g.ops
+        .iter()
+        .map(|op| {
+            let mut v: Vec<TensorId> = Vec::new();
+            for &t in &op.inputs {
+                let p = if g.tensors[t].is_param { Some(t) } else { cast_of.get(&t).copied() };
+                if let Some(p) = p {
+                    if !v.contains(&p) {
+                        v.push(p);
+                    }
+                }
+            }
+            v
+        })
+        .collect()
+}
+
+/// Splits the tape into blocks.
+pub fn blocks(g: &Graph) -> Vec<Block> {
+    let params = op_params(g);
+    let mut seen = vec![false; g.tensors.len()];
+    let mut out: Vec<Block> = Vec::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        let (key, numbered) = if op.name.is_empty() {
+            match out.last() {
+                Some(b) => (b.name.clone(), b.numbered),
+                None => (String::new(), false),
+            }
+        } else {
+            block_key(&op.name)
+        };
+        let mut elems = 0u64;
+        for &p in &params[i] {
+            if !seen[p] {
+                seen[p] = true;
+                elems += g.tensors[p].numel();
+            }
+        }
+        match out.last_mut() {
+            Some(b) if b.name == key => {
+                b.ops.end = i + 1;
+                b.param_elems += elems;
+            }
+            _ => out.push(Block { name: key, ops: i..i + 1, numbered, param_elems: elems }),
+        }
+    }
+    out
+}
+
+/// Splits `weights` into `k` contiguous non-empty runs minimising the largest sum (the classic
+/// linear partition, by dynamic programming); returns the run boundaries as index ranges.
+/// `k` must be between 1 and `weights.len()`.
+pub fn partition(weights: &[u64], k: usize) -> Vec<Range<usize>> {
+    let n = weights.len();
+    let k = k.clamp(1, n.max(1));
+    if n == 0 {
+        return vec![0..0];
+    }
+    let mut prefix = vec![0u64; n + 1];
+    for i in 0..n {
+        prefix[i + 1] = prefix[i] + weights[i];
+    }
+    // best[j][i]: smallest max-sum splitting the first i items into j runs; cut[j][i]: start of the last run.
+    let inf = u64::MAX;
+    let mut best = vec![vec![inf; n + 1]; k + 1];
+    let mut cut = vec![vec![0usize; n + 1]; k + 1];
+    best[0][0] = 0;
+    for j in 1..=k {
+        for i in j..=n {
+            for s in (j - 1)..i {
+                if best[j - 1][s] == inf {
+                    continue;
+                }
+                let v = best[j - 1][s].max(prefix[i] - prefix[s]);
+                // Prefer later cuts on ties so early stages (which hold more micro-batches) get less.
+                if v <= best[j][i] {
+                    best[j][i] = v;
+                    cut[j][i] = s;
+                }
+            }
+        }
+    }
+    let mut ranges = Vec::with_capacity(k);
+    let mut i = n;
+    for j in (1..=k).rev() {
+        let s = cut[j][i];
+        ranges.push(s..i);
+        i = s;
+    }
+    ranges.reverse();
+    ranges
+}
+
+/// The op ranges of `chunks` pipeline chunks with balanced parameters (whole blocks each).
+pub fn stage_ranges(g: &Graph, bl: &[Block], chunks: usize) -> Vec<Range<usize>> {
+    let w: Vec<u64> = bl.iter().map(|b| b.param_elems).collect();
+    partition(&w, chunks)
+        .into_iter()
+        .map(|r| {
+            let start = bl.get(r.start).map(|b| b.ops.start).unwrap_or(0);
+            let end = if r.end == 0 { start } else { bl[r.end - 1].ops.end };
+            start..end.min(g.ops.len())
+        })
+        .collect()
+}
+
+/// The ops `range` of `g` as a graph of their own (one pipeline stage): activations made before
+/// the range are received inputs (requiring grad as before), activations the range makes and later
+/// ops read are kept for the gradient that comes back (the largest one seeds backward); the
+/// loss stays kept on the last stage. Parameters, buffers and collectives of the range come along.
+pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
+    let ns = g.storages.len();
+    let mut born = vec![usize::MAX; ns];
+    let mut last_use = vec![0usize; ns];
+    for (i, op) in g.ops.iter().enumerate() {
+        for &t in &op.outputs {
+            let s = g.tensors[t].storage;
+            born[s] = born[s].min(i);
+        }
+        for &t in op.inputs.iter().chain(op.outputs.iter()) {
+            let s = g.tensors[t].storage;
+            last_use[s] = last_use[s].max(i);
+        }
+    }
+    let mut out = Graph::new(g.precision);
+    out.tp.size = g.tp.size;
+    out.tp.sequence_parallel = g.tp.sequence_parallel;
+    out.tp.seq_dim = g.tp.seq_dim;
+    out.tp.heads = g.tp.heads;
+    let mut m = Mapper { smap: vec![None; ns], tmap: vec![None; g.tensors.len()], born: &born, start: range.start };
+    let mut seg_map: HashMap<usize, usize> = HashMap::new();
+    for i in range.clone() {
+        let op = &g.ops[i];
+        let mut r = op.clone();
+        r.inputs = op.inputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
+        r.outputs = op.outputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
+        r.saved = op.saved.iter().map(|&t| m.map(g, t, &mut out)).collect();
+        r.grads = op.grads.iter().map(|&(t, f)| (m.map(g, t, &mut out), f)).collect();
+        r.segment = op.segment.map(|s| {
+            let next = seg_map.len();
+            *seg_map.entry(s).or_insert(next)
+        });
+        out.ops.push(r);
+    }
+    out.segments = seg_map.len();
+    for &(p, c) in &g.cast_cache {
+        if let (Some(np), Some(nc)) = (m.tmap[p], m.tmap[c]) {
+            out.cast_cache.push((np, nc));
+        }
+    }
+    // The loss (last stage), else what later stages read.
+    for &t in &g.kept {
+        if let Some(n) = m.tmap[t] {
+            out.kept.push(n);
+        }
+    }
+    if out.kept.is_empty() {
+        let mut sent: Vec<TensorId> = Vec::new();
+        for i in range.clone() {
+            for &t in &g.ops[i].outputs {
+                let s = g.tensors[t].storage;
+                if born[s] == i && last_use[s] >= range.end && g.storages[s].kind == StorageKind::Activation {
+                    sent.push(t);
+                }
+            }
+        }
+        // Later ops may read these storages through views: keep the view they read, so its
+        // shape is right.
+        let mut by_storage: Vec<TensorId> = Vec::new();
+        for op in &g.ops[range.end..] {
+            for &t in &op.inputs {
+                let s = g.tensors[t].storage;
+                if sent.iter().any(|&x| g.tensors[x].storage == s) && !by_storage.iter().any(|&x| g.tensors[x].storage == s) {
+                    by_storage.push(t);
+                }
+            }
+        }
+        by_storage.sort_by_key(|&t| std::cmp::Reverse((g.tensors[t].requires_grad, g.bytes(t))));
+        for t in by_storage {
+            let n = m.map(g, t, &mut out);
+            out.kept.push(n);
+        }
+    }
+    for c in &g.tp.comm {
+        if range.contains(&c.op) {
+            let mut c = c.clone();
+            c.op -= range.start;
+            out.tp.comm.push(c);
+        }
+    }
+    out
+}
+
+struct Mapper<'a> {
+    smap: Vec<Option<usize>>,
+    tmap: Vec<Option<usize>>,
+    born: &'a [usize],
+    start: usize,
+}
+
+impl Mapper<'_> {
+    fn map(&mut self, g: &Graph, t: TensorId, out: &mut Graph) -> TensorId {
+        if let Some(n) = self.tmap[t] {
+            return n;
+        }
+        let old = &g.tensors[t];
+        let s = old.storage;
+        let sid = match self.smap[s] {
+            Some(x) => x,
+            None => {
+                let st = &g.storages[s];
+                let kind = if st.kind == StorageKind::Activation && self.born[s] < self.start { StorageKind::Input } else { st.kind };
+                out.storages.push(Storage { bytes: st.bytes, kind });
+                self.smap[s] = Some(out.storages.len() - 1);
+                out.storages.len() - 1
+            }
+        };
+        out.tensors.push(Tensor { shape: old.shape.clone(), dtype: old.dtype, storage: sid, requires_grad: old.requires_grad, is_param: old.is_param });
+        self.tmap[t] = Some(out.tensors.len() - 1);
+        out.tensors.len() - 1
+    }
+}
+
+/// Bytes each stage sends to the next per micro-batch (the activations later stages read);
+/// the gradient coming back has the same size.
+pub fn boundary_bytes(g: &Graph, range: &Range<usize>) -> u64 {
+    let sub = slice(g, range.clone());
+    if range.end >= g.ops.len() {
+        return 0;
+    }
+    sub.kept.iter().map(|&t| sub.bytes(t).0).sum()
+}
+
+/// Micro-batches (in model chunks) rank `i` of `p` holds in flight at its peak under 1F1B
+/// (PipeDream-Flush, Narayanan et al. 2021 §2.2.1: `min(p − i, m)`), or under the interleaved
+/// schedule with `v` chunks per device (§2.2.2), counted in chunk-micro-batches as Megatron-LM's
+/// `forward_backward_pipelining_with_interleaving` warms up:
+/// `min((p − i − 1)·2 + (v − 1)·p + 1, m·v)` (`megatron/core/pipeline_parallel/schedules.py`).
+pub fn in_flight(i: u64, p: u64, m: u64, v: u64) -> u64 {
+    if v <= 1 {
+        return (p - i).min(m).max(1);
+    }
+    ((p - i - 1) * 2 + (v - 1) * p + 1).min(m * v).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_keys() {
+        assert_eq!(block_key("layer1.0.conv1"), ("layer1.0".into(), true));
+        assert_eq!(block_key("model.layers.12.mlp.up"), ("model.layers.12".into(), true));
+        assert_eq!(block_key("fc"), ("fc".into(), false));
+        assert_eq!(block_key("bn1"), ("bn1".into(), false));
+        assert_eq!(block_key("layer1"), ("layer1".into(), false));
+        assert_eq!(block_key("encoder.layers.encoder_layer_3.mlp"), ("encoder.layers.encoder_layer_3".into(), true));
+    }
+
+    #[test]
+    fn partition_balances() {
+        let r = partition(&[1, 1, 1, 1, 4], 2);
+        assert_eq!(r, vec![0..4, 4..5]);
+        let r = partition(&[5, 5, 5, 5], 4);
+        assert_eq!(r.len(), 4);
+        assert!(r.iter().all(|x| x.len() == 1));
+    }
+
+    #[test]
+    fn one_f_one_b_in_flight() {
+        assert_eq!(in_flight(0, 4, 8, 1), 4);
+        assert_eq!(in_flight(3, 4, 8, 1), 1);
+        assert_eq!(in_flight(0, 4, 2, 1), 2);
+        // Interleaved, 4 stages, 2 chunks: the first rank warms up 2·3 + 4 = 10 chunk-micro-batches.
+        assert_eq!(in_flight(0, 4, 8, 2), 11);
+    }
+}

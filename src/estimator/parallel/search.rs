@@ -1,0 +1,165 @@
+//! The search for the cheapest layouts that fit a GPU: fewest GPUs first, then the shortest
+//! step. The training job is held fixed: the plan's global batch (`batch` × its micro-batches)
+//! is split over the data-parallel replicas and then into micro-batches, the fewest that fit (the
+//! largest micro-batch keeps the GPU busiest), at least `pp` of them under pipeline parallelism.
+//! Every layout is estimated in full ([`super::evaluate`]); the graph and the stage simulations
+//! are shared by layouts with the same model-parallel degrees and micro-batch.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+
+use super::{evaluate, prepare, Layout, Offload, ParallelEstimate, Prepared};
+use crate::estimator::config::Plan;
+use crate::estimator::error::EstimateError;
+use crate::presets::gpus;
+
+/// What the search may vary.
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    pub max_gpus: u64,
+    pub gpus_per_node: u64,
+    /// How many fitting layouts to return.
+    pub top: usize,
+    /// ZeRO stages to try (data-parallel degrees above 1 only).
+    pub zero_stages: Vec<u8>,
+    /// Also try optimizer offload (and parameter offload at stage 3) over the GPU's host link.
+    pub offload: bool,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions { max_gpus: 64, gpus_per_node: 8, top: 10, zero_stages: vec![0, 1, 2, 3], offload: false }
+    }
+}
+
+/// A layout that fits, with the plan that applies it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Candidate {
+    pub plan: Plan,
+    pub gpus: u64,
+    pub scheme: String,
+    pub dp: u64,
+    pub tp: u64,
+    pub pp: u64,
+    pub zero: u8,
+    pub offload_optimizer: bool,
+    pub offload_params: bool,
+    /// Samples per micro-batch and micro-batches per step on each replica.
+    pub micro_batch: u64,
+    pub micro_batches: u64,
+    pub peak_device_bytes: u64,
+    /// Time of one step of the whole global batch.
+    pub step_seconds: Option<f64>,
+    pub scaling_efficiency: Option<f64>,
+}
+
+fn divisors(n: u64) -> Vec<u64> {
+    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+}
+
+/// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
+pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, EstimateError> {
+    let id = plan.gpu.as_deref().ok_or_else(|| EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into()))?;
+    let gpu = gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?;
+    let gpn = opts.gpus_per_node.max(1);
+    let base_m = plan.parallel.as_ref().and_then(|p| p.micro_batches).unwrap_or(plan.accumulation).max(1) as u64;
+    let global = plan.batch.saturating_mul(base_m);
+    let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
+    worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
+    let mut cache: HashMap<(u64, u64, u64, u64), Option<Prepared>> = HashMap::new();
+    let mut found: Vec<Candidate> = Vec::new();
+    for w in worlds {
+        if found.len() >= opts.top {
+            break;
+        }
+        let (node_gpus, nodes) = if w <= gpn { (w, 1) } else { (gpn, w / gpn) };
+        let mut here: Vec<Candidate> = Vec::new();
+        for tp in divisors(node_gpus) {
+            for pp in divisors(w / tp) {
+                let dp = w / (tp * pp);
+                if !global.is_multiple_of(dp) {
+                    continue;
+                }
+                let per_replica = global / dp;
+                let zs: Vec<u8> = if dp > 1 { opts.zero_stages.clone() } else { vec![0, 3] };
+                // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
+                // with parameter offload.
+                let mut stages: Vec<(u8, bool, bool)> = Vec::new();
+                for z in zs {
+                    if dp > 1 || z == 0 {
+                        stages.push((z, false, false));
+                    }
+                    if opts.offload {
+                        if dp > 1 || z == 0 {
+                            stages.push((z, true, false));
+                        }
+                        if z == 3 {
+                            stages.push((z, true, true));
+                        }
+                    }
+                }
+                let mut done = vec![false; stages.len()];
+                for m in divisors(per_replica).into_iter().filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64) {
+                    if done.iter().all(|&d| d) {
+                        break;
+                    }
+                    let b = per_replica / m;
+                    for (k, &(zero, off_opt, off_params)) in stages.iter().enumerate() {
+                        if done[k] {
+                            continue;
+                        }
+                        let mut p = plan.clone();
+                        p.batch = b;
+                        p.accumulation = 1;
+                        let mut par = plan.parallel.clone().unwrap_or_default();
+                        par.gpus_per_node = Some(node_gpus);
+                        par.nodes = Some(nodes);
+                        par.dp = Some(dp);
+                        par.tp = tp;
+                        par.pp = pp;
+                        par.zero = Some(zero);
+                        par.fsdp = false;
+                        par.micro_batches = Some(m as u32);
+                        par.interleave = 1;
+                        par.sequence_parallel = par.sequence_parallel && tp > 1;
+                        p.parallel = Some(par);
+                        p.offload = (off_opt || off_params).then(|| Offload { optimizer: off_opt, params: off_params, ..plan.offload.clone().unwrap_or_default() });
+                        let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else { continue };
+                        let prep = cache.entry((tp, pp, b, m)).or_insert_with(|| prepare(&p, &layout).ok());
+                        let Some(prep) = prep.as_ref() else { continue };
+                        let e: ParallelEstimate = evaluate(&p, &layout, prep, Some(&gpu));
+                        if e.fits != Some(true) {
+                            continue;
+                        }
+                        done[k] = true;
+                        here.push(Candidate {
+                            gpus: w,
+                            scheme: e.scheme.clone(),
+                            dp,
+                            tp,
+                            pp,
+                            zero,
+                            offload_optimizer: off_opt,
+                            offload_params: off_params,
+                            micro_batch: b,
+                            micro_batches: m,
+                            peak_device_bytes: e.per_gpu.device_total_bytes,
+                            step_seconds: e.step_seconds,
+                            scaling_efficiency: e.scaling_efficiency,
+                            plan: p,
+                        });
+                    }
+                }
+            }
+        }
+        here.sort_by(|a, b| {
+            let ka = a.step_seconds.unwrap_or(f64::INFINITY);
+            let kb = b.step_seconds.unwrap_or(f64::INFINITY);
+            ka.total_cmp(&kb).then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
+        });
+        found.extend(here);
+    }
+    found.truncate(opts.top);
+    Ok(found)
+}

@@ -1,0 +1,60 @@
+// A tiny static server for dist/, mounted under a sub-path as GitHub Pages serves a project
+// site (https://user.github.io/vram-planner/). Only GET/HEAD of files inside the root.
+import { createServer } from 'node:http';
+import { readFile, stat } from 'node:fs/promises';
+import { extname, join, normalize, resolve, sep } from 'node:path';
+
+const TYPES = {
+  '.html': 'text/html; charset=utf-8',
+  '.js': 'text/javascript; charset=utf-8',
+  '.mjs': 'text/javascript; charset=utf-8',
+  '.css': 'text/css; charset=utf-8',
+  '.wasm': 'application/wasm',
+  '.json': 'application/json',
+  '.webmanifest': 'application/manifest+json',
+  '.svg': 'image/svg+xml',
+  '.png': 'image/png',
+  '.ico': 'image/x-icon',
+};
+
+/**
+ * Serves `root` at http://127.0.0.1:<free port><base>. Resolves to { origin, url, close }.
+ * `close()` also drops kept-alive connections, so a stopped server really is gone.
+ */
+export async function serve(root, base = '/vram-planner/') {
+  const top = resolve(root);
+  const server = createServer(async (req, res) => {
+    const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed');
+    if (path === base.slice(0, -1)) return send(res, 301, '', { location: base });
+    if (!path.startsWith(base)) return send(res, 404, 'not found');
+    let file = normalize(join(top, path.slice(base.length)));
+    if (file !== top && !file.startsWith(top + sep)) return send(res, 403, 'forbidden');
+    try {
+      if ((await stat(file)).isDirectory()) file = join(file, 'index.html');
+      const body = await readFile(file);
+      send(res, 200, req.method === 'HEAD' ? '' : body, {
+        'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+        'cache-control': 'no-cache',
+      });
+    } catch {
+      send(res, 404, 'not found');
+    }
+  });
+  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  const origin = `http://127.0.0.1:${server.address().port}`;
+  return {
+    origin,
+    url: origin + base,
+    close: () =>
+      new Promise((ok) => {
+        server.close(ok);
+        server.closeAllConnections();
+      }),
+  };
+}
+
+function send(res, status, body, headers = {}) {
+  res.writeHead(status, headers);
+  res.end(body);
+}
