@@ -132,6 +132,8 @@ pub struct Plan {
     #[serde(default)]
     pub attn: AttnImpl,
     /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
+    /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
+    /// defaults to false and true is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cudnn: Option<bool>,
     #[serde(default)]

@@ -10,6 +10,7 @@
 //! step then adds its state and temporaries. Every allocation is rounded to the caching
 //! allocator's 512-byte blocks.
 
+use super::config::Device;
 use super::graph::{Graph, GradFlow, StorageKind};
 use super::optimizer::{OptimizerImpl, OptimizerKind};
 use super::timeline::{Category, Live, Phase, Timeline};
@@ -24,6 +25,8 @@ pub struct StepOptions {
     pub optimizer_impl: OptimizerImpl,
     /// Micro-batches per optimizer step; from the second on, `.grad` already exists.
     pub accumulation: u32,
+    /// Where the step runs: decides whether the optimizer's step counters are device memory.
+    pub device: Device,
 }
 
 /// What the replay measured besides the timeline.
@@ -155,10 +158,12 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         }
     }
     let trainable: Vec<u64> = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| sbytes[t.storage]).collect();
+    let counter = Bytes(opt.optimizer.step_counter_bytes(opt.optimizer_impl, opt.device)).round_up(BLOCK);
     for &b in &trainable {
         for _ in 0..opt.optimizer.states_per_param() {
             live.add(Category::OptimizerState, Bytes(b));
         }
+        live.add(Category::OptimizerState, counter);
         live.add(Category::Gradients, Bytes(b));
     }
     let _ = grads_total;

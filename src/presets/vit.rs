@@ -79,7 +79,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
                 Ok::<_, EstimateError>(h)
             })?;
         }
-        g.layer_norm("ln", h, true)
+        g.layer_norm_on("ln", h, true, ctx.device == Device::Cpu)
     })?;
     // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
     g.seq_hold(&[tokens]);
@@ -87,7 +87,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     // `x[:, 0]`: a view, so the head's saved input keeps the whole LayerNorm output alive.
     let cls_out = g.seq_select(h, vec![b, d])?;
     let logits = g.scoped("heads", |g| g.linear("head", cls_out, d, CLASSES, true))?;
-    g.cross_entropy(logits, y)?;
+    g.cross_entropy_on(logits, y, ctx.device == Device::Cpu)?;
     // The logits are an argument of `F.cross_entropy` until it returns.
     g.seq_hold(&[logits]);
     Ok(g)
@@ -117,11 +117,12 @@ fn checkpoint_groups(ckpt: Checkpointing, layers: u64) -> Result<Vec<(u64, u64, 
 /// `EncoderBlock.forward`: `x = ln_1(input); x = self_attention(x, x, x); x = x + input;
 /// y = mlp(ln_2(x)); return x + y`.
 fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
-    let h = g.layer_norm("ln_1", input, true)?;
+    let cpu = ctx.device == Device::Cpu;
+    let h = g.layer_norm_on("ln_1", input, true, cpu)?;
     let a = g.scoped("self_attention", |g| self_attention(g, h, ctx, cfg))?;
     // The attention output is low precision under autocast: the sum is promoted to fp32.
     let x = g.seq_add(a, input)?;
-    let y = g.layer_norm("ln_2", x, true)?;
+    let y = g.layer_norm_on("ln_2", x, true, cpu)?;
     let y = g.scoped("mlp", |g| {
         let z = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
         let z = g.act(z, Act::Gelu, false)?;
