@@ -156,7 +156,7 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: plan.accumulation, device: plan.device };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
     let r = simulate(g, &opts);
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
@@ -178,7 +178,7 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
     let param_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param).map(|t| g.storages[t.storage].bytes).sum();
     let grad_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| g.storages[t.storage].bytes).sum();
     let trainable = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).count() as u64;
-    let counters = trainable.saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl, plan.device));
+    let counters = trainable.saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl(), plan.device));
     let opt_state_bytes = Bytes(grad_bytes.0.saturating_mul(plan.opt.states_per_param()).saturating_add(counters));
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };

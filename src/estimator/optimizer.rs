@@ -57,12 +57,33 @@ impl OptimizerKind {
             _ => 0,
         }
     }
-    /// Parameter-sized temporaries the step holds at once, per dtype group.
+    /// Parameter-sized temporaries the step holds at once: per dtype group (foreach), or per
+    /// parameter (for-loop, `_single_tensor_adam`: `denom = (exp_avg_sq.sqrt() /
+    /// bias_correction2_sqrt).add_(eps)` makes the square root and the quotient; besides them
+    /// the previous parameter's `denom` is alive until the name is rebound, see
+    /// [`OptimizerKind::for_loop_peak`]). SGD updates in place.
     pub fn step_temporaries(self, imp: OptimizerImpl) -> u64 {
         match (self, imp) {
             (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::Foreach) => 1,
+            (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::ForLoop) => 2,
             _ => 0,
         }
+    }
+    /// Peak temporary bytes of a for-loop step over parameters of these (rounded) sizes, in the
+    /// optimizer's parameter order: while parameter `i`'s temporaries exist, the previous
+    /// parameter's `denom` (one of its temporaries) is still referenced.
+    pub fn for_loop_peak(self, sizes: &[u64]) -> u64 {
+        let k = self.step_temporaries(OptimizerImpl::ForLoop);
+        if k == 0 {
+            return 0;
+        }
+        let mut prev = 0u64;
+        let mut peak = 0u64;
+        for &b in sizes {
+            peak = peak.max(prev.saturating_add(b.saturating_mul(k)));
+            prev = b;
+        }
+        peak
     }
     pub fn name(self) -> &'static str {
         match self {

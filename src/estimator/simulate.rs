@@ -398,14 +398,9 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     // Parameters that got no gradient are skipped by the optimizer; the state of the others
     // exists from the first step on (steady state).
     let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
-    let temp_bytes: u64 = match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => g.tensors.iter().filter(|t| t.is_param).map(|t| sbytes[t.storage]).max().unwrap_or(0),
-        _ => param_bytes_by_dtype.iter().map(|(_, b)| *b).max().unwrap_or(0),
-    }
-    .saturating_mul(temps);
     let mut at = live;
     match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => at.add(Category::OptimizerTemps, Bytes(temp_bytes)),
+        OptimizerImpl::ForLoop => at.add(Category::OptimizerTemps, Bytes(opt.optimizer.for_loop_peak(&trainable))),
         _ => {
             // One temporary per parameter of the largest dtype group.
             let group = param_bytes_by_dtype.iter().max_by_key(|(_, b)| *b).map(|(d, _)| *d);

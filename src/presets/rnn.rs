@@ -95,9 +95,10 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
         }
     })?;
     // `head(y)` on the transposed `[B, L, H]` output: `aten::linear` → `matmul`, whose reshape
-    // copies the non-contiguous input (saved by `mm`); the bias is added in place.
+    // copies the non-contiguous input (saved by `mm`); the bias is added in place. With one row
+    // or one step the transposed view is contiguous: `linear` runs `addmm` on a flattened view.
     let yc = g.lowp(y)?;
-    let yc = g.seq_copy(yc, vec![b * l, cfg.hidden], false)?;
+    let yc = if b > 1 && l > 1 { g.seq_copy(yc, vec![b * l, cfg.hidden], false)? } else { g.view(yc, vec![b * l, cfg.hidden])? };
     let logits = g.linear("head", yc, cfg.hidden, cfg.vocab, true)?;
     // `forward`'s `y` (and the unused final states bound to `_`) live until it returns.
     g.seq_hold(&[y, finals.0, finals.1]);
@@ -166,7 +167,8 @@ fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
 }
 
 /// `nn.LSTM` on the CPU (`mkldnn_rnn` in `aten/src/ATen/native/mkldnn/RNN.cpp`): the
-/// batch-first input is transposed and made contiguous (a copy `[L, B, E]`), each layer runs one
+/// batch-first input is transposed and made contiguous (a copy `[L, B, E]` unless B or L is 1),
+/// each layer runs one
 /// [`Graph::lstm_mkldnn_layer`] on its slices `hx[k]`, `cx[k]` of the zero initial states
 /// (views: the layer saves them, so the zeros live until its backward), the last layer's output
 /// is transposed back (a view) and the per-layer final states are stacked (unused). Returns the
@@ -178,7 +180,8 @@ fn mkldnn_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
     let h0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
     let c0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
     let xt = g.view(emb, vec![l, b, cfg.embed])?;
-    let x0 = g.seq_copy(xt, vec![l, b, cfg.embed], false)?;
+    // `contiguous()` copies unless the transposed view already is contiguous (one row or step).
+    let x0 = if b > 1 && l > 1 { g.seq_copy(xt, vec![l, b, cfg.embed], false)? } else { xt };
     let mut x = x0;
     let (mut last_h, mut last_c) = (Vec::new(), Vec::new());
     for (k, p) in params.iter().enumerate() {
