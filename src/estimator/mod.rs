@@ -17,6 +17,7 @@ pub mod graph;
 pub mod ops;
 pub mod ops_seq;
 pub mod ops_cnn;
+pub mod ops_cpu;
 pub mod ops_text;
 pub mod optimizer;
 pub mod parallel;
@@ -113,7 +114,7 @@ fn check_range(field: &'static str, v: u64, min: u64, max: u64) -> Result<(), Es
 pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
     check_range("batch", plan.batch, 1, MAX_BATCH)?;
     check_range("accumulation", plan.accumulation as u64, 1, MAX_ACCUMULATION as u64)?;
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision: plan.dtype, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tp: 1, sequence_parallel: false };
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision: plan.dtype, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tp: 1, sequence_parallel: false };
     if let Some(par) = &plan.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
@@ -160,7 +161,7 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: plan.accumulation };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
     let r = simulate(g, &opts);
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
@@ -181,7 +182,9 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
     };
     let param_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param).map(|t| g.storages[t.storage].bytes).sum();
     let grad_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| g.storages[t.storage].bytes).sum();
-    let opt_state_bytes = Bytes(grad_bytes.0.saturating_mul(plan.opt.states_per_param()));
+    let trainable = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).count() as u64;
+    let counters = trainable.saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl(), plan.device));
+    let opt_state_bytes = Bytes(grad_bytes.0.saturating_mul(plan.opt.states_per_param()).saturating_add(counters));
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };
     let reserved = r.timeline.reserved() + workspaces;
