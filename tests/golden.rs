@@ -14,7 +14,7 @@ fn assert_close(got: f64, want: f64, rel_tol: f64) {
 }
 
 fn opts(opt: OptimizerKind) -> StepOptions {
-    StepOptions { optimizer: opt, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1 }
+    StepOptions { optimizer: opt, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1, device: Default::default() }
 }
 
 /// One 128-channel 512×512 fp32 feature map at batch 64 is exactly 8 GiB.

@@ -128,13 +128,17 @@ pub struct Plan {
     pub dtype: Precision,
     #[serde(default, alias = "optimizer")]
     pub opt: OptimizerKind,
-    #[serde(default)]
-    pub optimizer_impl: OptimizerImpl,
+    /// How the optimizer step runs; default: PyTorch's own choice for the device
+    /// ([`Plan::optimizer_impl`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_impl: Option<OptimizerImpl>,
     #[serde(default)]
     pub ckpt: Checkpointing,
     #[serde(default)]
     pub attn: AttnImpl,
     /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
+    /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
+    /// defaults to false and true is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cudnn: Option<bool>,
     #[serde(default)]
@@ -197,7 +201,7 @@ impl Default for Plan {
             seq: None,
             dtype: Precision::Fp32,
             opt: OptimizerKind::Adam,
-            optimizer_impl: OptimizerImpl::Foreach,
+            optimizer_impl: None,
             ckpt: Checkpointing::None,
             attn: AttnImpl::Sdpa,
             cudnn: None,
@@ -223,6 +227,15 @@ impl Default for Plan {
 impl Plan {
     pub fn new(model: &str) -> Self {
         Plan { model: model.into(), ..Plan::default() }
+    }
+    /// The optimizer implementation that runs: the plan's, else PyTorch's default
+    /// (`torch/optim/optimizer.py` `_default_to_fused_or_foreach`): foreach when all parameters
+    /// are on CUDA, the per-parameter for-loop on the CPU.
+    pub fn optimizer_impl(&self) -> OptimizerImpl {
+        self.optimizer_impl.unwrap_or(match self.device {
+            Device::Cuda => OptimizerImpl::Foreach,
+            Device::Cpu => OptimizerImpl::ForLoop,
+        })
     }
 }
 

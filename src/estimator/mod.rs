@@ -18,6 +18,7 @@ pub mod graph;
 pub mod ops;
 pub mod ops_seq;
 pub mod ops_cnn;
+pub mod ops_cpu;
 pub mod ops_text;
 pub mod ops_tune;
 pub mod optimizer;
@@ -177,7 +178,7 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             return Err(EstimateError::Unsupported("gradient accumulation applies to training".into()));
         }
     }
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tune, tp: 1, sequence_parallel: false };
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tune, tp: 1, sequence_parallel: false };
     if let Some(par) = &plan.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
@@ -287,7 +288,7 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: plan.accumulation };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
     let r = simulate(g, &opts);
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
@@ -310,10 +311,11 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
     let grad_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| g.storages[t.storage].bytes).sum();
     let trainable = || g.tensors.iter().filter(|t| t.is_param && t.requires_grad);
     let any_8bit = plan.opt.is_bnb() && trainable().any(|t| t.numel() >= optimizer::BNB_MIN_8BIT_SIZE);
+    let counters = (trainable().count() as u64).saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl(), plan.device));
     let opt_state_bytes = if g.inference {
         Bytes::ZERO
     } else {
-        Bytes(trainable().flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype)).chain(plan.opt.shared_state(any_8bit)).fold(0u64, |a, b| a.saturating_add(b)))
+        Bytes(trainable().flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype)).chain(plan.opt.shared_state(any_8bit)).fold(counters, |a, b| a.saturating_add(b)))
     };
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };

@@ -265,6 +265,13 @@ impl Graph {
     /// `nn.LayerNorm` over the last dimension (`native_layer_norm`, autocast fp32 list): output,
     /// fp32 mean and rstd per row; saves input, weight, bias, mean and rstd.
     pub fn layer_norm(&mut self, leaf: &str, x: TensorId, bias: bool) -> R {
+        self.layer_norm_on(leaf, x, bias, false)
+    }
+
+    /// [`Graph::layer_norm`] on the chosen device. The CPU kernel (`layer_norm_cpu`,
+    /// `param_scalar_type`) keeps mean and rstd in the input's dtype unless input and weight
+    /// dtypes differ (traced: bf16 statistics for a pure-bf16 model on the CPU); CUDA's are fp32.
+    pub fn layer_norm_on(&mut self, leaf: &str, x: TensorId, bias: bool, cpu: bool) -> R {
         self.push(leaf);
         let r = (|| {
             let s = self.shape(x);
@@ -278,8 +285,9 @@ impl Graph {
             let rows: Vec<u64> = s[..s.len() - 1].to_vec();
             let mut stat_shape = rows.clone();
             stat_shape.push(1);
-            let mean = self.alloc(stat_shape.clone(), DType::F32, StorageKind::Activation, false)?;
-            let rstd = self.alloc(stat_shape, DType::F32, StorageKind::Activation, false)?;
+            let sdt = if cpu && self.dtype(xc) == self.dtype(w) { self.dtype(xc) } else { DType::F32 };
+            let mean = self.alloc(stat_shape.clone(), sdt, StorageKind::Activation, false)?;
+            let rstd = self.alloc(stat_shape, sdt, StorageKind::Activation, false)?;
             let mut op = self.op("layer_norm", "");
             op.flops = 8.0 * self.numel(x) as f64;
             op.inputs = ins.clone();

@@ -5,19 +5,22 @@
 //! (`_multi_tensor_sgd`), PyTorch 2.x. The foreach Adam/AdamW step computes
 //! `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`: one parameter-sized temporary per dtype
 //! group, live together with params, grads and both moments (the step's peak when activations are
-//! small). `fused=True` runs one kernel per group with no temporary. The step counters live on the
-//! CPU (`capturable=False`), so they cost no device memory.
+//! small). `fused=True` runs one kernel per group with no temporary. Adam's step counters live
+//! on the CPU (`capturable=False`) and cost no device memory, except with `fused=True` or when
+//! the step runs on the CPU ([`OptimizerKind::step_counter_bytes`]).
 //!
 //! bitsandbytes 0.50 (`bitsandbytes/optim/optimizer.py`, `Optimizer2State.init_state`): 8-bit
 //! Adam keeps both moments as uint8 (1 byte each per element) with one fp32 absmax per block of
 //! 256 elements each, for every parameter of at least `min_8bit_size` = 4096 elements; smaller
 //! ones keep fp32 moments. The quantization maps (`dynamic`, `udynamic`: 256 fp32 each) are shared
-//! by all parameters. Its update is one fused kernel per parameter, with no temporaries. Paged
-//! variants allocate the state with `F.get_paged` in CUDA managed memory, outside PyTorch's
-//! caching allocator, which the driver evicts to host memory when the device runs short.
+//! by all parameters. Its update is one fused kernel per parameter, with no temporaries, and its
+//! step counter is a Python int. Paged variants allocate the state with `F.get_paged` in CUDA
+//! managed memory, outside PyTorch's caching allocator, which the driver evicts to host memory
+//! when the device runs short.
 
 use serde::{Deserialize, Serialize};
 
+use super::config::Device;
 use super::units::DType;
 
 /// bitsandbytes `min_8bit_size`: smaller parameters keep 32-bit state.
@@ -100,12 +103,44 @@ impl OptimizerKind {
     pub fn is_bnb(self) -> bool {
         matches!(self, OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw)
     }
-    /// Parameter-sized temporaries the step holds at once, per dtype group.
+    /// Bytes of the step counter kept per parameter in the training device's memory.
+    /// `torch/optim/adam.py` `_init_group` makes `state["step"]` a 0-d float32 tensor: with
+    /// `fused` (or `capturable`) on the parameter's device, otherwise on the CPU. On a CUDA run
+    /// the latter costs no device memory; on a CPU run everything is device memory. SGD keeps
+    /// no counter.
+    pub fn step_counter_bytes(self, imp: OptimizerImpl, device: Device) -> u64 {
+        match self {
+            OptimizerKind::Adam | OptimizerKind::Adamw if imp == OptimizerImpl::Fused || device == Device::Cpu => 4,
+            _ => 0,
+        }
+    }
+    /// Parameter-sized temporaries the step holds at once: per dtype group (foreach), or per
+    /// parameter (for-loop, `_single_tensor_adam`: `denom = (exp_avg_sq.sqrt() /
+    /// bias_correction2_sqrt).add_(eps)` makes the square root and the quotient; besides them
+    /// the previous parameter's `denom` is alive until the name is rebound, see
+    /// [`OptimizerKind::for_loop_peak`]). SGD updates in place.
     pub fn step_temporaries(self, imp: OptimizerImpl) -> u64 {
         match (self, imp) {
             (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::Foreach) => 1,
+            (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::ForLoop) => 2,
             _ => 0,
         }
+    }
+    /// Peak temporary bytes of a for-loop step over parameters of these (rounded) sizes, in the
+    /// optimizer's parameter order: while parameter `i`'s temporaries exist, the previous
+    /// parameter's `denom` (one of its temporaries) is still referenced.
+    pub fn for_loop_peak(self, sizes: &[u64]) -> u64 {
+        let k = self.step_temporaries(OptimizerImpl::ForLoop);
+        if k == 0 {
+            return 0;
+        }
+        let mut prev = 0u64;
+        let mut peak = 0u64;
+        for &b in sizes {
+            peak = peak.max(prev.saturating_add(b.saturating_mul(k)));
+            prev = b;
+        }
+        peak
     }
     pub fn name(self) -> &'static str {
         match self {

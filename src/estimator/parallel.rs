@@ -551,7 +551,7 @@ pub fn prepare_graph(plan: &Plan, layout: &Layout, g: Graph) -> Result<Prepared,
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
         return Err(bad(format!("the graph was not built with tensor parallelism tp = {}", layout.tp)));
     }
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: layout.micro_batches };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: layout.micro_batches, device: plan.device };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
     if chunks as usize > bl.len() {
