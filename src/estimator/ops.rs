@@ -486,6 +486,26 @@ impl Graph {
         Ok(y)
     }
 
+    /// `F.interpolate(x, scale_factor=k, mode="nearest" | "bilinear")` (`upsample_nearest2d`,
+    /// `upsample_bilinear2d`): a new `[N, C, kH, kW]` tensor. Both backward kernels need only the
+    /// sizes (`derivatives.yaml`: `upsample_*_backward(grad, output_size, input_size, ...)`), so
+    /// nothing is saved. On CUDA autocast's fp32 list (`autocast_mode.cpp`).
+    pub fn upsample2d(&mut self, x: TensorId, k: u64, bilinear: bool) -> R {
+        let s = self.shape(x);
+        if s.len() != 4 || k == 0 {
+            return Err(self.bad_shape("upsample2d expects [N,C,H,W] and a positive scale"));
+        }
+        let xc = self.fp32(x)?;
+        let y = self.out_like(vec![s[0], s[1], s[2] * k, s[3] * k], self.dtype(xc), &[xc])?;
+        let mut op = self.op(if bilinear { "upsample_bilinear2d" } else { "upsample_nearest2d" }, "");
+        op.flops = if bilinear { 4.0 } else { 1.0 } * self.numel(y) as f64;
+        op.inputs = vec![xc];
+        op.outputs = vec![y];
+        op.grads = self.grads_alloc(&[xc]);
+        self.record(op);
+        Ok(y)
+    }
+
     /// `torch.cat` along channels: a new tensor; saves nothing (only sizes); gradients are
     /// narrowed views of the output gradient.
     pub fn cat(&mut self, xs: &[TensorId], dim: usize) -> R {
