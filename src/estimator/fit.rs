@@ -41,29 +41,7 @@ pub fn max_context(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, Estimate
     }
     let new_tokens = plan.new_tokens.unwrap_or(1);
     let max = MAX_SEQ.saturating_sub(new_tokens).max(1);
-    if !fits(&with_context(plan, 1), capacity)? {
-        return Ok(None);
-    }
-    let (mut lo, mut hi) = (1u64, 2u64);
-    while hi <= max && fits(&with_context(plan, hi), capacity)? {
-        lo = hi;
-        hi *= 2;
-    }
-    if hi > max {
-        if fits(&with_context(plan, max), capacity)? {
-            return Ok(Some(max));
-        }
-        hi = max;
-    }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(&with_context(plan, mid), capacity)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(Some(lo))
+    sweep::largest_fitting(max, |c| fits(&with_context(plan, c), capacity))
 }
 
 /// Memory against prompt length for an inference plan: one point per context in `xs` (values
