@@ -143,6 +143,18 @@ impl Graph {
         self.alloc(shape, dtype, StorageKind::Activation, rg)
     }
 
+    /// Records a one-input op producing `y` that saves `saved` and allocates its input's gradient
+    /// (the common shape of pooling, normalisation-free elementwise and reduction ops).
+    pub fn record_unary(&mut self, kind: &'static str, x: TensorId, y: TensorId, saved: Vec<TensorId>, flops: f64) {
+        let mut op = self.op(kind, "");
+        op.flops = flops;
+        op.inputs = vec![x];
+        op.outputs = vec![y];
+        op.saved = saved;
+        op.grads = self.grads_alloc(&[x]);
+        self.record(op);
+    }
+
     // ---------------------------------------------------------------- convolutions
 
     /// `nn.Conv2d` (cuDNN `convolution`): saves input and weight; backward allocates the input,
@@ -456,15 +468,8 @@ impl Graph {
     pub fn adaptive_avg_pool2d(&mut self, x: TensorId, out: u64) -> R {
         let s = self.shape(x);
         let y = self.out_like(vec![s[0], s[1], out, out], self.dtype(x), &[x])?;
-        let mut op = self.op("adaptive_avg_pool2d", "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        if out != 1 {
-            op.saved = vec![x];
-        }
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        let saved = if out != 1 { vec![x] } else { vec![] };
+        self.record_unary("adaptive_avg_pool2d", x, y, saved, self.numel(x) as f64);
         Ok(y)
     }
 
@@ -477,12 +482,7 @@ impl Graph {
             return Err(self.bad_shape("avg_pool2d input too small"));
         }
         let y = self.out_like(vec![s[0], s[1], ho, wo], self.dtype(x), &[x])?;
-        let mut op = self.op("avg_pool2d", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.saved = vec![x];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_unary("avg_pool2d", x, y, vec![x], self.numel(x) as f64);
         Ok(y)
     }
 
@@ -497,12 +497,8 @@ impl Graph {
         }
         let xc = self.fp32(x)?;
         let y = self.out_like(vec![s[0], s[1], s[2] * k, s[3] * k], self.dtype(xc), &[xc])?;
-        let mut op = self.op(if bilinear { "upsample_bilinear2d" } else { "upsample_nearest2d" }, "");
-        op.flops = if bilinear { 4.0 } else { 1.0 } * self.numel(y) as f64;
-        op.inputs = vec![xc];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[xc]);
-        self.record(op);
+        let flops = if bilinear { 4.0 } else { 1.0 } * self.numel(y) as f64;
+        self.record_unary(if bilinear { "upsample_bilinear2d" } else { "upsample_nearest2d" }, xc, y, vec![], flops);
         Ok(y)
     }
 
@@ -625,13 +621,7 @@ impl Graph {
     pub fn softmax(&mut self, x: TensorId) -> R {
         let xc = self.fp32(x)?;
         let y = self.out_like(self.shape(xc), self.dtype(xc), &[xc])?;
-        let mut op = self.op("softmax", "");
-        op.flops = 5.0 * self.numel(x) as f64;
-        op.inputs = vec![xc];
-        op.outputs = vec![y];
-        op.saved = vec![y];
-        op.grads = self.grads_alloc(&[xc]);
-        self.record(op);
+        self.record_unary("softmax", xc, y, vec![y], 5.0 * self.numel(x) as f64);
         Ok(y)
     }
 

@@ -221,12 +221,7 @@ impl Graph {
         *last = 1;
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s, self.dtype(x), StorageKind::Activation, rg)?;
-        let mut op = self.op("mean", "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_unary("mean", x, y, vec![], self.numel(x) as f64);
         Ok(y)
     }
 
