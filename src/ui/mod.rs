@@ -5,6 +5,8 @@
 //! components (wasm32 only) just wire them to the DOM.
 
 pub mod state;
+pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
+pub mod scale_logic; // ui2: issue #5 parallelism panel logic
 
 #[cfg(target_arch = "wasm32")]
 mod app;
