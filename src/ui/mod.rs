@@ -12,6 +12,10 @@ pub mod scale_logic; // ui2: issue #5 parallelism panel logic
 mod app;
 #[cfg(target_arch = "wasm32")]
 mod chart;
+#[cfg(target_arch = "wasm32")] pub mod compare; // ui2
+#[cfg(target_arch = "wasm32")] pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
+#[cfg(target_arch = "wasm32")] pub mod mode_panel; // ui2
+#[cfg(target_arch = "wasm32")] pub mod parallel_panel; // ui2
 
 #[cfg(target_arch = "wasm32")]
 pub use app::{App, BatchInput, ModelPicker, PeakSummary, Planner};
