@@ -95,19 +95,16 @@ pub(crate) fn PlanSelect(
 
 /// A labelled whole-number box; `parse` turns its text into a plan edit (`None`: leave the plan).
 #[component]
-pub(crate) fn PlanNumber<F>(
+pub(crate) fn PlanNumber(
     plan: RwSignal<Plan>,
     label: &'static str,
     testid: &'static str,
     /// The text the box shows for the plan ("" = derived/default).
     value: Signal<String>,
     /// Applies what the user typed; returns false when the text is not a number.
-    set: F,
+    set: fn(&mut Plan, &str) -> bool,
     #[prop(optional)] placeholder: &'static str,
-) -> impl IntoView
-where
-    F: Fn(&mut Plan, &str) -> bool + Copy + Send + Sync + 'static,
-{
+) -> impl IntoView {
     let id = format!("x-{testid}");
     let for_id = id.clone();
     view! {

@@ -29,8 +29,8 @@ fn curves_base(plan: &Plan) -> Plan {
     p
 }
 
-fn set_degree_text(which: Degree) -> impl Fn(&mut Plan, &str) -> bool + Copy + Send + Sync + 'static {
-    move |p, s| sl::parse_degree(s).map(|v| sl::set_degree(p, which, v)).is_ok()
+fn set_degree_text(p: &mut Plan, s: &str, which: Degree) -> bool {
+    sl::parse_degree(s).map(|v| sl::set_degree(p, which, v)).is_ok()
 }
 
 #[component]
@@ -108,11 +108,11 @@ pub fn ParallelPanel(plan: RwSignal<Plan>) -> impl IntoView {
             <h2>"Parallelism"</h2>
             {move || (!training.get()).then(|| view! { <p class="detail">"Inference plans are estimated on one GPU; switch the mode to train or fine-tune to plan a multi-GPU layout."</p> })}
             <div class="controls" hidden=move || !training.get()>
-                <PlanNumber plan=plan label="GPUs per node" testid="gpus-per-node" value=text(Degree::GpusPerNode) set=set_degree_text(Degree::GpusPerNode) placeholder="auto" />
-                <PlanNumber plan=plan label="Nodes" testid="nodes" value=text(Degree::Nodes) set=set_degree_text(Degree::Nodes) placeholder="1" />
-                <PlanNumber plan=plan label="Data parallel (dp)" testid="dp" value=text(Degree::Dp) set=set_degree_text(Degree::Dp) placeholder="auto" />
-                <PlanNumber plan=plan label="Tensor parallel (tp)" testid="tp" value=text(Degree::Tp) set=set_degree_text(Degree::Tp) />
-                <PlanNumber plan=plan label="Pipeline parallel (pp)" testid="pp" value=text(Degree::Pp) set=set_degree_text(Degree::Pp) />
+                <PlanNumber plan=plan label="GPUs per node" testid="gpus-per-node" value=text(Degree::GpusPerNode) set=|p, s| set_degree_text(p, s, Degree::GpusPerNode) placeholder="auto" />
+                <PlanNumber plan=plan label="Nodes" testid="nodes" value=text(Degree::Nodes) set=|p, s| set_degree_text(p, s, Degree::Nodes) placeholder="1" />
+                <PlanNumber plan=plan label="Data parallel (dp)" testid="dp" value=text(Degree::Dp) set=|p, s| set_degree_text(p, s, Degree::Dp) placeholder="auto" />
+                <PlanNumber plan=plan label="Tensor parallel (tp)" testid="tp" value=text(Degree::Tp) set=|p, s| set_degree_text(p, s, Degree::Tp) />
+                <PlanNumber plan=plan label="Pipeline parallel (pp)" testid="pp" value=text(Degree::Pp) set=|p, s| set_degree_text(p, s, Degree::Pp) />
                 <PlanSelect plan=plan label="Sharding" testid="zero" options=zero_options value=zero_value set=sl::set_zero />
                 <fieldset class="field" data-testid="offload">
                     <legend class="label">"Offload to host memory"</legend>
