@@ -157,3 +157,15 @@ async fn the_comparison_view_holds_mobilenet_resnet_and_more() {
     settle().await;
     assert_eq!(columns(), 4);
 }
+
+#[wasm_bindgen_test]
+async fn inference_hides_the_layout_controls() {
+    let (host, _plan, _h) = mount(llama());
+    settle().await;
+    let controls: HtmlElement = by_test_id(&host, "tp").closest(".controls").unwrap().unwrap().unchecked_into();
+    assert!(controls.offset_height() > 0);
+    pick(&host, "mode", "infer");
+    settle().await;
+    assert_eq!(controls.offset_height(), 0, "layout controls still shown when serving");
+    assert!(text(&host, "parallel-panel").contains("estimated on one GPU"));
+}

@@ -84,7 +84,7 @@ pub fn ModePanel(plan: RwSignal<Plan>) -> impl IntoView {
             {move || (mode.get() == Mode::Infer).then(|| view! {
                 <div class="results">
                     {move || infer_est.with(|e| match e {
-                        Some(Ok(e)) => view! { <dl class="numbers" data-testid="kv-summary">{rows_view(ml::inference_rows(e))}</dl> }.into_any(),
+                        Some(Ok(e)) => view! { <dl class="numbers" style="display:grid;grid-template-columns:max-content 1fr;gap:0.15rem 1rem" data-testid="kv-summary">{rows_view(ml::inference_rows(e))}</dl> }.into_any(),
                         Some(Err(err)) => view! { <p class="error" role="alert" data-testid="mode-error">{format!("Cannot estimate this plan: {err}")}</p> }.into_any(),
                         None => ().into_any(),
                     })}

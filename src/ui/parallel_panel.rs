@@ -107,7 +107,7 @@ pub fn ParallelPanel(plan: RwSignal<Plan>) -> impl IntoView {
         <section class="panel parallel-panel" aria-label="Parallelism" data-testid="parallel-panel">
             <h2>"Parallelism"</h2>
             {move || (!training.get()).then(|| view! { <p class="detail">"Inference plans are estimated on one GPU; switch the mode to train or fine-tune to plan a multi-GPU layout."</p> })}
-            <div class="controls" hidden=move || !training.get()>
+            <div class="controls" style:display=move || if training.get() { "" } else { "none" }>
                 <PlanNumber plan=plan label="GPUs per node" testid="gpus-per-node" value=text(Degree::GpusPerNode) set=|p, s| set_degree_text(p, s, Degree::GpusPerNode) placeholder="auto" />
                 <PlanNumber plan=plan label="Nodes" testid="nodes" value=text(Degree::Nodes) set=|p, s| set_degree_text(p, s, Degree::Nodes) placeholder="1" />
                 <PlanNumber plan=plan label="Data parallel (dp)" testid="dp" value=text(Degree::Dp) set=|p, s| set_degree_text(p, s, Degree::Dp) placeholder="auto" />
@@ -123,9 +123,9 @@ pub fn ParallelPanel(plan: RwSignal<Plan>) -> impl IntoView {
                 <PlanSelect plan=plan label="Link inside a node" testid="link" options=with_default(LinkKind::IntraNode) value=intra_value set=|p, v| sl::set_link(p, LinkKind::IntraNode, v) />
                 <PlanSelect plan=plan label="Link between nodes" testid="inter-link" options=with_default(LinkKind::InterNode) value=inter_value set=|p, v| sl::set_link(p, LinkKind::InterNode, v) />
             </div>
-            <div class="results" hidden=move || !training.get()>
+            <div class="results" style:display=move || if training.get() { "" } else { "none" }>
                 {move || est.with(|e| match e {
-                    Some(Ok(e)) => view! { <dl class="numbers" data-testid="per-gpu">{rows_view(sl::per_gpu_rows(e))}</dl> }.into_any(),
+                    Some(Ok(e)) => view! { <dl class="numbers" style="display:grid;grid-template-columns:max-content 1fr;gap:0.15rem 1rem" data-testid="per-gpu">{rows_view(sl::per_gpu_rows(e))}</dl> }.into_any(),
                     Some(Err(err)) => view! { <p class="error" role="alert" data-testid="parallel-error">{format!("Cannot estimate this layout: {err}")}</p> }.into_any(),
                     None => ().into_any(),
                 })}
