@@ -19,7 +19,10 @@
 //! ```
 
 pub mod batch;
+pub mod context_chart; // ui2: issue #6 inference chart
+pub mod rank_chart; // ui2: issue #5 per-rank chart
 pub mod theme;
+pub mod zero_chart; // ui2: issue #5 ZeRO chart
 
 use std::fmt;
 

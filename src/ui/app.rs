@@ -50,6 +50,7 @@ pub fn App() -> impl IntoView {
                 <PeakSummary estimate=planner.estimate />
                 <BatchChartView planner=planner />
             </section>
+            <super::extra::ExtraPanels plan=planner.plan /> // ui2: issues #5/#6 panels
         </main>
         <footer class="colophon">
             <p>"Runs entirely in your browser; works offline once loaded."</p>

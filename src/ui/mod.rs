@@ -5,11 +5,17 @@
 //! components (wasm32 only) just wire them to the DOM.
 
 pub mod state;
+pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
+pub mod scale_logic; // ui2: issue #5 parallelism panel logic
 
 #[cfg(target_arch = "wasm32")]
 mod app;
 #[cfg(target_arch = "wasm32")]
 mod chart;
+#[cfg(target_arch = "wasm32")] pub mod compare; // ui2
+#[cfg(target_arch = "wasm32")] pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
+#[cfg(target_arch = "wasm32")] pub mod mode_panel; // ui2
+#[cfg(target_arch = "wasm32")] pub mod parallel_panel; // ui2
 
 #[cfg(target_arch = "wasm32")]
 pub use app::{App, BatchInput, ModelPicker, PeakSummary, Planner};
