@@ -3,7 +3,7 @@
 
 use super::config::{Checkpointing, Plan};
 use super::error::EstimateError;
-use super::timeline::Category;
+use super::timeline::{Category, Phase};
 use super::units::Bytes;
 use super::{estimate, Estimate, MAX_BATCH};
 
@@ -77,6 +77,8 @@ pub struct BatchLines {
     totals: Vec<(f64, f64)>,
     /// Per event: reserved segments at the two batches, interpolated the same way.
     reserved: Vec<(f64, f64)>,
+    /// Per event: the phase of the step it belongs to.
+    phases: Vec<Phase>,
     fixed: Bytes,
     forward_flops_per_sample: f64,
     recompute_flops_per_sample: f64,
@@ -88,7 +90,13 @@ impl BatchLines {
         let b2 = hi.clamp(2, 1024);
         let e1 = estimate(&with(plan, Axis::Batch, b1))?;
         let e2 = estimate(&with(plan, Axis::Batch, b2))?;
-        if e1.timeline.events.len() != e2.timeline.events.len() {
+        BatchLines::from_estimates(&e1, b1, &e2, b2)
+    }
+
+    /// The lines through two estimates of the same plan at batches `b1 < b2` (for callers that
+    /// keep the two estimates for other uses, such as the planner page's per-layer chart).
+    pub fn from_estimates(e1: &Estimate, b1: u64, e2: &Estimate, b2: u64) -> Result<BatchLines, EstimateError> {
+        if e1.timeline.events.len() != e2.timeline.events.len() || b2 <= b1 {
             return Err(EstimateError::Unsupported("the step's ops change with the batch size".into()));
         }
         let d = (b2 - b1) as f64;
@@ -110,14 +118,40 @@ impl BatchLines {
             lines,
             totals,
             reserved,
+            phases: e1.timeline.events.iter().map(|e| e.phase).collect(),
             fixed: e1.workspaces + e1.context,
             forward_flops_per_sample: e1.forward_flops / b1 as f64,
             recompute_flops_per_sample: e1.recompute_flops / b1 as f64,
         })
     }
 
-    /// The estimate's headline numbers at batch `b`.
-    pub fn point(&self, b: u64) -> Point {
+    /// Number of timeline events (the step's ops, its frees and the optimizer's steps).
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The phase event `i` belongs to.
+    pub fn phase(&self, i: usize) -> Phase {
+        self.phases[i]
+    }
+
+    /// Live bytes by category ([`Category::ALL`] order) after event `i` at batch `b`.
+    pub fn live_at(&self, i: usize, b: u64) -> [u64; 8] {
+        let bf = b as f64;
+        self.lines[i].map(|(p, a)| (p + a * bf).max(0.0).round() as u64)
+    }
+
+    /// Category `c`'s bytes after event `i` as `intercept + slope × batch`.
+    pub fn category_line(&self, i: usize, c: Category) -> (f64, f64) {
+        self.lines[i][c.index()]
+    }
+
+    /// The event holding the allocated peak at batch `b` (the first one on ties).
+    pub fn peak_event(&self, b: u64) -> usize {
         let bf = b as f64;
         let (mut best, mut best_v) = (0usize, f64::MIN);
         for (i, (p, a)) in self.totals.iter().enumerate() {
@@ -127,7 +161,15 @@ impl BatchLines {
                 best_v = v;
             }
         }
-        let l = &self.lines[best];
+        best
+    }
+
+    /// The estimate's headline numbers at batch `b`.
+    pub fn point(&self, b: u64) -> Point {
+        let bf = b as f64;
+        let Some(l) = self.lines.get(self.peak_event(b)) else {
+            return Point { x: b, peak_allocated: Bytes::ZERO, device_total: self.fixed, by_category: Vec::new(), recompute_flops: 0.0, forward_flops: 0.0 };
+        };
         let by_category: Vec<(Category, Bytes)> = Category::ALL.iter().map(|&c| (c, Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64))).collect();
         let peak: Bytes = by_category.iter().map(|(_, b)| *b).sum();
         let reserved = self.reserved.iter().map(|(p, a)| p + a * bf).fold(0.0, f64::max).max(peak.0 as f64);
