@@ -7,7 +7,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::theme::{category_color, Theme, CAPACITY, FIT, GRID, INK, MARK, MUTED};
-use super::{english_categories, tick, MemUnit, PlotError};
+use super::{draw_legend, english_categories, tick, MemUnit, PlotError, Swatch};
 use crate::estimator::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
@@ -144,16 +144,14 @@ pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, dat
         .y_label_formatter(&|y| tick(*y))
         .draw()?;
 
+    let mut legend: Vec<(&str, RGBColor, Swatch)> = Vec::new();
     for band in bands_in(data.points, unit, y_hi) {
         let color = category_color(band.category);
         let upper = band.edges.iter().map(|&(x, _, hi)| (x, hi));
         let lower = band.edges.iter().rev().map(|&(x, lo, _)| (x, lo));
         let outline: Vec<(f64, f64)> = upper.chain(lower).collect();
-        let swatch = theme.px(5.0) as i32;
-        chart
-            .draw_series(std::iter::once(Polygon::new(outline, color.mix(0.85).filled())))?
-            .label(data.categories[band.category.index()])
-            .legend(move |(x, y)| Rectangle::new([(x, y - swatch), (x + 2 * swatch, y + swatch)], color.filled()));
+        chart.draw_series(std::iter::once(Polygon::new(outline, color.mix(0.85).filled())))?;
+        legend.push((data.categories[band.category.index()], color, Swatch::Fill));
     }
 
     let total = data.points.iter().map(|p| (p.x as f64, unit.of(p.peak_allocated).min(y_hi)));
@@ -162,10 +160,8 @@ pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, dat
     if let Some(label) = data.device_label {
         let dev: Vec<(f64, f64)> = data.points.iter().map(|p| (p.x as f64, unit.of(p.device_total).min(y_hi))).collect();
         let dash = theme.px(5.0);
-        chart
-            .draw_series(DashedLineSeries::new(dev, dash, dash, INK.stroke_width(theme.px(1.0))))?
-            .label(label)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 2 * dash as i32, y)], INK.stroke_width(1)));
+        chart.draw_series(DashedLineSeries::new(dev, dash, dash, INK.stroke_width(theme.px(1.0))))?;
+        legend.push((label, INK, Swatch::Dashed));
     }
 
     if let Some((cap, label)) = &data.capacity {
@@ -175,15 +171,7 @@ pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, dat
         chart.draw_series(std::iter::once(Text::new(label.clone(), (x_hi, y), style)))?;
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .margin(theme.px(8.0))
-        .legend_area_size(theme.px(18.0))
-        .label_font(font(12.0).color(&INK))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()?;
+    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, false, theme)?;
     // Markers last, so the legend never hides their labels.
     let mut mark = |m: &Marker, color: RGBColor, above: bool| -> Result<(), PlotError> {
         let (x, y) = (m.x.max(1) as f64, unit.of(m.y).min(y_hi));

@@ -8,7 +8,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::batch::draw_message;
 use super::theme::{category_color, Theme, COMPUTE, GRID, INK, MARK, MUTED};
-use super::{tick, MemUnit, PlotError};
+use super::{draw_legend, tick, MemUnit, PlotError, Swatch};
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 
@@ -123,20 +123,10 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, 
     let peak: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, unit.of(p.peak))).collect();
     let act: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, unit.of(p.activations))).collect();
     let comp: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, p.extra_compute * 100.0)).collect();
-    let sw = theme.px(10.0) as i32;
-    chart
-        .draw_series(LineSeries::new(peak.clone(), INK.stroke_width(theme.px(2.0))).point_size(r))?
-        .label(data.series[0])
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + sw, y)], INK.stroke_width(2)));
-    chart
-        .draw_series(LineSeries::new(act, act_color.stroke_width(theme.px(2.0))).point_size(r))?
-        .label(data.series[1])
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + sw, y)], act_color.stroke_width(2)));
+    chart.draw_series(LineSeries::new(peak.clone(), INK.stroke_width(theme.px(2.0))).point_size(r))?;
+    chart.draw_series(LineSeries::new(act, act_color.stroke_width(theme.px(2.0))).point_size(r))?;
     let dash = theme.px(6.0);
-    chart
-        .draw_secondary_series(DashedLineSeries::new(comp, dash, theme.px(3.0), COMPUTE.stroke_width(theme.px(2.0))))?
-        .label(data.series[2])
-        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + sw, y)], COMPUTE.stroke_width(2)));
+    chart.draw_secondary_series(DashedLineSeries::new(comp, dash, theme.px(3.0), COMPUTE.stroke_width(theme.px(2.0))))?;
 
     if let Some(b) = data.block {
         let (x, y) = (b.k as f64, unit.of(b.peak));
@@ -155,15 +145,8 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, 
         chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(format!("  {}  ", data.current_label), (0, -(theme.px(8.0) as i32)), style)))?;
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .margin(theme.px(8.0))
-        .legend_area_size(theme.px(18.0))
-        .label_font(font(12.0).color(&INK))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()?;
+    let legend = [(data.series[0], INK, Swatch::Line), (data.series[1], act_color, Swatch::Line), (data.series[2], COMPUTE, Swatch::Dashed)];
+    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, true, theme)?;
 
     if !data.saving.is_empty() {
         let style = font(13.0).color(&INK).pos(Pos::new(HPos::Left, VPos::Top));

@@ -80,6 +80,59 @@ pub fn english_categories() -> [&'static str; 8] {
     crate::estimator::timeline::Category::ALL.map(|c| c.label())
 }
 
+/// How a legend entry shows its series.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Swatch {
+    Fill,
+    Line,
+    Dashed,
+}
+
+/// A legend in a corner of the plotting area `plot` (backend pixels), drawn with plain
+/// rectangles and text. plotters' own legend measures every label through the browser's
+/// layout on the web (a reflow per label), which a chart redrawn on every slider step cannot
+/// afford; this one measures through the backend (`measureText` on a canvas).
+pub(crate) fn draw_legend<DB: plotters::prelude::DrawingBackend>(
+    area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    plot: (std::ops::Range<i32>, std::ops::Range<i32>),
+    entries: &[(&str, plotters::style::RGBColor, Swatch)],
+    right: bool,
+    theme: &Theme,
+) -> Result<(), PlotError> {
+    use plotters::prelude::*;
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let font = ("sans-serif", theme.font(12.0)).into_font().color(&theme::INK);
+    let line_h = theme.px(17.0) as i32;
+    let pad = theme.px(6.0) as i32;
+    let sw = theme.px(14.0) as i32;
+    let text_w = entries.iter().map(|(l, _, _)| area.estimate_text_size(l, &font).map_or(0, |(w, _)| w as i32)).max().unwrap_or(0);
+    let w = pad * 3 + sw + text_w;
+    let h = pad * 2 + line_h * entries.len() as i32;
+    let m = theme.px(8.0) as i32;
+    let x0 = if right { plot.0.end - m - w } else { plot.0.start + m };
+    let y0 = plot.1.start + m;
+    area.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.mix(0.85).filled()))?;
+    area.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], theme::GRID.stroke_width(1)))?;
+    let text_style = font.pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Center));
+    for (i, (label, color, swatch)) in entries.iter().enumerate() {
+        let cy = y0 + pad + line_h * i as i32 + line_h / 2;
+        let sx = x0 + pad;
+        match swatch {
+            Swatch::Fill => area.draw(&Rectangle::new([(sx, cy - line_h / 4), (sx + sw, cy + line_h / 4)], color.filled()))?,
+            Swatch::Line => area.draw(&PathElement::new(vec![(sx, cy), (sx + sw, cy)], color.stroke_width(theme.px(2.0))))?,
+            Swatch::Dashed => {
+                let d = sw / 3;
+                area.draw(&PathElement::new(vec![(sx, cy), (sx + d, cy)], color.stroke_width(theme.px(2.0))))?;
+                area.draw(&PathElement::new(vec![(sx + 2 * d, cy), (sx + sw, cy)], color.stroke_width(theme.px(2.0))))?;
+            }
+        }
+        area.draw(&Text::new(label.to_string(), (sx + sw + pad, cy), text_style.clone()))?;
+    }
+    Ok(())
+}
+
 /// An axis tick in few digits ("0.5", "12", "1.25").
 pub(crate) fn tick(y: f64) -> String {
     format!("{y:.3}").trim_end_matches('0').trim_end_matches('.').to_string()

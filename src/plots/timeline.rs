@@ -9,7 +9,7 @@ use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::batch::draw_message;
 use super::theme::{category_color, Theme, CAPACITY, GRID, INK, MARK, MUTED, PHASE_TINTS};
-use super::{english_categories, tick, MemUnit, PlotError};
+use super::{draw_legend, english_categories, tick, MemUnit, PlotError, Swatch};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
@@ -159,7 +159,7 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
     }
 
     let mut below = vec![0.0f64; cols.len()];
-    let sw = theme.px(5.0) as i32;
+    let mut legend: Vec<(&str, plotters::style::RGBColor, Swatch)> = Vec::new();
     for c in Category::ALL {
         let v: Vec<f64> = cols.iter().map(|col| unit.of(Bytes(col[c.index()]))).collect();
         if v.iter().all(|&x| x == 0.0) {
@@ -179,10 +179,8 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
         lower.reverse();
         upper.extend(lower);
         let color = category_color(c);
-        chart
-            .draw_series(std::iter::once(Polygon::new(upper, color.mix(0.85).filled())))?
-            .label(data.categories[c.index()])
-            .legend(move |(x, y)| Rectangle::new([(x, y - sw), (x + 2 * sw, y + sw)], color.filled()));
+        chart.draw_series(std::iter::once(Polygon::new(upper, color.mix(0.85).filled())))?;
+        legend.push((data.categories[c.index()], color, Swatch::Fill));
     }
 
     if let (Some((cap, label)), Some(_)) = (&data.capacity, cap) {
@@ -199,15 +197,7 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
     let style = font(12.0).color(&MARK).pos(Pos::new(h, VPos::Bottom));
     chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(format!("  {}  ", data.peak_label), (0, -(theme.px(6.0) as i32)), style)))?;
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .margin(theme.px(8.0))
-        .legend_area_size(theme.px(18.0))
-        .label_font(font(12.0).color(&INK))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()?;
+    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, false, theme)?;
     Ok(())
 }
 

@@ -335,7 +335,7 @@ fn summary(p: Planner) -> El {
         })
     };
     let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| h("div").child(h("dt").dyn_text(tr(p, label))).child(h("dd").testid(testid).dyn_text(value));
-    let max_batch = move || match p.max_batch.get() {
+    let max_batch_text = move || match p.max_batch.get() {
         None => "–".to_string(),
         Some(MaxBatch { value: None, .. }) => Msg::NoBatchFits.t(p.lang.get()).to_string(),
         Some(MaxBatch { value: Some(v), .. }) => v.to_string(),
@@ -349,6 +349,8 @@ fn summary(p: Planner) -> El {
             })
         })
     };
+    // The largest batch says whether full simulations have confirmed it (`data-exact`).
+    let max_dd = h("dd").testid("max-batch").dyn_text(max_batch_text).dyn_attr("data-exact", move || Some(p.max_batch.get().is_some_and(|m| m.exact).to_string()));
     let device = move || format!("{} {}", num(|n| n.device_total), p.gpu().map(|g| i18n::of_capacity(&b(g.memory), p.lang.get())).unwrap_or_default());
     h("div")
         .cls("summary")
@@ -361,7 +363,7 @@ fn summary(p: Planner) -> El {
                 .cls("metrics")
                 .child(metric("reserved", Msg::Reserved, Box::new(move || num(|n| n.reserved))))
                 .child(metric("device-total", Msg::DeviceTotal, Box::new(device)))
-                .child(metric("max-batch", Msg::MaxBatch, Box::new(max_batch)).dyn_attr("data-exact", move || Some(p.max_batch.get().is_some_and(|m| m.exact).to_string())))
+                .child(h("div").child(h("dt").dyn_text(tr(p, Msg::MaxBatch))).child(max_dd))
                 .child(metric("peak-phase", Msg::PeakPhase, Box::new(phase))),
         )
         .child(
@@ -441,7 +443,14 @@ fn suggestions(p: Planner) -> El {
             })
         })
     });
-    h("section").cls("suggestions").testid("suggestions").attr("aria-live", "polite").child(h("h2").dyn_text(tr(p, Msg::Suggestions))).child(h("div").dyn_children(move || {
+    let track = move || {
+        p.plan.track();
+        p.version.track();
+        p.lang.track();
+        p.units.track();
+        p.idle.track();
+    };
+    h("section").cls("suggestions").testid("suggestions").attr("aria-live", "polite").child(h("h2").dyn_text(tr(p, Msg::Suggestions))).child(h("div").later_children(track, move || {
         let lang = p.lang.get();
         let units = p.units.get();
         let fits = p.numbers.with(|n| n.as_ref().is_ok_and(|n| p.gpu().is_some_and(|g| n.device_total <= g.memory)));
@@ -484,6 +493,9 @@ fn share(p: Planner) -> El {
         runtime::copy_text(url, move |ok| copied.set(Some(ok)));
     };
     let snippet = move || {
+        if !show_embed.get() {
+            return String::new();
+        }
         p.plan.track();
         let src = p.link(true).replace('&', "&amp;").replace('"', "&quot;");
         format!("<iframe src=\"{src}\" width=\"720\" height=\"640\" style=\"border:0\" title=\"VRAM Planner\" loading=\"lazy\"></iframe>")
@@ -508,3 +520,4 @@ fn share(p: Planner) -> El {
                 .child(h("textarea").id("embed-code").testid("embed-code").attr("readonly", "").attr("rows", "3").dyn_value(snippet)),
         )
 }
+

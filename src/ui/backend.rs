@@ -9,10 +9,19 @@ use plotters::prelude::*;
 use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
 use plotters_canvas::CanvasBackend;
 
-/// A canvas or an SVG document.
+/// A canvas (with its 2D context, for measuring text) or an SVG document.
 pub enum AnyBackend<'a> {
-    Canvas(CanvasBackend),
+    Canvas(CanvasBackend, web_sys::CanvasRenderingContext2d),
     Svg(SVGBackend<'a>),
+}
+
+impl AnyBackend<'_> {
+    /// The backend for a canvas; `None` without a 2D context.
+    pub fn canvas(canvas: &web_sys::HtmlCanvasElement) -> Option<AnyBackend<'static>> {
+        use wasm_bindgen::JsCast;
+        let ctx = canvas.get_context("2d").ok().flatten()?.dyn_into::<web_sys::CanvasRenderingContext2d>().ok()?;
+        Some(AnyBackend::Canvas(CanvasBackend::with_canvas_object(canvas.clone())?, ctx))
+    }
 }
 
 /// A backend's error as text (canvas and SVG errors differ in type).
@@ -59,31 +68,31 @@ type R = Result<(), DrawingErrorKind<BackendError>>;
 impl AnyBackend<'_> {
     fn line(&mut self, from: BackendCoord, to: BackendCoord, s: Style) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_line(from, to, &s).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_line(from, to, &s).map_err(conv),
             AnyBackend::Svg(b) => b.draw_line(from, to, &s).map_err(conv),
         }
     }
     fn rect(&mut self, a: BackendCoord, b2: BackendCoord, s: Style, fill: bool) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_rect(a, b2, &s, fill).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_rect(a, b2, &s, fill).map_err(conv),
             AnyBackend::Svg(b) => b.draw_rect(a, b2, &s, fill).map_err(conv),
         }
     }
     fn path(&mut self, pts: Vec<BackendCoord>, s: Style) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_path(pts, &s).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_path(pts, &s).map_err(conv),
             AnyBackend::Svg(b) => b.draw_path(pts, &s).map_err(conv),
         }
     }
     fn circle(&mut self, c: BackendCoord, r: u32, s: Style, fill: bool) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_circle(c, r, &s, fill).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_circle(c, r, &s, fill).map_err(conv),
             AnyBackend::Svg(b) => b.draw_circle(c, r, &s, fill).map_err(conv),
         }
     }
     fn polygon(&mut self, pts: Vec<BackendCoord>, s: Style) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.fill_polygon(pts, &s).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.fill_polygon(pts, &s).map_err(conv),
             AnyBackend::Svg(b) => b.fill_polygon(pts, &s).map_err(conv),
         }
     }
@@ -94,25 +103,25 @@ impl DrawingBackend for AnyBackend<'_> {
 
     fn get_size(&self) -> (u32, u32) {
         match self {
-            AnyBackend::Canvas(b) => b.get_size(),
+            AnyBackend::Canvas(b, _) => b.get_size(),
             AnyBackend::Svg(b) => b.get_size(),
         }
     }
     fn ensure_prepared(&mut self) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.ensure_prepared().map_err(conv),
+            AnyBackend::Canvas(b, _) => b.ensure_prepared().map_err(conv),
             AnyBackend::Svg(b) => b.ensure_prepared().map_err(conv),
         }
     }
     fn present(&mut self) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.present().map_err(conv),
+            AnyBackend::Canvas(b, _) => b.present().map_err(conv),
             AnyBackend::Svg(b) => b.present().map_err(conv),
         }
     }
     fn draw_pixel(&mut self, p: BackendCoord, c: BackendColor) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_pixel(p, c).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_pixel(p, c).map_err(conv),
             AnyBackend::Svg(b) => b.draw_pixel(p, c).map_err(conv),
         }
     }
@@ -133,19 +142,25 @@ impl DrawingBackend for AnyBackend<'_> {
     }
     fn draw_text<T: BackendTextStyle>(&mut self, text: &str, s: &T, pos: BackendCoord) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.draw_text(text, s, pos).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.draw_text(text, s, pos).map_err(conv),
             AnyBackend::Svg(b) => b.draw_text(text, s, pos).map_err(conv),
         }
     }
+    /// On a canvas, `measureText` with the font the canvas draws with. plotters' default asks
+    /// the page's layout (a hidden `span` read back with `offsetWidth`), a reflow per label.
     fn estimate_text_size<T: BackendTextStyle>(&self, text: &str, s: &T) -> Result<(u32, u32), DrawingErrorKind<BackendError>> {
         match self {
-            AnyBackend::Canvas(b) => b.estimate_text_size(text, s).map_err(conv),
+            AnyBackend::Canvas(_, ctx) => {
+                ctx.set_font(&format!("{} {}px {}", s.style().as_str(), s.size(), s.family().as_str()));
+                let w = ctx.measure_text(text).map(|m| m.width()).unwrap_or(0.0);
+                Ok((w.ceil() as u32, (s.size() * 1.2).ceil() as u32))
+            }
             AnyBackend::Svg(b) => b.estimate_text_size(text, s).map_err(conv),
         }
     }
     fn blit_bitmap(&mut self, pos: BackendCoord, size: (u32, u32), src: &[u8]) -> R {
         match self {
-            AnyBackend::Canvas(b) => b.blit_bitmap(pos, size, src).map_err(conv),
+            AnyBackend::Canvas(b, _) => b.blit_bitmap(pos, size, src).map_err(conv),
             AnyBackend::Svg(b) => b.blit_bitmap(pos, size, src).map_err(conv),
         }
     }

@@ -5,7 +5,6 @@
 
 use leptos::prelude::*;
 use plotters::prelude::*;
-use plotters_canvas::CanvasBackend;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
@@ -42,11 +41,14 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     on_cleanup(move || listener.remove());
     let open = RwSignal::new(false);
     let failure = RwSignal::new(None::<String>);
-    let retries = std::cell::Cell::new(0u32);
-    {
+    let retries = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    // Drawing happens after the next frame (the numbers the user moves show first), once per
+    // frame however many changes arrive: a slider dragged at 60 Hz redraws each chart once per
+    // frame, right after it.
+    let draw_now: std::rc::Rc<dyn Fn()> = {
         let el = el.clone();
-        effect(Box::new(move || {
-            let size = match css.get() {
+        std::rc::Rc::new(move || {
+            let size = match css.get_untracked() {
                 Some(s) => s,
                 None => {
                     let s = measure(&el);
@@ -56,17 +58,42 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                         // Not laid out yet (just mounted, or hidden): look again next frame.
                         request_animation_frame(move || css.set(None));
                     }
-                    s
+                    return;
                 }
             };
-            let (lang, units) = (p.lang.get(), p.units.get());
-            let drawn = data.with(|d| match d {
-                Some(d) if size.0 > 0.0 => draw(&el, d, lang, units, size),
-                _ => Ok(()),
+            let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
+            let drawn = data.with_untracked(|d| match d {
+                Some(d) => {
+                    let _ = el.set_attribute("aria-label", &d.summary(lang, units));
+                    draw(&el, d, lang, units, size)
+                }
+                None => Ok(()),
             });
             failure.set(drawn.err().map(|e| e.to_string()));
-        }));
-    }
+        })
+    };
+    let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+    // What the chart's data depends on, tracked here without computing the data: that happens
+    // in the deferred draw.
+    effect(Box::new(move || {
+        p.plan.track();
+        p.version.track();
+        p.lang.track();
+        p.units.track();
+        css.track();
+        if !pending.replace(true) {
+            let (d, pending) = (draw_now.clone(), pending.clone());
+            request_animation_frame(move || {
+                set_timeout(
+                    move || {
+                        pending.set(false);
+                        d();
+                    },
+                    std::time::Duration::ZERO,
+                )
+            });
+        }
+    }));
     let save = std::rc::Rc::new(move |what: &'static str| {
         let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
         let name = p.plan.with_untracked(|q| export::file_name(q, kind.code(), what));
@@ -91,7 +118,6 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     });
     let (s1, s2, s3) = (save.clone(), save.clone(), save);
     let (t, c) = title(kind);
-    let canvas = canvas.dyn_attr("aria-label", move || data.with(|d| d.as_ref().map(|d| d.summary(p.lang.get(), p.units.get()))));
     // The table is built only while open: a closed one costs nothing per slider step.
     let head = h("thead").child(h("tr").dyn_children(move || {
         if !open.get() {
@@ -132,8 +158,7 @@ fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, 
     if canvas.height() != h {
         canvas.set_height(h);
     }
-    let backend = CanvasBackend::with_canvas_object(canvas.clone()).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?;
-    let root = AnyBackend::Canvas(backend).into_drawing_area();
+    let root = AnyBackend::canvas(canvas).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
     data.draw(&root, lang, units, &Theme { scale: w as f64 / css.0 })?;
     root.present()?;
     Ok(())

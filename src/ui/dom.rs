@@ -128,6 +128,31 @@ impl El {
         }));
         self
     }
+    /// Children rebuilt after the next frame whenever what `track` reads changes (at most once
+    /// per frame): for secondary content that must not delay a slider's numbers.
+    pub fn later_children(self, track: impl Fn() + 'static, build: impl Fn() -> Vec<El> + 'static) -> El {
+        self.bind_later(Box::new(track), std::rc::Rc::new(build))
+    }
+    fn bind_later(self, track: Box<dyn Fn()>, build: std::rc::Rc<dyn Fn() -> Vec<El>>) -> El {
+        let el = self.0.clone();
+        let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+        effect(Box::new(move || {
+            track();
+            if pending.replace(true) {
+                return;
+            }
+            let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
+            after_frame(Box::new(move || {
+                pending.set(false);
+                let kids = untrack(|| build());
+                el.set_text_content(None);
+                for k in kids {
+                    let _ = el.append_child(&k.0);
+                }
+            }));
+        }));
+        self
+    }
     /// Listens to `event`.
     pub fn on(self, event: &str, f: impl Fn(Event) + 'static) -> El {
         self.listen(event, Box::new(f))
@@ -139,6 +164,11 @@ impl El {
         cb.forget();
         self
     }
+}
+
+/// Runs `f` in a task right after the next frame is drawn.
+pub fn after_frame(f: Box<dyn FnOnce()>) {
+    request_animation_frame(move || set_timeout(f, std::time::Duration::ZERO));
 }
 
 /// The value of the element an event came from (input, select, textarea).
@@ -172,7 +202,8 @@ fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, S
         .id(id)
         .testid(testid)
         .dyn_children(move || {
-            let current = v2();
+            // The current value marks its option, but only the options' own inputs rebuild them.
+            let current = untrack(|| v2());
             options()
                 .into_iter()
                 .map(|(v, t)| {

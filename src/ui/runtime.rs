@@ -161,7 +161,8 @@ pub fn download_text(name: &str, mime: &str, content: &str) {
     let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else { return };
     let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
     download_url(name, &url);
-    let _ = web_sys::Url::revoke_object_url(&url);
+    // The download reads the blob after this returns: release it a while later.
+    set_timeout(move || drop(web_sys::Url::revoke_object_url(&url)), Duration::from_secs(30));
 }
 
 /// Offers a URL (a `data:` or `blob:` URL) as a file download.
@@ -186,3 +187,4 @@ pub fn set_document_lang(lang: Lang) {
         let _ = el.set_attribute("lang", lang.tag());
     }
 }
+

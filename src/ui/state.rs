@@ -279,10 +279,10 @@ pub fn set_model(plan: &mut Plan, id: &str) {
 
 /// Uses a pasted `config.json`. Only its JSON shape is checked here; the estimator says what it
 /// cannot model.
-pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), ()> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|_| ())?;
+pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), EstimateError> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| EstimateError::BadHfConfig(e.to_string()))?;
     if !v.is_object() {
-        return Err(());
+        return Err(EstimateError::BadHfConfig("a config.json is a JSON object".into()));
     }
     let kind = v.get("model_type").and_then(|t| t.as_str()).unwrap_or("config");
     plan.model = kind.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).take(40).collect();
