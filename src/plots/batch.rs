@@ -165,10 +165,13 @@ pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, dat
     }
 
     if let Some((cap, label)) = &data.capacity {
-        let y = unit.of(*cap);
+        let y = unit.of(*cap).min(y_hi);
         chart.draw_series(std::iter::once(PathElement::new(vec![(x_lo, y), (x_hi, y)], CAPACITY.stroke_width(theme.px(1.5)))))?;
-        let style = font(12.0).color(&CAPACITY).pos(Pos::new(HPos::Right, VPos::Bottom));
-        chart.draw_series(std::iter::once(Text::new(label.clone(), (x_hi, y), style)))?;
+        // At the end of the line away from the current marker's label.
+        let marker_right = data.current.as_ref().is_some_and(|m| (m.x.max(1) as f64).ln() - x_lo.ln() > (x_hi.ln() - x_lo.ln()) / 2.0);
+        let (x, h) = if marker_right { (x_lo, HPos::Left) } else { (x_hi, HPos::Right) };
+        let style = font(12.0).color(&CAPACITY).pos(Pos::new(h, VPos::Bottom));
+        chart.draw_series(std::iter::once(Text::new(format!(" {label} "), (x, y), style)))?;
     }
 
     draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, false, theme)?;

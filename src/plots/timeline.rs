@@ -150,14 +150,17 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
         .axis_desc_style(font(13.0).color(&INK))
         .y_label_formatter(&|y| tick(*y))
         .draw()?;
+    // Phase names under the axis, centred on their spans.
+    let (px, py) = chart.plotting_area().get_pixel_range();
+    let scale = (px.end - px.start) as f64 / n;
     for &(ph, start, end) in &data.columns.spans {
         if ph == Phase::ZeroGrad || end - start < cols.len() / 12 {
             continue;
         }
+        let x = px.start + (((start + end) as f64 / 2.0) * scale) as i32;
         let style = font(12.0).color(&MUTED).pos(Pos::new(HPos::Center, VPos::Top));
-        chart.draw_series(std::iter::once(EmptyElement::at(((start + end) as f64 / 2.0, y_hi)) + Text::new(data.phase_labels[phase_index(ph)].to_string(), (0, theme.px(4.0) as i32), style)))?;
+        area.draw(&Text::new(data.phase_labels[phase_index(ph)].to_string(), (x, py.end + theme.px(4.0) as i32), style))?;
     }
-
     let mut below = vec![0.0f64; cols.len()];
     let mut legend: Vec<(&str, plotters::style::RGBColor, Swatch)> = Vec::new();
     for c in Category::ALL {

@@ -344,7 +344,7 @@ fn summary(p: Planner) -> El {
         let lang = p.lang.get();
         p.numbers.with(|n| {
             n.as_ref().ok().map_or_else(String::new, |n| match &n.peak_op {
-                Some(op) => format!("{} ({op})", phase_label(n.phase, lang)),
+                Some(op) => format!("{} · {op}", phase_label(n.phase, lang)),
                 None => phase_label(n.phase, lang).to_string(),
             })
         })

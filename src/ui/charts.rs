@@ -264,7 +264,14 @@ impl ChartData {
         let peak_axis = format!("{} ({})", Msg::Peak.t(lang), unit.name);
         match self {
             ChartData::Batch(d) => {
-                let mut c = StackedChart::new(&d.points, Msg::Batch.t(lang));
+                // Up to where memory leaves the chart's range (well past the GPU), not to 4096.
+                let y_max = focus(d.capacity.map(|c| c.0), d.current.map(|c| c.1));
+                let keep = d.current.map_or(1, |c| c.0).max(d.best.map_or(1, |b| b.0)).max(16);
+                let end = match y_max {
+                    Some(m) => d.points.iter().position(|p| p.x >= keep && p.peak_allocated > m).map_or(d.points.len(), |i| i + 1),
+                    None => d.points.len(),
+                };
+                let mut c = StackedChart::new(&d.points[..end], Msg::Batch.t(lang));
                 c.y_desc = peak_axis;
                 c.categories = categories(lang);
                 c.unit = unit;
@@ -273,7 +280,7 @@ impl ChartData {
                 c.capacity = cap_label(&d.capacity);
                 c.device_label = Some(Msg::DeviceLine.t(lang));
                 c.empty = zh(lang, "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小");
-                c.y_max = focus(d.capacity.map(|c| c.0), d.current.map(|c| c.1));
+                c.y_max = y_max;
                 draw_stacked_chart(area, &c, theme)
             }
             ChartData::Length(d) => {
