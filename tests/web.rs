@@ -16,23 +16,45 @@ wasm_bindgen_test_configure!(run_in_browser);
 /// A fresh container on the test page with the whole app mounted in it.
 fn mount_app() -> (HtmlElement, impl Drop) {
     let host: HtmlElement = document().create_element("div").unwrap().unchecked_into();
+    host.style().set_property("width", "1100px").unwrap();
     document().body().unwrap().append_child(&host).unwrap();
     let handle = mount_to(host.clone(), App);
     (host, handle)
 }
 
-/// Lets Leptos run its effects and the browser lay out: a macrotask, then a tick.
-async fn settle() {
+async fn sleep(ms: i32) {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
-        window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 10).unwrap();
+        window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms).unwrap();
     });
     wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
+}
+
+/// Lets Leptos run its effects, the browser lay out, and the charts draw (they draw right after
+/// the next frame): a few frames' worth of time, then a tick.
+async fn settle() {
+    sleep(80).await;
     leptos::task::tick().await;
+}
+
+/// Waits up to `ms` for `probe` to hold, settling in between.
+async fn until(ms: i32, mut probe: impl FnMut() -> bool) -> bool {
+    for _ in 0..ms / 50 {
+        if probe() {
+            return true;
+        }
+        sleep(50).await;
+        leptos::task::tick().await;
+    }
+    probe()
+}
+
+fn find(host: &HtmlElement, id: &str) -> Option<Element> {
+    host.query_selector(&format!("[data-testid='{id}']")).unwrap()
 }
 
 #[track_caller]
 fn by_test_id(host: &HtmlElement, id: &str) -> Element {
-    host.query_selector(&format!("[data-testid='{id}']")).unwrap().unwrap_or_else(|| panic!("no element with data-testid={id}"))
+    find(host, id).unwrap_or_else(|| panic!("no element with data-testid={id}"))
 }
 
 fn text(host: &HtmlElement, id: &str) -> String {
@@ -43,24 +65,57 @@ fn input_in(host: &HtmlElement, id: &str, kind: &str) -> HtmlInputElement {
     by_test_id(host, id).query_selector(&format!("input[type={kind}]")).unwrap().expect("input").unchecked_into()
 }
 
+/// The `select` that is, or is inside, the element with test id `id`.
+fn select_in(host: &HtmlElement, id: &str) -> HtmlSelectElement {
+    let el = by_test_id(host, id);
+    if el.tag_name() == "SELECT" {
+        el.unchecked_into()
+    } else {
+        el.query_selector("select").unwrap().expect("select").unchecked_into()
+    }
+}
+
 /// Sets an input's value and fires the event a user's edit fires.
 fn set_value(el: &HtmlInputElement, value: &str, event: &str) {
     el.set_value(value);
+    fire(el, event);
+}
+
+fn fire(el: &web_sys::EventTarget, event: &str) {
     let init = EventInit::new();
     init.set_bubbles(true);
     el.dispatch_event(&Event::new_with_event_init_dict(event, &init).unwrap()).unwrap();
 }
 
+fn pick(select: &HtmlSelectElement, value: &str) {
+    select.set_value(value);
+    assert_eq!(select.value(), value, "no option {value}");
+    fire(select, "change");
+}
+
+fn shown(host: &HtmlElement, id: &str) -> bool {
+    find(host, id).is_some_and(|e| !e.has_attribute("hidden") && e.closest("[hidden]").unwrap().is_none())
+}
+
 #[wasm_bindgen_test]
-async fn page_shows_peak_and_draws_the_chart() {
+async fn page_shows_the_numbers_and_draws_every_chart() {
     let (host, _app) = mount_app();
     settle().await;
     let peak = text(&host, "peak");
     assert!(peak.starts_with("Allocated peak: ") && peak.ends_with("iB"), "peak text: {peak:?}");
-    assert!(host.query_selector("[data-testid='error']").unwrap().is_none(), "error shown for the default plan");
-    let canvas: HtmlCanvasElement = by_test_id(&host, "chart-batch").query_selector("canvas").unwrap().expect("canvas").unchecked_into();
+    assert!(find(&host, "error").is_none(), "error shown for the default plan");
+    for id in ["reserved", "device-total", "max-batch"] {
+        assert!(text(&host, id).contains(char::is_numeric), "{id}: {:?}", text(&host, id));
+    }
+    assert!(text(&host, "verdict").starts_with("Fits on RTX 4090"), "verdict: {:?}", text(&host, "verdict"));
+    assert!(by_test_id(&host, "breakdown").query_selector_all("tbody tr").unwrap().length() >= 10, "breakdown rows");
+    assert!(text(&host, "breakdown").contains("25.6 M params × 4 B = 97.5 MiB"), "the parameters' formula");
     let ratio = window().device_pixel_ratio();
-    assert_eq!(canvas.width(), (canvas.client_width() as f64 * ratio).round() as u32, "backing store is not CSS width × devicePixelRatio");
+    for id in ["chart-batch", "chart-length", "chart-checkpoint", "chart-timeline", "chart-layers"] {
+        let canvas: HtmlCanvasElement = by_test_id(&host, id).query_selector("canvas").unwrap().expect("canvas").unchecked_into();
+        let drawn = until(3000, || canvas.client_width() > 0 && canvas.width() == (canvas.client_width() as f64 * ratio).round() as u32).await;
+        assert!(drawn, "{id}: backing store {} is not CSS width {} × devicePixelRatio", canvas.width(), canvas.client_width());
+    }
 }
 
 #[wasm_bindgen_test]
@@ -98,19 +153,77 @@ async fn an_invalid_batch_shows_the_estimators_message() {
     assert!(!text(&host, "peak").contains("iB"), "a peak is still shown");
     set_value(&input_in(&host, "batch", "number"), "8", "input");
     settle().await;
-    assert!(host.query_selector("[data-testid='error']").unwrap().is_none(), "error stays after a valid batch");
+    assert!(find(&host, "error").is_none(), "error stays after a valid batch");
 }
 
 #[wasm_bindgen_test]
-async fn picking_another_model_changes_the_peak() {
+async fn picking_another_model_changes_the_peak_and_the_controls() {
     let (host, _app) = mount_app();
     settle().await;
-    let picker: HtmlSelectElement = by_test_id(&host, "model").unchecked_into();
-    assert!(picker.length() >= 2, "fewer than two models to pick");
+    let picker = select_in(&host, "model");
+    assert!(picker.query_selector_all("optgroup").unwrap().length() >= 4, "models are not grouped by family");
     let before = text(&host, "peak");
-    let other = (0..picker.length()).filter_map(|i| picker.item(i)).map(|o| o.unchecked_into::<web_sys::HtmlOptionElement>().value()).find(|v| *v != picker.value()).unwrap();
-    picker.set_value(&other);
-    picker.dispatch_event(&Event::new("change").unwrap()).unwrap();
+    assert!(shown(&host, "resolution") && !shown(&host, "attention"), "a CNN shows a resolution and no attention kernel");
+    pick(&picker, "gpt2");
     settle().await;
-    assert_ne!(text(&host, "peak"), before, "peak did not change with the model ({other})");
+    assert_ne!(text(&host, "peak"), before, "peak did not change with the model");
+    assert!(find(&host, "resolution").is_none() && shown(&host, "seq-len"), "GPT-2 shows a sequence length, not a resolution");
+    assert!(shown(&host, "attention"), "GPT-2 has an attention kernel");
+    pick(&select_in(&host, "model"), "lstm-lm");
+    settle().await;
+    assert!(!shown(&host, "checkpointing") && !shown(&host, "attention"), "the LSTM has neither checkpointing nor attention");
+}
+
+#[wasm_bindgen_test]
+async fn the_verdict_follows_the_gpu() {
+    let (host, _app) = mount_app();
+    settle().await;
+    set_value(&input_in(&host, "batch", "number"), "256", "input");
+    pick(&select_in(&host, "gpu"), "a100-80");
+    settle().await;
+    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("true"), "{}", text(&host, "verdict"));
+    pick(&select_in(&host, "gpu"), "t4");
+    settle().await;
+    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("false"), "{}", text(&host, "verdict"));
+    assert!(text(&host, "device-total").contains("of 15.0 GiB"), "{}", text(&host, "device-total"));
+}
+
+#[wasm_bindgen_test]
+async fn a_suggestion_applies_with_one_click() {
+    let (host, _app) = mount_app();
+    settle().await;
+    set_value(&input_in(&host, "batch", "number"), "512", "input");
+    let apply = || host.query_selector("[data-testid='suggestions'] [data-testid='apply-suggestion']").unwrap();
+    assert!(until(20_000, || apply().is_some()).await, "no suggestion for a plan that does not fit: {}", text(&host, "suggestions"));
+    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("false"));
+    apply().unwrap().unchecked_into::<HtmlElement>().click();
+    assert!(until(5000, || by_test_id(&host, "verdict").get_attribute("data-fits").as_deref() == Some("true")).await, "the first suggestion did not make it fit: {}", text(&host, "verdict"));
+}
+
+#[wasm_bindgen_test]
+async fn the_language_switch_shows_chinese() {
+    let (host, _app) = mount_app();
+    settle().await;
+    pick(&select_in(&host, "lang"), "zh");
+    settle().await;
+    assert!(text(&host, "peak").starts_with("已分配峰值："), "{}", text(&host, "peak"));
+    assert!(text(&host, "verdict").starts_with("可以放入"), "{}", text(&host, "verdict"));
+    assert!(text(&host, "breakdown").contains("个参数"), "breakdown not translated");
+    pick(&select_in(&host, "lang"), "en");
+    settle().await;
+    assert!(text(&host, "peak").starts_with("Allocated peak"));
+}
+
+#[wasm_bindgen_test]
+async fn every_chart_has_a_data_table() {
+    let (host, _app) = mount_app();
+    settle().await;
+    for id in ["chart-batch", "chart-length", "chart-checkpoint", "chart-timeline", "chart-layers"] {
+        let fig = by_test_id(&host, id);
+        let details = fig.query_selector("details").unwrap().expect("details");
+        details.set_attribute("open", "").unwrap();
+        fire(&details, "toggle");
+        let rows = || fig.query_selector_all("tbody tr").unwrap().length();
+        assert!(until(3000, || rows() > 0).await, "{id}: no table rows");
+    }
 }

@@ -3,7 +3,7 @@
 
 use super::config::{Checkpointing, Plan};
 use super::error::EstimateError;
-use super::timeline::Category;
+use super::timeline::{Category, Phase};
 use super::units::Bytes;
 use super::{estimate, Estimate, MAX_BATCH};
 
@@ -77,6 +77,14 @@ pub struct BatchLines {
     totals: Vec<(f64, f64)>,
     /// Per event: reserved segments at the two batches, interpolated the same way.
     reserved: Vec<(f64, f64)>,
+    /// Per event: the phase of the step it belongs to.
+    phases: Vec<Phase>,
+    /// Events whose total line is the largest at some batch in `1..=MAX_BATCH` (the upper
+    /// envelope), in event order: the only ones the peak can come from, so a point costs a few
+    /// lines instead of the whole step.
+    peak_candidates: Vec<u32>,
+    /// The same for the reserved-memory lines.
+    reserved_candidates: Vec<u32>,
     fixed: Bytes,
     forward_flops_per_sample: f64,
     recompute_flops_per_sample: f64,
@@ -84,11 +92,17 @@ pub struct BatchLines {
 
 impl BatchLines {
     pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, EstimateError> {
-        let b1 = 1u64;
-        let b2 = hi.clamp(2, 1024);
+        let b1 = 2u64; // batch 1 can skip layout copies (LSTM), so it may lie off the line
+        let b2 = hi.clamp(4, 1024);
         let e1 = estimate(&with(plan, Axis::Batch, b1))?;
         let e2 = estimate(&with(plan, Axis::Batch, b2))?;
-        if e1.timeline.events.len() != e2.timeline.events.len() {
+        BatchLines::from_estimates(&e1, b1, &e2, b2)
+    }
+
+    /// The lines through two estimates of the same plan at batches `b1 < b2` (for callers that
+    /// keep the two estimates for other uses, such as the planner page's per-layer chart).
+    pub fn from_estimates(e1: &Estimate, b1: u64, e2: &Estimate, b2: u64) -> Result<BatchLines, EstimateError> {
+        if e1.timeline.events.len() != e2.timeline.events.len() || b2 <= b1 {
             return Err(EstimateError::Unsupported("the step's ops change with the batch size".into()));
         }
         let d = (b2 - b1) as f64;
@@ -105,32 +119,70 @@ impl BatchLines {
             let slope = (r2 - r1) / d;
             reserved.push((r1 - slope * b1 as f64, slope));
         }
-        let totals = lines.iter().map(|l| l.iter().fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))).collect();
+        let totals: Vec<(f64, f64)> = lines.iter().map(|l| l.iter().fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))).collect();
+        let range = (1.0, MAX_BATCH as f64);
         Ok(BatchLines {
+            peak_candidates: envelope(&totals, range),
+            reserved_candidates: envelope(&reserved, range),
             lines,
             totals,
             reserved,
+            phases: e1.timeline.events.iter().map(|e| e.phase).collect(),
             fixed: e1.workspaces + e1.context,
             forward_flops_per_sample: e1.forward_flops / b1 as f64,
             recompute_flops_per_sample: e1.recompute_flops / b1 as f64,
         })
     }
 
-    /// The estimate's headline numbers at batch `b`.
-    pub fn point(&self, b: u64) -> Point {
+    /// Number of timeline events (the step's ops, its frees and the optimizer's steps).
+    pub fn len(&self) -> usize {
+        self.lines.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+
+    /// The phase event `i` belongs to.
+    pub fn phase(&self, i: usize) -> Phase {
+        self.phases[i]
+    }
+
+    /// Live bytes by category ([`Category::ALL`] order) after event `i` at batch `b`.
+    pub fn live_at(&self, i: usize, b: u64) -> [u64; crate::estimator::timeline::Category::COUNT] {
+        let bf = b as f64;
+        self.lines[i].map(|(p, a)| (p + a * bf).max(0.0).round() as u64)
+    }
+
+    /// Category `c`'s bytes after event `i` as `intercept + slope × batch`.
+    pub fn category_line(&self, i: usize, c: Category) -> (f64, f64) {
+        self.lines[i][c.index()]
+    }
+
+    /// The event holding the allocated peak at batch `b` (the first one on ties).
+    pub fn peak_event(&self, b: u64) -> usize {
         let bf = b as f64;
         let (mut best, mut best_v) = (0usize, f64::MIN);
-        for (i, (p, a)) in self.totals.iter().enumerate() {
+        for &i in &self.peak_candidates {
+            let (p, a) = self.totals[i as usize];
             let v = p + a * bf;
             if v > best_v {
-                best = i;
+                best = i as usize;
                 best_v = v;
             }
         }
-        let l = &self.lines[best];
+        best
+    }
+
+    /// The estimate's headline numbers at batch `b`.
+    pub fn point(&self, b: u64) -> Point {
+        let bf = b as f64;
+        let Some(l) = self.lines.get(self.peak_event(b)) else {
+            return Point { x: b, peak_allocated: Bytes::ZERO, device_total: self.fixed, by_category: Vec::new(), recompute_flops: 0.0, forward_flops: 0.0 };
+        };
         let by_category: Vec<(Category, Bytes)> = Category::ALL.iter().map(|&c| (c, Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64))).collect();
         let peak: Bytes = by_category.iter().map(|(_, b)| *b).sum();
-        let reserved = self.reserved.iter().map(|(p, a)| p + a * bf).fold(0.0, f64::max).max(peak.0 as f64);
+        let reserved = self.reserved_candidates.iter().map(|&i| self.reserved[i as usize]).map(|(p, a)| p + a * bf).fold(0.0, f64::max).max(peak.0 as f64);
         Point {
             x: b,
             peak_allocated: peak,
@@ -140,6 +192,48 @@ impl BatchLines {
             forward_flops: self.forward_flops_per_sample * bf,
         }
     }
+}
+
+/// Indices of the lines `(intercept, slope)` that are the largest somewhere in `range` (their
+/// upper envelope, the convex-hull trick), in index order. Identical lines keep the first;
+/// lines that only touch the envelope at a single point are kept, so the first-on-ties rule of
+/// a full scan still holds.
+fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
+    let mut order: Vec<usize> = (0..lines.len()).collect();
+    order.sort_by(|&i, &j| lines[i].1.total_cmp(&lines[j].1).then(lines[j].0.total_cmp(&lines[i].0)).then(i.cmp(&j)));
+    // Where line `k` overtakes line `j` (slope of k > slope of j).
+    let cross = |j: usize, k: usize| (lines[j].0 - lines[k].0) / (lines[k].1 - lines[j].1);
+    let mut hull: Vec<usize> = Vec::new();
+    for k in order {
+        if let Some(&last) = hull.last() {
+            if lines[last].1 == lines[k].1 {
+                // Same slope: the one already kept is at least as high everywhere, and earlier on
+                // ties only if it is the same line; keep an identical later line out.
+                if lines[last].0 > lines[k].0 || lines[last] == lines[k] {
+                    continue;
+                }
+            }
+        }
+        while hull.len() >= 2 {
+            let (a, b) = (hull[hull.len() - 2], hull[hull.len() - 1]);
+            if cross(a, k) < cross(a, b) {
+                hull.pop();
+            } else {
+                break;
+            }
+        }
+        hull.push(k);
+    }
+    let mut keep: Vec<u32> = (0..hull.len())
+        .filter(|&i| {
+            let from = if i == 0 { f64::NEG_INFINITY } else { cross(hull[i - 1], hull[i]) };
+            let to = if i + 1 == hull.len() { f64::INFINITY } else { cross(hull[i], hull[i + 1]) };
+            from <= range.1 && to >= range.0
+        })
+        .map(|i| hull[i] as u32)
+        .collect();
+    keep.sort_unstable();
+    keep
 }
 
 /// `n` values from `lo` to `hi`, evenly spaced on a log scale, deduplicated.
@@ -270,6 +364,31 @@ mod tests {
             let err = (pt.peak_allocated.0 as f64 - e.peak_allocated.0 as f64).abs() / e.peak_allocated.0 as f64;
             assert!(err < 1e-3, "batch {b}: lines {} vs estimate {}", pt.peak_allocated, e.peak_allocated);
         }
+    }
+
+    #[test]
+    fn envelope_agrees_with_a_full_scan() {
+        // Lines from a small generator: many crossings, duplicates and equal slopes.
+        let mut seed = 12345u64;
+        let mut rnd = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) % 50
+        };
+        for _ in 0..200 {
+            let lines: Vec<(f64, f64)> = (0..30).map(|_| (rnd() as f64 * 100.0, rnd() as f64)).collect();
+            let cand = envelope(&lines, (1.0, 1e6));
+            for b in [1.0, 2.0, 3.0, 7.0, 10.0, 33.0, 100.0, 1e3, 1e5, 1e6] {
+                let full = (0..lines.len()).fold(0, |best, i| if lines[i].0 + lines[i].1 * b > lines[best].0 + lines[best].1 * b { i } else { best });
+                let fast = cand.iter().fold(cand[0] as usize, |best, &i| if lines[i as usize].0 + lines[i as usize].1 * b > lines[best].0 + lines[best].1 * b { i as usize } else { best });
+                assert_eq!(full, fast, "b = {b}: {lines:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn batch_lines_keep_few_candidates() {
+        let lines = BatchLines::new(&Plan::new("gpt2"), 512).unwrap();
+        assert!(lines.peak_candidates.len() < 20 && lines.len() > 500, "{} of {} events", lines.peak_candidates.len(), lines.len());
     }
 
     #[test]

@@ -1,138 +1,536 @@
-//! The page's components and the shared [`Planner`] state they read and write.
+//! The page: the shared [`Planner`] state, the full view and the embed card, built with the
+//! type-erased DOM builder of [`super::dom`] (see there why not typed views).
+
+use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use super::chart::BatchChartView;
-use super::state;
+use super::chart::chart_view;
+use super::charts::{self, ChartData};
+use super::controls;
+use super::dom::{button, h, table_body, El};
+use super::explain;
+use super::export;
+use super::i18n::{self, fmt_bytes, phase_label, Lang, Msg, Units};
+use super::model::{CkptInfo, Numbers};
+use super::runtime::{self, wb};
+use super::state::{self, InputSpec};
+use super::suggest;
+use super::url::{self, ChartKind, View};
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
-use crate::estimator::sweep::{sweep, Axis, Point};
-use crate::estimator::{estimate, Estimate};
+use crate::presets::gpus::{self, Gpu};
 
-/// The plan the user edits and what the estimator derives from it. `Copy`: components take it by
+/// The largest batch that fits: from the lines at once, then confirmed by full simulations.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MaxBatch {
+    pub value: Option<u64>,
+    pub exact: bool,
+}
+
+/// The plan the user edits and what the page derives from it. `Copy`: components take it by
 /// value.
 #[derive(Clone, Copy)]
 pub struct Planner {
     pub plan: RwSignal<Plan>,
-    /// The estimate of the current plan; recomputed only when the plan changes.
-    pub estimate: Memo<Result<Estimate, EstimateError>>,
-    /// The batch chart's sweep; recomputed only when something other than the batch changes.
-    pub batch_sweep: Memo<Vec<Point>>,
+    pub lang: RwSignal<Lang>,
+    pub units: RwSignal<Units>,
+    /// Bumped after every background job, so what reads the workbench reads it again.
+    pub version: RwSignal<u64>,
+    /// No background work left (for tests and the page's busy hint).
+    pub idle: RwSignal<bool>,
+    /// The compact card for iframes.
+    pub embed: bool,
+    /// The chart the embed card shows.
+    pub chart: ChartKind,
+    /// The plan at batch 1: what does not change when only the batch moves.
+    pub base: Memo<Plan>,
+    pub spec: Memo<InputSpec>,
+    pub info: Memo<CkptInfo>,
+    pub numbers: Memo<Result<Numbers, EstimateError>>,
+    pub max_batch: Memo<Option<MaxBatch>>,
 }
 
 impl Planner {
-    pub fn new(initial: Plan) -> Self {
+    pub fn new(initial: Plan, view: View, lang: Lang, units: Units) -> Self {
         let plan = RwSignal::new(initial);
-        // An `Estimate` (with its timeline) has no cheap equality; its input already changed
-        // when this runs, so every new value counts as a change.
-        let estimate = Memo::new_with_compare(move |_| plan.with(estimate), |_, _| true);
-        let base = Memo::new(move |_| plan.with(state::sweep_base));
-        let batch_sweep = Memo::new_with_compare(move |_| base.with(|b| sweep(b, Axis::Batch, &state::chart_batches())), |_, _| true);
-        Planner { plan, estimate, batch_sweep }
+        let version = RwSignal::new(0u64);
+        let base = Memo::new(move |_| plan.with(|p| Plan { batch: 1, ..p.clone() }));
+        let spec = Memo::new(move |_| base.with(state::input_spec));
+        let info = Memo::new(move |_| base.with(|p| wb(|w| w.ckpt_info(p))));
+        let numbers = Memo::new(move |_| {
+            version.track();
+            plan.with(|p| {
+                state::check_batch(p.batch)?;
+                wb(|w| {
+                    let m = w.model(p);
+                    let m = m.as_ref().as_ref().map_err(Clone::clone)?;
+                    let gpu = p.gpu.as_deref().and_then(gpus::find);
+                    let n = m.at(p.batch, gpu.as_ref());
+                    match w.exact(p) {
+                        Some(Ok(e)) => Ok(n.with_exact(e)),
+                        Some(Err(e)) => Err(e.clone()),
+                        None => Ok(n),
+                    }
+                })
+            })
+        });
+        let max_batch = Memo::new(move |_| {
+            version.track();
+            base.with(|p| {
+                let gpu = p.gpu.as_deref().and_then(gpus::find)?;
+                wb(|w| {
+                    if let Some(r) = w.max_batch(p) {
+                        return r.as_ref().ok().map(|v| MaxBatch { value: *v, exact: true });
+                    }
+                    let m = w.model(p);
+                    let m = m.as_ref().as_ref().ok()?;
+                    Some(MaxBatch { value: m.max_batch_guess(gpu.memory, Some(&gpu)), exact: false })
+                })
+            })
+        });
+        Planner { plan, lang: RwSignal::new(lang), units: RwSignal::new(units), version, idle: RwSignal::new(false), embed: view.embed, chart: view.chart, base, spec, info, numbers, max_batch }
+    }
+
+    pub fn gpu(&self) -> Option<Gpu> {
+        self.plan.with(|p| p.gpu.as_deref().and_then(gpus::find))
+    }
+
+    /// The view settings as they stand (for links).
+    pub fn view(&self) -> View {
+        View { lang: Some(self.lang.get_untracked()), units: self.units.get_untracked(), embed: self.embed, chart: self.chart }
+    }
+
+    /// The link to this plan (the full page, or with `embed` the card).
+    pub fn link(&self, embed: bool) -> String {
+        let v = View { embed, ..self.view() };
+        format!("{}?{}", runtime::base_url(), self.plan.with_untracked(|p| url::to_query(p, &v)))
+    }
+
+    /// The data of one chart, recomputed when what it shows changes.
+    pub fn chart_data(&self, kind: ChartKind) -> Memo<Option<Arc<ChartData>>> {
+        let p = *self;
+        let changed: fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool = |_, _| true;
+        match kind {
+            ChartKind::Batch => {
+                let points = Memo::new_with_compare(
+                    move |_| {
+                        p.base.with(|b| {
+                            wb(|w| {
+                                let m = w.model(b);
+                                let gpu = b.gpu.as_deref().and_then(gpus::find);
+                                Arc::new(m.as_ref().as_ref().map(|m| charts::batch_points(m, gpu.as_ref())).unwrap_or_default())
+                            })
+                        })
+                    },
+                    |_, _| true,
+                );
+                Memo::new_with_compare(
+                    move |_| {
+                        let pts = points.get();
+                        let n = p.numbers.get().ok();
+                        let best = p.max_batch.get().and_then(|m| m.value);
+                        p.base.with(|b| {
+                            wb(|w| {
+                                let m = w.model(b);
+                                let m = m.as_ref().as_ref().ok()?;
+                                let gpu = b.gpu.as_deref().and_then(gpus::find);
+                                Some(Arc::new(ChartData::Batch(charts::batch_data((*pts).clone(), n.as_ref(), best, m, gpu.as_ref()))))
+                            })
+                        })
+                    },
+                    changed,
+                )
+            }
+            ChartKind::Length => Memo::new_with_compare(
+                move |_| {
+                    p.version.track();
+                    let n = p.numbers.get().ok();
+                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Length(charts::length_data(plan, n.as_ref(), plan.gpu.as_deref().and_then(gpus::find).as_ref(), &|q| w.numbers(q)))))))
+                },
+                changed,
+            ),
+            ChartKind::Checkpoint => Memo::new_with_compare(
+                move |_| {
+                    p.version.track();
+                    let n = p.numbers.get().ok();
+                    let info = p.info.get();
+                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Checkpoint(charts::ckpt_data(plan, &info, n.as_ref(), &|q| w.numbers(q)))))))
+                },
+                changed,
+            ),
+            ChartKind::Timeline | ChartKind::Layers => Memo::new_with_compare(
+                move |_| {
+                    let batch = p.plan.with(|x| x.batch);
+                    state::check_batch(batch).ok()?;
+                    p.base.with(|b| {
+                        wb(|w| {
+                            let m = w.model(b);
+                            let m = m.as_ref().as_ref().ok()?;
+                            let gpu = b.gpu.as_deref().and_then(gpus::find);
+                            Some(Arc::new(match kind {
+                                ChartKind::Timeline => ChartData::Timeline(charts::timeline_data(m, batch, gpu.as_ref())),
+                                _ => ChartData::Layers(charts::layers_data(m, batch)),
+                            }))
+                        })
+                    })
+                },
+                changed,
+            ),
+        }
     }
 }
 
-/// The whole page.
+/// A fixed text in the page's current language.
+pub fn tr(p: Planner, m: Msg) -> impl Fn() -> String + 'static {
+    move || m.t(p.lang.get()).to_string()
+}
+
+fn colon(l: Lang) -> &'static str {
+    if l == Lang::Zh {
+        "："
+    } else {
+        ": "
+    }
+}
+
+/// The whole page, or the embed card with `?embed=1`.
 #[component]
 pub fn App() -> impl IntoView {
-    let planner = Planner::new(state::initial_plan());
-    view! {
-        <header class="masthead">
-            <h1>"VRAM Planner"</h1>
-            <p class="tagline">"GPU memory of one PyTorch training step, simulated op by op."</p>
-        </header>
-        <main class="planner">
-            <section class="controls" aria-label="Plan">
-                <ModelPicker plan=planner.plan />
-                <BatchInput plan=planner.plan />
-            </section>
-            <section class="results" aria-label="Estimate">
-                <PeakSummary estimate=planner.estimate />
-                <BatchChartView planner=planner />
-            </section>
-            <super::extra::ExtraPanels plan=planner.plan /> // ui2: issues #5/#6 panels
-        </main>
-        <footer class="colophon">
-            <p>"Runs entirely in your browser; works offline once loaded."</p>
-        </footer>
-    }
-}
+    let query = runtime::location_query();
+    let parsed = url::parse_query(&query);
+    let lang = runtime::initial_lang(parsed.view.lang);
+    let units = runtime::initial_units(parsed.view.units, query.contains("units="));
+    let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units);
+    let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
-/// Picks one of the model presets.
-#[component]
-pub fn ModelPicker(
-    /// The plan whose model this picks.
-    plan: RwSignal<Plan>,
-) -> impl IntoView {
-    let options = state::model_options()
-        .into_iter()
-        .map(|(id, name)| view! { <option value=id selected=move || plan.with(|p| p.model == id)>{name}</option> })
-        .collect_view();
-    view! {
-        <label class="field">
-            <span class="label">"Model"</span>
-            <select
-                data-testid="model"
-                prop:value=move || plan.with(|p| p.model.clone())
-                on:change=move |ev| {
-                    let id = event_target_value(&ev);
-                    plan.update(|p| state::set_model(p, &id));
-                }
-            >
-                {options}
-            </select>
-        </label>
-    }
-}
-
-/// The micro-batch size: a log-scale slider from 1 to 4096 and a number box for exact values.
-#[component]
-pub fn BatchInput(
-    /// The plan whose batch this sets.
-    plan: RwSignal<Plan>,
-) -> impl IntoView {
-    let batch = move || plan.with(|p| p.batch);
-    let set = move |b: Option<u64>| {
-        if let Some(b) = b {
-            plan.update(|p| p.batch = b);
+    // Every change of the plan: wake the background work and, a moment later, the address bar.
+    Effect::new(move |_| {
+        p.plan.track();
+        p.idle.set(false);
+        runtime::plan_changed(p);
+    });
+    let url_timer = StoredValue::new(None::<leptos::leptos_dom::helpers::TimeoutHandle>);
+    Effect::new(move |prev: Option<()>| {
+        p.plan.track();
+        p.lang.track();
+        p.units.track();
+        if prev.is_none() && notice.with_untracked(|n| n.is_none()) {
+            return;
         }
-    };
-    view! {
-        <div class="field batch" data-testid="batch">
-            <label class="label" for="batch-range">"Batch size"</label>
-            <input
-                id="batch-range"
-                type="range"
-                min="0"
-                max=state::slider_max().to_string()
-                step="1"
-                prop:value=move || state::batch_to_slider(batch()).to_string()
-                on:input=move |ev| set(state::parse_slider(&event_target_value(&ev)))
-            />
-            <input
-                type="number"
-                min="1"
-                step="1"
-                inputmode="numeric"
-                aria-label="Batch size"
-                prop:value=move || batch().to_string()
-                on:input=move |ev| set(state::parse_batch(&event_target_value(&ev)))
-            />
-        </div>
-    }
+        if let Some(h) = url_timer.get_value() {
+            h.clear();
+        }
+        let h = set_timeout_with_handle(move || runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view()))), std::time::Duration::from_millis(300));
+        url_timer.set_value(h.ok());
+    });
+    Effect::new(move |_| {
+        let (l, u) = (p.lang.get(), p.units.get());
+        runtime::remember(l, u);
+        runtime::set_document_lang(l);
+    });
+    Effect::new(move |_| {
+        if p.numbers.with(|n| n.is_ok()) {
+            runtime::mark("vram-planner:ready");
+        }
+    });
+
+    let tree = if p.embed { embed_card(p) } else { full_page(p, notice) };
+    let root = NodeRef::<leptos::html::Div>::new();
+    root.on_load(move |el| {
+        let _ = el.append_child(&tree.0);
+    });
+    view! { <div class="app" node_ref=root></div> }
 }
 
-/// The allocated peak, a line of context, or the estimator's message when it refuses the plan.
-#[component]
-pub fn PeakSummary(
-    /// The estimate to summarise.
-    estimate: Memo<Result<Estimate, EstimateError>>,
-) -> impl IntoView {
-    view! {
-        <p class="peak" data-testid="peak" aria-live="polite">
-            {move || estimate.with(state::peak_text).unwrap_or_else(|| "Allocated peak: –".to_string())}
-        </p>
-        <p class="detail">{move || estimate.with(state::detail_text)}</p>
-        {move || estimate.with(state::error_text).map(|msg| view! { <p class="error" role="alert" data-testid="error">{msg}</p> })}
-    }
+/// The notice for a link whose settings could not all be used. Only the names of known keys are
+/// shown, as text.
+fn notice_view(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
+    h("div").dyn_children(move || {
+        let Some(n) = notice.get() else { return Vec::new() };
+        let lang = p.lang.get();
+        let mut items: Vec<String> = n.rejected.iter().map(|k| i18n::notice_item(k, lang)).collect();
+        if n.unknown > 0 {
+            items.push(i18n::notice_unknown(n.unknown, lang));
+        }
+        if n.too_long {
+            items.push(i18n::notice_too_long(lang).into());
+        }
+        vec![h("div")
+            .cls("notice")
+            .attr("role", "status")
+            .testid("notice")
+            .child(h("p").text(Msg::Notice.t(lang)).text(" ").text(&items.join(", ")))
+            .child(button("dismiss-notice", tr(p, Msg::Dismiss), move || notice.set(None)))]
+    })
 }
+
+fn busy(p: Planner, el: El) -> El {
+    el.dyn_attr("data-busy", move || Some((!p.idle.get()).to_string()))
+}
+
+fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
+    let applies = Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())));
+    let controls = h("section")
+        .cls("controls")
+        .dyn_attr("aria-label", move || Some(Msg::PlanSection.t(p.lang.get()).into()))
+        .child(controls::model_picker(p))
+        .child(controls::batch_input(p))
+        .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
+        .child(controls::precision_picker(p))
+        .child(controls::optimizer_picker(p))
+        .child(controls::optimizer_impl_picker(p))
+        .child(controls::checkpoint_picker(p).show(move || applies.with(|a| a.checkpointing)))
+        .child(controls::accumulation_input(p))
+        .child(controls::attention_picker(p).show(move || applies.with(|a| a.attention)))
+        .child(controls::gpu_picker(p));
+    let results = h("section")
+        .cls("results")
+        .dyn_attr("aria-label", move || Some(Msg::ResultsSection.t(p.lang.get()).into()))
+        .child(summary(p))
+        .child(suggestions(p))
+        .child(breakdown(p))
+        .child(share(p));
+    let charts = h("section").cls("charts").children(ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
+    h("div")
+        .child(
+            h("header")
+                .cls("masthead")
+                .child(h("div").child(h("h1").dyn_text(tr(p, Msg::Title))).child(h("p").cls("tagline").dyn_text(tr(p, Msg::Tagline))))
+                .child(h("div").cls("prefs").child(controls::lang_picker(p)).child(controls::units_picker(p))),
+        )
+        .child(notice_view(p, notice))
+        .child(busy(p, h("main").cls("planner")).child(controls).child(results).child(charts))
+        .child(extra_panels(p))
+        .child(h("footer").cls("colophon").child(h("p").dyn_text(tr(p, Msg::Footer))))
+}
+
+/// The mode, parallelism and comparison panels (issues #5 and #6), a Leptos view mounted into a
+/// container of the page; they edit the same plan signal.
+fn extra_panels(p: Planner) -> El {
+    use wasm_bindgen::JsCast;
+    let host = h("section").cls("extra");
+    let plan = p.plan;
+    let handle = leptos::mount::mount_to(host.0.clone().unchecked_into::<web_sys::HtmlElement>(), move || view! { <super::extra::ExtraPanels plan=plan /> });
+    // The panels live as long as the page.
+    std::mem::forget(handle);
+    host
+}
+
+/// The compact card for an iframe: the key numbers, the sliders and one chart.
+fn embed_card(p: Planner) -> El {
+    let applies = Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())));
+    let name = move || p.plan.with(|q| state::model_options().into_iter().find(|(id, _)| *id == q.model).map_or_else(|| q.model.clone(), |(_, n)| n.to_string()));
+    let gpu = move || p.gpu().map(|g| format!(" · {}", g.name)).unwrap_or_default();
+    busy(p, h("main").cls("embed-card").testid("embed-card"))
+        .child(
+            h("header")
+                .child(h("strong").dyn_text(name).dyn_text(gpu))
+                .child(h("a").cls("open-full").attr("target", "_blank").attr("rel", "noopener").dyn_attr("href", move || Some(p.link(false))).dyn_text(tr(p, Msg::OpenFull))),
+        )
+        .child(h("div").cls("controls compact").child(controls::batch_input(p)).child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len))))
+        .child(summary(p))
+        .child(chart_view(p, p.chart))
+}
+
+/// The key numbers and the verdict.
+fn summary(p: Planner) -> El {
+    let b = move |x| fmt_bytes(x, p.units.get());
+    let num = move |f: fn(&Numbers) -> crate::estimator::units::Bytes| p.numbers.with(|n| n.as_ref().ok().map(f)).map(b).unwrap_or_else(|| "–".into());
+    let verdict = move || {
+        let gpu = p.gpu()?;
+        let lang = p.lang.get();
+        p.numbers.with(|n| {
+            let n = n.as_ref().ok()?;
+            let fits = n.device_total <= gpu.memory;
+            let margin = if fits { gpu.memory - n.device_total } else { n.device_total - gpu.memory };
+            Some((fits, i18n::verdict(fits, &b(margin), &b(gpu.memory), gpu.name, lang)))
+        })
+    };
+    let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| h("div").child(h("dt").dyn_text(tr(p, label))).child(h("dd").testid(testid).dyn_text(value));
+    let max_batch_text = move || match p.max_batch.get() {
+        None => "–".to_string(),
+        Some(MaxBatch { value: None, .. }) => Msg::NoBatchFits.t(p.lang.get()).to_string(),
+        Some(MaxBatch { value: Some(v), .. }) => v.to_string(),
+    };
+    let phase = move || {
+        let lang = p.lang.get();
+        p.numbers.with(|n| {
+            n.as_ref().ok().map_or_else(String::new, |n| match &n.peak_op {
+                Some(op) => format!("{} · {op}", phase_label(n.phase, lang)),
+                None => phase_label(n.phase, lang).to_string(),
+            })
+        })
+    };
+    // The largest batch says whether full simulations have confirmed it (`data-exact`).
+    let max_dd = h("dd").testid("max-batch").dyn_text(max_batch_text).dyn_attr("data-exact", move || Some(p.max_batch.get().is_some_and(|m| m.exact).to_string()));
+    let device = move || format!("{} {}", num(|n| n.device_total), p.gpu().map(|g| i18n::of_capacity(&b(g.memory), p.lang.get())).unwrap_or_default());
+    h("div")
+        .cls("summary")
+        .child(h("p").cls("peak").testid("peak").attr("aria-live", "polite").dyn_text(move || {
+            let l = p.lang.get();
+            format!("{}{}{}", Msg::Peak.t(l), colon(l), num(|n| n.peak))
+        }))
+        .child(
+            h("dl")
+                .cls("metrics")
+                .child(metric("reserved", Msg::Reserved, Box::new(move || num(|n| n.reserved))))
+                .child(metric("device-total", Msg::DeviceTotal, Box::new(device)))
+                .child(h("div").child(h("dt").dyn_text(tr(p, Msg::MaxBatch))).child(max_dd))
+                .child(metric("peak-phase", Msg::PeakPhase, Box::new(phase))),
+        )
+        .child(
+            h("p")
+                .testid("verdict")
+                .attr("role", "status")
+                .dyn_attr("class", move || Some(format!("verdict {}", verdict().map_or("", |v| if v.0 { "fits" } else { "over" }))))
+                .dyn_attr("data-fits", move || verdict().map(|v| v.0.to_string()))
+                .dyn_text(move || verdict().map(|v| v.1).unwrap_or_default()),
+        )
+        .child(h("div").dyn_children(move || {
+            let l = p.lang.get();
+            p.numbers.with(|n| n.as_ref().err().map(|e| vec![h("p").cls("error").attr("role", "alert").testid("error").text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))]).unwrap_or_default())
+        }))
+}
+
+/// The breakdown table with each row's formula, and its exports.
+fn breakdown(p: Planner) -> El {
+    let rows = Memo::new(move |_| {
+        let (lang, units) = (p.lang.get(), p.units.get());
+        let gpu = p.gpu();
+        p.numbers.with(|n| n.as_ref().ok().map(|n| p.plan.with(|q| explain::rows(n, q, gpu.as_ref(), lang, units))).unwrap_or_default())
+    });
+    let save = move |json: bool| {
+        let rows = rows.get_untracked();
+        let exact = p.numbers.with_untracked(|n| n.as_ref().is_ok_and(|n| n.exact));
+        p.plan.with_untracked(|q| {
+            if json {
+                runtime::download_text(&export::file_name(q, "breakdown", "json"), "application/json", &export::breakdown_json(q, exact, &rows));
+            } else {
+                runtime::download_text(&export::file_name(q, "breakdown", "csv"), "text/csv", &export::breakdown_csv(&rows));
+            }
+        });
+    };
+    let th = |m: Msg, class: &str| h("th").attr("scope", "col").cls(class).dyn_text(tr(p, m));
+    let body = table_body(move || rows.with(|r| r.iter().map(|r| vec![r.label.clone(), fmt_bytes(r.bytes, p.units.get()), r.formula.clone()]).collect()), true);
+    // Subtotals stand out: mark their rows after each rebuild.
+    let tbody = body.0.clone();
+    super::dom::effect(Box::new(move || {
+        let keys: Vec<bool> = rows.with(|r| r.iter().map(|r| r.total).collect());
+        let trs = tbody.children();
+        for (i, total) in keys.iter().enumerate() {
+            if let Some(tr) = trs.item(i as u32) {
+                let _ = if *total { tr.set_attribute("class", "total") } else { tr.remove_attribute("class") };
+            }
+        }
+    }));
+    h("section")
+        .cls("breakdown")
+        .child(h("h2").dyn_text(tr(p, Msg::Breakdown)))
+        .child(h("table").testid("breakdown").child(h("thead").child(h("tr").child(th(Msg::Component, "")).child(th(Msg::Memory, "num")).child(th(Msg::Formula, "")))).child(body))
+        .child(
+            h("p")
+                .cls("exports")
+                .dyn_text(move || format!("{}: ", Msg::Export.t(p.lang.get())))
+                .child(button("export-csv", || "CSV".into(), move || save(false)))
+                .child(button("export-json", || "JSON".into(), move || save(true))),
+        )
+}
+
+/// What would make it fit: ranked, each applied with one click.
+fn suggestions(p: Planner) -> El {
+    let list = Memo::new(move |_| {
+        p.version.track();
+        let gpu = p.gpu()?;
+        let current = p.numbers.get().ok()?;
+        if current.device_total <= gpu.memory {
+            return Some(Vec::new());
+        }
+        let info = p.info.get();
+        p.plan.with(|q| {
+            wb(|w| {
+                let w = &*w;
+                let numbers_of = |x: &Plan| w.numbers(x);
+                let cands = suggest::candidates(q, &info, gpu.memory, &numbers_of);
+                Some(suggest::evaluate(&current, gpu.memory, &cands, &numbers_of))
+            })
+        })
+    });
+    let track = move || {
+        p.plan.track();
+        p.version.track();
+        p.lang.track();
+        p.units.track();
+        p.idle.track();
+    };
+    h("section").cls("suggestions").testid("suggestions").attr("aria-live", "polite").child(h("h2").dyn_text(tr(p, Msg::Suggestions))).child(h("div").later_children(track, move || {
+        let lang = p.lang.get();
+        let units = p.units.get();
+        let fits = p.numbers.with(|n| n.as_ref().is_ok_and(|n| p.gpu().is_some_and(|g| n.device_total <= g.memory)));
+        match list.get() {
+            None => vec![h("p").cls("muted").text("–")],
+            Some(v) if v.is_empty() && fits => vec![h("p").cls("ok").text(Msg::ItFits.t(lang))],
+            Some(v) if v.is_empty() => vec![h("p").cls("muted").text(if p.idle.get() { Msg::NoSuggestion.t(lang) } else { Msg::Computing.t(lang) })],
+            Some(v) => {
+                let before = p.plan.get_untracked();
+                let spec = p.spec.get_untracked();
+                vec![h("ol").children(
+                    v.into_iter()
+                        .take(6)
+                        .map(|s| {
+                            let plan = s.plan.clone();
+                            h("li")
+                                .cls(if s.fits { "fits" } else { "over" })
+                                .child(h("span").cls("title").text(&suggest::title(&s.fix, spec, lang)))
+                                .child(h("span").cls("effect").text(&suggest::effect(&s, units)))
+                                .child(h("span").cls("tag").text(if s.fits { Msg::FitsTag.t(lang) } else { Msg::StillOver.t(lang) }))
+                                .child(h("span").cls("cost").text(&suggest::cost(&s, &before, lang)))
+                                .child(button("apply-suggestion", move || Msg::Apply.t(lang).into(), move || p.plan.set(plan.clone())))
+                        })
+                        .collect(),
+                )]
+            }
+        }
+    }))
+}
+
+/// Copy link and the embed snippet.
+fn share(p: Planner) -> El {
+    let copied = RwSignal::new(None::<bool>);
+    let show_embed = RwSignal::new(false);
+    let link = RwSignal::new(String::new());
+    let copy = move || {
+        let url = p.link(false);
+        runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view())));
+        link.set(url.clone());
+        runtime::copy_text(url, move |ok| copied.set(Some(ok)));
+    };
+    let snippet = move || {
+        if !show_embed.get() {
+            return String::new();
+        }
+        p.plan.track();
+        let src = p.link(true).replace('&', "&amp;").replace('"', "&quot;");
+        format!("<iframe src=\"{src}\" width=\"720\" height=\"640\" style=\"border:0\" title=\"VRAM Planner\" loading=\"lazy\"></iframe>")
+    };
+    h("section")
+        .cls("share")
+        .child(button("copy-link", tr(p, Msg::CopyLink), copy))
+        .child(button("embed", tr(p, Msg::Embed), move || show_embed.update(|s| *s = !*s)).dyn_attr("aria-expanded", move || Some(show_embed.get().to_string())))
+        .child(h("span").dyn_children(move || {
+            let lang = p.lang.get();
+            match copied.get() {
+                Some(true) => vec![h("span").cls("status").attr("role", "status").testid("copied").text(Msg::Copied.t(lang))],
+                Some(false) => vec![h("label").cls("status").text(Msg::CopyManually.t(lang)).child(h("input").attr("type", "text").attr("readonly", "").testid("link-text").dyn_value(move || link.get()))],
+                None => Vec::new(),
+            }
+        }))
+        .child(
+            h("div")
+                .cls("embed-code")
+                .show(move || show_embed.get())
+                .child(h("label").attr("for", "embed-code").dyn_text(tr(p, Msg::EmbedHelp)))
+                .child(h("textarea").id("embed-code").testid("embed-code").attr("readonly", "").attr("rows", "3").dyn_value(snippet)),
+        )
+}
+

@@ -1,50 +1,156 @@
-//! Canvas charts: an effect redraws a plotters chart whenever its data or the canvas's size
-//! changes, at the screen's pixel density.
+//! A chart on the page: a canvas redrawn whenever its data, the language, the units or the
+//! canvas's size change, at the screen's pixel density; its data table as the text
+//! alternative; PNG, SVG and CSV downloads (the SVG from the same draw function, through
+//! plotters' SVG backend).
 
 use leptos::prelude::*;
 use plotters::prelude::*;
-use plotters_canvas::CanvasBackend;
+use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
-use super::app::Planner;
+use super::app::{tr, Planner};
+use super::backend::AnyBackend;
+use super::charts::ChartData;
+use super::dom::{button, effect, h, table_body, El};
+use super::export;
+use super::i18n::{Lang, Msg, Units};
+use super::runtime;
 use super::state;
-use crate::plots::{draw_batch_chart, BatchChart, PlotError, Theme};
+use super::url::ChartKind;
+use crate::plots::{PlotError, Theme};
 
-/// Memory against batch size for the current plan, with the current batch marked.
-#[component]
-pub fn BatchChartView(
-    /// The state the chart shows.
-    planner: Planner,
-) -> impl IntoView {
-    let canvas = NodeRef::<leptos::html::Canvas>::new();
-    let failure = RwSignal::new(None::<String>);
-    let resized = RwSignal::new(0u32);
-    let listener = window_event_listener(leptos::ev::resize, move |_| resized.update(|n| *n += 1));
-    on_cleanup(move || listener.remove());
-
-    Effect::new(move |_| {
-        resized.track();
-        let Some(el) = canvas.get() else { return };
-        let drawn = planner.batch_sweep.with(|points| planner.plan.with(|plan| planner.estimate.with(|est| draw(&el, &state::batch_chart(points, plan, est)))));
-        failure.set(drawn.err().map(|e| e.to_string()));
-    });
-
-    view! {
-        <figure class="chart" data-testid="chart-batch">
-            <canvas node_ref=canvas role="img" aria-label="Allocated peak against batch size, stacked by memory category"></canvas>
-            <figcaption>"Allocated peak against batch size, by what the memory holds. The red line marks your batch."</figcaption>
-            {move || failure.get().map(|m| view! { <p class="error" role="alert">{m}</p> })}
-        </figure>
+fn title(kind: ChartKind) -> (Msg, Msg) {
+    match kind {
+        ChartKind::Batch => (Msg::ChartBatch, Msg::CapBatch),
+        ChartKind::Length => (Msg::ChartLength, Msg::CapLength),
+        ChartKind::Checkpoint => (Msg::ChartCheckpoint, Msg::CapCheckpoint),
+        ChartKind::Timeline => (Msg::ChartTimeline, Msg::CapTimeline),
+        ChartKind::Layers => (Msg::ChartLayers, Msg::CapLayers),
     }
 }
 
-/// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
-fn draw(canvas: &HtmlCanvasElement, data: &BatchChart) -> Result<(), PlotError> {
-    let ratio = window().device_pixel_ratio();
-    let css = match (canvas.client_width(), canvas.client_height()) {
-        (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
-        _ => (640.0, 360.0),
+/// One chart: its canvas, caption, data table and downloads.
+pub fn chart_view(p: Planner, kind: ChartKind) -> El {
+    let data = p.chart_data(kind);
+    let canvas = h("canvas").attr("role", "img").attr("aria-describedby", &format!("{}-desc", kind.code()));
+    let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
+    // The canvas's CSS size, measured when first drawn and after a resize, never per slider step
+    // (no forced layout while dragging).
+    let css = RwSignal::new(None::<(f64, f64)>);
+    let listener = window_event_listener(leptos::ev::resize, move |_| css.set(None));
+    on_cleanup(move || listener.remove());
+    let open = RwSignal::new(false);
+    let failure = RwSignal::new(None::<String>);
+    let retries = std::rc::Rc::new(std::cell::Cell::new(0u32));
+    // Drawing happens after the next frame (the numbers the user moves show first), once per
+    // frame however many changes arrive: a slider dragged at 60 Hz redraws each chart once per
+    // frame, right after it.
+    let draw_now: std::rc::Rc<dyn Fn()> = {
+        let el = el.clone();
+        std::rc::Rc::new(move || {
+            let size = match css.get_untracked() {
+                Some(s) => s,
+                None => {
+                    let s = measure(&el);
+                    if s.0 > 0.0 {
+                        css.set(Some(s));
+                    } else if retries.replace(retries.get() + 1) < 120 {
+                        // Not laid out yet (just mounted, or hidden): look again next frame.
+                        request_animation_frame(move || css.set(None));
+                    }
+                    return;
+                }
+            };
+            let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
+            let drawn = data.with_untracked(|d| match d {
+                Some(d) => {
+                    let _ = el.set_attribute("aria-label", &d.summary(lang, units));
+                    draw(&el, d, lang, units, size)
+                }
+                None => Ok(()),
+            });
+            failure.set(drawn.err().map(|e| e.to_string()));
+        })
     };
+    let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+    // What the chart's data depends on, tracked here without computing the data: that happens
+    // in the deferred draw.
+    effect(Box::new(move || {
+        p.plan.track();
+        p.version.track();
+        p.lang.track();
+        p.units.track();
+        css.track();
+        if !pending.replace(true) {
+            let (d, pending) = (draw_now.clone(), pending.clone());
+            request_animation_frame(move || {
+                set_timeout(
+                    move || {
+                        pending.set(false);
+                        d();
+                    },
+                    std::time::Duration::ZERO,
+                )
+            });
+        }
+    }));
+    let save = std::rc::Rc::new(move |what: &'static str| {
+        let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
+        let name = p.plan.with_untracked(|q| export::file_name(q, kind.code(), what));
+        match what {
+            "svg" => {
+                let (w, h) = css.get_untracked().unwrap_or((800.0, 450.0));
+                if let Some(Ok(s)) = data.with_untracked(|d| d.as_ref().map(|d| svg_of(d, lang, units, (w.round() as u32, h.round() as u32)))) {
+                    runtime::download_text(&name, "image/svg+xml", &s);
+                }
+            }
+            "csv" => {
+                if let Some(t) = data.with_untracked(|d| d.as_ref().map(|d| d.table(lang, units))) {
+                    runtime::download_text(&name, "text/csv", &export::table_csv(&t));
+                }
+            }
+            _ => {
+                if let Ok(url) = el.to_data_url() {
+                    runtime::download_url(&name, &url);
+                }
+            }
+        }
+    });
+    let (s1, s2, s3) = (save.clone(), save.clone(), save);
+    let (t, c) = title(kind);
+    // The table is built only while open: a closed one costs nothing per slider step.
+    let head = h("thead").child(h("tr").dyn_children(move || {
+        if !open.get() {
+            return Vec::new();
+        }
+        data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()).headers.iter().map(|x| h("th").attr("scope", "col").text(x)).collect()).unwrap_or_default())
+    }));
+    let body = table_body(move || if open.get() { data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()).rows).unwrap_or_default()) } else { Vec::new() }, false);
+    let details = h("details").child(h("summary").dyn_text(tr(p, Msg::DataTable))).child(h("table").child(head).child(body));
+    let d2 = details.0.clone();
+    let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
+    h("figure")
+        .cls("chart")
+        .testid(kind.test_id())
+        .child(h("h3").dyn_text(tr(p, t)))
+        .child(canvas)
+        .child(h("figcaption").id(&format!("{}-desc", kind.code())).dyn_text(tr(p, c)))
+        .child(h("p").cls("error").attr("role", "alert").show(move || failure.with(|f| f.is_some())).dyn_text(move || failure.get().unwrap_or_default()))
+        .child(
+            h("div")
+                .cls("chart-tools")
+                .child(details)
+                .child(h("span").cls("exports").child(button("export-png", || "PNG".into(), move || s1("png"))).child(button("export-svg", || "SVG".into(), move || s2("svg"))).child(button("export-table", || "CSV".into(), move || s3("csv")))),
+        )
+}
+
+fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
+    (canvas.client_width() as f64, canvas.client_height() as f64)
+}
+
+/// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
+fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
+    let ratio = window().device_pixel_ratio();
     let (w, h) = state::backing_size(css, ratio);
     if canvas.width() != w {
         canvas.set_width(w);
@@ -52,9 +158,19 @@ fn draw(canvas: &HtmlCanvasElement, data: &BatchChart) -> Result<(), PlotError> 
     if canvas.height() != h {
         canvas.set_height(h);
     }
-    let backend = CanvasBackend::with_canvas_object(canvas.clone()).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?;
-    let root = backend.into_drawing_area();
-    draw_batch_chart(&root, data, &Theme { scale: w as f64 / css.0 })?;
+    let root = AnyBackend::canvas(canvas).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
+    data.draw(&root, lang, units, &Theme { scale: w as f64 / css.0 })?;
     root.present()?;
     Ok(())
+}
+
+/// The chart as an SVG document, through the same backend type as the canvas.
+fn svg_of(data: &ChartData, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
+    let mut out = String::new();
+    {
+        let root = AnyBackend::Svg(SVGBackend::with_string(&mut out, size)).into_drawing_area();
+        data.draw(&root, lang, units, &Theme::default())?;
+        root.present()?;
+    }
+    Ok(out)
 }

@@ -1,0 +1,362 @@
+//! The controls: each a labelled native element (`select`, `input type=range|number`), so every
+//! one is usable from the keyboard, carries its `data-testid`, and writes the plan through the
+//! plain functions of [`super::state`].
+
+use leptos::prelude::*;
+
+use super::app::{tr, Planner};
+use super::dom::{h, label, select, value_of, El};
+use super::i18n::{self, Lang, Msg, Units};
+use super::state;
+use super::url;
+use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::presets::gpus;
+
+fn field(class: &str) -> El {
+    h("div").cls(class)
+}
+
+/// Sets the plan's batch unless it already is `b`.
+fn set_batch(p: Planner, b: Option<u64>) {
+    if let Some(b) = b {
+        if p.plan.with_untracked(|q| q.batch) != b {
+            p.plan.update(|q| q.batch = b);
+        }
+    }
+}
+
+/// The model picker, grouped by family, and the config.json paste box.
+pub fn model_picker(p: Planner) -> El {
+    let plan = p.plan;
+    let choice = Memo::new(move |_| plan.with(state::model_choice));
+    let groups = h("select").id("model").testid("model").dyn_children(move || {
+        let lang = p.lang.get();
+        let current = choice.get();
+        let mut out: Vec<El> = state::model_groups()
+            .into_iter()
+            .map(|(fam, items)| {
+                h("optgroup").attr("label", i18n::family_label(fam, lang)).children(
+                    items
+                        .into_iter()
+                        .map(|(id, name)| {
+                            let o = h("option").attr("value", id).text(name);
+                            if current == id {
+                                o.attr("selected", "")
+                            } else {
+                                o
+                            }
+                        })
+                        .collect(),
+                )
+            })
+            .collect();
+        if current == "custom" {
+            out.push(h("option").attr("value", "custom").attr("selected", "").text(Msg::CustomConfig.t(lang)));
+        }
+        out
+    });
+    let groups = groups.dyn_value(move || choice.get()).on("change", move |ev| {
+        let id = value_of(&ev);
+        if id != "custom" {
+            plan.update(|q| state::set_model(q, &id));
+        }
+    });
+    let text = RwSignal::new(String::new());
+    let bad = RwSignal::new(false);
+    let use_config = move || {
+        let mut q = plan.get_untracked();
+        let ok = text.with_untracked(|t| state::set_config(&mut q, t)).is_ok();
+        bad.set(!ok);
+        if ok {
+            plan.set(q);
+        }
+    };
+    field("field model").child(label("model", tr(p, Msg::Model))).child(groups).child(
+        h("details")
+            .cls("paste")
+            .testid("config")
+            .child(h("summary").dyn_text(tr(p, Msg::PasteConfig)))
+            .child(h("p").cls("hint").dyn_text(tr(p, Msg::PasteHint)))
+            .child(h("textarea").attr("rows", "6").attr("spellcheck", "false").dyn_attr("aria-label", move || Some(Msg::PasteConfig.t(p.lang.get()).into())).on("input", move |ev| text.set(value_of(&ev))))
+            .child(super::dom::button("use-config", tr(p, Msg::UseConfig), use_config))
+            .child(h("p").cls("error").attr("role", "alert").show(move || bad.get()).dyn_text(tr(p, Msg::ConfigNotJson))),
+    )
+}
+
+/// The micro-batch size: a log-scale slider from 1 to 4096 and a number box for exact values.
+pub fn batch_input(p: Planner) -> El {
+    let batch = move || p.plan.with(|q| q.batch);
+    field("field slider")
+        .testid("batch")
+        .child(label("batch-range", tr(p, Msg::Batch)))
+        .child(
+            h("input")
+                .id("batch-range")
+                .attr("type", "range")
+                .attr("min", "0")
+                .attr("max", &state::slider_max().to_string())
+                .attr("step", "1")
+                .dyn_value(move || state::batch_to_slider(batch()).to_string())
+                .on("input", move |ev| set_batch(p, state::parse_slider(&value_of(&ev)))),
+        )
+        .child(
+            h("input")
+                .attr("type", "number")
+                .attr("min", "1")
+                .attr("step", "1")
+                .attr("inputmode", "numeric")
+                .dyn_attr("aria-label", move || Some(Msg::Batch.t(p.lang.get()).into()))
+                .dyn_value(move || batch().to_string())
+                .on("input", move |ev| set_batch(p, state::parse_batch(&value_of(&ev)))),
+        )
+}
+
+/// Resolution (vision) or sequence length (text): a slider over round sizes and a number box.
+pub fn size_input(p: Planner) -> El {
+    let plan = p.plan;
+    let size = move || plan.with(state::input_size);
+    let positions = Memo::new(move |_| p.spec.get().positions());
+    let image = move || p.spec.with(|s| s.is_image());
+    let text = move || if image() { Msg::Resolution.t(p.lang.get()) } else { Msg::SeqLen.t(p.lang.get()) }.to_string();
+    field("field slider")
+        .dyn_attr("data-testid", move || Some(if image() { "resolution" } else { "seq-len" }.into()))
+        .child(label("size-range", text))
+        .child(
+            h("input")
+                .id("size-range")
+                .attr("type", "range")
+                .attr("min", "0")
+                .attr("step", "1")
+                .dyn_attr("max", move || Some(positions.with(|v| v.len().saturating_sub(1)).to_string()))
+                .dyn_value(move || positions.with(|v| state::nearest_position(v, size())).to_string())
+                .on("input", move |ev| {
+                    let v = state::parse_uint(&value_of(&ev)).and_then(|i| positions.with_untracked(|v| v.get(i as usize).copied()));
+                    if let Some(v) = v.filter(|v| *v != plan.with_untracked(state::input_size)) {
+                        plan.update(|q| state::set_input_size(q, v));
+                    }
+                }),
+        )
+        .child(
+            h("input")
+                .attr("type", "number")
+                .attr("step", "1")
+                .attr("inputmode", "numeric")
+                .dyn_attr("min", move || positions.with(|v| v.first().map(|x| x.to_string())))
+                .dyn_attr("max", move || positions.with(|v| v.last().map(|x| x.to_string())))
+                .dyn_attr("aria-label", move || Some(text()))
+                .dyn_value(move || size().to_string())
+                .on("change", move |ev| {
+                    if let Some(v) = state::parse_uint(&value_of(&ev)) {
+                        let spec = p.spec.get_untracked();
+                        plan.update(|q| state::set_input_size(q, state::clamp_input(v, spec)));
+                    }
+                }),
+        )
+}
+
+/// A labelled picker over fixed choices.
+fn picker(p: Planner, id: &str, name: Msg, options: impl Fn(Lang) -> Vec<(String, String)> + 'static, value: impl Fn() -> String + 'static, pick: impl Fn(String) + 'static) -> El {
+    field("field").child(label(id, tr(p, name))).child(select(id, id, move || options(p.lang.get()), value, pick))
+}
+
+const PRECISIONS: [Precision; 5] = [Precision::Fp32, Precision::AmpBf16, Precision::AmpFp16, Precision::Bf16, Precision::Fp16];
+const IMPLS: [OptimizerImpl; 3] = [OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop];
+
+pub fn precision_picker(p: Planner) -> El {
+    let plan = p.plan;
+    picker(
+        p,
+        "precision",
+        Msg::Precision,
+        |l| PRECISIONS.iter().map(|x| (x.name().to_string(), i18n::precision_label(*x, l).to_string())).collect(),
+        move || plan.with(|q| q.dtype.name().to_string()),
+        move |v| {
+            if let Some(d) = PRECISIONS.into_iter().find(|x| x.name() == v) {
+                plan.update(|q| q.dtype = d);
+            }
+        },
+    )
+}
+
+pub fn optimizer_picker(p: Planner) -> El {
+    let plan = p.plan;
+    picker(
+        p,
+        "optimizer",
+        Msg::Optimizer,
+        |l| OptimizerKind::ALL.iter().map(|o| (o.name().to_string(), i18n::optimizer_label(*o, l).to_string())).collect(),
+        move || plan.with(|q| q.opt.name().to_string()),
+        move |v| {
+            if let Some(o) = OptimizerKind::ALL.into_iter().find(|o| o.name() == v) {
+                plan.update(|q| q.opt = o);
+            }
+        },
+    )
+}
+
+pub fn optimizer_impl_picker(p: Planner) -> El {
+    let plan = p.plan;
+    picker(
+        p,
+        "optimizer-impl",
+        Msg::OptimizerImpl,
+        |l| IMPLS.iter().map(|o| (url::optimizer_impl_name(*o).to_string(), i18n::optimizer_impl_label(*o, l).to_string())).collect(),
+        move || plan.with(|q| url::optimizer_impl_name(q.optimizer_impl()).to_string()),
+        move |v| {
+            if let Some(o) = IMPLS.into_iter().find(|o| url::optimizer_impl_name(*o) == v) {
+                plan.update(|q| q.optimizer_impl = Some(o));
+            }
+        },
+    )
+}
+
+/// Gradient checkpointing: the policies this model accepts, and k for `k segments`.
+pub fn checkpoint_picker(p: Planner) -> El {
+    let plan = p.plan;
+    let k = move || match plan.with(|q| q.ckpt) {
+        Checkpointing::Segments(k) => Some(k),
+        _ => None,
+    };
+    let max_k = move || p.info.with(|i| i.blocks.max(2));
+    field("field")
+        .testid("checkpointing")
+        .child(label("ckpt", tr(p, Msg::Checkpointing)))
+        .child(
+            h("div")
+                .cls("pair")
+                .child(select(
+                    "ckpt",
+                    "checkpointing-policy",
+                    move || {
+                        let lang = p.lang.get();
+                        p.info.with(|i| state::ckpt_choices(i).into_iter().map(|(v, en, zh)| (v.to_string(), if lang == Lang::Zh { zh } else { en }.to_string())).collect())
+                    },
+                    move || plan.with(|q| state::ckpt_choice(q.ckpt).to_string()),
+                    move |v| plan.update(|q| q.ckpt = state::ckpt_from_choice(&v, q.ckpt)),
+                ))
+                .child(
+                    h("input")
+                        .attr("type", "number")
+                        .attr("min", "2")
+                        .attr("step", "1")
+                        .testid("segments")
+                        .show(move || k().is_some())
+                        .dyn_attr("max", move || Some(max_k().to_string()))
+                        .dyn_attr("aria-label", move || Some(Msg::Segments.t(p.lang.get()).into()))
+                        .dyn_value(move || k().map(|k| k.to_string()).unwrap_or_default())
+                        .on("change", move |ev| {
+                            if let Some(v) = state::parse_uint(&value_of(&ev)) {
+                                let m = max_k();
+                                plan.update(|q| q.ckpt = Checkpointing::Segments(v.clamp(2, m) as u32));
+                            }
+                        }),
+                ),
+        )
+}
+
+pub fn accumulation_input(p: Planner) -> El {
+    let plan = p.plan;
+    field("field").child(label("accumulation", tr(p, Msg::Accumulation))).child(
+        h("input")
+            .id("accumulation")
+            .testid("accumulation")
+            .attr("type", "number")
+            .attr("min", "1")
+            .attr("step", "1")
+            .attr("inputmode", "numeric")
+            .dyn_value(move || plan.with(|q| q.accumulation.to_string()))
+            .on("change", move |ev| {
+                if let Some(v) = state::parse_uint(&value_of(&ev)) {
+                    plan.update(|q| q.accumulation = state::clamp_accumulation(v));
+                }
+            }),
+    )
+}
+
+pub fn attention_picker(p: Planner) -> El {
+    let plan = p.plan;
+    picker(
+        p,
+        "attention",
+        Msg::Attention,
+        |l| [AttnImpl::Sdpa, AttnImpl::Eager].iter().map(|a| (url::attn_name(*a).to_string(), i18n::attention_label(*a, l).to_string())).collect(),
+        move || plan.with(|q| url::attn_name(q.attn).to_string()),
+        move |v| plan.update(|q| q.attn = if v == "eager" { AttnImpl::Eager } else { AttnImpl::Sdpa }),
+    )
+}
+
+/// The GPU catalogue, and a custom capacity in GiB.
+pub fn gpu_picker(p: Planner) -> El {
+    let plan = p.plan;
+    let choice = move || plan.with(state::gpu_choice);
+    let set_custom = move |v: &str| {
+        if let Some(id) = state::custom_gpu(v) {
+            plan.update(|q| q.gpu = Some(id));
+        }
+    };
+    field("field").testid("gpu").child(label("gpu", tr(p, Msg::Gpu))).child(
+        h("div")
+            .cls("pair")
+            .child(select(
+                "gpu",
+                "gpu-picker",
+                move || {
+                    let mut v: Vec<(String, String)> = state::gpu_options().into_iter().map(|(id, name)| (id.to_string(), name.to_string())).collect();
+                    v.push(("custom".into(), Msg::CustomGpu.t(p.lang.get()).into()));
+                    v
+                },
+                choice,
+                move |v| {
+                    if v == "custom" {
+                        let gib = plan.with_untracked(|q| q.gpu.as_deref().and_then(gpus::find).map(|g| g.memory.gib())).unwrap_or(24.0);
+                        set_custom(&state::trim_float(gib));
+                    } else {
+                        plan.update(|q| q.gpu = Some(v));
+                    }
+                },
+            ))
+            .child(
+                h("input")
+                    .attr("type", "number")
+                    .attr("min", "0.5")
+                    .attr("step", "0.5")
+                    .testid("custom-capacity")
+                    .show(move || choice() == "custom")
+                    .dyn_attr("aria-label", move || Some(Msg::CustomCapacity.t(p.lang.get()).into()))
+                    .dyn_value(move || plan.with(|q| state::custom_gib(q).map(state::trim_float).unwrap_or_default()))
+                    .on("change", move |ev| set_custom(&value_of(&ev))),
+            ),
+    )
+}
+
+pub fn lang_picker(p: Planner) -> El {
+    let l = p.lang;
+    picker(
+        p,
+        "lang",
+        Msg::Language,
+        |_| Lang::ALL.iter().map(|x| (x.code().to_string(), x.name().to_string())).collect(),
+        move || l.get().code().to_string(),
+        move |v| {
+            if let Some(x) = Lang::parse(&v) {
+                l.set(x);
+            }
+        },
+    )
+}
+
+pub fn units_picker(p: Planner) -> El {
+    let u = p.units;
+    picker(
+        p,
+        "units",
+        Msg::UnitsLabel,
+        |l| vec![(Units::Binary.code().to_string(), Msg::UnitsBinary.t(l).to_string()), (Units::Decimal.code().to_string(), Msg::UnitsDecimal.t(l).to_string())],
+        move || u.get().code().to_string(),
+        move |v| {
+            if let Some(x) = Units::parse(&v) {
+                u.set(x);
+            }
+        },
+    )
+}

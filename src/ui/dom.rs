@@ -1,0 +1,266 @@
+//! A small DOM builder on Leptos's reactive graph. Every binding is type-erased (`Box<dyn Fn>`)
+//! before it reaches an effect, so each kind of binding exists once in the WebAssembly however
+//! often the page uses it: typed view trees cost a generic instantiation per element and per
+//! closure, which the page's size budget cannot afford. Text is only ever set as text
+//! (`textContent`, attributes, `value`): nothing is parsed as HTML.
+
+use leptos::prelude::*;
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::JsCast;
+use web_sys::{Element, Event, HtmlInputElement};
+
+/// An element being built.
+#[derive(Clone)]
+pub struct El(pub Element);
+
+/// Creates an element.
+pub fn h(tag: &str) -> El {
+    El(document().create_element(tag).expect("create element"))
+}
+
+type Text = Box<dyn Fn() -> String>;
+
+/// Runs `f` now and whenever what it reads changes.
+pub fn effect(f: Box<dyn Fn()>) {
+    Effect::new(move |_| f());
+}
+
+impl El {
+    pub fn attr(self, k: &str, v: &str) -> El {
+        let _ = self.0.set_attribute(k, v);
+        self
+    }
+    pub fn cls(self, c: &str) -> El {
+        self.attr("class", c)
+    }
+    pub fn id(self, id: &str) -> El {
+        self.attr("id", id)
+    }
+    pub fn testid(self, id: &str) -> El {
+        self.attr("data-testid", id)
+    }
+    /// Appends fixed text.
+    pub fn text(self, t: &str) -> El {
+        let _ = self.0.append_with_str_1(t);
+        self
+    }
+    pub fn child(self, c: El) -> El {
+        let _ = self.0.append_child(&c.0);
+        self
+    }
+    pub fn children(self, cs: Vec<El>) -> El {
+        for c in cs {
+            let _ = self.0.append_child(&c.0);
+        }
+        self
+    }
+    /// Appends a text node kept equal to `f()`.
+    pub fn dyn_text(self, f: impl Fn() -> String + 'static) -> El {
+        self.bind_text(Box::new(f))
+    }
+    fn bind_text(self, f: Text) -> El {
+        let node = document().create_text_node("");
+        let _ = self.0.append_child(&node);
+        effect(Box::new(move || {
+            let v = f();
+            if node.data() != v {
+                node.set_data(&v);
+            }
+        }));
+        self
+    }
+    /// An attribute kept equal to `f()` (removed when `None`).
+    pub fn dyn_attr(self, k: &'static str, f: impl Fn() -> Option<String> + 'static) -> El {
+        self.bind_attr(k, Box::new(f))
+    }
+    fn bind_attr(self, k: &'static str, f: Box<dyn Fn() -> Option<String>>) -> El {
+        let el = self.0.clone();
+        effect(Box::new(move || match f() {
+            Some(v) => {
+                if el.get_attribute(k).as_deref() != Some(v.as_str()) {
+                    let _ = el.set_attribute(k, &v);
+                }
+            }
+            None => {
+                let _ = el.remove_attribute(k);
+            }
+        }));
+        self
+    }
+    /// Shown while `f()` holds (the `hidden` attribute otherwise).
+    pub fn show(self, f: impl Fn() -> bool + 'static) -> El {
+        self.dyn_attr("hidden", move || (!f()).then(String::new))
+    }
+    /// An input's or select's value kept equal to `f()`.
+    pub fn dyn_value(self, f: impl Fn() -> String + 'static) -> El {
+        self.bind_value(Box::new(f))
+    }
+    fn bind_value(self, f: Text) -> El {
+        let el = self.0.clone();
+        effect(Box::new(move || {
+            let v = f();
+            if let Some(i) = el.dyn_ref::<HtmlInputElement>() {
+                if i.value() != v {
+                    i.set_value(&v);
+                }
+            } else if let Some(s) = el.dyn_ref::<web_sys::HtmlSelectElement>() {
+                if s.value() != v {
+                    s.set_value(&v);
+                }
+            } else if let Some(t) = el.dyn_ref::<web_sys::HtmlTextAreaElement>() {
+                t.set_value(&v);
+            }
+        }));
+        self
+    }
+    /// Children rebuilt whenever what `f` reads changes.
+    pub fn dyn_children(self, f: impl Fn() -> Vec<El> + 'static) -> El {
+        self.bind_children(Box::new(f))
+    }
+    fn bind_children(self, f: Box<dyn Fn() -> Vec<El>>) -> El {
+        let el = self.0.clone();
+        effect(Box::new(move || {
+            let kids = f();
+            el.set_text_content(None);
+            for k in kids {
+                let _ = el.append_child(&k.0);
+            }
+        }));
+        self
+    }
+    /// Children rebuilt after the next frame whenever what `track` reads changes (at most once
+    /// per frame): for secondary content that must not delay a slider's numbers.
+    pub fn later_children(self, track: impl Fn() + 'static, build: impl Fn() -> Vec<El> + 'static) -> El {
+        self.bind_later(Box::new(track), std::rc::Rc::new(build))
+    }
+    fn bind_later(self, track: Box<dyn Fn()>, build: std::rc::Rc<dyn Fn() -> Vec<El>>) -> El {
+        let el = self.0.clone();
+        let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+        effect(Box::new(move || {
+            track();
+            if pending.replace(true) {
+                return;
+            }
+            let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
+            after_frame(Box::new(move || {
+                pending.set(false);
+                let kids = untrack(|| build());
+                el.set_text_content(None);
+                for k in kids {
+                    let _ = el.append_child(&k.0);
+                }
+            }));
+        }));
+        self
+    }
+    /// Listens to `event`.
+    pub fn on(self, event: &str, f: impl Fn(Event) + 'static) -> El {
+        self.listen(event, Box::new(f))
+    }
+    fn listen(self, event: &str, f: Box<dyn Fn(Event)>) -> El {
+        let cb = Closure::<dyn Fn(Event)>::new(f);
+        let _ = self.0.add_event_listener_with_callback(event, cb.as_ref().unchecked_ref());
+        // The listener lives as long as the element; the page never removes listeners.
+        cb.forget();
+        self
+    }
+}
+
+/// Runs `f` in a task right after the next frame is drawn.
+pub fn after_frame(f: Box<dyn FnOnce()>) {
+    request_animation_frame(move || set_timeout(f, std::time::Duration::ZERO));
+}
+
+/// The value of the element an event came from (input, select, textarea).
+pub fn value_of(ev: &Event) -> String {
+    let Some(t) = ev.target() else { return String::new() };
+    if let Some(i) = t.dyn_ref::<HtmlInputElement>() {
+        i.value()
+    } else if let Some(s) = t.dyn_ref::<web_sys::HtmlSelectElement>() {
+        s.value()
+    } else if let Some(a) = t.dyn_ref::<web_sys::HtmlTextAreaElement>() {
+        a.value()
+    } else {
+        String::new()
+    }
+}
+
+/// A `<label for>` and its text.
+pub fn label(for_id: &str, text: impl Fn() -> String + 'static) -> El {
+    h("label").cls("label").attr("for", for_id).dyn_text(text)
+}
+
+/// A `<select>` whose options are `(value, text)`, rebuilt when what `options` reads changes;
+/// `value` selects one, `pick` receives the user's choice.
+pub fn select(id: &str, testid: &str, options: impl Fn() -> Vec<(String, String)> + 'static, value: impl Fn() -> String + 'static, pick: impl Fn(String) + 'static) -> El {
+    select_erased(id, testid, Box::new(options), std::rc::Rc::new(value), Box::new(pick))
+}
+
+fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, String)>>, value: std::rc::Rc<dyn Fn() -> String>, pick: Box<dyn Fn(String)>) -> El {
+    let v2 = value.clone();
+    h("select")
+        .id(id)
+        .testid(testid)
+        .dyn_children(move || {
+            // The current value marks its option, but only the options' own inputs rebuild them.
+            let current = untrack(|| v2());
+            options()
+                .into_iter()
+                .map(|(v, t)| {
+                    let o = h("option").attr("value", &v).text(&t);
+                    if v == current {
+                        let _ = o.0.set_attribute("selected", "");
+                    }
+                    o
+                })
+                .collect()
+        })
+        .dyn_value(move || value())
+        .on("change", move |ev| pick(value_of(&ev)))
+}
+
+/// A table body kept equal to `rows()`: cells are updated in place while the shape stays the
+/// same (a slider step changes numbers, not rows), rebuilt otherwise. With `row_headers` the
+/// first cell of each row is a `th scope=row`.
+pub fn table_body(rows: impl Fn() -> Vec<Vec<String>> + 'static, row_headers: bool) -> El {
+    table_body_erased(Box::new(rows), row_headers)
+}
+
+fn table_body_erased(rows: Box<dyn Fn() -> Vec<Vec<String>>>, row_headers: bool) -> El {
+    let body = h("tbody");
+    let el = body.0.clone();
+    effect(Box::new(move || {
+        let rows = rows();
+        let trs = el.children();
+        let same = trs.length() as usize == rows.len() && rows.iter().enumerate().all(|(i, r)| trs.item(i as u32).is_some_and(|tr| tr.children().length() as usize == r.len()));
+        if same {
+            for (i, r) in rows.iter().enumerate() {
+                let Some(tr) = trs.item(i as u32) else { continue };
+                let cells = tr.children();
+                for (j, c) in r.iter().enumerate() {
+                    if let Some(cell) = cells.item(j as u32) {
+                        if cell.text_content().as_deref() != Some(c.as_str()) {
+                            cell.set_text_content(Some(c));
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        el.set_text_content(None);
+        for r in rows {
+            let tr = h("tr");
+            for (j, c) in r.iter().enumerate() {
+                let cell = if j == 0 && row_headers { h("th").attr("scope", "row") } else { h("td") };
+                let _ = tr.0.append_child(&cell.text(c).0);
+            }
+            let _ = el.append_child(&tr.0);
+        }
+    }));
+    body
+}
+
+/// A button.
+pub fn button(testid: &str, text: impl Fn() -> String + 'static, click: impl Fn() + 'static) -> El {
+    h("button").attr("type", "button").testid(testid).dyn_text(text).on("click", move |_| click())
+}

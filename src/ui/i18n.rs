@@ -1,0 +1,436 @@
+//! The page's words in English and 中文, and how it writes sizes (GiB or GB). Every string the
+//! page shows comes from here, so both languages stay complete: [`Msg`] is one enum of fixed
+//! texts, and the functions below build the texts that carry numbers.
+
+use crate::estimator::config::{AttnImpl, OptimizerImpl, OptimizerKind, Precision};
+use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::units::Bytes;
+
+/// The page's language.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Lang {
+    #[default]
+    En,
+    Zh,
+}
+
+impl Lang {
+    pub const ALL: [Lang; 2] = [Lang::En, Lang::Zh];
+    /// The code used in the URL and in localStorage.
+    pub fn code(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh",
+        }
+    }
+    /// The BCP 47 tag for `<html lang>`.
+    pub fn tag(self) -> &'static str {
+        match self {
+            Lang::En => "en",
+            Lang::Zh => "zh-CN",
+        }
+    }
+    /// The language's own name, as the language picker shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lang::En => "English",
+            Lang::Zh => "中文",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Lang> {
+        match s {
+            "en" => Some(Lang::En),
+            "zh" => Some(Lang::Zh),
+            _ => None,
+        }
+    }
+    /// The language for a browser's `navigator.language` (Chinese variants → 中文).
+    pub fn from_browser(tag: &str) -> Lang {
+        if tag.to_ascii_lowercase().starts_with("zh") {
+            Lang::Zh
+        } else {
+            Lang::En
+        }
+    }
+}
+
+/// How sizes are written: binary units (GiB, what PyTorch and `nvidia-smi` count in) or decimal
+/// units (GB, what GPU data sheets print).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Units {
+    #[default]
+    Binary,
+    Decimal,
+}
+
+impl Units {
+    pub const ALL: [Units; 2] = [Units::Binary, Units::Decimal];
+    pub fn code(self) -> &'static str {
+        match self {
+            Units::Binary => "gib",
+            Units::Decimal => "gb",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Units> {
+        match s {
+            "gib" => Some(Units::Binary),
+            "gb" => Some(Units::Decimal),
+            _ => None,
+        }
+    }
+    /// The unit charts use on their memory axis.
+    pub fn axis_unit(self) -> &'static str {
+        match self {
+            Units::Binary => "GiB",
+            Units::Decimal => "GB",
+        }
+    }
+    /// Bytes per axis unit.
+    pub fn axis_divisor(self) -> f64 {
+        match self {
+            Units::Binary => (1u64 << 30) as f64,
+            Units::Decimal => 1e9,
+        }
+    }
+}
+
+/// A size in the chosen units, about three significant digits: "97.5 MiB" or "102 MB".
+pub fn fmt_bytes(b: Bytes, units: Units) -> String {
+    match units {
+        Units::Binary => b.to_string(),
+        Units::Decimal => {
+            const U: [&str; 7] = ["B", "kB", "MB", "GB", "TB", "PB", "EB"];
+            if b.0 < 1000 {
+                return format!("{} B", b.0);
+            }
+            let mut v = b.0 as f64;
+            let mut u = 0;
+            while v >= 1000.0 && u < U.len() - 1 {
+                v /= 1000.0;
+                u += 1;
+            }
+            if v >= 100.0 {
+                format!("{v:.0} {}", U[u])
+            } else if v >= 10.0 {
+                format!("{v:.1} {}", U[u])
+            } else {
+                format!("{v:.2} {}", U[u])
+            }
+        }
+    }
+}
+
+/// A count in decimal units ("25.6 M", "7.00 B"); Chinese uses 万 and 亿.
+pub fn fmt_count(n: u64, lang: Lang) -> String {
+    let v = n as f64;
+    match lang {
+        Lang::En => crate::estimator::units::Elems(n).to_string(),
+        Lang::Zh => {
+            if v >= 1e8 {
+                format!("{:.2} 亿", v / 1e8)
+            } else if v >= 1e4 {
+                format!("{:.1} 万", v / 1e4)
+            } else {
+                n.to_string()
+            }
+        }
+    }
+}
+
+/// A percentage with no more digits than it needs: "33 %", "4.5 %", "0.2 %".
+pub fn fmt_pct(frac: f64) -> String {
+    let p = frac * 100.0;
+    if !p.is_finite() {
+        return "–".into();
+    }
+    if p.abs() >= 10.0 || p == 0.0 {
+        format!("{p:.0} %")
+    } else {
+        format!("{p:.1} %")
+    }
+}
+
+macro_rules! messages {
+    ($($name:ident => $en:expr, $zh:expr;)*) => {
+        /// Every fixed text of the page.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub enum Msg { $($name),* }
+        impl Msg {
+            pub const ALL: &'static [Msg] = &[$(Msg::$name),*];
+            pub fn t(self, lang: Lang) -> &'static str {
+                match (self, lang) {
+                    $((Msg::$name, Lang::En) => $en, (Msg::$name, Lang::Zh) => $zh,)*
+                }
+            }
+        }
+    };
+}
+
+messages! {
+    Title => "VRAM Planner", "显存规划器";
+    Tagline => "GPU memory of one PyTorch training step, simulated op by op.", "逐算子模拟 PyTorch 一次训练步的显存占用。";
+    PlanSection => "Plan", "训练设置";
+    ResultsSection => "Estimate", "估算结果";
+    Model => "Model", "模型";
+    PasteConfig => "Paste a config.json", "粘贴 config.json";
+    PasteHint => "A Hugging Face config.json of a GPT-2, BERT, LLaMA, Mistral or Qwen2 model.", "GPT-2、BERT、LLaMA、Mistral 或 Qwen2 模型的 Hugging Face config.json。";
+    UseConfig => "Use this config", "使用此配置";
+    CustomConfig => "Custom config.json", "自定义 config.json";
+    ConfigNotJson => "This is not a JSON object.", "这不是一个 JSON 对象。";
+    Batch => "Batch size", "批大小";
+    Resolution => "Resolution (px)", "分辨率（像素）";
+    SeqLen => "Sequence length (tokens)", "序列长度（token）";
+    Precision => "Precision", "精度";
+    Optimizer => "Optimizer", "优化器";
+    OptimizerImpl => "Optimizer implementation", "优化器实现";
+    Checkpointing => "Gradient checkpointing", "梯度检查点";
+    Segments => "Segments k", "分段数 k";
+    Accumulation => "Gradient accumulation steps", "梯度累积步数";
+    Attention => "Attention kernel", "注意力算子";
+    Gpu => "GPU", "GPU";
+    CustomGpu => "Custom capacity…", "自定义容量…";
+    CustomCapacity => "Capacity (GiB)", "容量（GiB）";
+    Language => "Language", "语言";
+    UnitsLabel => "Units", "单位";
+    UnitsBinary => "GiB (binary)", "GiB（二进制）";
+    UnitsDecimal => "GB (decimal)", "GB（十进制）";
+    Peak => "Allocated peak", "已分配峰值";
+    Reserved => "Reserved", "已预留";
+    DeviceTotal => "Device total", "设备总用量";
+    MaxBatch => "Largest batch that fits", "可容纳的最大批大小";
+    NoBatchFits => "none: even batch 1 does not fit", "无：批大小 1 也放不下";
+    Computing => "computing…", "计算中…";
+    PeakPhase => "Peak during", "峰值出现于";
+    Breakdown => "Where the memory goes (at the peak)", "显存去向（峰值时刻）";
+    Component => "Component", "组成";
+    Memory => "Memory", "显存";
+    Formula => "How it is computed", "计算方式";
+    ChartBatch => "Memory against batch size", "显存随批大小变化";
+    ChartLength => "Memory against input size", "显存随输入尺寸变化";
+    ChartCheckpoint => "Gradient checkpointing: memory and compute", "梯度检查点：显存与计算量";
+    ChartTimeline => "Memory during one training step", "一次训练步中的显存";
+    ChartLayers => "Saved activations per layer", "各层保存的激活";
+    CapBatch => "Allocated peak against batch size, stacked by what the memory holds. Black line: GPU capacity; dashed: device total; red: your batch; green: the largest batch that fits.", "已分配峰值随批大小变化，按用途堆叠。黑线：GPU 容量；虚线：设备总用量；红色：当前批大小；绿色：可容纳的最大批大小。";
+    CapLength => "Allocated peak against the input size at your batch size, stacked by what the memory holds.", "当前批大小下，已分配峰值随输入尺寸变化，按用途堆叠。";
+    CapCheckpoint => "checkpoint_sequential with k segments: activation memory at the peak (left axis) and extra forward compute for recomputation (right axis).", "checkpoint_sequential 分为 k 段：峰值时的激活显存（左轴）与重计算带来的额外计算量（右轴）。";
+    CapTimeline => "Live memory after every op of one step: forward rises, backward falls, then the optimizer step, like PyTorch's memory viewer.", "一次训练步中每个算子之后的存活显存：前向上升，反向下降，随后是优化器更新，如同 PyTorch 的显存查看器。";
+    CapLayers => "Activations each top-level module keeps for backward at the end of forward.", "前向结束时各顶层模块为反向保存的激活。";
+    DataTable => "Data table", "数据表";
+    Loading => "Computing…", "计算中…";
+    Suggestions => "What would make it fit", "如何放得下";
+    ItFits => "It fits: nothing has to change.", "放得下：无需改动。";
+    NoSuggestion => "No single change found that saves memory here.", "没有找到能节省显存的单项改动。";
+    Apply => "Apply", "应用";
+    FitsTag => "fits", "放得下";
+    StillOver => "still over", "仍然超出";
+    Share => "Share", "分享";
+    CopyLink => "Copy link", "复制链接";
+    Copied => "Link copied", "链接已复制";
+    CopyManually => "Copy the link from this box", "请从此框复制链接";
+    Embed => "Embed", "嵌入";
+    EmbedHelp => "Paste this into a web page or documentation:", "将以下代码粘贴到网页或文档中：";
+    Close => "Close", "关闭";
+    OpenFull => "Open in VRAM Planner", "在显存规划器中打开";
+    Export => "Export", "导出";
+    Notice => "Some settings in the link could not be used and were reset to their defaults:", "链接中的部分设置无法使用，已恢复默认值：";
+    Dismiss => "Dismiss", "关闭";
+    Footer => "Runs entirely in your browser; works offline once loaded. Every number comes from simulating the step's tensors as PyTorch allocates and frees them.", "完全在浏览器中运行，加载一次后可离线使用。所有数字均来自按 PyTorch 分配与释放张量的方式对训练步的模拟。";
+    CannotEstimate => "Cannot estimate this plan", "无法估算此设置";
+    Segment => "segments k", "分段数 k";
+    ExtraCompute => "extra compute", "额外计算量";
+    ActivationMemory => "activation memory", "激活显存";
+    Layer => "Layer", "层";
+    Step => "step events", "训练步事件";
+    Batchs => "batch", "批大小";
+    EveryBlock => "every block", "每个块";
+    Capacity => "GPU capacity", "GPU 容量";
+    DeviceLine => "device total", "设备总用量";
+    Largest => "largest that fits", "最大可容纳";
+    Total => "Total", "合计";
+}
+
+impl Msg {
+    /// The text in `lang`.
+    pub fn get(self, lang: Lang) -> &'static str {
+        self.t(lang)
+    }
+}
+
+pub fn precision_label(p: Precision, lang: Lang) -> &'static str {
+    match (p, lang) {
+        (Precision::Fp32, Lang::En) => "fp32",
+        (Precision::Fp32, Lang::Zh) => "fp32（单精度）",
+        (Precision::AmpBf16, Lang::En) => "Mixed bf16 (autocast)",
+        (Precision::AmpBf16, Lang::Zh) => "混合精度 bf16（autocast）",
+        (Precision::AmpFp16, Lang::En) => "Mixed fp16 (autocast + GradScaler)",
+        (Precision::AmpFp16, Lang::Zh) => "混合精度 fp16（autocast + GradScaler）",
+        (Precision::Bf16, Lang::En) => "Pure bf16",
+        (Precision::Bf16, Lang::Zh) => "纯 bf16",
+        (Precision::Fp16, Lang::En) => "Pure fp16",
+        (Precision::Fp16, Lang::Zh) => "纯 fp16",
+    }
+}
+
+pub fn optimizer_label(o: OptimizerKind, lang: Lang) -> &'static str {
+    match (o, lang) {
+        (OptimizerKind::Sgd, Lang::En) => "SGD",
+        (OptimizerKind::Sgd, Lang::Zh) => "SGD",
+        (OptimizerKind::SgdMomentum, Lang::En) => "SGD with momentum",
+        (OptimizerKind::SgdMomentum, Lang::Zh) => "带动量的 SGD",
+        (OptimizerKind::Adam, _) => "Adam",
+        (OptimizerKind::Adamw, _) => "AdamW",
+        (OptimizerKind::Adam8bit, _) => "Adam 8-bit (bitsandbytes)",
+        (OptimizerKind::Adamw8bit, _) => "AdamW 8-bit (bitsandbytes)",
+        (OptimizerKind::PagedAdamw8bit, _) => "Paged AdamW 8-bit",
+        (OptimizerKind::PagedAdamw, _) => "Paged AdamW",
+    }
+}
+
+pub fn optimizer_impl_label(o: OptimizerImpl, lang: Lang) -> &'static str {
+    match (o, lang) {
+        (OptimizerImpl::Foreach, Lang::En) => "foreach (PyTorch's default)",
+        (OptimizerImpl::Foreach, Lang::Zh) => "foreach（PyTorch 默认）",
+        (OptimizerImpl::Fused, Lang::En) => "fused=True",
+        (OptimizerImpl::Fused, Lang::Zh) => "fused=True（融合）",
+        (OptimizerImpl::ForLoop, Lang::En) => "for-loop (foreach=False)",
+        (OptimizerImpl::ForLoop, Lang::Zh) => "逐参数循环（foreach=False）",
+    }
+}
+
+pub fn attention_label(a: AttnImpl, lang: Lang) -> &'static str {
+    match (a, lang) {
+        (AttnImpl::Sdpa, Lang::En) => "SDPA (fused, memory-efficient)",
+        (AttnImpl::Sdpa, Lang::Zh) => "SDPA（融合、省显存）",
+        (AttnImpl::Eager, Lang::En) => "Eager (scores materialised)",
+        (AttnImpl::Eager, Lang::Zh) => "Eager（显式计算注意力分数）",
+    }
+}
+
+pub fn category_label(c: Category, lang: Lang) -> &'static str {
+    match lang {
+        Lang::En => c.label(),
+        Lang::Zh => match c {
+            Category::Params => "参数",
+            Category::Buffers => "缓冲区",
+            Category::Inputs => "输入批次",
+            Category::Activations => "激活",
+            Category::BackwardTemps => "反向临时张量",
+            Category::Gradients => "梯度",
+            Category::OptimizerState => "优化器状态",
+            Category::OptimizerTemps => "优化器临时张量",
+            Category::KvCache => "KV 缓存",
+        },
+    }
+}
+
+pub fn phase_label(p: Phase, lang: Lang) -> &'static str {
+    match (p, lang) {
+        (Phase::ZeroGrad, Lang::En) => "zero_grad",
+        (Phase::ZeroGrad, Lang::Zh) => "清零梯度",
+        (Phase::Forward, Lang::En) => "forward",
+        (Phase::Forward, Lang::Zh) => "前向",
+        (Phase::Backward, Lang::En) => "backward",
+        (Phase::Backward, Lang::Zh) => "反向",
+        (Phase::Optimizer, Lang::En) => "optimizer step",
+        (Phase::Optimizer, Lang::Zh) => "优化器更新",
+    }
+}
+
+pub fn family_label(f: crate::presets::models::Family, lang: Lang) -> &'static str {
+    use crate::presets::models::Family;
+    match lang {
+        Lang::En => f.label(),
+        Lang::Zh => match f {
+            Family::Cnn => "卷积网络",
+            Family::VisionTransformer => "视觉 Transformer",
+            Family::Language => "语言模型",
+            Family::Rnn => "循环网络",
+        },
+    }
+}
+
+/// The verdict: fits with headroom, or over by how much.
+pub fn verdict(fits: bool, margin: &str, capacity: &str, gpu: &str, lang: Lang) -> String {
+    match (fits, lang) {
+        (true, Lang::En) => format!("Fits on {gpu} ({capacity}): {margin} headroom"),
+        (true, Lang::Zh) => format!("可以放入 {gpu}（{capacity}）：剩余 {margin}"),
+        (false, Lang::En) => format!("Does not fit on {gpu} ({capacity}): {margin} over"),
+        (false, Lang::Zh) => format!("放不下 {gpu}（{capacity}）：超出 {margin}"),
+    }
+}
+
+/// "of 80.0 GiB" after the device total.
+pub fn of_capacity(capacity: &str, lang: Lang) -> String {
+    match lang {
+        Lang::En => format!("of {capacity}"),
+        Lang::Zh => format!("/ {capacity}"),
+    }
+}
+
+/// The notice for one setting of the link that was not used.
+pub fn notice_item(key: &str, lang: Lang) -> String {
+    match lang {
+        Lang::En => format!("'{key}'"),
+        Lang::Zh => format!("“{key}”"),
+    }
+}
+
+/// The notice for parameters the page does not know.
+pub fn notice_unknown(n: usize, lang: Lang) -> String {
+    match lang {
+        Lang::En => format!("{n} unknown parameter{} ignored", if n == 1 { "" } else { "s" }),
+        Lang::Zh => format!("忽略了 {n} 个未知参数"),
+    }
+}
+
+pub fn notice_too_long(lang: Lang) -> &'static str {
+    match lang {
+        Lang::En => "the link is too long to read",
+        Lang::Zh => "链接过长，无法读取",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_has_both_languages() {
+        for m in Msg::ALL {
+            assert!(!m.t(Lang::En).is_empty(), "{m:?} has no English");
+            assert!(!m.t(Lang::Zh).is_empty(), "{m:?} has no Chinese");
+        }
+        assert_ne!(Msg::Peak.t(Lang::En), Msg::Peak.t(Lang::Zh));
+    }
+
+    #[test]
+    fn sizes_in_both_unit_systems() {
+        assert_eq!(fmt_bytes(Bytes(25_557_032 * 4), Units::Binary), "97.5 MiB");
+        assert_eq!(fmt_bytes(Bytes(25_557_032 * 4), Units::Decimal), "102 MB");
+        assert_eq!(fmt_bytes(Bytes(80 << 30), Units::Decimal), "85.9 GB");
+        assert_eq!(fmt_bytes(Bytes(999), Units::Decimal), "999 B");
+        assert_eq!(fmt_bytes(Bytes(1_500), Units::Decimal), "1.50 kB");
+    }
+
+    #[test]
+    fn counts_and_percentages() {
+        assert_eq!(fmt_count(25_557_032, Lang::En), "25.6 M");
+        assert_eq!(fmt_count(25_557_032, Lang::Zh), "2555.7 万");
+        assert_eq!(fmt_count(7_000_000_000, Lang::Zh), "70.00 亿");
+        assert_eq!(fmt_pct(0.333), "33 %");
+        assert_eq!(fmt_pct(0.045), "4.5 %");
+        assert_eq!(fmt_pct(f64::NAN), "–");
+    }
+
+    #[test]
+    fn codes_round_trip() {
+        for l in Lang::ALL {
+            assert_eq!(Lang::parse(l.code()), Some(l));
+        }
+        for u in Units::ALL {
+            assert_eq!(Units::parse(u.code()), Some(u));
+        }
+        assert_eq!(Lang::from_browser("zh-TW"), Lang::Zh);
+        assert_eq!(Lang::from_browser("en-GB"), Lang::En);
+    }
+}

@@ -1,0 +1,571 @@
+//! What the page shows for a plan at every batch size, and the work queue that fills it in.
+//!
+//! A [`BatchModel`] is two simulations of a plan (at batch 1 and [`B2`]) turned into
+//! [`BatchLines`]: every number the page shows at any batch (the peak, its breakdown, the
+//! device total, the step timeline, the activations per layer) then costs microseconds, so
+//! moving the batch slider never re-simulates. Models are keyed on the plan without its batch
+//! and its GPU (the GPU only changes the fixed workspaces and CUDA context, added back in
+//! [`BatchModel::at`]), and cached in a [`Workbench`], which also lists the work the page still
+//! wants done ([`Workbench::next_job`]): each chart's sweep points, the suggestions' variants, the
+//! exact estimate and the largest batch. The page runs one job per task after the frame is
+//! drawn, so input stays responsive while charts fill in.
+
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+use crate::estimator::config::{Checkpointing, Plan};
+use crate::estimator::device::{cublas_workspaces, DEFAULT_CONTEXT};
+use crate::estimator::error::EstimateError;
+use crate::estimator::sweep::{max_batch, BatchLines, Point};
+use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::units::Bytes;
+use crate::estimator::{build_graph, estimate, Estimate, MAX_BATCH};
+use crate::presets::gpus::{self, Gpu};
+
+/// The second batch a model is simulated at: large enough that the 512-byte rounding of each
+/// block hardly tilts the lines, small enough that every size stays far from overflowing.
+pub const B2: u64 = 256;
+
+/// A plan's memory as a function of the batch size.
+#[derive(Clone, Debug)]
+pub struct BatchModel {
+    pub lines: BatchLines,
+    /// Saved activations per top-level module: name, bytes at batch 0 and per sample.
+    layers: Vec<(String, f64, f64)>,
+    pub param_count: u64,
+    pub param_bytes: Bytes,
+    pub grad_bytes: Bytes,
+    pub opt_state_bytes: Bytes,
+    /// The fixed part the lines include (workspaces and context of the default device).
+    fixed: Bytes,
+    pub forward_flops_per_sample: f64,
+    pub recompute_flops_per_sample: f64,
+}
+
+/// The headline numbers of a plan at one batch size on one GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Numbers {
+    pub batch: u64,
+    pub peak: Bytes,
+    /// Caching-allocator segments, workspaces included.
+    pub reserved: Bytes,
+    pub device_total: Bytes,
+    pub context: Bytes,
+    pub workspaces: Bytes,
+    pub phase: Phase,
+    /// The op at the peak (known from the exact estimate only).
+    pub peak_op: Option<String>,
+    /// Live bytes by category at the peak, [`Category::ALL`] order.
+    pub by_category: [Bytes; crate::estimator::timeline::Category::COUNT],
+    /// Each category at the peak event as `intercept + slope × batch` (for the formulas).
+    pub per_sample: [(f64, f64); crate::estimator::timeline::Category::COUNT],
+    pub param_count: u64,
+    pub param_bytes: Bytes,
+    pub grad_bytes: Bytes,
+    pub opt_state_bytes: Bytes,
+    pub forward_flops: f64,
+    pub recompute_flops: f64,
+    /// From a full simulation at this batch (otherwise from the lines, within a few KiB).
+    pub exact: bool,
+}
+
+impl Numbers {
+    pub fn category(&self, c: Category) -> Bytes {
+        self.by_category[c.index()]
+    }
+    /// Extra forward compute spent recomputing checkpointed segments, as a fraction of a step's
+    /// compute without checkpointing (forward + backward ≈ 3 × forward).
+    pub fn extra_compute(&self) -> f64 {
+        if self.forward_flops > 0.0 {
+            self.recompute_flops / (3.0 * self.forward_flops)
+        } else {
+            0.0
+        }
+    }
+    /// Memory that scales with the batch at the peak: activations, inputs and backward
+    /// temporaries.
+    pub fn activation_memory(&self) -> Bytes {
+        self.category(Category::Activations) + self.category(Category::Inputs) + self.category(Category::BackwardTemps)
+    }
+    /// Replaces the interpolated figures with a full simulation's (same plan and batch).
+    pub fn with_exact(mut self, e: &Estimate) -> Numbers {
+        self.peak = e.peak_allocated;
+        self.reserved = e.reserved;
+        self.device_total = e.device_total;
+        self.context = e.context;
+        self.workspaces = e.workspaces;
+        self.phase = e.peak_phase;
+        self.peak_op = e.peak_op.clone();
+        for (i, c) in Category::ALL.iter().enumerate() {
+            self.by_category[i] = e.category(*c);
+        }
+        self.forward_flops = e.forward_flops;
+        self.recompute_flops = e.recompute_flops;
+        self.exact = true;
+        self
+    }
+}
+
+/// Workspaces and context the estimator charges for `gpu` (`None`: its defaults).
+pub fn device_fixed(gpu: Option<&Gpu>) -> (Bytes, Bytes) {
+    let sm = gpu.map(|g| g.sm).unwrap_or(90);
+    let ws = if sm == 0 { Bytes::ZERO } else { cublas_workspaces(sm) };
+    (ws, gpu.map(|g| g.context).unwrap_or(DEFAULT_CONTEXT))
+}
+
+/// The plan a model is keyed on: batch 1, no GPU.
+pub fn model_plan(plan: &Plan) -> Plan {
+    Plan { batch: 1, gpu: None, ..plan.clone() }
+}
+
+/// Cache key of a plan's model (its JSON without batch and GPU).
+pub fn model_key(plan: &Plan) -> String {
+    serde_json::to_string(&model_plan(plan)).unwrap_or_default()
+}
+
+impl BatchModel {
+    /// Simulates `plan` (its batch and GPU ignored) at batch 1 and [`B2`] (8 if that overflows).
+    pub fn new(plan: &Plan) -> Result<BatchModel, EstimateError> {
+        let base = model_plan(plan);
+        // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
+        // skips a copy (the LSTM), so batch 1 is not on the same line.
+        let e1 = estimate(&Plan { batch: 2, ..base.clone() })?;
+        let mut err = None;
+        for b2 in [B2, 8] {
+            match estimate(&Plan { batch: b2, ..base.clone() }) {
+                Ok(e2) => return BatchModel::from_estimates(&e1, &e2, b2),
+                Err(e) => err = Some(e),
+            }
+        }
+        Err(err.unwrap_or(EstimateError::TooLarge))
+    }
+
+    fn from_estimates(e1: &Estimate, e2: &Estimate, b2: u64) -> Result<BatchModel, EstimateError> {
+        let lines = BatchLines::from_estimates(e1, 2, e2, b2)?;
+        let d = (b2 - 2) as f64;
+        let layers = e1
+            .layers
+            .iter()
+            .map(|l1| {
+                let y2 = e2.layers.iter().find(|l| l.layer == l1.layer).map_or(l1.bytes.0 as f64, |l| l.bytes.0 as f64);
+                let slope = (y2 - l1.bytes.0 as f64) / d;
+                (l1.layer.clone(), l1.bytes.0 as f64 - 2.0 * slope, slope)
+            })
+            .collect();
+        Ok(BatchModel {
+            lines,
+            layers,
+            param_count: e1.param_count,
+            param_bytes: e1.param_bytes,
+            grad_bytes: e1.grad_bytes,
+            opt_state_bytes: e1.opt_state_bytes,
+            fixed: e1.workspaces + e1.context,
+            forward_flops_per_sample: e1.forward_flops / 2.0,
+            recompute_flops_per_sample: e1.recompute_flops / 2.0,
+        })
+    }
+
+    /// The numbers at batch `b` on `gpu`.
+    pub fn at(&self, b: u64, gpu: Option<&Gpu>) -> Numbers {
+        let p: Point = self.lines.point(b);
+        let ev = self.lines.peak_event(b);
+        let (workspaces, context) = device_fixed(gpu);
+        let segments = p.device_total.saturating_sub(self.fixed);
+        let reserved = segments + workspaces;
+        let mut by_category = [Bytes::ZERO; crate::estimator::timeline::Category::COUNT];
+        let mut per_sample = [(0.0, 0.0); crate::estimator::timeline::Category::COUNT];
+        for (c, v) in &p.by_category {
+            by_category[c.index()] = *v;
+        }
+        if !self.lines.is_empty() {
+            for c in Category::ALL {
+                per_sample[c.index()] = self.lines.category_line(ev, c);
+            }
+        }
+        Numbers {
+            batch: b,
+            peak: p.peak_allocated,
+            reserved,
+            device_total: reserved + context,
+            context,
+            workspaces,
+            phase: if self.lines.is_empty() { Phase::Forward } else { self.lines.phase(ev) },
+            peak_op: None,
+            by_category,
+            per_sample,
+            param_count: self.param_count,
+            param_bytes: self.param_bytes,
+            grad_bytes: self.grad_bytes,
+            opt_state_bytes: self.opt_state_bytes,
+            forward_flops: p.forward_flops,
+            recompute_flops: p.recompute_flops,
+            exact: false,
+        }
+    }
+
+    /// A sweep point (for the stacked charts) at batch `b`, with `x` as its abscissa.
+    pub fn point(&self, x: u64, b: u64, gpu: Option<&Gpu>) -> Point {
+        let n = self.at(b, gpu);
+        Point {
+            x,
+            peak_allocated: n.peak,
+            device_total: n.device_total,
+            by_category: Category::ALL.iter().map(|&c| (c, n.category(c))).collect(),
+            recompute_flops: n.recompute_flops,
+            forward_flops: n.forward_flops,
+        }
+    }
+
+    /// Saved activations per top-level module at batch `b`, in forward order.
+    pub fn layers_at(&self, b: u64) -> Vec<(String, Bytes)> {
+        let bf = b as f64;
+        self.layers.iter().map(|(n, p, a)| (n.clone(), Bytes((p + a * bf).max(0.0).round() as u64))).collect()
+    }
+
+    /// The largest batch whose device total on a GPU of `capacity` the lines predict to fit
+    /// (`None`: not even batch 1). [`max_batch`] confirms it with full simulations.
+    pub fn max_batch_guess(&self, capacity: Bytes, gpu: Option<&Gpu>) -> Option<u64> {
+        let fits = |b: u64| self.at(b, gpu).device_total <= capacity;
+        if !fits(1) {
+            return None;
+        }
+        let (mut lo, mut hi) = (1u64, MAX_BATCH);
+        if fits(hi) {
+            return Some(hi);
+        }
+        while hi - lo > 1 {
+            let m = lo + (hi - lo) / 2;
+            if fits(m) {
+                lo = m;
+            } else {
+                hi = m;
+            }
+        }
+        Some(lo)
+    }
+
+    /// The step's timeline at batch `b`: `(phase, live bytes by category)` per event.
+    pub fn timeline_at(&self, b: u64) -> impl Iterator<Item = (Phase, [u64; crate::estimator::timeline::Category::COUNT])> + '_ {
+        (0..self.lines.len()).map(move |i| (self.lines.phase(i), self.lines.live_at(i, b)))
+    }
+}
+
+/// Which checkpointing policies a model accepts, and how many blocks it has.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CkptInfo {
+    /// Checkpointed regions under `block` (0: not supported).
+    pub blocks: u64,
+    /// Checkpointed regions under `stage` (0: not supported; ResNet stages).
+    pub stages: u64,
+    /// Whether `sqrt` and `k` segments (`checkpoint_sequential`) apply.
+    pub segments: bool,
+}
+
+impl CkptInfo {
+    /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
+    pub fn probe(plan: &Plan) -> CkptInfo {
+        let regions = |ckpt| build_graph(&Plan { ckpt, ..model_plan(plan) }).map_or(0, |g| g.segments as u64);
+        CkptInfo { blocks: regions(Checkpointing::Block), stages: regions(Checkpointing::Stage), segments: regions(Checkpointing::Segments(2)) > 0 }
+    }
+    pub fn any(&self) -> bool {
+        self.blocks > 0 || self.stages > 0 || self.segments
+    }
+    /// Whether the plan's policy applies to this model.
+    pub fn allows(&self, c: Checkpointing) -> bool {
+        match c {
+            Checkpointing::None => true,
+            Checkpointing::Block => self.blocks > 0,
+            Checkpointing::Stage => self.stages > 0,
+            Checkpointing::Sqrt | Checkpointing::Segments(_) => self.segments,
+        }
+    }
+}
+
+/// One unit of background work.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Job {
+    /// Simulate a plan's [`BatchModel`].
+    Model(Plan),
+    /// The full simulation of the current plan, for exact numbers.
+    Exact(Plan),
+    /// The largest batch that fits the plan's GPU, confirmed by full simulations.
+    MaxBatch(Plan),
+}
+
+/// What the page currently wants computed beyond the main model.
+#[derive(Clone, Debug, Default)]
+pub struct Wants {
+    /// The exact estimate (the page asks once input has settled).
+    pub exact: bool,
+    /// Plans whose models the charts and suggestions need, in priority order.
+    pub models: Vec<Plan>,
+}
+
+/// How many models the cache keeps (a 70B model's lines take about a megabyte).
+pub const CACHE_MODELS: usize = 64;
+
+/// The cache of models and the other results, and the list of what is still missing.
+#[derive(Default)]
+pub struct Workbench {
+    models: HashMap<String, Rc<Result<BatchModel, EstimateError>>>,
+    order: VecDeque<String>,
+    max_batches: HashMap<String, Result<Option<u64>, EstimateError>>,
+    exact: Option<(Plan, Result<Estimate, EstimateError>)>,
+    ckpt: HashMap<String, CkptInfo>,
+    /// Simulations run so far (for tests and the page's diagnostics).
+    pub simulations: u64,
+}
+
+fn max_batch_key(plan: &Plan) -> String {
+    format!("{}|{}", model_key(plan), plan.gpu.as_deref().unwrap_or(""))
+}
+
+impl Workbench {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The plan's model, simulated now if it is not cached.
+    pub fn model(&mut self, plan: &Plan) -> Rc<Result<BatchModel, EstimateError>> {
+        if let Some(m) = self.cached(plan) {
+            return m;
+        }
+        let m = Rc::new(BatchModel::new(plan));
+        self.simulations += 2;
+        self.insert(model_key(plan), m.clone());
+        m
+    }
+
+    fn insert(&mut self, key: String, m: Rc<Result<BatchModel, EstimateError>>) {
+        if self.models.insert(key.clone(), m).is_none() {
+            self.order.push_back(key);
+        }
+        while self.order.len() > CACHE_MODELS {
+            if let Some(old) = self.order.pop_front() {
+                self.models.remove(&old);
+            }
+        }
+    }
+
+    /// The plan's model if it has been simulated.
+    pub fn cached(&self, plan: &Plan) -> Option<Rc<Result<BatchModel, EstimateError>>> {
+        self.models.get(&model_key(plan)).cloned()
+    }
+
+    /// The plan's numbers at its batch on its GPU, if its model is cached and valid.
+    pub fn numbers(&self, plan: &Plan) -> Option<Numbers> {
+        let m = self.cached(plan)?;
+        let m = m.as_ref().as_ref().ok()?;
+        let gpu = plan.gpu.as_deref().and_then(gpus::find);
+        Some(m.at(plan.batch, gpu.as_ref()))
+    }
+
+    /// The exact estimate of exactly this plan, once computed.
+    pub fn exact(&self, plan: &Plan) -> Option<&Result<Estimate, EstimateError>> {
+        self.exact.as_ref().filter(|(p, _)| p == plan).map(|(_, e)| e)
+    }
+
+    /// The confirmed largest batch for the plan's GPU, once computed.
+    pub fn max_batch(&self, plan: &Plan) -> Option<&Result<Option<u64>, EstimateError>> {
+        self.max_batches.get(&max_batch_key(plan))
+    }
+
+    /// The model's checkpointing options (probed once per model and input).
+    pub fn ckpt_info(&mut self, plan: &Plan) -> CkptInfo {
+        let key = model_key(&Plan { ckpt: Checkpointing::None, accumulation: 1, ..plan.clone() });
+        if let Some(i) = self.ckpt.get(&key) {
+            return *i;
+        }
+        let info = CkptInfo::probe(plan);
+        self.ckpt.insert(key, info);
+        info
+    }
+
+    /// The first missing piece of work, most important first: the plan's model, its exact
+    /// estimate (when wanted), its largest batch (when a GPU is chosen), then `wants.models`.
+    pub fn next_job(&self, plan: &Plan, wants: &Wants) -> Option<Job> {
+        if self.cached(plan).is_none() {
+            return Some(Job::Model(model_plan(plan)));
+        }
+        if wants.exact && self.exact(plan).is_none() {
+            return Some(Job::Exact(plan.clone()));
+        }
+        let valid = self.cached(plan).is_some_and(|m| m.is_ok());
+        if valid && plan.gpu.is_some() && self.max_batch(plan).is_none() {
+            return Some(Job::MaxBatch(Plan { batch: 1, ..plan.clone() }));
+        }
+        wants.models.iter().find(|p| self.cached(p).is_none()).map(|p| Job::Model(model_plan(p)))
+    }
+
+    /// Runs one job.
+    pub fn run(&mut self, job: Job) {
+        match job {
+            Job::Model(p) => {
+                self.model(&p);
+            }
+            Job::Exact(p) => {
+                let e = estimate(&p);
+                self.simulations += 1;
+                self.exact = Some((p, e));
+            }
+            Job::MaxBatch(p) => {
+                let cap = p.gpu.as_deref().and_then(gpus::find).map(|g| g.memory);
+                let r = match cap {
+                    Some(cap) => max_batch(&p, cap),
+                    None => Ok(None),
+                };
+                self.simulations += 8;
+                self.max_batches.insert(max_batch_key(&p), r);
+            }
+        }
+    }
+
+    /// Runs every job the plan wants (tests; the page runs them one per task).
+    pub fn run_all(&mut self, plan: &Plan, wants: &Wants) {
+        while let Some(j) = self.next_job(plan, wants) {
+            self.run(j);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimator::config::Precision;
+    use crate::presets::models::MODELS;
+
+    fn rel(a: Bytes, b: Bytes) -> f64 {
+        (a.0 as f64 - b.0 as f64).abs() / b.0.max(1) as f64
+    }
+
+    /// Reserved memory steps with the allocator's 2 and 20 MiB segments, which the lines
+    /// interpolate: within 2 % or 64 MiB (the exact estimate replaces it on the page).
+    fn close_reserved(a: Bytes, b: Bytes) -> bool {
+        a.0.abs_diff(b.0) as f64 <= (0.02 * b.0 as f64).max((64u64 << 20) as f64)
+    }
+
+    #[test]
+    fn model_matches_full_estimates_at_any_batch_and_gpu() {
+        let plan = Plan { res: Some(64), gpu: Some("a100-80".into()), ..Plan::new("resnet18") };
+        let m = BatchModel::new(&plan).unwrap();
+        let gpu = gpus::find("a100-80");
+        for b in [1u64, 5, 33, 300, 3000] {
+            let e = estimate(&Plan { batch: b, ..plan.clone() }).unwrap();
+            let n = m.at(b, gpu.as_ref());
+            assert!(rel(n.peak, e.peak_allocated) < 1e-3, "batch {b}: {} vs {}", n.peak, e.peak_allocated);
+            assert!(close_reserved(n.device_total, e.device_total), "batch {b}: total {} vs {}", n.device_total, e.device_total);
+            assert!(close_reserved(n.reserved, e.reserved), "batch {b}: reserved {} vs {}", n.reserved, e.reserved);
+            assert_eq!(n.phase, e.peak_phase, "batch {b}");
+            assert_eq!(n.context, e.context);
+            let exact = n.clone().with_exact(&e);
+            assert!(exact.exact && exact.peak == e.peak_allocated);
+            let layers = m.layers_at(b);
+            assert_eq!(layers.len(), e.layers.len());
+            for ((name, bytes), l) in layers.iter().zip(&e.layers) {
+                assert_eq!(name, &l.layer);
+                assert!(bytes.0.abs_diff(l.bytes.0) <= (l.bytes.0 / 100).max(8 << 10), "{name} at batch {b}: {bytes} vs {}", l.bytes);
+            }
+        }
+    }
+
+    #[test]
+    fn every_preset_has_a_batch_model() {
+        for m in MODELS {
+            let p = Plan { dtype: Precision::AmpBf16, ..Plan::new(m.id) };
+            let bm = BatchModel::new(&p).unwrap_or_else(|e| panic!("{}: {e}", m.id));
+            let e = estimate(&Plan { batch: 3, ..p.clone() }).unwrap();
+            assert!(rel(bm.at(3, None).peak, e.peak_allocated) < 1e-3, "{}", m.id);
+        }
+    }
+
+    #[test]
+    fn gpu_changes_only_the_fixed_part() {
+        let plan = Plan::new("resnet18");
+        let m = BatchModel::new(&plan).unwrap();
+        let (a, b) = (gpus::find("v100-16").unwrap(), gpus::find("h100-80").unwrap());
+        let (na, nb) = (m.at(8, Some(&a)), m.at(8, Some(&b)));
+        assert_eq!(na.peak, nb.peak);
+        assert_ne!(na.device_total, nb.device_total);
+        let e = estimate(&Plan { batch: 8, gpu: Some("v100-16".into()), ..plan }).unwrap();
+        assert!(close_reserved(na.device_total, e.device_total));
+        assert_eq!(nb.device_total - na.device_total, (b.context + cublas_workspaces(b.sm)) - (a.context + cublas_workspaces(a.sm)));
+    }
+
+    #[test]
+    fn max_batch_guess_agrees_with_the_solver() {
+        let plan = Plan { gpu: Some("rtx4090".into()), ..Plan::new("resnet50") };
+        let gpu = gpus::find("rtx4090").unwrap();
+        let m = BatchModel::new(&plan).unwrap();
+        let guess = m.max_batch_guess(gpu.memory, Some(&gpu)).unwrap();
+        let exact = max_batch(&plan, gpu.memory).unwrap().unwrap();
+        assert!(guess.abs_diff(exact) <= 1, "guess {guess} vs {exact}");
+        assert_eq!(m.max_batch_guess(Bytes(1 << 20), Some(&gpu)), None);
+    }
+
+    #[test]
+    fn timeline_rises_in_forward_and_has_every_phase() {
+        let m = BatchModel::new(&Plan::new("resnet18")).unwrap();
+        let tl: Vec<_> = m.timeline_at(16).collect();
+        assert!(tl.len() > 50);
+        for ph in [Phase::Forward, Phase::Backward, Phase::Optimizer] {
+            assert!(tl.iter().any(|(p, _)| *p == ph), "no {ph:?} events");
+        }
+        let total = |i: usize| tl[i].1.iter().sum::<u64>();
+        let last_fwd = tl.iter().rposition(|(p, _)| *p == Phase::Forward).unwrap();
+        let first_fwd = tl.iter().position(|(p, _)| *p == Phase::Forward).unwrap();
+        assert!(total(last_fwd) > total(first_fwd));
+    }
+
+    #[test]
+    fn ckpt_probe_knows_each_family() {
+        let info = |id: &str| CkptInfo::probe(&Plan::new(id));
+        let r = info("resnet50");
+        assert_eq!((r.stages, r.blocks, r.segments), (4, 16, false));
+        let g = info("gpt2");
+        assert_eq!((g.stages > 0, g.blocks, g.segments), (true, 12, true));
+        let l = info("lstm-lm");
+        assert!(!l.any());
+        let u = info("unet");
+        assert!(u.blocks > 0 && !u.segments);
+        assert!(info("vgg16").segments);
+    }
+
+    #[test]
+    fn workbench_caches_and_lists_missing_work() {
+        let mut wb = Workbench::new();
+        let plan = Plan { gpu: Some("t4".into()), ..Plan::new("resnet18") };
+        assert_eq!(wb.next_job(&plan, &Wants::default()), Some(Job::Model(model_plan(&plan))));
+        wb.model(&plan);
+        let sims = wb.simulations;
+        wb.model(&Plan { batch: 99, gpu: Some("h100-80".into()), ..plan.clone() });
+        assert_eq!(wb.simulations, sims, "another batch or GPU re-simulated");
+        assert!(matches!(wb.next_job(&plan, &Wants::default()), Some(Job::MaxBatch(_))));
+        let other = Plan { dtype: Precision::AmpBf16, ..plan.clone() };
+        let wants = Wants { exact: true, models: vec![other.clone()] };
+        wb.run_all(&plan, &wants);
+        assert!(wb.exact(&plan).is_some() && wb.max_batch(&plan).is_some() && wb.cached(&other).is_some());
+        assert_eq!(wb.next_job(&plan, &wants), None);
+        assert!(wb.exact(&Plan { batch: 2, ..plan.clone() }).is_none(), "an exact estimate of another batch is not this plan's");
+        let n = wb.numbers(&plan).unwrap();
+        let e = wb.exact(&plan).unwrap().as_ref().unwrap();
+        assert!(close_reserved(n.device_total, e.device_total));
+    }
+
+    #[test]
+    fn invalid_plans_are_cached_errors_and_want_no_more() {
+        let mut wb = Workbench::new();
+        let plan = Plan { seq: Some(4096), gpu: Some("t4".into()), ..Plan::new("gpt2") };
+        assert!(wb.model(&plan).is_err());
+        assert_eq!(wb.next_job(&plan, &Wants::default()), None);
+    }
+
+    #[test]
+    fn cache_is_bounded() {
+        let mut wb = Workbench::new();
+        for r in 0..(CACHE_MODELS as u64 + 5) {
+            wb.insert(format!("k{r}"), Rc::new(Err(EstimateError::TooLarge)));
+        }
+        assert_eq!(wb.models.len(), CACHE_MODELS);
+        assert!(!wb.models.contains_key("k0"));
+    }
+}

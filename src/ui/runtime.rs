@@ -1,0 +1,190 @@
+//! The page's runtime pieces that touch the browser: the shared [`Workbench`] (one per page, in
+//! a thread-local because its models are `Rc`s and Leptos's signals want `Send` values), the
+//! background pump that runs its jobs one per task after the frame is drawn, the URL, local
+//! storage, the clipboard and downloads.
+
+use std::cell::{Cell, RefCell};
+use std::time::Duration;
+
+use leptos::prelude::*;
+use wasm_bindgen::JsCast;
+
+use super::app::Planner;
+use super::charts;
+use super::i18n::{Lang, Units};
+use super::model::{Wants, Workbench};
+use super::suggest;
+use crate::estimator::config::Plan;
+use crate::presets::gpus;
+
+thread_local! {
+    static WB: RefCell<Workbench> = RefCell::new(Workbench::new());
+    static PUMP_SCHEDULED: Cell<bool> = const { Cell::new(false) };
+    static LAST_CHANGE: Cell<f64> = const { Cell::new(0.0) };
+}
+
+/// How long the plan must stay unchanged before the exact estimate runs (so dragging a slider
+/// never waits for a full simulation).
+pub const SETTLE_MS: f64 = 150.0;
+
+/// Runs `f` on the page's workbench.
+pub fn wb<R>(f: impl FnOnce(&mut Workbench) -> R) -> R {
+    WB.with(|w| f(&mut w.borrow_mut()))
+}
+
+pub fn now() -> f64 {
+    window().performance().map(|p| p.now()).unwrap_or(0.0)
+}
+
+/// Notes a change of the plan (the exact estimate waits for quiet) and wakes the pump.
+pub fn plan_changed(p: Planner) {
+    LAST_CHANGE.with(|c| c.set(now()));
+    schedule_pump(p, 0.0);
+}
+
+/// Runs the pump after the next frame is drawn (`requestAnimationFrame`, then a task), or after
+/// `delay_ms`.
+fn schedule_pump(p: Planner, delay_ms: f64) {
+    if PUMP_SCHEDULED.with(|s| s.replace(true)) {
+        return;
+    }
+    if delay_ms > 0.0 {
+        set_timeout(move || run_pump(p), Duration::from_millis(delay_ms.ceil() as u64));
+    } else {
+        request_animation_frame(move || set_timeout(move || run_pump(p), Duration::ZERO));
+    }
+}
+
+/// What the page wants simulated for `plan`, most visible first: the suggestions' variants
+/// (only when it does not fit), the input-size sweep, the checkpointing sweep.
+pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants {
+    let info = w.ckpt_info(plan);
+    let w = &*w;
+    let mut models = Vec::new();
+    let gpu = plan.gpu.as_deref().and_then(gpus::find);
+    if let (Some(g), false) = (gpu, embed) {
+        let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
+        if over {
+            models.extend(suggest::candidates(plan, &info, g.memory, &|p| w.numbers(p)).into_iter().map(|c| c.plan));
+        }
+    }
+    models.extend(charts::length_plans(plan));
+    if !embed {
+        models.extend(charts::ckpt_plans(plan, &info));
+    }
+    Wants { exact, models }
+}
+
+/// One job, then the next one in a later task; when only the exact estimate is left and input
+/// has not settled, waits for it to settle.
+fn run_pump(p: Planner) {
+    PUMP_SCHEDULED.with(|s| s.set(false));
+    let Some(plan) = p.plan.try_get_untracked() else { return };
+    let quiet = now() - LAST_CHANGE.with(|c| c.get());
+    let exact = quiet >= SETTLE_MS;
+    let job = wb(|w| {
+        let wants = wanted(w, &plan, p.embed, exact);
+        w.next_job(&plan, &wants)
+    });
+    match job {
+        Some(job) => {
+            wb(|w| w.run(job));
+            p.version.update(|v| *v += 1);
+            schedule_pump(p, 0.0);
+        }
+        None if !exact => schedule_pump(p, SETTLE_MS - quiet),
+        None => {
+            p.idle.set(true);
+        }
+    }
+}
+
+const LANG_KEY: &str = "vram-planner.lang";
+const UNITS_KEY: &str = "vram-planner.units";
+
+fn storage() -> Option<web_sys::Storage> {
+    window().local_storage().ok().flatten()
+}
+
+/// The language: the link's, else the remembered one, else the browser's.
+pub fn initial_lang(from_url: Option<Lang>) -> Lang {
+    from_url.or_else(|| storage().and_then(|s| s.get_item(LANG_KEY).ok().flatten()).and_then(|v| Lang::parse(&v))).unwrap_or_else(|| Lang::from_browser(&window().navigator().language().unwrap_or_default()))
+}
+
+pub fn initial_units(from_url: Units, url_has_units: bool) -> Units {
+    if url_has_units {
+        return from_url;
+    }
+    storage().and_then(|s| s.get_item(UNITS_KEY).ok().flatten()).and_then(|v| Units::parse(&v)).unwrap_or(from_url)
+}
+
+pub fn remember(lang: Lang, units: Units) {
+    if let Some(s) = storage() {
+        let _ = s.set_item(LANG_KEY, lang.code());
+        let _ = s.set_item(UNITS_KEY, units.code());
+    }
+}
+
+/// The page's query string as loaded.
+pub fn location_query() -> String {
+    window().location().search().unwrap_or_default()
+}
+
+/// The page's address without its query string.
+pub fn base_url() -> String {
+    let loc = window().location();
+    format!("{}{}", loc.origin().unwrap_or_default(), loc.pathname().unwrap_or_default())
+}
+
+/// Replaces the address bar's query string (no history entry per slider step).
+pub fn replace_query(query: &str) {
+    if let Ok(h) = window().history() {
+        let url = format!("{}?{query}", window().location().pathname().unwrap_or_default());
+        let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
+    }
+}
+
+/// Writes `text` to the clipboard; `done(true)` once written, `done(false)` if refused.
+pub fn copy_text(text: String, done: impl FnOnce(bool) + 'static) {
+    let promise = window().navigator().clipboard().write_text(&text);
+    leptos::task::spawn_local(async move {
+        let ok = wasm_bindgen_futures::JsFuture::from(promise).await.is_ok();
+        done(ok);
+    });
+}
+
+/// Offers `content` as a file download.
+pub fn download_text(name: &str, mime: &str, content: &str) {
+    let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(content));
+    let opts = web_sys::BlobPropertyBag::new();
+    opts.set_type(mime);
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else { return };
+    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
+    download_url(name, &url);
+    // The download reads the blob after this returns: release it a while later.
+    set_timeout(move || drop(web_sys::Url::revoke_object_url(&url)), Duration::from_secs(30));
+}
+
+/// Offers a URL (a `data:` or `blob:` URL) as a file download.
+pub fn download_url(name: &str, url: &str) {
+    let Ok(a) = document().create_element("a") else { return };
+    let a: web_sys::HtmlAnchorElement = a.unchecked_into();
+    a.set_href(url);
+    a.set_download(name);
+    a.click();
+}
+
+/// Marks a moment for the end-to-end timing (`performance.getEntriesByName`).
+pub fn mark(name: &str) {
+    if let Some(p) = window().performance() {
+        let _ = p.mark(name);
+    }
+}
+
+/// Sets `<html lang>` so screen readers read the page in its language.
+pub fn set_document_lang(lang: Lang) {
+    if let Some(el) = document().document_element() {
+        let _ = el.set_attribute("lang", lang.tag());
+    }
+}
+

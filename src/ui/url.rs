@@ -1,0 +1,463 @@
+//! The page's state in the query string, both ways. Every control has a key; what a link sets
+//! is checked as strictly as what a user types, and anything that cannot be used falls back to
+//! its default and is named in a notice (the names of known keys only: nothing a link carries is
+//! ever echoed, and the page inserts no text as HTML anyway).
+//!
+//! Keys: `model`, `cfg` (a pasted config.json), `batch`, `res`, `seq`, `dtype`, `opt`,
+//! `opt_impl`, `ckpt`, `acc`, `attn`, `gpu`, `lang`, `units`, `embed`, `chart`.
+
+use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
+use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
+use crate::presets::{gpus, models};
+
+use super::i18n::{Lang, Units};
+use super::model::{model_plan, CkptInfo};
+use super::state::{self, InputSpec};
+
+/// The longest query string read; longer ones are ignored whole.
+pub const MAX_QUERY: usize = 64 * 1024;
+/// The most `key=value` pairs read.
+pub const MAX_PAIRS: usize = 64;
+
+/// Which chart a view shows (the embed card shows one).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ChartKind {
+    #[default]
+    Batch,
+    Length,
+    Checkpoint,
+    Timeline,
+    Layers,
+}
+
+impl ChartKind {
+    pub const ALL: [ChartKind; 5] = [ChartKind::Batch, ChartKind::Length, ChartKind::Checkpoint, ChartKind::Timeline, ChartKind::Layers];
+    pub fn code(self) -> &'static str {
+        match self {
+            ChartKind::Batch => "batch",
+            ChartKind::Length => "length",
+            ChartKind::Checkpoint => "checkpoint",
+            ChartKind::Timeline => "timeline",
+            ChartKind::Layers => "layers",
+        }
+    }
+    pub fn parse(s: &str) -> Option<ChartKind> {
+        Self::ALL.into_iter().find(|c| c.code() == s)
+    }
+    /// The `data-testid` of the element holding the chart.
+    pub fn test_id(self) -> &'static str {
+        match self {
+            ChartKind::Batch => "chart-batch",
+            ChartKind::Length => "chart-length",
+            ChartKind::Checkpoint => "chart-checkpoint",
+            ChartKind::Timeline => "chart-timeline",
+            ChartKind::Layers => "chart-layers",
+        }
+    }
+}
+
+/// How the page shows the plan: language (when the link sets one), units, embed card.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct View {
+    pub lang: Option<Lang>,
+    pub units: Units,
+    pub embed: bool,
+    pub chart: ChartKind,
+}
+
+/// What a query string gave: the plan and view, and what could not be used.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Parsed {
+    pub plan: Plan,
+    pub view: View,
+    /// Known keys whose values were refused (each falls back to its default).
+    pub rejected: Vec<&'static str>,
+    /// Keys the page does not know.
+    pub unknown: usize,
+    /// The query was too long or had too many pairs, and was ignored.
+    pub too_long: bool,
+}
+
+impl Parsed {
+    /// Whether the page should show a notice.
+    pub fn has_problems(&self) -> bool {
+        !self.rejected.is_empty() || self.unknown > 0 || self.too_long
+    }
+}
+
+const KEYS: [&str; 16] = ["model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn", "gpu", "lang", "units", "embed", "chart"];
+
+/// Decodes `%XX` escapes and `+`; `None` for a broken escape or bytes that are not UTF-8.
+pub fn percent_decode(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' => {
+                let hex = b.get(i + 1..i + 3)?;
+                let v = u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?;
+                out.push(v);
+                i += 3;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Escapes everything but unreserved characters and the few that read well in a query (`:`, `,`).
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':' | b',') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn uint(v: &str, min: u64, max: u64) -> Option<u64> {
+    state::parse_uint(v).filter(|n| (min..=max).contains(n))
+}
+
+fn precision(v: &str) -> Option<Precision> {
+    [Precision::Fp32, Precision::AmpBf16, Precision::AmpFp16, Precision::Bf16, Precision::Fp16].into_iter().find(|p| p.name() == v)
+}
+
+fn optimizer(v: &str) -> Option<OptimizerKind> {
+    OptimizerKind::ALL.into_iter().find(|o| o.name() == v)
+}
+
+pub fn optimizer_impl_name(o: OptimizerImpl) -> &'static str {
+    match o {
+        OptimizerImpl::Foreach => "foreach",
+        OptimizerImpl::Fused => "fused",
+        OptimizerImpl::ForLoop => "for_loop",
+    }
+}
+
+fn optimizer_impl(v: &str) -> Option<OptimizerImpl> {
+    [OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop].into_iter().find(|o| optimizer_impl_name(*o) == v)
+}
+
+pub fn attn_name(a: AttnImpl) -> &'static str {
+    match a {
+        AttnImpl::Sdpa => "sdpa",
+        AttnImpl::Eager => "eager",
+    }
+}
+
+fn attn(v: &str) -> Option<AttnImpl> {
+    [AttnImpl::Sdpa, AttnImpl::Eager].into_iter().find(|a| attn_name(*a) == v)
+}
+
+fn ckpt(v: &str) -> Option<Checkpointing> {
+    if v.len() > 12 {
+        return None;
+    }
+    Checkpointing::parse(v).ok().filter(|c| !matches!(c, Checkpointing::Segments(k) if *k > 4096))
+}
+
+/// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
+/// to the page's defaults ([`state::initial_plan`]) and is reported.
+pub fn parse_query(query: &str) -> Parsed {
+    let mut out = Parsed { plan: state::initial_plan(), view: View::default(), rejected: Vec::new(), unknown: 0, too_long: false };
+    let q = query.strip_prefix('?').unwrap_or(query);
+    if q.len() > MAX_QUERY || q.split('&').count() > MAX_PAIRS {
+        out.too_long = true;
+        return out;
+    }
+    let mut seen: Vec<&'static str> = Vec::new();
+    let mut values: Vec<(&'static str, String)> = Vec::new();
+    for pair in q.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        let key = percent_decode(k).and_then(|k| KEYS.iter().copied().find(|known| *known == k));
+        let Some(key) = key else {
+            out.unknown += 1;
+            continue;
+        };
+        if seen.contains(&key) {
+            reject(&mut out.rejected, key);
+            continue;
+        }
+        seen.push(key);
+        match percent_decode(v) {
+            Some(v) => values.push((key, v)),
+            None => reject(&mut out.rejected, key),
+        }
+    }
+    let get = |key: &str| values.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+    let plan = &mut out.plan;
+
+    // The model first: everything else is judged against it. A config.json, when it can be
+    // built, names the model itself.
+    let mut from_config = false;
+    if let Some(cfg) = get("cfg") {
+        let mut p = plan.clone();
+        if state::set_config(&mut p, cfg).is_ok() && build_graph(&model_plan(&p)).is_ok() {
+            *plan = p;
+            from_config = true;
+        } else {
+            reject(&mut out.rejected, "cfg");
+        }
+    }
+    if let (false, Some(m)) = (from_config, get("model")) {
+        match models::find(m) {
+            Some(preset) => plan.model = preset.id.to_string(),
+            None => reject(&mut out.rejected, "model"),
+        }
+    }
+    let spec = state::input_spec(plan);
+    for (key, v) in &values {
+        let v = v.as_str();
+        let ok = match *key {
+            "batch" => uint(v, 1, MAX_BATCH).map(|b| plan.batch = b).is_some(),
+            "res" => match spec {
+                InputSpec::Image { min, .. } => uint(v, min.max(1), crate::estimator::MAX_RES).map(|r| plan.res = Some(r)).is_some(),
+                InputSpec::Tokens { .. } => false,
+            },
+            "seq" => match spec {
+                InputSpec::Tokens { max, .. } => uint(v, 1, max.unwrap_or(crate::estimator::MAX_SEQ).min(crate::estimator::MAX_SEQ)).map(|s| plan.seq = Some(s)).is_some(),
+                InputSpec::Image { .. } => false,
+            },
+            "dtype" => precision(v).map(|p| plan.dtype = p).is_some(),
+            "opt" => optimizer(v).map(|o| plan.opt = o).is_some(),
+            "opt_impl" => optimizer_impl(v).map(|o| plan.optimizer_impl = Some(o)).is_some(),
+            "ckpt" => ckpt(v).map(|c| plan.ckpt = c).is_some(),
+            "acc" => uint(v, 1, MAX_ACCUMULATION as u64).map(|a| plan.accumulation = a as u32).is_some(),
+            "attn" => attn(v).map(|a| plan.attn = a).is_some(),
+            "gpu" => (v.len() <= 32 && gpus::find(v).is_some()).then(|| plan.gpu = Some(v.to_string())).is_some(),
+            "lang" => Lang::parse(v).map(|l| out.view.lang = Some(l)).is_some(),
+            "units" => Units::parse(v).map(|u| out.view.units = u).is_some(),
+            "embed" => matches!(v, "1" | "0" | "true" | "false").then(|| out.view.embed = matches!(v, "1" | "true")).is_some(),
+            "chart" => ChartKind::parse(v).map(|c| out.view.chart = c).is_some(),
+            _ => true,
+        };
+        if !ok {
+            reject(&mut out.rejected, key);
+        }
+    }
+
+    // Settings that are each valid but do not go together with the model fall back one by one.
+    let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
+        ("ckpt", |p| p.ckpt != Checkpointing::None, |p| p.ckpt = Checkpointing::None),
+        ("attn", |p| p.attn != AttnImpl::Sdpa, |p| p.attn = AttnImpl::Sdpa),
+        ("res", |p| p.res.is_some() || p.seq.is_some(), |p| {
+            p.res = None;
+            p.seq = None
+        }),
+    ];
+    for (key, set, undo) in fallbacks {
+        if build_graph(&model_plan(plan)).is_ok() {
+            break;
+        }
+        if set(plan) {
+            undo(plan);
+            reject(&mut out.rejected, if key == "res" && !spec.is_image() { "seq" } else { key });
+        }
+    }
+    // A policy some builders ignore rather than refuse (ResNets have no sequential segments).
+    if plan.ckpt != Checkpointing::None && !CkptInfo::probe(plan).allows(plan.ckpt) {
+        plan.ckpt = Checkpointing::None;
+        reject(&mut out.rejected, "ckpt");
+    }
+    if build_graph(&model_plan(plan)).is_err() {
+        out.plan = state::initial_plan();
+        reject(&mut out.rejected, "model");
+    }
+    out
+}
+
+fn reject(list: &mut Vec<&'static str>, key: &'static str) {
+    if !list.contains(&key) {
+        list.push(key);
+    }
+}
+
+/// The query string (without `?`) for a plan and view. Keys that do not apply to the model are
+/// left out; the language, units and embed settings only when they differ from the defaults.
+pub fn to_query(plan: &Plan, view: &View) -> String {
+    let mut q: Vec<(&str, String)> = Vec::new();
+    match &plan.hf_config {
+        Some(cfg) => q.push(("cfg", serde_json::to_string(cfg).unwrap_or_default())),
+        None => q.push(("model", plan.model.clone())),
+    }
+    q.push(("batch", plan.batch.to_string()));
+    if let Some(r) = plan.res {
+        q.push(("res", r.to_string()));
+    }
+    if let Some(s) = plan.seq {
+        q.push(("seq", s.to_string()));
+    }
+    q.push(("dtype", plan.dtype.name().into()));
+    q.push(("opt", plan.opt.name().into()));
+    if let Some(imp) = plan.optimizer_impl {
+        q.push(("opt_impl", optimizer_impl_name(imp).into()));
+    }
+    q.push(("ckpt", plan.ckpt.name()));
+    if plan.accumulation != 1 {
+        q.push(("acc", plan.accumulation.to_string()));
+    }
+    if plan.attn != AttnImpl::default() {
+        q.push(("attn", attn_name(plan.attn).into()));
+    }
+    if let Some(g) = &plan.gpu {
+        q.push(("gpu", g.clone()));
+    }
+    if let Some(l) = view.lang.filter(|l| *l != Lang::En) {
+        q.push(("lang", l.code().into()));
+    }
+    if view.units != Units::default() {
+        q.push(("units", view.units.code().into()));
+    }
+    if view.embed {
+        q.push(("embed", "1".into()));
+        if view.chart != ChartKind::default() {
+            q.push(("chart", view.chart.code().into()));
+        }
+    }
+    q.iter().map(|(k, v)| format!("{k}={}", percent_encode(v))).collect::<Vec<_>>().join("&")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(plan: &Plan, view: &View) {
+        let q = to_query(plan, view);
+        let back = parse_query(&q);
+        assert!(!back.has_problems(), "{q}: {:?}", back.rejected);
+        assert_eq!(&back.plan, plan, "{q}");
+        assert_eq!(&back.view, view, "{q}");
+    }
+
+    #[test]
+    fn every_control_round_trips() {
+        let plan = Plan {
+            batch: 48,
+            res: Some(320),
+            dtype: Precision::AmpBf16,
+            opt: OptimizerKind::SgdMomentum,
+            optimizer_impl: Some(OptimizerImpl::Fused),
+            ckpt: Checkpointing::Stage,
+            accumulation: 4,
+            gpu: Some("custom:23.5".into()),
+            ..state::initial_plan()
+        };
+        round_trip(&plan, &View { lang: Some(Lang::Zh), units: Units::Decimal, embed: true, chart: ChartKind::Timeline });
+        let text = Plan { seq: Some(8192), attn: AttnImpl::Eager, ckpt: Checkpointing::Segments(7), gpu: Some("h200-141".into()), ..Plan::new("llama-3-70b") };
+        round_trip(&text, &View::default());
+        round_trip(&state::initial_plan(), &View::default());
+        round_trip(&Plan { ckpt: Checkpointing::Sqrt, gpu: Some(state::DEFAULT_GPU.into()), ..Plan::new("gpt2") }, &View { lang: Some(Lang::En), ..View::default() }.normalised());
+    }
+
+    impl View {
+        /// English is the default and is not written to links.
+        fn normalised(self) -> View {
+            View { lang: self.lang.filter(|l| *l != Lang::En), ..self }
+        }
+    }
+
+    #[test]
+    fn a_pasted_config_round_trips() {
+        let mut plan = state::initial_plan();
+        state::set_config(&mut plan, r#"{"model_type": "llama", "hidden_size": 256, "intermediate_size": 512, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000}"#).unwrap();
+        plan.seq = Some(2048);
+        round_trip(&plan, &View::default());
+    }
+
+    #[test]
+    fn an_empty_query_is_the_default() {
+        for q in ["", "?", "&&", "?&"] {
+            let p = parse_query(q);
+            assert_eq!(p.plan, state::initial_plan());
+            assert!(!p.has_problems(), "{q:?}");
+        }
+    }
+
+    #[test]
+    fn hostile_values_fall_back_with_a_notice() {
+        let cases: &[(&str, &str)] = &[
+            ("model=<script>alert(1)</script>", "model"),
+            ("model=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E", "model"),
+            ("batch=-1", "batch"),
+            ("batch=0", "batch"),
+            ("batch=99999999999999999999999", "batch"),
+            ("batch=1e3", "batch"),
+            ("batch=NaN", "batch"),
+            ("batch=%FF%FE", "batch"),
+            ("batch=%", "batch"),
+            ("batch=%zz", "batch"),
+            ("res=0", "res"),
+            ("res=1%00", "res"),
+            ("dtype=javascript:alert(1)", "dtype"),
+            ("ckpt=k0", "ckpt"),
+            ("ckpt=k4294967296", "ckpt"),
+            ("gpu=custom:-5", "gpu"),
+            ("gpu=custom:inf", "gpu"),
+            ("gpu=custom:1e999", "gpu"),
+            ("acc=70000", "acc"),
+            ("lang=%22%3E%3Csvg%20onload%3Dalert(1)%3E", "lang"),
+            ("embed=yes", "embed"),
+            ("chart=../../etc/passwd", "chart"),
+            ("cfg=%7B%22model_type%22%3A%22evil%22%7D", "cfg"),
+            ("cfg=not-json", "cfg"),
+            ("cfg=%7B%22model_type%22%3A%22%3Cb%3E%22%7D&model=%3Cscript%3E", "model"),
+            ("batch=8&batch=9", "batch"),
+            ("model=gpt2&seq=999999", "seq"),
+            ("model=resnet50&ckpt=sqrt", "ckpt"),
+        ];
+        for (q, key) in cases {
+            let p = parse_query(q);
+            assert!(p.rejected.contains(key), "{q}: rejected {:?}", p.rejected);
+            assert!(p.has_problems());
+            assert!(crate::estimator::estimate(&p.plan).is_ok(), "{q}: the fallback plan does not estimate");
+        }
+        // What was valid beside a bad key is kept.
+        let p = parse_query("batch=bad&dtype=bf16&model=gpt2");
+        assert_eq!((p.plan.batch, p.plan.dtype, p.plan.model.as_str()), (state::initial_plan().batch, Precision::Bf16, "gpt2"));
+    }
+
+    #[test]
+    fn unknown_keys_and_floods_are_counted_not_echoed() {
+        let p = parse_query("x=1&%3Cb%3E=2&model=vgg16");
+        assert_eq!((p.unknown, p.plan.model.as_str()), (2, "vgg16"));
+        let long = format!("model={}", "a".repeat(MAX_QUERY + 1));
+        let p = parse_query(&long);
+        assert!(p.too_long && p.plan == state::initial_plan());
+        let many = (0..100).map(|i| format!("k{i}=1")).collect::<Vec<_>>().join("&");
+        assert!(parse_query(&many).too_long);
+    }
+
+    #[test]
+    fn settings_the_model_cannot_take_are_dropped() {
+        // resolution for a text model, sequence length for a CNN
+        let p = parse_query("model=gpt2&res=512");
+        assert_eq!(p.plan.res, None);
+        assert!(p.rejected.contains(&"res"));
+        let p = parse_query("model=resnet50&seq=512");
+        assert_eq!(p.plan.seq, None);
+        // a resolution the U-Net cannot pool down: the size falls back
+        let p = parse_query("model=unet&res=40");
+        assert!(p.rejected.contains(&"res") && p.plan.res.is_none(), "{:?}", p);
+    }
+
+    #[test]
+    fn encoding_is_reversible() {
+        for s in ["a b", "{\"x\": [1, 2]}", "中文", "100%", "a+b&c=d"] {
+            assert_eq!(percent_decode(&percent_encode(s)).as_deref(), Some(s));
+        }
+        assert_eq!(percent_decode("%E4%B8%AD"), Some("中".into()));
+        assert_eq!(percent_decode("%E4%B8"), None);
+    }
+}

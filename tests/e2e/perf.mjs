@@ -1,0 +1,93 @@
+// Speed figures of issue #4, measured in the page.
+//
+// Input → next frame: each sample sets a slider's value and dispatches the `input` event a user's
+// drag fires, at the start of a task right after a frame, then measures the main thread's work
+// until the next frame can be drawn: the event handlers, the reactive updates they trigger (the
+// numbers, the tables, every chart redrawn on its canvas), and style and layout (forced with
+// getBoundingClientRect). The background work the page defers past the next frame is not in it;
+// the drag measure below shows whether it still costs frames.
+//
+// Drag: an input event in every animation frame for a number of frames, as a pointer drag gives;
+// reports the frame intervals and how many frames were late (longer than 1.5 vsyncs).
+
+/** Median and 95th percentile of `xs`. */
+export function stats(xs) {
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (q) => s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)];
+  return { n: s.length, median: at(0.5), p95: at(0.95), max: s[s.length - 1] };
+}
+
+export const fmt = (st) => `median ${st.median.toFixed(2)} ms, p95 ${st.p95.toFixed(2)} ms, max ${st.max.toFixed(2)} ms (${st.n} samples)`;
+
+/** Input → next-frame work for each value of `values` set on the range input `selector`. */
+export function inputLatency(page, selector, values) {
+  return page.evaluate(
+    async ({ selector, values }) => {
+      const el = document.querySelector(selector);
+      const afterFrame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+      const task = () => new Promise((r) => { const c = new MessageChannel(); c.port1.onmessage = () => r(); c.port2.postMessage(0); });
+      const out = [];
+      for (const v of values) {
+        await afterFrame();
+        const t0 = performance.now();
+        el.value = String(v);
+        el.dispatchEvent(new Event('input', { bubbles: true }));
+        await task(); // the handlers' microtasks (reactive effects, chart redraws) have run
+        document.body.getBoundingClientRect(); // style and layout of the next frame
+        out.push(performance.now() - t0);
+      }
+      return out;
+    },
+    { selector, values },
+  );
+}
+
+/** Frame intervals while the slider moves through `values`, one value per animation frame. */
+export function dragFrames(page, selector, values) {
+  return page.evaluate(
+    ({ selector, values }) =>
+      new Promise((done) => {
+        const el = document.querySelector(selector);
+        const stamps = [];
+        let i = 0;
+        const frame = (t) => {
+          stamps.push(t);
+          if (i < values.length) {
+            el.value = String(values[i++]);
+            el.dispatchEvent(new Event('input', { bubbles: true }));
+            requestAnimationFrame(frame);
+          } else {
+            done(stamps.slice(1).map((s, k) => s - stamps[k]));
+          }
+        };
+        requestAnimationFrame(frame);
+      }),
+    { selector, values },
+  );
+}
+
+/** Milliseconds from navigation to the page's `vram-planner:ready` mark (numbers shown, controls live). */
+export async function interactiveTime(page) {
+  return page.evaluate(
+    () =>
+      new Promise((done) => {
+        const look = () => {
+          const m = performance.getEntriesByName('vram-planner:ready')[0];
+          if (m) done(m.startTime);
+          else setTimeout(look, 5);
+        };
+        look();
+      }),
+  );
+}
+
+/** Slider positions that sweep back and forth over `lo..hi`, `n` of them. */
+export function sweepPositions(lo, hi, n) {
+  const out = [];
+  for (let i = 0; i < n; i++) {
+    const t = (i % 40) / 39;
+    const up = Math.floor(i / 40) % 2 === 0;
+    out.push(Math.round(lo + (up ? t : 1 - t) * (hi - lo)));
+  }
+  return out;
+}
