@@ -301,12 +301,12 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         )
         .child(notice_view(p, notice))
         .child(busy(p, h("main").cls("planner")).child(controls).child(results).child(charts))
-        .child(extra_panels(p))
         .child(h("footer").cls("colophon").child(h("p").dyn_text(tr(p, Msg::Footer))))
 }
 
 /// The mode, parallelism and comparison panels (issues #5 and #6), a Leptos view mounted into a
 /// container of the page; they edit the same plan signal.
+#[allow(dead_code)] // not mounted yet: the panels re-estimate on every batch move (see README)
 fn extra_panels(p: Planner) -> El {
     use wasm_bindgen::JsCast;
     let host = h("section").cls("extra");
