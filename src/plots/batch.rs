@@ -6,8 +6,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::theme::{category_color, Theme, CAPACITY, FIT, GRID, INK, MARK, MUTED};
-use super::{draw_legend, english_categories, tick, MemUnit, PlotError, Swatch};
+use super::theme::{category_color, Theme, CAPACITY, FIT, INK, MARK};
+use super::{draw_message, MemUnit, PlotError, Swatch, draw_legend, english_categories, frame, style_mesh, tick};
 use crate::estimator::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
@@ -96,14 +96,6 @@ fn bands_in(points: &[Point], unit: MemUnit, top: f64) -> Vec<Band> {
     out
 }
 
-/// Draws the message of a chart that has nothing to show.
-pub(crate) fn draw_message<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, msg: &str, theme: &Theme) -> Result<(), PlotError> {
-    let (w, h) = area.dim_in_pixel();
-    let style = ("sans-serif", theme.font(14.0)).into_font().color(&MUTED).pos(Pos::new(HPos::Center, VPos::Center));
-    area.draw(&Text::new(msg.to_string(), (w as i32 / 2, h as i32 / 2), style))?;
-    Ok(())
-}
-
 /// Draws the chart onto `area` (any backend: canvas on the page, SVG in tests and exports).
 pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &StackedChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
@@ -126,20 +118,9 @@ pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, dat
     let y_hi = tops.chain(std::iter::once(dev_top)).map(|b| unit.of(b)).fold(0.0f64, f64::max).max(1e-3);
     let y_hi = data.y_max.map_or(y_hi, |m| y_hi.min(unit.of(m))) * 1.08;
 
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
+    let mut chart = frame(area, theme)
         .build_cartesian_2d((x_lo..x_hi).log_scale(), 0f64..y_hi)?;
-    chart
-        .configure_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
-        .x_desc(data.x_desc)
-        .y_desc(data.y_desc.as_str())
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
+    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| tick(*y))
         .draw()?;

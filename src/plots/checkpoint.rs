@@ -6,9 +6,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::batch::draw_message;
-use super::theme::{category_color, Theme, COMPUTE, GRID, INK, MARK, MUTED};
-use super::{draw_legend, tick, MemUnit, PlotError, Swatch};
+use super::theme::{category_color, Theme, COMPUTE, INK, MARK, MUTED};
+use super::{draw_message, MemUnit, PlotError, Swatch, draw_legend, frame, style_mesh, tick};
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 
@@ -81,23 +80,12 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, 
     let y_hi = all().map(|p| unit.of(p.peak)).fold(0.0, f64::max).max(1e-3) * 1.15;
     let c_hi = (all().map(|p| p.extra_compute * 100.0).fold(0.0, f64::max) * 1.15).max(10.0);
 
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
+    let mut chart = frame(area, theme)
         .margin_top(theme.px(28.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
         .right_y_label_area_size(theme.px(52.0))
         .build_cartesian_2d(0.5f64..x_hi + 0.5, 0f64..y_hi)?
         .set_secondary_coord(0.5f64..x_hi + 0.5, 0f64..c_hi);
-    chart
-        .configure_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
-        .x_desc(data.x_desc)
-        .y_desc(data.y_desc.as_str())
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
+    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| tick(*y))
         .draw()?;

@@ -5,9 +5,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::batch::draw_message;
-use super::theme::{category_color, Theme, GRID, INK, MARK, MUTED};
-use super::{tick, MemUnit, PlotError};
+use super::theme::{category_color, Theme, MARK};
+use super::{draw_message, MemUnit, PlotError, frame, style_mesh, tick};
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 
@@ -51,26 +50,15 @@ pub fn draw_layers_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data
     let y_hi = data.layers.iter().map(|(_, b)| unit.of(*b)).fold(0.0, f64::max).max(1e-6) * 1.15;
     let (imax, _) = data.layers.iter().enumerate().max_by_key(|(_, (_, b))| *b).unwrap_or((0, &(String::new(), Bytes::ZERO)));
 
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
+    let mut chart = frame(area, theme)
         .build_cartesian_2d((0..n).into_segmented(), 0f64..y_hi)?;
     let names = |v: &SegmentValue<i32>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => data.layers.get(*i as usize).map(|(s, _)| short(s)).unwrap_or_default(),
         SegmentValue::Last => String::new(),
     };
-    chart
-        .configure_mesh()
+    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
         .disable_x_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
-        .x_desc(data.x_desc)
-        .y_desc(data.y_desc.as_str())
         .x_labels((n as usize).min(8))
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
         .x_label_formatter(&names)
         .y_label_formatter(&|y| tick(*y))
         .draw()?;

@@ -136,6 +136,53 @@ pub(crate) fn draw_legend<DB: plotters::prelude::DrawingBackend>(
     Ok(())
 }
 
+/// Draws the message of a chart that has nothing to show.
+pub(crate) fn draw_message<DB: plotters::prelude::DrawingBackend>(
+    area: &plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    msg: &str,
+    theme: &Theme,
+) -> Result<(), PlotError> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let (w, h) = area.dim_in_pixel();
+    let style = ("sans-serif", theme.font(14.0)).into_font().color(&theme::MUTED).pos(Pos::new(HPos::Center, VPos::Center));
+    area.draw(&Text::new(msg.to_string(), (w as i32 / 2, h as i32 / 2), style))?;
+    Ok(())
+}
+
+/// The frame every chart shares: margins and axis-label areas, in CSS pixels.
+pub(crate) fn frame<'a, 'b, DB: plotters::prelude::DrawingBackend>(
+    area: &'a plotters::prelude::DrawingArea<DB, plotters::coord::Shift>,
+    theme: &Theme,
+) -> plotters::prelude::ChartBuilder<'a, 'b, DB> {
+    let mut b = plotters::prelude::ChartBuilder::on(area);
+    b.margin(theme.px(12.0)).x_label_area_size(theme.px(40.0)).y_label_area_size(theme.px(56.0));
+    b
+}
+
+/// The mesh style every chart shares: light grid, muted axes, axis names and label fonts.
+pub(crate) fn style_mesh<'m, 'a, 'b, X, Y, DB>(
+    mesh: &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>,
+    theme: &Theme,
+    x_desc: &str,
+    y_desc: &str,
+) -> &'m mut plotters::chart::MeshStyle<'a, 'b, X, Y, DB>
+where
+    X: plotters::coord::ranged1d::Ranged,
+    Y: plotters::coord::ranged1d::Ranged,
+    DB: plotters::prelude::DrawingBackend,
+{
+    use plotters::prelude::*;
+    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    mesh.bold_line_style(theme::GRID)
+        .light_line_style(theme::GRID.mix(0.4))
+        .axis_style(theme::MUTED)
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .label_style(font(12.0).color(&theme::INK))
+        .axis_desc_style(font(13.0).color(&theme::INK))
+}
+
 /// An axis tick in few digits ("0.5", "12", "1.25").
 pub(crate) fn tick(y: f64) -> String {
     format!("{y:.3}").trim_end_matches('0').trim_end_matches('.').to_string()

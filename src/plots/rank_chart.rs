@@ -7,8 +7,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::theme::{category_color, Theme, CAPACITY, GRID, INK, MARK, MUTED};
-use super::PlotError;
+use super::theme::{category_color, Theme, CAPACITY, INK, MARK};
+use super::{draw_legend, draw_message, frame, style_mesh, PlotError, Swatch};
 use crate::estimator::parallel::ParallelEstimate;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
@@ -65,31 +65,17 @@ pub fn draw_rank_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
     area.fill(&WHITE)?;
     let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
     if data.bars.is_empty() {
-        let (w, h) = area.dim_in_pixel();
-        let style = font(14.0).color(&MUTED).pos(Pos::new(HPos::Center, VPos::Center));
-        area.draw(&Text::new("No rank to show", (w as i32 / 2, h as i32 / 2), style))?;
-        return Ok(());
+        return draw_message(area, "No rank to show", theme);
     }
     let n = data.bars.len();
     let tops = data.bars.iter().map(|b| b.device_total).chain(data.capacity);
     let y_hi = tops.map(Bytes::gib).fold(0.0f64, f64::max).max(1e-3) * 1.15;
     let labels: Vec<String> = data.bars.iter().map(|b| b.label.clone()).collect();
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
+    let mut chart = frame(area, theme)
         .build_cartesian_2d(-0.5f64..(n as f64 - 0.5), 0f64..y_hi)?;
-    chart
-        .configure_mesh()
+    style_mesh(&mut chart.configure_mesh(), theme, "Pipeline rank", "Per-GPU memory (GiB)")
         .disable_x_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
         .x_labels(n.min(16))
-        .x_desc("Pipeline rank")
-        .y_desc("Per-GPU memory (GiB)")
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
         .x_label_formatter(&|x| {
             let i = x.round();
             if (x - i).abs() < 1e-6 && i >= 0.0 { labels.get(i as usize).cloned().unwrap_or_default() } else { String::new() }
@@ -98,6 +84,7 @@ pub fn draw_rank_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
         .draw()?;
 
     let half = 0.35;
+    let mut legend = Vec::new();
     for (k, (name, cat)) in PARTS.iter().enumerate() {
         let color = category_color(*cat);
         let rects: Vec<Rectangle<(f64, f64)>> = data
@@ -111,11 +98,8 @@ pub fn draw_rank_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
                 Rectangle::new([(x - half, Bytes(lo).gib()), (x + half, Bytes(hi).gib())], color.mix(0.85).filled())
             })
             .collect();
-        let swatch = theme.px(5.0) as i32;
-        chart
-            .draw_series(rects)?
-            .label(*name)
-            .legend(move |(x, y)| Rectangle::new([(x, y - swatch), (x + 2 * swatch, y + swatch)], color.filled()));
+        chart.draw_series(rects)?;
+        legend.push((*name, color, Swatch::Fill));
     }
     // The device total above the allocated parts (reserved slack, workspaces, CUDA context).
     chart.draw_series(data.bars.iter().enumerate().map(|(i, b)| {
@@ -138,14 +122,6 @@ pub fn draw_rank_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
         chart.draw_series(std::iter::once(Text::new(format!("GPU capacity {cap}"), (n as f64 - 0.5, y), style)))?;
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .margin(theme.px(8.0))
-        .legend_area_size(theme.px(18.0))
-        .label_font(font(12.0).color(&INK))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()?;
+    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, false, theme)?;
     Ok(())
 }

@@ -53,6 +53,7 @@ pub fn category_color(c: Category) -> RGBColor {
         Category::Gradients => RGBColor(0x00, 0x9e, 0x73),
         Category::OptimizerState => RGBColor(0xcc, 0x79, 0xa7),
         Category::OptimizerTemps => RGBColor(0xd5, 0x5e, 0x00),
-        Category::KvCache => RGBColor(0x00, 0x00, 0x00),
+        // Teal, not black: the total and device-total lines are drawn in ink on top of the bands.
+        Category::KvCache => RGBColor(0x00, 0x80, 0x80),
     }
 }

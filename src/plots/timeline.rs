@@ -7,9 +7,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::batch::draw_message;
-use super::theme::{category_color, Theme, CAPACITY, GRID, INK, MARK, MUTED, PHASE_TINTS};
-use super::{draw_legend, english_categories, tick, MemUnit, PlotError, Swatch};
+use super::theme::{category_color, Theme, CAPACITY, MARK, MUTED, PHASE_TINTS};
+use super::{draw_message, MemUnit, PlotError, Swatch, draw_legend, english_categories, frame, style_mesh, tick};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
@@ -122,10 +121,7 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
     let cap = data.capacity.as_ref().map(|c| unit.of(c.0)).filter(|&c| c <= 2.0 * top);
     let y_hi = top.max(cap.unwrap_or(0.0)).max(1e-3) * 1.12;
 
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
+    let mut chart = frame(area, theme)
         .build_cartesian_2d(0f64..n, 0f64..y_hi)?;
 
     // Phase tints first, under the mesh and the bands.
@@ -137,17 +133,9 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
         };
         chart.draw_series(std::iter::once(Rectangle::new([(start as f64, 0.0), (end as f64, y_hi)], tint.filled())))?;
     }
-    chart
-        .configure_mesh()
+    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
         .disable_x_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
-        .x_desc(data.x_desc)
-        .y_desc(data.y_desc.as_str())
         .x_labels(0)
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
         .y_label_formatter(&|y| tick(*y))
         .draw()?;
     // Phase names under the axis, centred on their spans.

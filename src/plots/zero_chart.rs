@@ -7,8 +7,8 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::theme::{Theme, CAPACITY, GRID, INK, MARK, MUTED};
-use super::PlotError;
+use super::theme::{Theme, CAPACITY, MARK};
+use super::{draw_legend, draw_message, frame, style_mesh, PlotError, Swatch};
 use crate::estimator::units::Bytes;
 
 /// One scheme's line: (GPUs in the layout, per-GPU device total) in increasing GPU order.
@@ -46,44 +46,28 @@ pub fn draw_zero_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
     let xs = data.curves.iter().flat_map(|c| c.points.iter().map(|p| p.0)).chain(data.current.map(|c| c.0));
     let (x_lo, x_hi) = xs.fold((u64::MAX, 0), |(lo, hi), x| (lo.min(x.max(1)), hi.max(x.max(1))));
     if x_hi == 0 {
-        let (w, h) = area.dim_in_pixel();
-        let style = font(14.0).color(&MUTED).pos(Pos::new(HPos::Center, VPos::Center));
-        area.draw(&Text::new("No layout of this plan can be estimated", (w as i32 / 2, h as i32 / 2), style))?;
-        return Ok(());
+        return draw_message(area, "No layout of this plan can be estimated", theme);
     }
     let (x_lo, x_hi) = (x_lo as f64, (x_hi as f64).max(x_lo as f64 * 2.0));
     let tops = data.curves.iter().flat_map(|c| c.points.iter().map(|p| p.1)).chain(data.current.map(|c| c.1)).chain(data.capacity);
     let y_hi = tops.map(Bytes::gib).fold(0.0f64, f64::max).max(1e-3) * 1.1;
 
-    let mut chart = ChartBuilder::on(area)
-        .margin(theme.px(12.0))
-        .x_label_area_size(theme.px(40.0))
-        .y_label_area_size(theme.px(56.0))
+    let mut chart = frame(area, theme)
         .build_cartesian_2d((x_lo..x_hi).log_scale(), 0f64..y_hi)?;
-    chart
-        .configure_mesh()
-        .bold_line_style(GRID)
-        .light_line_style(GRID.mix(0.4))
-        .axis_style(MUTED)
-        .x_desc("GPUs")
-        .y_desc("Per-GPU memory (GiB)")
-        .label_style(font(12.0).color(&INK))
-        .axis_desc_style(font(13.0).color(&INK))
+    style_mesh(&mut chart.configure_mesh(), theme, "GPUs", "Per-GPU memory (GiB)")
         .x_label_formatter(&|x| format!("{x:.0}"))
         .y_label_formatter(&|y| format!("{y:.2}").trim_end_matches('0').trim_end_matches('.').to_string())
         .draw()?;
 
+    let mut legend = Vec::new();
     for (i, curve) in data.curves.iter().enumerate() {
         if curve.points.is_empty() {
             continue;
         }
         let color = LINE[i % LINE.len()];
         let pts: Vec<(f64, f64)> = curve.points.iter().map(|&(x, b)| (x as f64, b.gib())).collect();
-        let w = theme.px(2.0);
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(w)))?
-            .label(curve.label.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 2 * w as i32 * 5, y)], color.stroke_width(w)));
+        chart.draw_series(LineSeries::new(pts.clone(), color.stroke_width(theme.px(2.0))))?;
+        legend.push((curve.label.as_str(), color, Swatch::Line));
         chart.draw_series(pts.into_iter().map(|p| Circle::new(p, theme.px(3.0), color.filled())))?;
     }
 
@@ -103,14 +87,6 @@ pub fn draw_zero_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: 
         chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(label, (0, -(theme.px(8.0) as i32)), style)))?;
     }
 
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .margin(theme.px(8.0))
-        .legend_area_size(theme.px(24.0))
-        .label_font(font(12.0).color(&INK))
-        .background_style(WHITE.mix(0.85))
-        .border_style(GRID)
-        .draw()?;
+    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, true, theme)?;
     Ok(())
 }
