@@ -102,11 +102,7 @@ impl Graph {
         }
         let rg = self.t(x).requires_grad;
         let y = self.alloc(self.shape(x), dtype, StorageKind::Activation, rg)?;
-        let mut op = self.op("to_copy", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("to_copy", vec![x], vec![y], vec![], 0.0);
         Ok(y)
     }
 
@@ -143,16 +139,22 @@ impl Graph {
         self.alloc(shape, dtype, StorageKind::Activation, rg)
     }
 
+    /// Records an op that reads `inputs`, creates `outputs`, saves `saved` and whose backward
+    /// allocates a gradient for each input that requires one: the shape most op kinds share.
+    pub fn record_simple(&mut self, kind: &'static str, inputs: Vec<TensorId>, outputs: Vec<TensorId>, saved: Vec<TensorId>, flops: f64) {
+        let mut op = self.op(kind, "");
+        op.flops = flops;
+        op.grads = self.grads_alloc(&inputs);
+        op.inputs = inputs;
+        op.outputs = outputs;
+        op.saved = saved;
+        self.record(op);
+    }
+
     /// Records a one-input op producing `y` that saves `saved` and allocates its input's gradient
     /// (the common shape of pooling, normalisation-free elementwise and reduction ops).
     pub fn record_unary(&mut self, kind: &'static str, x: TensorId, y: TensorId, saved: Vec<TensorId>, flops: f64) {
-        let mut op = self.op(kind, "");
-        op.flops = flops;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.saved = saved;
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple(kind, vec![x], vec![y], saved, flops);
     }
 
     // ---------------------------------------------------------------- convolutions
@@ -186,13 +188,7 @@ impl Graph {
         let mut ins = vec![xc, wc];
         ins.extend(bc);
         let y = self.out_like(vec![s[0], c.cout, ho, wo], self.dtype(xc), &ins)?;
-        let mut op = self.op("conv2d", "");
-        op.flops = 2.0 * (s[0] * c.cout * ho * wo) as f64 * ((c.cin / c.groups) * c.k * c.k) as f64;
-        op.inputs = ins.clone();
-        op.outputs = vec![y];
-        op.saved = vec![xc, wc];
-        op.grads = self.grads_alloc(&ins);
-        self.record(op);
+        self.record_simple("conv2d", ins.clone(), vec![y], vec![xc, wc], 2.0 * (s[0] * c.cout * ho * wo) as f64 * ((c.cin / c.groups) * c.k * c.k) as f64);
         Ok(y)
     }
 
@@ -218,13 +214,7 @@ impl Graph {
                 ins.push(self.lowp(b)?);
             }
             let y = self.out_like(vec![s[0], c.cout, ho, wo], self.dtype(xc), &ins)?;
-            let mut op = self.op("conv_transpose2d", "");
-            op.flops = 2.0 * (s[0] * c.cin * s[2] * s[3]) as f64 * ((c.cout / c.groups) * c.k * c.k) as f64;
-            op.inputs = ins.clone();
-            op.outputs = vec![y];
-            op.saved = vec![xc, wc];
-            op.grads = self.grads_alloc(&ins);
-            self.record(op);
+            self.record_simple("conv_transpose2d", ins.clone(), vec![y], vec![xc, wc], 2.0 * (s[0] * c.cin * s[2] * s[3]) as f64 * ((c.cout / c.groups) * c.k * c.k) as f64);
             Ok(y)
         })();
         self.pop();
@@ -325,13 +315,7 @@ impl Graph {
         let s = self.shape(x);
         let rg = self.t(x).requires_grad;
         let y = if inplace { self.alias(x, s, rg) } else { self.out_like(s, self.dtype(x), &[x])? };
-        let mut op = self.op(a.kind(), "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.saved = vec![if a.saves_output() { y } else { x }];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple(a.kind(), vec![x], vec![y], vec![if a.saves_output() { y } else { x }], self.numel(x) as f64);
         Ok(y)
     }
 
@@ -403,11 +387,7 @@ impl Graph {
             return Err(self.bad_shape(&format!("split of {:?} into {:?}", self.shape(x), shapes)));
         }
         let outs: Vec<TensorId> = shapes.into_iter().map(|s| self.alias(x, s, rg)).collect();
-        let mut op = self.op("split", "");
-        op.inputs = vec![x];
-        op.outputs = outs.clone();
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("split", vec![x], outs.clone(), vec![], 0.0);
         Ok(outs)
     }
 
@@ -431,13 +411,7 @@ impl Graph {
         let s = self.shape(x);
         let y = self.out_like(s.clone(), self.dtype(x), &[x])?;
         let mask = self.alloc(s, DType::Bool, StorageKind::Activation, false)?;
-        let mut op = self.op("dropout", "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y, mask];
-        op.saved = vec![mask];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("dropout", vec![x], vec![y, mask], vec![mask], self.numel(x) as f64);
         Ok(y)
     }
 
@@ -453,13 +427,7 @@ impl Graph {
         };
         let y = self.out_like(vec![s[0], s[1], ho, wo], self.dtype(x), &[x])?;
         let idx = self.alloc(vec![s[0], s[1], ho, wo], DType::I64, StorageKind::Activation, false)?;
-        let mut op = self.op("max_pool2d", "");
-        op.flops = (s[0] * s[1] * ho * wo * k * k) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y, idx];
-        op.saved = vec![x, idx];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("max_pool2d", vec![x], vec![y, idx], vec![x, idx], (s[0] * s[1] * ho * wo * k * k) as f64);
         Ok(y)
     }
 

@@ -45,11 +45,7 @@ impl Graph {
     pub fn seq_expand(&mut self, x: TensorId, shape: Vec<u64>) -> R {
         let rg = self.t(x).requires_grad;
         let y = self.alias(x, shape, rg);
-        let mut op = self.op("expand", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("expand", vec![x], vec![y], vec![], 0.0);
         Ok(y)
     }
 
@@ -62,11 +58,7 @@ impl Graph {
         }
         let rg = self.t(x).requires_grad;
         let y = self.alias(x, shape, rg);
-        let mut op = self.op("select", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("select", vec![x], vec![y], vec![], 0.0);
         Ok(y)
     }
 
@@ -151,11 +143,7 @@ impl Graph {
         let Some((&n, rest)) = s.split_first() else { return Err(self.seq_bad("unbind of a scalar")) };
         let rg = self.t(x).requires_grad;
         let outs: Vec<TensorId> = (0..n).map(|_| self.alias(x, rest.to_vec(), rg)).collect();
-        let mut op = self.op("unbind", "");
-        op.inputs = vec![x];
-        op.outputs = outs.clone();
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("unbind", vec![x], outs.clone(), vec![], 0.0);
         Ok(outs)
     }
 

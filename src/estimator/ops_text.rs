@@ -239,11 +239,7 @@ impl Graph {
         s[1] = s[1].checked_mul(n_rep).ok_or(EstimateError::TooLarge)?;
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s, self.dtype(x), StorageKind::Activation, rg)?;
-        let mut op = self.op("repeat_kv", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("repeat_kv", vec![x], vec![y], vec![], 0.0);
         Ok(y)
     }
 
@@ -280,13 +276,7 @@ impl Graph {
             let ins = vec![xc, wc, bc];
             let rg = self.requires_grad(&ins);
             let y = self.alloc(s, self.dtype(xc), StorageKind::Activation, rg)?;
-            let mut op = self.op("addmm", "");
-            op.flops = 2.0 * rows as f64 * (nx * nf) as f64;
-            op.inputs = ins.clone();
-            op.outputs = vec![y];
-            op.saved = vec![xc, wc];
-            op.grads = self.grads_alloc(&ins);
-            self.record(op);
+            self.record_simple("addmm", ins.clone(), vec![y], vec![xc, wc], 2.0 * rows as f64 * (nx * nf) as f64);
             Ok(y)
         })();
         self.pop();
@@ -424,13 +414,7 @@ impl Graph {
         let batch: u64 = sa[..sa.len() - 2].iter().product();
         let rg = self.requires_grad(&[a, b]);
         let y = self.alloc(s, promote(self.dtype(a), self.dtype(b)), StorageKind::Activation, rg)?;
-        let mut op = self.op("bmm", "");
-        op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
-        op.inputs = vec![a, b];
-        op.outputs = vec![y];
-        op.saved = vec![a, b];
-        op.grads = self.grads_alloc(&[a, b]);
-        self.record(op);
+        self.record_simple("bmm", vec![a, b], vec![y], vec![a, b], 2.0 * batch as f64 * (m * k) as f64 * n as f64);
         Ok(y)
     }
 
@@ -446,13 +430,7 @@ impl Graph {
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s.clone(), dt, StorageKind::Activation, rg)?;
         let noise = self.alloc(s, dt, StorageKind::Activation, false)?;
-        let mut op = self.op("dropout", "");
-        op.flops = 2.0 * self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y, noise];
-        op.saved = vec![noise];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("dropout", vec![x], vec![y, noise], vec![noise], 2.0 * self.numel(x) as f64);
         Ok(y)
     }
 
@@ -564,11 +542,7 @@ impl Graph {
         let mut half = s.clone();
         *half.last_mut().unwrap_or(&mut 0) = d / 2;
         let neg = self.alloc(half, dt, StorageKind::Activation, rg)?;
-        let mut op = self.op("neg", "");
-        op.inputs = vec![x];
-        op.outputs = vec![neg];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("neg", vec![x], vec![neg], vec![], 0.0);
         let rot = self.alloc(s, dt, StorageKind::Activation, rg)?;
         let mut op = self.op("cat", "");
         op.inputs = vec![neg, x];

@@ -160,11 +160,7 @@ impl Graph {
         let shape = self.gathered_shape(x);
         let rg = self.t(x).requires_grad;
         let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
-        let mut op = self.op("sp_all_gather", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("sp_all_gather", vec![x], vec![y], vec![], 0.0);
         let b = self.bytes(y).0;
         self.tp_comm(false, Collective::AllGather, b);
         self.tp_comm(true, Collective::ReduceScatter, b);
@@ -183,11 +179,7 @@ impl Graph {
         shape[d] /= t;
         let rg = self.t(x).requires_grad;
         let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
-        let mut op = self.op("sp_reduce_scatter", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_simple("sp_reduce_scatter", vec![x], vec![y], vec![], 0.0);
         let b = self.bytes(x).0;
         self.tp_comm(false, Collective::ReduceScatter, b);
         self.tp_comm(true, Collective::AllGather, b);
