@@ -260,18 +260,7 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
     let Ok(lines) = BatchLines::new(plan, 1024) else { return max_batch_bisect(plan, capacity) };
     // Predicted boundary from the lines, then a bracket confirmed by real estimates.
     let (mut lo, mut hi) = (1u64, MAX_BATCH);
-    let guess = {
-        let (mut a, mut b) = (1u64, MAX_BATCH);
-        while b - a > 1 {
-            let m = a + (b - a) / 2;
-            if lines.point(m).device_total <= capacity {
-                a = m;
-            } else {
-                b = m;
-            }
-        }
-        a
-    };
+    let guess = largest_fitting(MAX_BATCH, |m| Ok(lines.point(m).device_total <= capacity))?.unwrap_or(1);
     let mut step = (guess / 64).max(1);
     let mut probe = guess;
     // Walk down until it fits, then up until it does not, widening the step each time.

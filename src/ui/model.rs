@@ -225,23 +225,8 @@ impl BatchModel {
     /// The largest batch whose device total on a GPU of `capacity` the lines predict to fit
     /// (`None`: not even batch 1). [`max_batch`] confirms it with full simulations.
     pub fn max_batch_guess(&self, capacity: Bytes, gpu: Option<&Gpu>) -> Option<u64> {
-        let fits = |b: u64| self.at(b, gpu).device_total <= capacity;
-        if !fits(1) {
-            return None;
-        }
-        let (mut lo, mut hi) = (1u64, MAX_BATCH);
-        if fits(hi) {
-            return Some(hi);
-        }
-        while hi - lo > 1 {
-            let m = lo + (hi - lo) / 2;
-            if fits(m) {
-                lo = m;
-            } else {
-                hi = m;
-            }
-        }
-        Some(lo)
+        let fits = |b: u64| Ok(self.at(b, gpu).device_total <= capacity);
+        crate::estimator::sweep::largest_fitting(MAX_BATCH, fits).ok().flatten()
     }
 
     /// The step's timeline at batch `b`: `(phase, live bytes by category)` per event.

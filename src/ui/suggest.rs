@@ -154,23 +154,11 @@ pub struct Suggestion {
 
 /// The largest batch up to `limit` at which `numbers_of` says the plan fits `capacity`.
 fn largest_fitting(plan: &Plan, limit: u64, capacity: Bytes, numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> Option<u64> {
-    let fits = |b: u64| numbers_of(&Plan { batch: b, ..plan.clone() }).is_some_and(|n| n.device_total <= capacity);
-    if limit == 0 || !fits(1) {
+    if limit == 0 {
         return None;
     }
-    let (mut lo, mut hi) = (1u64, limit);
-    if fits(hi) {
-        return Some(hi);
-    }
-    while hi - lo > 1 {
-        let m = lo + (hi - lo) / 2;
-        if fits(m) {
-            lo = m;
-        } else {
-            hi = m;
-        }
-    }
-    Some(lo)
+    let fits = |b: u64| Ok(numbers_of(&Plan { batch: b, ..plan.clone() }).is_some_and(|n| n.device_total <= capacity));
+    crate::estimator::sweep::largest_fitting(limit, fits).ok().flatten()
 }
 
 /// The micro-batch and steps that keep the effective batch when at most `fit` samples fit:
