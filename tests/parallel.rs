@@ -364,6 +364,8 @@ fn horovod_resnet101_scaling_anchor() {
     let mut p100 = vram_planner::presets::gpus::find("v100-16").unwrap();
     p100.id = "p100-16";
     p100.tflops_bf16 = 18.7;
+    // The P100 PCIe data sheet's fp32 throughput.
+    p100.tflops_fp32 = 9.3;
     let e = evaluate(&plan, &layout, &prep, Some(&p100));
     let eff = e.scaling_efficiency.unwrap();
     eprintln!("Horovod anchor: ResNet-101 on 512 P100 over 25 GbE: {:.1} % (paper 90 %), step {:.3} s, comm {:.3} s", eff * 100.0, e.step_seconds.unwrap(), e.comm_seconds_per_step);

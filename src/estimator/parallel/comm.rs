@@ -31,36 +31,10 @@ pub const BUS_EFFICIENCY: f64 = 0.7;
 /// GPT (Narayanan et al. 2021, §5.1: 163 of 312 TFLOPS). Override with `parallel.mfu`.
 pub const DEFAULT_MFU: f64 = 0.45;
 
-/// Dense fp32 (non-tensor-core) TFLOPS from the data sheets, used for fp32 training. PyTorch runs
-/// fp32 matmuls in full fp32 by default (`torch.backends.cuda.matmul.allow_tf32 = False`);
-/// cuDNN convolutions may use TF32 (`torch.backends.cudnn.allow_tf32 = True`) and run faster.
-pub fn fp32_tflops(gpu: &Gpu) -> f64 {
-    match gpu.id {
-        "v100-16" | "v100-32" => 15.7,
-        // Not a preset: the Pascal GPU of the Horovod scaling anchor (P100 PCIe data sheet).
-        "p100-16" => 9.3,
-        "t4" => 8.1,
-        "a10" => 31.2,
-        "l4" => 30.3,
-        "a100-40" | "a100-80" => 19.5,
-        "h100-80" | "h200-141" | "gh200-96" => 67.0,
-        "b200-192" => 75.0,
-        "rtx3090" => 35.6,
-        "rtx4090" => 82.6,
-        "rtx5090" => 104.8,
-        "rtx6000ada" => 91.1,
-        "mi300x" => 163.4,
-        "m3-max-128" => 14.2,
-        "m2-ultra-192" => 27.2,
-        // A custom GPU: the A100's ratio of tensor to fp32 throughput.
-        _ => gpu.tflops_bf16 / 16.0,
-    }
-}
-
 /// Peak FLOP/s of `gpu` for a step in `precision` (bf16/fp16 tensor cores unless fp32).
 pub fn peak_flops(gpu: &Gpu, precision: Precision) -> f64 {
     let tf = match precision {
-        Precision::Fp32 => fp32_tflops(gpu),
+        Precision::Fp32 => gpu.tflops_fp32,
         _ => gpu.tflops_bf16,
     };
     tf * 1e12
