@@ -248,6 +248,8 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let mut re_alive = vec![false; ns];
     let mut re_savers = vec![0u32; ns];
     let mut seg_done = vec![false; g.segments];
+    // Last op of a recomputation that uses each storage.
+    let mut re_last = vec![None::<usize>; ns];
 
     let drop_ref = |o: usize, objs: &mut Vec<GradObj>, live: &mut Live| {
         let ob = &mut objs[o];
@@ -287,7 +289,8 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
                 // saving op keeps none of its own outputs, its kernel never runs again.
                 let stop_runs = g.ops[stop].saved.iter().any(|t| g.ops[stop].outputs.contains(t));
                 let run_to = if stop_runs { stop + 1 } else { stop };
-                let mut re_last = vec![None::<usize>; ns];
+                // Only entries of storages this segment touches are read below, and each is
+                // rewritten here first, so one buffer serves every segment.
                 for j in first..run_to {
                     for &t in g.ops[j].inputs.iter().chain(g.ops[j].outputs.iter()) {
                         re_last[g.tensors[t].storage] = Some(j);
