@@ -117,7 +117,7 @@ test-native: fetch
 
 test-wasm: tools browser fetch
 	@echo "==> wasm: wasm-bindgen-test in headless Chromium"
-	CHROMEDRIVER=$(CHROMEDRIVER) cargo test --locked --offline --target $(WASM_TARGET) --test web
+	CHROMEDRIVER=$(CHROMEDRIVER) cargo test --locked --offline --target $(WASM_TARGET) --test web --test web_panels
 
 test-e2e: dist browser node-tools
 	@echo "==> end-to-end: Playwright against dist/ under /vram-planner/"

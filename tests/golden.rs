@@ -14,7 +14,7 @@ fn assert_close(got: f64, want: f64, rel_tol: f64) {
 }
 
 fn opts(opt: OptimizerKind) -> StepOptions {
-    StepOptions { optimizer: opt, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1 }
+    StepOptions { optimizer: opt, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1, device: Default::default() }
 }
 
 /// One 128-channel 512×512 fp32 feature map at batch 64 is exactly 8 GiB.
@@ -128,4 +128,24 @@ fn chen_sqrt_n_segments_minimise_activation_memory() {
     let at4 = by_k.iter().find(|(k, _)| *k == 4).unwrap().1 as f64;
     assert!(at4 < none as f64 * 0.75, "sqrt checkpointing saves memory: {at4} vs {none}");
     assert_close((none as f64 - at4) / unit, (n - 2 * 4) as f64, 0.3);
+}
+
+/// Upsampling saves nothing for backward (`upsample_nearest2d_backward` needs only sizes): its
+/// input is freed right after the op unless something else keeps it, and its gradient is a new
+/// input-sized tensor.
+#[test]
+fn upsample_saves_nothing_and_allocates_its_output() {
+    let mut g = Graph::new(Precision::Fp32);
+    let x0 = g.input(vec![2, 4, 8, 8], DType::F32).unwrap();
+    let y = g.input(vec![2], DType::I64).unwrap();
+    let x = g.conv2d("c", x0, vram_planner::estimator::ops::Conv::new(4, 4, 1, 1, 0)).unwrap();
+    let u = g.upsample2d(x, 2, false).unwrap();
+    assert_eq!(g.shape(u), vec![2, 4, 16, 16]);
+    assert!(g.ops.last().unwrap().saved.is_empty());
+    let p = g.adaptive_avg_pool2d(u, 1).unwrap();
+    let p = g.view(p, vec![2, 4]).unwrap();
+    g.cross_entropy(p, y).unwrap();
+    let r = simulate(&g, &opts(OptimizerKind::Sgd));
+    assert!(r.timeline.peak().is_some());
+    assert!(g.upsample2d(x0, 0, true).is_err());
 }

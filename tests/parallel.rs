@@ -132,7 +132,7 @@ fn megatron_layer(s: u64, b: u64, h: u64, a: u64, t: u64, sp: bool) -> (Graph, s
 }
 
 fn layer_saved(g: &Graph, r: std::ops::Range<usize>) -> f64 {
-    let o = StepOptions { optimizer: OptimizerKind::Sgd, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1 };
+    let o = StepOptions { optimizer: OptimizerKind::Sgd, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1, device: Default::default() };
     simulate(g, &o).saved_after_forward[r].iter().sum::<u64>() as f64
 }
 

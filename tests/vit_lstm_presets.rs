@@ -8,15 +8,23 @@
 //! checkpointing), pure bf16, resolutions 160 and 512, and the native LSTM in bf16 and under
 //! autocast at another shape. Each line keeps the record's settings, `peak_r512` and
 //! `peak_forward_r512`.
+//!
+//! CPU kernels (`device: cpu`, oneDNN's LSTM layer, the CPU flash attention, CPU autocast,
+//! the per-parameter optimizer loop): the reference set's two CPU records of these models and
+//! `data/cpu-oracle.jsonl`, eight further CPU steps measured with the same harness in its fake
+//! mode on the CPU (LSTM in bf16, under bf16 autocast, at batch 1 where the optimizer step is
+//! the peak, with SGD; ViT-B/16 in pure bf16, under autocast, with per-block checkpointing, at
+//! 384 px with momentum SGD).
 
 use vram_planner::cli::reference::compare_line;
-use vram_planner::estimator::config::{Checkpointing, Plan, Precision};
+use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Plan, Precision};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::estimator::{build_graph, estimate};
 use vram_planner::presets::models;
 
 const REFERENCE: &str = include_str!("data/pytorch-step-memory.jsonl");
 const ORACLE: &str = include_str!("data/vit-lstm-oracle.jsonl");
+const CPU_ORACLE: &str = include_str!("data/cpu-oracle.jsonl");
 
 fn plan(model: &str, batch: u64) -> Plan {
     let mut p = Plan::new(model);
@@ -77,6 +85,78 @@ fn check_within(data: &str, tol: f64) -> usize {
     }
     assert!(bad.is_empty(), "off by more than {:.0} %:\n{}", 100.0 * tol, bad.join("\n"));
     n
+}
+
+/// Records of these models measured on the CPU, each within `tol`; returns how many.
+fn check_cpu_within(data: &str, tol: f64) -> usize {
+    let mut n = 0;
+    let mut bad = Vec::new();
+    for line in data.lines().filter(|l| !l.trim().is_empty()) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        if !matches!(v["model"].as_str(), Some("vit_b_16" | "vit_l_16" | "lstm-lm")) || v["device"] != "cpu" {
+            continue;
+        }
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+        n += 1;
+        if c.rel_err.abs() > tol {
+            bad.push(format!("{}: predicted {} measured {} ({:+.4} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err));
+        }
+    }
+    assert!(bad.is_empty(), "off by more than {} %:\n{}", 100.0 * tol, bad.join("\n"));
+    n
+}
+
+#[test]
+fn cpu_reference_cases_within_1_percent() {
+    // lstm-lm/L512/b32/fp32/adam and vit_b_16/r224/b32/fp32/adam on the CPU (both exact when
+    // this was written).
+    assert_eq!(check_cpu_within(REFERENCE, 0.01), 2);
+}
+
+#[test]
+fn further_cpu_oracle_measurements_within_1_percent() {
+    assert_eq!(check_cpu_within(CPU_ORACLE, 0.01), 8);
+}
+
+#[test]
+fn cpu_kernels_are_the_cpu_ones() {
+    let mut p = plan("lstm-lm", 4);
+    p.seq = Some(16);
+    p.device = Device::Cpu;
+    let g = build_graph(&p).unwrap();
+    // One oneDNN op per layer; no per-step cells, no cuDNN.
+    assert_eq!(g.ops.iter().filter(|o| o.kind == "mkldnn_rnn_layer").count(), 2);
+    assert!(!g.ops.iter().any(|o| matches!(o.kind, "lstm_cell" | "cudnn_rnn")));
+    let mut p = plan("vit_b_16", 2);
+    p.device = Device::Cpu;
+    let g = build_graph(&p).unwrap();
+    assert_eq!(g.ops.iter().filter(|o| o.kind == "sdpa_flash_cpu").count(), 12);
+    // PyTorch's default optimizer implementation: foreach on CUDA, the for-loop on the CPU.
+    assert_eq!(p.optimizer_impl(), OptimizerImpl::ForLoop);
+    p.device = Device::Cuda;
+    assert_eq!(p.optimizer_impl(), OptimizerImpl::Foreach);
+}
+
+#[test]
+fn cpu_lstm_refuses_what_does_not_run_there() {
+    let mut p = plan("lstm-lm", 2);
+    p.seq = Some(8);
+    p.device = Device::Cpu;
+    assert!(estimate(&p).is_ok());
+    p.cudnn = Some(false);
+    assert!(estimate(&p).is_ok(), "cudnn: false changes nothing on the CPU");
+    p.cudnn = Some(true);
+    match estimate(&p) {
+        Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn"), "{msg}"),
+        other => panic!("expected an error, got {:?}", other.map(|e| e.peak_allocated)),
+    }
+    p.cudnn = None;
+    p.dtype = Precision::Fp16;
+    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+    // oneDNN's layer is one op: no step limit on the CPU.
+    p.dtype = Precision::Fp32;
+    p.seq = Some(vram_planner::presets::rnn::MAX_NATIVE_STEPS + 1);
+    assert!(estimate(&p).is_ok());
 }
 
 #[test]

@@ -184,7 +184,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         breakdown.insert(r.category.key().into(), r.bytes.0.into());
     }
     let gpu = plan.gpu.as_deref().and_then(gpus::find);
-    serde_json::json!({
+    let mut v = serde_json::json!({
         "model": e.model,
         "param_count": e.param_count,
         "peak_allocated_bytes": e.peak_allocated.0,
@@ -202,7 +202,23 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         "forward_flops": e.forward_flops,
         "recompute_flops": e.recompute_flops,
         "gpu": gpu.map(|g| serde_json::json!({"id": g.id, "memory_bytes": g.memory.0, "fits": e.device_total <= g.memory})),
-    })
+    });
+    // Fine-tuning and inference (issue 6).
+    if let Some(m) = v.as_object_mut() {
+        m.insert("mode".into(), e.mode.key().into());
+        m.insert("trainable_params".into(), e.trainable_params.into());
+        m.insert("weights_bytes".into(), e.weights_bytes.0.into());
+        m.insert("kv_cache_bytes".into(), e.kv_cache_bytes.0.into());
+        m.insert("paged_opt_state_bytes".into(), e.paged_opt_state_bytes.0.into());
+        m.insert("inference".into(), e.inference.as_ref().map(|i| serde_json::json!({"context": i.context, "new_tokens": i.new_tokens, "prefill_peak_bytes": i.prefill_peak.0, "decode_peak_bytes": i.decode_peak.map(|b| b.0), "kv_bytes_per_token": i.kv_bytes_per_token.0})).into());
+        // With a GPU, fine-tuning and serving plans also say what fits it.
+        if let (Some(g), true) = (&gpu, plan.mode != crate::estimator::tune::Mode::Train) {
+            let ok = |r: Result<Option<u64>, _>| r.ok().flatten();
+            let ctx = if plan.mode == crate::estimator::tune::Mode::Infer { ok(crate::estimator::fit::max_context(plan, g.memory)) } else { None };
+            m.insert("fit".into(), serde_json::json!({"max_batch": ok(crate::estimator::fit::max_batch(plan, g.memory)), "max_context": ctx}));
+        }
+    }
+    v
 }
 
 fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {

@@ -1,11 +1,14 @@
 //! The plan: what the user asks about. Its keys are those of the reference records
 //! (`model`, `hf_config`, `batch`, `res`, `seq`, `dtype`, `opt`, `ckpt`, `attn`, `cudnn`) plus
 //! further options; unknown keys are refused so a typo never silently changes nothing.
+//! Fine-tuning and inference keys (`mode`, `lora`, `quantization`, `kv_cache_dtype`,
+//! `sparsity`, `frozen`, `context`, `new_tokens`) are described in [`super::tune`].
 
 use serde::{Deserialize, Serialize};
 
 pub use super::graph::Precision;
 pub use super::optimizer::{OptimizerImpl, OptimizerKind};
+pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Sparsity, TuneCtx};
 
 /// Gradient checkpointing policy (non-reentrant `torch.utils.checkpoint`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -123,15 +126,19 @@ pub struct Plan {
     pub seq: Option<u64>,
     #[serde(default)]
     pub dtype: Precision,
-    #[serde(default)]
+    #[serde(default, alias = "optimizer")]
     pub opt: OptimizerKind,
-    #[serde(default)]
-    pub optimizer_impl: OptimizerImpl,
+    /// How the optimizer step runs; default: PyTorch's own choice for the device
+    /// ([`Plan::optimizer_impl`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_impl: Option<OptimizerImpl>,
     #[serde(default)]
     pub ckpt: Checkpointing,
     #[serde(default)]
     pub attn: AttnImpl,
     /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
+    /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
+    /// defaults to false and true is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cudnn: Option<bool>,
     #[serde(default)]
@@ -142,6 +149,39 @@ pub struct Plan {
     /// GPU preset name for the fit verdict and the device-level numbers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu: Option<String>,
+    /// Pre-training (`train`), fine-tuning (`finetune`: frozen layers, LoRA, QLoRA) or serving
+    /// (`infer`: forward only, KV cache).
+    #[serde(default)]
+    pub mode: Mode,
+    /// LoRA adapters (peft `LoraConfig`); fine-tuning only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
+    /// Weight format of the transformer blocks' linear layers.
+    #[serde(default)]
+    pub quantization: Quantization,
+    /// NF4: quantize the absmax constants again (bitsandbytes `compress_statistics`).
+    #[serde(default)]
+    pub double_quant: bool,
+    /// Elements per quantization block (NF4 default 64, INT4 default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u64>,
+    /// Element type of the KV cache (default: the activations' dtype).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<KvDtype>,
+    /// Structured sparsity of the transformer blocks' linear weights (inference).
+    #[serde(default)]
+    pub sparsity: Sparsity,
+    /// Frozen parameters for partial fine-tuning: the embeddings and the first N blocks, or a
+    /// list of module paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
+    /// Inference: tokens generated per sequence (`generate(max_new_tokens)`, default 1: the
+    /// prefill alone produces the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tokens: Option<u64>,
     /// Multi-GPU layout (data, tensor and pipeline parallelism, ZeRO/FSDP). Absent: one GPU,
     /// estimated exactly as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -161,13 +201,23 @@ impl Default for Plan {
             seq: None,
             dtype: Precision::Fp32,
             opt: OptimizerKind::Adam,
-            optimizer_impl: OptimizerImpl::Foreach,
+            optimizer_impl: None,
             ckpt: Checkpointing::None,
             attn: AttnImpl::Sdpa,
             cudnn: None,
             device: Device::Cuda,
             accumulation: 1,
             gpu: None,
+            mode: Mode::Train,
+            lora: None,
+            quantization: Quantization::None,
+            double_quant: false,
+            group_size: None,
+            kv_cache_dtype: None,
+            sparsity: Sparsity::None,
+            frozen: None,
+            context: None,
+            new_tokens: None,
             parallel: None,
             offload: None,
         }
@@ -177,6 +227,15 @@ impl Default for Plan {
 impl Plan {
     pub fn new(model: &str) -> Self {
         Plan { model: model.into(), ..Plan::default() }
+    }
+    /// The optimizer implementation that runs: the plan's, else PyTorch's default
+    /// (`torch/optim/optimizer.py` `_default_to_fused_or_foreach`): foreach when all parameters
+    /// are on CUDA, the per-parameter for-loop on the CPU.
+    pub fn optimizer_impl(&self) -> OptimizerImpl {
+        self.optimizer_impl.unwrap_or(match self.device {
+            Device::Cuda => OptimizerImpl::Foreach,
+            Device::Cpu => OptimizerImpl::ForLoop,
+        })
     }
 }
 
@@ -191,6 +250,8 @@ pub struct BuildCtx {
     pub attn: AttnImpl,
     pub cudnn: bool,
     pub device: Device,
+    /// Fine-tuning and inference settings (plain training: the default).
+    pub tune: TuneCtx,
     /// Tensor-parallel degree the builder shards attention and MLP over (Megatron-LM); 1 = none.
     /// Builders apply it through the hook in [`super::parallel::tp`].
     pub tp: u64,
@@ -203,6 +264,6 @@ impl BuildCtx {
     /// A context with the given sizes and every option at its default (no checkpointing,
     /// SDPA, cuDNN, CUDA, no tensor parallelism).
     pub fn new(batch: u64, res: u64, seq: u64, precision: Precision) -> Self {
-        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false }
+        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false, tune: TuneCtx::default() }
     }
 }

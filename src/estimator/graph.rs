@@ -19,6 +19,8 @@ pub enum StorageKind {
     Buffer,
     Input,
     Activation,
+    /// Keys and values kept for later decode steps; persistent like the weights.
+    KvCache,
 }
 
 #[derive(Clone, Debug)]
@@ -141,6 +143,14 @@ pub struct Graph {
     pub tp: super::parallel::tp::TpState,
     /// Name prefix of the module being built.
     prefix: Vec<String>,
+    /// `model.eval()` under `torch.no_grad()`: parameters need no gradient, nothing is saved,
+    /// dropout is the identity, no loss is taken (the caller keeps the logits) and the step
+    /// ends after the forward.
+    pub inference: bool,
+    /// Module paths whose parameters are created frozen (`requires_grad=False`), each with
+    /// everything below it; `"*"` freezes every parameter except those made with
+    /// [`Graph::adapter_param`] (LoRA's frozen base model).
+    pub frozen: Vec<String>,
 }
 
 impl Graph {
@@ -156,7 +166,32 @@ impl Graph {
             kept: Vec::new(),
             tp: Default::default(),
             prefix: Vec::new(),
+            inference: false,
+            frozen: Vec::new(),
         }
+    }
+
+    /// A new tape for a model builder: the precision, and the fine-tuning/inference settings
+    /// that decide which parameters train ([`Graph::frozen`], [`Graph::inference`]).
+    pub fn for_build(ctx: &super::config::BuildCtx) -> Self {
+        let mut g = Graph::new(ctx.precision);
+        g.inference = ctx.tune.mode == super::tune::Mode::Infer;
+        if ctx.tune.lora.is_some() {
+            g.frozen.push("*".into());
+        }
+        if let Some(super::tune::Frozen::Modules(m)) = &ctx.tune.frozen {
+            g.frozen.extend(m.iter().cloned());
+        }
+        g
+    }
+
+    /// Whether a parameter created in the current module is frozen.
+    fn is_frozen_here(&self) -> bool {
+        if self.frozen.is_empty() {
+            return false;
+        }
+        let path = self.name("");
+        self.frozen.iter().any(|f| f == "*" || path == *f || (path.starts_with(f.as_str()) && path.as_bytes().get(f.len()) == Some(&b'.')))
     }
 
     pub fn t(&self, id: TensorId) -> &Tensor {
@@ -236,8 +271,23 @@ impl Graph {
         self.param_of(shape, dt)
     }
     pub fn param_of(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        let trains = !self.inference && !self.is_frozen_here();
         let s = self.new_storage(&shape, dtype, StorageKind::Param)?;
-        Ok(self.push_tensor(shape, dtype, s, true, true))
+        Ok(self.push_tensor(shape, dtype, s, trains, true))
+    }
+    /// A parameter that trains even under a frozen base model (LoRA's `lora_A`/`lora_B`).
+    pub fn adapter_param(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        let s = self.new_storage(&shape, dtype, StorageKind::Param)?;
+        Ok(self.push_tensor(shape, dtype, s, !self.inference, true))
+    }
+    /// A weight-format constant that is not an `nn.Parameter` (quantization scales and codes):
+    /// stored with the weights, never trained, not counted as a parameter.
+    pub fn weight_constant(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        self.alloc(shape, dtype, StorageKind::Param, false)
+    }
+    /// A KV-cache tensor: allocated before the step and kept after it.
+    pub fn kv_cache(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+        self.alloc(shape, dtype, StorageKind::KvCache, false)
     }
     /// A non-trainable buffer (batch-norm running statistics).
     pub fn buffer(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
@@ -298,6 +348,14 @@ impl Graph {
 
     pub fn param_count(&self) -> u64 {
         self.tensors.iter().filter(|t| t.is_param).map(|t| t.numel()).sum()
+    }
+    /// Parameters that receive gradients and optimizer state.
+    pub fn trainable_count(&self) -> u64 {
+        self.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| t.numel()).sum()
+    }
+    /// Exact bytes (no allocator rounding) of all storages of one kind.
+    pub fn storage_bytes(&self, kind: StorageKind) -> Bytes {
+        self.storages.iter().filter(|s| s.kind == kind).map(|s| s.bytes).sum()
     }
 }
 

@@ -13,16 +13,20 @@
 pub mod config;
 pub mod device;
 pub mod error;
+pub mod fit;
 pub mod graph;
 pub mod ops;
 pub mod ops_seq;
 pub mod ops_cnn;
+pub mod ops_cpu;
 pub mod ops_text;
+pub mod ops_tune;
 pub mod optimizer;
 pub mod parallel;
 pub mod simulate;
 pub mod sweep;
 pub mod timeline;
+pub mod tune;
 pub mod units;
 
 use serde::Serialize;
@@ -32,7 +36,9 @@ use config::{BuildCtx, Plan};
 use error::EstimateError;
 use graph::Graph;
 use simulate::{simulate, StepOptions};
+use graph::{Precision, StorageKind};
 use timeline::{Category, Phase, Timeline};
+use tune::{InferStep, Mode, Quantization, TuneCtx};
 use units::Bytes;
 
 /// Upper limits that keep every product inside 64 bits and every answer meaningful.
@@ -53,6 +59,22 @@ pub struct Row {
 pub struct LayerActivation {
     pub layer: String,
     pub bytes: Bytes,
+}
+
+/// Prefill against decode for an inference plan.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct InferenceReport {
+    /// Prompt tokens per sequence.
+    pub context: u64,
+    /// Tokens generated per sequence.
+    pub new_tokens: u64,
+    /// Peak of the prompt's forward (weights, the prompt's cache, the whole prompt's activations).
+    pub prefill_peak: Bytes,
+    /// Peak of the last decode step (the full cache, one token's activations); `None` when only
+    /// one token is generated (the prefill makes it).
+    pub decode_peak: Option<Bytes>,
+    /// Cache bytes per token of one sequence (keys and values of every layer).
+    pub kv_bytes_per_token: Bytes,
 }
 
 /// The answer for one plan.
@@ -85,6 +107,18 @@ pub struct Estimate {
     /// Extra forward FLOPs spent recomputing checkpointed segments.
     pub recompute_flops: f64,
     pub layers: Vec<LayerActivation>,
+    /// `train`, `finetune` or `infer`.
+    pub mode: Mode,
+    /// Parameters that receive gradients and optimizer state (LoRA: the adapters).
+    pub trainable_params: u64,
+    /// Exact bytes of the stored weights: parameters in their formats (4-bit, int8, sparse) plus
+    /// quantization constants (scales, absmax, codes).
+    pub weights_bytes: Bytes,
+    /// Exact bytes of the KV cache at its largest (inference), 0 otherwise.
+    pub kv_cache_bytes: Bytes,
+    /// Optimizer state in CUDA managed memory (paged optimizers), not in the peak.
+    pub paged_opt_state_bytes: Bytes,
+    pub inference: Option<InferenceReport>,
     #[serde(skip)]
     pub timeline: Timeline,
 }
@@ -109,26 +143,72 @@ fn check_range(field: &'static str, v: u64, min: u64, max: u64) -> Result<(), Es
     Ok(())
 }
 
-/// Validates the plan and builds the model's forward tape.
+/// Validates the plan and builds the model's forward tape (inference: the prefill's).
 pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
+    build_graph_step(plan, None)
+}
+
+/// The prompt tokens and generated tokens of an inference plan.
+fn infer_lengths(plan: &Plan, default_seq: u64) -> Result<(u64, u64), EstimateError> {
+    let context = plan.context.or(plan.seq).unwrap_or(default_seq);
+    check_range("context", context, 1, MAX_SEQ)?;
+    let new_tokens = plan.new_tokens.unwrap_or(1);
+    check_range("new_tokens", new_tokens, 1, MAX_SEQ)?;
+    check_range("context + new_tokens", context + new_tokens, 2, MAX_SEQ + 1)?;
+    Ok((context, new_tokens))
+}
+
+/// Builds one graph; for inference plans `decode` picks the last decode step instead of the
+/// prefill.
+fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateError> {
     check_range("batch", plan.batch, 1, MAX_BATCH)?;
     check_range("accumulation", plan.accumulation as u64, 1, MAX_ACCUMULATION as u64)?;
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision: plan.dtype, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(true), device: plan.device, tp: 1, sequence_parallel: false };
+    let tune = TuneCtx::from_plan(plan)?;
+    // QLoRA (`prepare_model_for_kbit_training`): every parameter that is not 4-bit is upcast to
+    // fp32; the 4-bit layers compute in `tune.nf4_compute`. Autocast, if asked for, stays on.
+    let precision = match (tune.quant, tune.mode, plan.dtype) {
+        (Quantization::Nf4, Mode::Finetune, Precision::Bf16 | Precision::Fp16) => Precision::Fp32,
+        (_, _, p) => p,
+    };
+    if tune.mode == Mode::Infer {
+        if plan.ckpt != config::Checkpointing::None {
+            return Err(EstimateError::Unsupported("checkpointing trades recomputation for saved activations; inference saves none (use \"ckpt\": \"none\")".into()));
+        }
+        if plan.accumulation != 1 {
+            return Err(EstimateError::Unsupported("gradient accumulation applies to training".into()));
+        }
+    }
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tune, tp: 1, sequence_parallel: false };
     if let Some(par) = &plan.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
     }
+
     if let Some(res) = plan.res {
         check_range("res", res, 1, MAX_RES)?;
     }
     if let Some(seq) = plan.seq {
         check_range("seq", seq, 1, MAX_SEQ)?;
     }
+    let text = plan.hf_config.is_some() || models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
+    let image = !text && models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Image { .. }));
+    if !text || plan.model == "lstm-lm" && plan.hf_config.is_none() {
+        if matches!(ctx.tune.frozen, Some(tune::Frozen::Layers(_))) {
+            return Err(EstimateError::Unsupported("\"frozen\": N counts transformer blocks; for this model list module paths (e.g. [\"conv1\", \"layer1\"])".into()));
+        }
+        if ctx.tune.lora.is_some() || !ctx.tune.dense_linears() || plan.kv_cache_dtype.is_some() || plan.context.is_some() || plan.new_tokens.is_some() {
+            return Err(EstimateError::Unsupported(format!("LoRA, quantization, sparsity and the KV cache are modelled for language models; {} takes {}", plan.model, if image { "batch and resolution" } else { "plain training or inference" })));
+        }
+    }
     if let Some(cfg) = &plan.hf_config {
         ctx.seq = plan.seq.unwrap_or(512);
+        set_infer_step(plan, &mut ctx, decode)?;
         return crate::presets::hf::build_from_config(cfg, &ctx);
     }
     let preset = models::find(&plan.model).ok_or_else(|| EstimateError::UnknownModel(plan.model.clone()))?;
+    if ctx.tune.mode == Mode::Infer && preset.id == "lstm-lm" {
+        return Err(EstimateError::Unsupported("inference of the LSTM language model is not modelled".into()));
+    }
     match preset.input {
         models::InputKind::Image { default_res, min_res } => {
             ctx.res = plan.res.unwrap_or(default_res);
@@ -138,6 +218,7 @@ pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
         }
         models::InputKind::Tokens { default_seq, max_seq } => {
             ctx.seq = plan.seq.unwrap_or(default_seq);
+            set_infer_step(plan, &mut ctx, decode)?;
             if let Some(max) = max_seq {
                 if ctx.seq > max {
                     return Err(EstimateError::SequenceTooLong { model: plan.model.clone(), seq: ctx.seq, max });
@@ -148,19 +229,66 @@ pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
     (preset.build)(&ctx)
 }
 
-/// Estimates one training step of `plan`.
+/// Inference plans of language models: the forward to build (prefill of the prompt, or the last
+/// decode step over `context + new_tokens - 2` cached tokens).
+fn set_infer_step(plan: &Plan, ctx: &mut BuildCtx, decode: Option<()>) -> Result<(), EstimateError> {
+    if ctx.tune.mode != Mode::Infer {
+        return Ok(());
+    }
+    let (context, new_tokens) = infer_lengths(plan, ctx.seq)?;
+    let kv_dtype = plan.kv_cache_dtype.map(|k| k.dtype());
+    ctx.tune.infer = Some(match decode {
+        None => InferStep { past: 0, tokens: context, kv_dtype },
+        Some(()) if new_tokens >= 2 => InferStep { past: context + new_tokens - 2, tokens: 1, kv_dtype },
+        Some(()) => return Err(EstimateError::Unsupported("one new token is made by the prefill alone: no decode step".into())),
+    });
+    ctx.seq = context;
+    Ok(())
+}
+
+/// Estimates one training step of `plan`; for an inference plan, the prefill and the last decode
+/// step, reporting the larger peak.
 pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
     let g = build_graph(plan)?;
     let gpu = match &plan.gpu {
         Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
         None => None,
     };
-    Ok(estimate_graph(plan, &g, gpu.as_ref()))
+    let prefill = estimate_graph(plan, &g, gpu.as_ref());
+    let text = plan.hf_config.is_some() || models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
+    if plan.mode != Mode::Infer || !text {
+        return Ok(prefill);
+    }
+    let default_seq = models::find(&plan.model)
+        .and_then(|m| match m.input {
+            models::InputKind::Tokens { default_seq, .. } if plan.hf_config.is_none() => Some(default_seq),
+            _ => None,
+        })
+        .unwrap_or(512);
+    let (context, new_tokens) = infer_lengths(plan, plan.seq.unwrap_or(default_seq))?;
+    let per_token = Bytes(g.storage_bytes(StorageKind::KvCache).0 / (plan.batch * context));
+    let prefill_peak = prefill.peak_allocated;
+    let (mut best, decode_peak) = if new_tokens >= 2 {
+        let dg = build_graph_step(plan, Some(()))?;
+        let decode = estimate_graph(plan, &dg, gpu.as_ref());
+        let dp = decode.peak_allocated;
+        if dp > prefill_peak {
+            (decode, Some(dp))
+        } else {
+            let mut p = prefill;
+            p.kv_cache_bytes = decode.kv_cache_bytes;
+            (p, Some(dp))
+        }
+    } else {
+        (prefill, None)
+    };
+    best.inference = Some(InferenceReport { context, new_tokens, prefill_peak, decode_peak, kv_bytes_per_token: per_token });
+    Ok(best)
 }
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: plan.accumulation };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
     let r = simulate(g, &opts);
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
@@ -181,7 +309,14 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
     };
     let param_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param).map(|t| g.storages[t.storage].bytes).sum();
     let grad_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| g.storages[t.storage].bytes).sum();
-    let opt_state_bytes = Bytes(grad_bytes.0.saturating_mul(plan.opt.states_per_param()));
+    let trainable = || g.tensors.iter().filter(|t| t.is_param && t.requires_grad);
+    let any_8bit = plan.opt.is_bnb() && trainable().any(|t| t.numel() >= optimizer::BNB_MIN_8BIT_SIZE);
+    let counters = (trainable().count() as u64).saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl(), plan.device));
+    let opt_state_bytes = if g.inference {
+        Bytes::ZERO
+    } else {
+        Bytes(trainable().flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype)).chain(plan.opt.shared_state(any_8bit)).fold(counters, |a, b| a.saturating_add(b)))
+    };
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };
     let reserved = r.timeline.reserved() + workspaces;
@@ -218,6 +353,12 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
         forward_flops: r.forward_flops,
         recompute_flops: r.recompute_flops,
         layers,
+        mode: plan.mode,
+        trainable_params: g.trainable_count(),
+        weights_bytes: g.storage_bytes(StorageKind::Param),
+        kv_cache_bytes: g.storage_bytes(StorageKind::KvCache),
+        paged_opt_state_bytes: if plan.opt.is_paged() { opt_state_bytes } else { Bytes::ZERO },
+        inference: None,
         timeline: r.timeline,
     }
 }

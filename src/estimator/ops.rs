@@ -111,13 +111,14 @@ impl Graph {
     }
 
     /// Casts for an op on autocast's low-precision list. Weights (leaf params) are cast once per
-    /// autocast region and the copy is cached.
+    /// autocast region and the copy is cached; only leaves that require grad are cached
+    /// (`cached_cast` in `autocast_mode.cpp`), so a frozen weight is cast again at every use.
     pub fn lowp(&mut self, x: TensorId) -> R {
         let Some(dt) = self.precision.autocast() else { return Ok(x) };
         if !self.dtype(x).is_float() || self.dtype(x) == dt {
             return Ok(x);
         }
-        if self.t(x).is_param {
+        if self.t(x).is_param && self.t(x).requires_grad {
             if let Some(&(_, c)) = self.cast_cache.iter().find(|(p, _)| *p == x) {
                 return Ok(c);
             }
@@ -140,6 +141,18 @@ impl Graph {
     fn out_like(&mut self, shape: Vec<u64>, dtype: DType, inputs: &[TensorId]) -> R {
         let rg = self.requires_grad(inputs);
         self.alloc(shape, dtype, StorageKind::Activation, rg)
+    }
+
+    /// Records a one-input op producing `y` that saves `saved` and allocates its input's gradient
+    /// (the common shape of pooling, normalisation-free elementwise and reduction ops).
+    pub fn record_unary(&mut self, kind: &'static str, x: TensorId, y: TensorId, saved: Vec<TensorId>, flops: f64) {
+        let mut op = self.op(kind, "");
+        op.flops = flops;
+        op.inputs = vec![x];
+        op.outputs = vec![y];
+        op.saved = saved;
+        op.grads = self.grads_alloc(&[x]);
+        self.record(op);
     }
 
     // ---------------------------------------------------------------- convolutions
@@ -237,6 +250,15 @@ impl Graph {
             self.buffer(vec![1], DType::I64)?;
             let ins = vec![x, w, b];
             let y = self.out_like(s.clone(), self.dtype(x), &ins)?;
+            if self.inference {
+                // Eval mode normalises with the running statistics: the output alone.
+                let mut op = self.op("batch_norm", "");
+                op.flops = 2.0 * self.numel(x) as f64;
+                op.inputs = vec![x, w, b, rm, rv];
+                op.outputs = vec![y];
+                self.record(op);
+                return Ok(y);
+            }
             let mean = self.alloc(vec![c], DType::F32, StorageKind::Activation, false)?;
             let invstd = self.alloc(vec![c], DType::F32, StorageKind::Activation, false)?;
             let mut op = self.op("batch_norm", "");
@@ -255,6 +277,13 @@ impl Graph {
     /// `nn.LayerNorm` over the last dimension (`native_layer_norm`, autocast fp32 list): output,
     /// fp32 mean and rstd per row; saves input, weight, bias, mean and rstd.
     pub fn layer_norm(&mut self, leaf: &str, x: TensorId, bias: bool) -> R {
+        self.layer_norm_on(leaf, x, bias, false)
+    }
+
+    /// [`Graph::layer_norm`] on the chosen device. The CPU kernel (`layer_norm_cpu`,
+    /// `param_scalar_type`) keeps mean and rstd in the input's dtype unless input and weight
+    /// dtypes differ (traced: bf16 statistics for a pure-bf16 model on the CPU); CUDA's are fp32.
+    pub fn layer_norm_on(&mut self, leaf: &str, x: TensorId, bias: bool, cpu: bool) -> R {
         self.push(leaf);
         let r = (|| {
             let s = self.shape(x);
@@ -268,8 +297,9 @@ impl Graph {
             let rows: Vec<u64> = s[..s.len() - 1].to_vec();
             let mut stat_shape = rows.clone();
             stat_shape.push(1);
-            let mean = self.alloc(stat_shape.clone(), DType::F32, StorageKind::Activation, false)?;
-            let rstd = self.alloc(stat_shape, DType::F32, StorageKind::Activation, false)?;
+            let sdt = if cpu && self.dtype(xc) == self.dtype(w) { self.dtype(xc) } else { DType::F32 };
+            let mean = self.alloc(stat_shape.clone(), sdt, StorageKind::Activation, false)?;
+            let rstd = self.alloc(stat_shape, sdt, StorageKind::Activation, false)?;
             let mut op = self.op("layer_norm", "");
             op.flops = 8.0 * self.numel(x) as f64;
             op.inputs = ins.clone();
@@ -393,9 +423,9 @@ impl Graph {
     }
 
     /// `nn.Dropout(p)` in training on CUDA (`native_dropout`): output plus a 1-byte mask, saves the
-    /// mask. `p = 0` is the identity and records nothing.
+    /// mask. `p = 0` and eval mode are the identity and record nothing.
     pub fn dropout(&mut self, x: TensorId, p: f64) -> R {
-        if p <= 0.0 {
+        if p <= 0.0 || self.inference {
             return Ok(x);
         }
         let s = self.shape(x);
@@ -438,15 +468,8 @@ impl Graph {
     pub fn adaptive_avg_pool2d(&mut self, x: TensorId, out: u64) -> R {
         let s = self.shape(x);
         let y = self.out_like(vec![s[0], s[1], out, out], self.dtype(x), &[x])?;
-        let mut op = self.op("adaptive_avg_pool2d", "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        if out != 1 {
-            op.saved = vec![x];
-        }
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        let saved = if out != 1 { vec![x] } else { vec![] };
+        self.record_unary("adaptive_avg_pool2d", x, y, saved, self.numel(x) as f64);
         Ok(y)
     }
 
@@ -459,12 +482,23 @@ impl Graph {
             return Err(self.bad_shape("avg_pool2d input too small"));
         }
         let y = self.out_like(vec![s[0], s[1], ho, wo], self.dtype(x), &[x])?;
-        let mut op = self.op("avg_pool2d", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.saved = vec![x];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_unary("avg_pool2d", x, y, vec![x], self.numel(x) as f64);
+        Ok(y)
+    }
+
+    /// `F.interpolate(x, scale_factor=k, mode="nearest" | "bilinear")` (`upsample_nearest2d`,
+    /// `upsample_bilinear2d`): a new `[N, C, kH, kW]` tensor. Both backward kernels need only the
+    /// sizes (`derivatives.yaml`: `upsample_*_backward(grad, output_size, input_size, ...)`), so
+    /// nothing is saved. On CUDA autocast's fp32 list (`autocast_mode.cpp`).
+    pub fn upsample2d(&mut self, x: TensorId, k: u64, bilinear: bool) -> R {
+        let s = self.shape(x);
+        if s.len() != 4 || k == 0 {
+            return Err(self.bad_shape("upsample2d expects [N,C,H,W] and a positive scale"));
+        }
+        let xc = self.fp32(x)?;
+        let y = self.out_like(vec![s[0], s[1], s[2] * k, s[3] * k], self.dtype(xc), &[xc])?;
+        let flops = if bilinear { 4.0 } else { 1.0 } * self.numel(y) as f64;
+        self.record_unary(if bilinear { "upsample_bilinear2d" } else { "upsample_nearest2d" }, xc, y, vec![], flops);
         Ok(y)
     }
 
@@ -587,13 +621,7 @@ impl Graph {
     pub fn softmax(&mut self, x: TensorId) -> R {
         let xc = self.fp32(x)?;
         let y = self.out_like(self.shape(xc), self.dtype(xc), &[xc])?;
-        let mut op = self.op("softmax", "");
-        op.flops = 5.0 * self.numel(x) as f64;
-        op.inputs = vec![xc];
-        op.outputs = vec![y];
-        op.saved = vec![y];
-        op.grads = self.grads_alloc(&[xc]);
-        self.record(op);
+        self.record_unary("softmax", xc, y, vec![y], 5.0 * self.numel(x) as f64);
         Ok(y)
     }
 
@@ -605,6 +633,11 @@ impl Graph {
     /// list and casts them (traced under bf16 autocast: `_log_softmax` bf16 → `_to_copy` fp32 →
     /// `nll_loss_forward`). Returns the loss.
     pub fn cross_entropy(&mut self, logits: TensorId, target: TensorId) -> R {
+        // Inference: no labels, no loss; the caller holds the logits.
+        if self.inference {
+            self.keep(logits);
+            return Ok(logits);
+        }
         let x = logits;
         let ls = self.out_like(self.shape(x), self.dtype(x), &[x])?;
         let mut op = self.op("log_softmax", "loss");

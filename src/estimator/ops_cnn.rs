@@ -70,7 +70,7 @@ impl Graph {
     /// dtype (not the 1-byte mask of `native_dropout`) and multiplies in place; `mul_` saves the
     /// mask (`self: grad * other`). `p = 0` records nothing.
     pub fn dropout_inplace(&mut self, x: TensorId, p: f64) -> R {
-        if p <= 0.0 {
+        if p <= 0.0 || self.inference {
             return Ok(x);
         }
         let s = self.shape(x);
@@ -95,7 +95,7 @@ impl Graph {
     /// saves only the noise (the noise needs no gradient, so `x` is not kept for it).
     /// `p = 0` returns the input unchanged, as torchvision does.
     pub fn stochastic_depth(&mut self, x: TensorId, p: f64) -> R {
-        if p <= 0.0 {
+        if p <= 0.0 || self.inference {
             return Ok(x);
         }
         let s = self.shape(x);

@@ -1,6 +1,7 @@
-//! Ops of the sequence models: the vision transformer's `nn.MultiheadAttention` path and the
-//! LSTM (PyTorch's native fused cell and the cuDNN RNN), plus the view/copy ops they are built
-//! from (expand, select, layout copies, stack, unbind, mixed-dtype add, zeros).
+//! Ops of the sequence models: the LSTM (PyTorch's native fused cell and the cuDNN RNN) and the
+//! view/copy ops the LSTM and the vision transformer's `nn.MultiheadAttention` path are built
+//! from (expand, select, layout copies, stack, unbind, mixed-dtype add, zeros). The attention
+//! kernel itself is [`Graph::sdpa_heads`] (`ops_text`), shared with the language models.
 //!
 //! What each op allocates and saves was read off the aten ops PyTorch 2.15 dispatches on a
 //! (faked) sm_90 device: the reference harness (`shared/reference/harness`) with a per-op log of
@@ -14,30 +15,6 @@ use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::units::{Bytes, DType};
 
 type R = Result<TensorId, EstimateError>;
-
-/// The fused attention kernel `F.scaled_dot_product_attention` picks on sm_90 (torch 2.15,
-/// `aten/src/ATen/native/transformers/cuda/sdp_utils.cpp`: cuDNN attention is tried first on
-/// Hopper and takes fp16/bf16; fp32 falls through to the memory-efficient kernel). Both were seen
-/// in the reference records' `kernel_ops_seen`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SdpaKernel {
-    /// `_scaled_dot_product_efficient_attention`: output, fp32 `logsumexp [B, H, ⌈S/32⌉·32]`
-    /// (rows padded to the kernel's 32-row tiles, `kAlignLSE`) and the int64 philox seed/offset.
-    Efficient,
-    /// `_scaled_dot_product_cudnn_attention`: output, fp32 softmax statistics `[B, H, S, 1]` and the
-    /// int64 philox seed/offset. Its output is laid out `[B, S, H, hd]` in memory like its query.
-    Cudnn,
-}
-
-impl SdpaKernel {
-    /// The kernel for query/key/value of this dtype.
-    pub fn for_dtype(dt: DType) -> Self {
-        match dt {
-            DType::F16 | DType::BF16 => SdpaKernel::Cudnn,
-            _ => SdpaKernel::Efficient,
-        }
-    }
-}
 
 impl Graph {
     fn seq_bad(&self, what: &str) -> EstimateError {
@@ -187,46 +164,6 @@ impl Graph {
     /// gradient (`derivatives.yaml` `mm`).
     pub fn seq_mm(&mut self, x: TensorId, w: TensorId) -> R {
         self.linear_with(x, w, None)
-    }
-
-    // ------------------------------------------------------------------ attention
-
-    /// Fused scaled-dot-product attention over `[B, H, S, hd]` query/key/value views (no mask,
-    /// dropout 0). Outputs per [`SdpaKernel`]; saves query, key, value, output, the softmax
-    /// statistics and the philox seed/offset (`derivatives.yaml`
-    /// `_scaled_dot_product_efficient_attention` / `_scaled_dot_product_cudnn_attention`).
-    /// Backward allocates separate gradients of query, key and value.
-    pub fn mha_sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId) -> R {
-        let s = self.shape(q);
-        if s.len() != 4 || self.shape(k) != s || self.shape(v) != s {
-            return Err(self.seq_bad(&format!("attention expects equal [B, H, S, hd] q/k/v, got {:?}", s)));
-        }
-        let (b, h, sq, hd) = (s[0], s[1], s[2], s[3]);
-        let dt = self.dtype(q);
-        let kernel = SdpaKernel::for_dtype(dt);
-        let ins = [q, k, v];
-        let o = self.seq_out(s.clone(), dt, &ins)?;
-        let stats_shape = match kernel {
-            SdpaKernel::Efficient => vec![b, h, sq.div_ceil(32) * 32],
-            SdpaKernel::Cudnn => vec![b, h, sq, 1],
-        };
-        let stats = self.alloc(stats_shape, DType::F32, StorageKind::Activation, false)?;
-        let seed = self.alloc(vec![], DType::I64, StorageKind::Activation, false)?;
-        let offset = self.alloc(vec![], DType::I64, StorageKind::Activation, false)?;
-        let mut op = self.op(
-            match kernel {
-                SdpaKernel::Efficient => "sdpa_efficient",
-                SdpaKernel::Cudnn => "sdpa_cudnn",
-            },
-            "",
-        );
-        op.flops = 4.0 * (b * h) as f64 * (sq * sq * hd) as f64;
-        op.inputs = ins.to_vec();
-        op.outputs = vec![o, stats, seed, offset];
-        op.saved = vec![q, k, v, o, stats, seed, offset];
-        op.grads = self.grads_alloc(&ins);
-        self.record(op);
-        Ok(o)
     }
 
     // ------------------------------------------------------------------ LSTM (native cell)

@@ -221,12 +221,7 @@ impl Graph {
         *last = 1;
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s, self.dtype(x), StorageKind::Activation, rg)?;
-        let mut op = self.op("mean", "");
-        op.flops = self.numel(x) as f64;
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self.grads_alloc(&[x]);
-        self.record(op);
+        self.record_unary("mean", x, y, vec![], self.numel(x) as f64);
         Ok(y)
     }
 
@@ -321,6 +316,21 @@ impl Graph {
     /// scalar; CPU flash: none) and the mask (all but flash); their output is laid out
     /// `[B, S, H, D]`, so the merge is a view. Backward allocates the three input gradients.
     pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64, cpu: bool) -> R {
+        let (o, kernel) = self.sdpa_heads(q, k, v, bool_mask, dropout, cpu)?;
+        let s = self.shape(o);
+        let (b, h, sq, d) = (s[0], s[1], s[2], s[3]);
+        if kernel == SdpaKernel::Math {
+            // The math path's `[B, H, S, D]`-contiguous output: the merge copies.
+            let ot = self.view(o, vec![b, sq, h, d])?;
+            return self.contiguous(ot, vec![b, sq, h * d]);
+        }
+        self.view(o, vec![b, sq, h * d])
+    }
+
+    /// The kernel part of [`Graph::sdpa`] without the models' head merge, shared with
+    /// `nn.MultiheadAttention` (ViT), which merges the heads in another order: the `[B, H, S, D]`
+    /// output and the kernel that ran (its memory layout decides whether a merge copies).
+    pub fn sdpa_heads(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64, cpu: bool) -> Result<(TensorId, SdpaKernel), EstimateError> {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
@@ -338,7 +348,7 @@ impl Graph {
             None => None,
         };
         if kernel == SdpaKernel::Math {
-            return self.sdpa_math(q, k, v, fmask, dropout);
+            return Ok((self.sdpa_math(q, k, v, fmask, dropout)?, kernel));
         }
         let ins = vec![q, k, v];
         let rg = self.requires_grad(&ins);
@@ -370,13 +380,13 @@ impl Graph {
         }
         op.grads = self.grads_alloc(&ins);
         self.record(op);
-        self.view(out, vec![b, s, h * d])
+        Ok((out, kernel))
     }
 
     /// `_scaled_dot_product_attention_math` (CPU with dropout): low-precision inputs are upcast
     /// to fp32; `q·√scale` and `kᵀ·√scale`, contiguous copies of both (saved by the bmm), scores,
     /// `+ mask`, `_safe_softmax` (saves its output), dropout, a contiguous copy of v, `bmm`, the
-    /// output cast back; the merge of its `[B, H, S, D]` output then copies. Autocast does not
+    /// output cast back (`[B, H, S, D]`-contiguous, so a head merge copies). Autocast does not
     /// reach inside it (it runs below the autocast key), so the bmms run in fp32.
     fn sdpa_math(&mut self, q: TensorId, k: TensorId, v: TensorId, fmask: Option<TensorId>, dropout: f64) -> R {
         let orig = self.dtype(q);
@@ -401,9 +411,7 @@ impl Graph {
         let p = self.dropout_on(p, dropout, true)?;
         let vc = self.contiguous(v, vec![b, h, kv_s, d])?;
         let o = self.bmm_raw(p, vc)?;
-        let o = self.cast(o, orig)?;
-        let ot = self.view(o, vec![b, s, h, d])?;
-        self.contiguous(ot, vec![b, s, h * d])
+        self.cast(o, orig)
     }
 
     /// A batched matrix product outside autocast's reach (inside a composite op): saves both
@@ -430,7 +438,7 @@ impl Graph {
     /// (a 1-byte mask, [`Graph::dropout`]); the CPU runs `_dropout_impl`: `empty_like(x)
     /// .bernoulli_(1 - p).div_(1 - p)` and `x * noise`, so the saved mask has `x`'s dtype.
     pub fn dropout_on(&mut self, x: TensorId, p: f64, cpu: bool) -> R {
-        if !cpu || p <= 0.0 {
+        if !cpu || p <= 0.0 || self.inference {
             return self.dropout(x, p);
         }
         let s = self.shape(x);
@@ -599,6 +607,11 @@ impl Graph {
     /// unless already fp32), labels padded with -100 and shifted (`pad`, `[..., 1:].contiguous()`),
     /// then `cross_entropy` with mean reduction (`num_items_in_batch` is None).
     pub fn causal_lm_loss(&mut self, logits: TensorId, labels: TensorId) -> R {
+        // Inference: `model(input_ids).logits`, no loss; the caller holds the logits.
+        if self.inference {
+            self.keep(logits);
+            return Ok(logits);
+        }
         self.push("loss");
         let r = (|| {
             let s = self.shape(logits);

@@ -5,10 +5,28 @@
 //! (`_multi_tensor_sgd`), PyTorch 2.x. The foreach Adam/AdamW step computes
 //! `exp_avg_sq_sqrt = torch._foreach_sqrt(exp_avg_sqs)`: one parameter-sized temporary per dtype
 //! group, live together with params, grads and both moments (the step's peak when activations are
-//! small). `fused=True` runs one kernel per group with no temporary. The step counters live on the
-//! CPU (`capturable=False`), so they cost no device memory.
+//! small). `fused=True` runs one kernel per group with no temporary. Adam's step counters live
+//! on the CPU (`capturable=False`) and cost no device memory, except with `fused=True` or when
+//! the step runs on the CPU ([`OptimizerKind::step_counter_bytes`]).
+//!
+//! bitsandbytes 0.50 (`bitsandbytes/optim/optimizer.py`, `Optimizer2State.init_state`): 8-bit
+//! Adam keeps both moments as uint8 (1 byte each per element) with one fp32 absmax per block of
+//! 256 elements each, for every parameter of at least `min_8bit_size` = 4096 elements; smaller
+//! ones keep fp32 moments. The quantization maps (`dynamic`, `udynamic`: 256 fp32 each) are shared
+//! by all parameters. Its update is one fused kernel per parameter, with no temporaries, and its
+//! step counter is a Python int. Paged variants allocate the state with `F.get_paged` in CUDA
+//! managed memory, outside PyTorch's caching allocator, which the driver evicts to host memory
+//! when the device runs short.
 
 use serde::{Deserialize, Serialize};
+
+use super::config::Device;
+use super::units::DType;
+
+/// bitsandbytes `min_8bit_size`: smaller parameters keep 32-bit state.
+pub const BNB_MIN_8BIT_SIZE: u64 = 4096;
+/// bitsandbytes' block size of 8-bit optimizer state.
+pub const BNB_STATE_BLOCK: u64 = 256;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "snake_case")]
@@ -18,6 +36,18 @@ pub enum OptimizerKind {
     #[default]
     Adam,
     Adamw,
+    /// `bnb.optim.Adam8bit`.
+    #[serde(rename = "adam8bit", alias = "adam_8bit")]
+    Adam8bit,
+    /// `bnb.optim.AdamW8bit`.
+    #[serde(rename = "adamw8bit", alias = "adamw_8bit")]
+    Adamw8bit,
+    /// `bnb.optim.PagedAdamW8bit` (QLoRA's `paged_adamw_8bit`).
+    #[serde(rename = "paged_adamw8bit", alias = "paged_adamw_8bit")]
+    PagedAdamw8bit,
+    /// `bnb.optim.PagedAdamW` (32-bit state, paged; `paged_adamw_32bit`).
+    #[serde(rename = "paged_adamw", alias = "paged_adamw_32bit")]
+    PagedAdamw,
 }
 
 /// Which implementation runs the step.
@@ -40,15 +70,77 @@ impl OptimizerKind {
         match self {
             OptimizerKind::Sgd => 0,
             OptimizerKind::SgdMomentum => 1,
-            OptimizerKind::Adam | OptimizerKind::Adamw => 2,
+            _ => 2,
         }
     }
-    /// Parameter-sized temporaries the step holds at once, per dtype group.
+    /// The state storages kept for one parameter of `numel` elements stored in `dtype`, in exact
+    /// bytes (PyTorch: `zeros_like(param)` per state; bitsandbytes: see the module doc).
+    pub fn state_storages(self, numel: u64, dtype: DType) -> Vec<u64> {
+        let param_bytes = (numel.saturating_mul(dtype.bits())).div_ceil(8);
+        let fp32 = numel.saturating_mul(4);
+        match self {
+            OptimizerKind::Sgd | OptimizerKind::SgdMomentum | OptimizerKind::Adam | OptimizerKind::Adamw => vec![param_bytes; self.states_per_param() as usize],
+            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit if numel >= BNB_MIN_8BIT_SIZE => {
+                let absmax = numel.div_ceil(BNB_STATE_BLOCK) * 4;
+                vec![numel, numel, absmax, absmax]
+            }
+            _ => vec![fp32, fp32],
+        }
+    }
+    /// State shared by every parameter (bitsandbytes' two 256-entry fp32 quantization maps), in
+    /// exact bytes; present once any parameter keeps 8-bit state.
+    pub fn shared_state(self, any_8bit: bool) -> Vec<u64> {
+        match self {
+            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit if any_8bit => vec![1024, 1024],
+            _ => vec![],
+        }
+    }
+    /// The state lives in CUDA managed memory (paged), not in PyTorch's allocator.
+    pub fn is_paged(self) -> bool {
+        matches!(self, OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw)
+    }
+    /// A bitsandbytes optimizer (fused per-parameter update kernels).
+    pub fn is_bnb(self) -> bool {
+        matches!(self, OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw)
+    }
+    /// Bytes of the step counter kept per parameter in the training device's memory.
+    /// `torch/optim/adam.py` `_init_group` makes `state["step"]` a 0-d float32 tensor: with
+    /// `fused` (or `capturable`) on the parameter's device, otherwise on the CPU. On a CUDA run
+    /// the latter costs no device memory; on a CPU run everything is device memory. SGD keeps
+    /// no counter.
+    pub fn step_counter_bytes(self, imp: OptimizerImpl, device: Device) -> u64 {
+        match self {
+            OptimizerKind::Adam | OptimizerKind::Adamw if imp == OptimizerImpl::Fused || device == Device::Cpu => 4,
+            _ => 0,
+        }
+    }
+    /// Parameter-sized temporaries the step holds at once: per dtype group (foreach), or per
+    /// parameter (for-loop, `_single_tensor_adam`: `denom = (exp_avg_sq.sqrt() /
+    /// bias_correction2_sqrt).add_(eps)` makes the square root and the quotient; besides them
+    /// the previous parameter's `denom` is alive until the name is rebound, see
+    /// [`OptimizerKind::for_loop_peak`]). SGD updates in place.
     pub fn step_temporaries(self, imp: OptimizerImpl) -> u64 {
         match (self, imp) {
             (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::Foreach) => 1,
+            (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::ForLoop) => 2,
             _ => 0,
         }
+    }
+    /// Peak temporary bytes of a for-loop step over parameters of these (rounded) sizes, in the
+    /// optimizer's parameter order: while parameter `i`'s temporaries exist, the previous
+    /// parameter's `denom` (one of its temporaries) is still referenced.
+    pub fn for_loop_peak(self, sizes: &[u64]) -> u64 {
+        let k = self.step_temporaries(OptimizerImpl::ForLoop);
+        if k == 0 {
+            return 0;
+        }
+        let mut prev = 0u64;
+        let mut peak = 0u64;
+        for &b in sizes {
+            peak = peak.max(prev.saturating_add(b.saturating_mul(k)));
+            prev = b;
+        }
+        peak
     }
     pub fn name(self) -> &'static str {
         match self {
@@ -56,9 +148,14 @@ impl OptimizerKind {
             OptimizerKind::SgdMomentum => "sgd_momentum",
             OptimizerKind::Adam => "adam",
             OptimizerKind::Adamw => "adamw",
+            OptimizerKind::Adam8bit => "adam8bit",
+            OptimizerKind::Adamw8bit => "adamw8bit",
+            OptimizerKind::PagedAdamw8bit => "paged_adamw8bit",
+            OptimizerKind::PagedAdamw => "paged_adamw",
         }
     }
-    pub const ALL: [OptimizerKind; 4] = [OptimizerKind::Sgd, OptimizerKind::SgdMomentum, OptimizerKind::Adam, OptimizerKind::Adamw];
+    /// PyTorch's optimizers first (the reference set's), then bitsandbytes'.
+    pub const ALL: [OptimizerKind; 8] = [OptimizerKind::Sgd, OptimizerKind::SgdMomentum, OptimizerKind::Adam, OptimizerKind::Adamw, OptimizerKind::Adam8bit, OptimizerKind::Adamw8bit, OptimizerKind::PagedAdamw8bit, OptimizerKind::PagedAdamw];
 }
 
 #[cfg(test)]
@@ -72,5 +169,17 @@ mod tests {
         let fp16_copy = 2 + 2;
         let master_and_states = 4 * (1 + OptimizerKind::Adam.states_per_param());
         assert_eq!(fp16_copy + master_and_states, 16);
+    }
+
+    /// Dettmers et al. 2022 (8-bit optimizers): 2 bytes of state per parameter instead of 8,
+    /// plus one fp32 absmax per 256 values of each state.
+    #[test]
+    fn eight_bit_adam_keeps_two_bytes_per_parameter() {
+        let n = 4096 * 256;
+        let s: u64 = OptimizerKind::Adamw8bit.state_storages(n, DType::BF16).iter().sum();
+        assert_eq!(s, 2 * n + 2 * 4 * n / 256);
+        // Small tensors (norm weights) keep fp32 state.
+        assert_eq!(OptimizerKind::Adamw8bit.state_storages(4095, DType::BF16), vec![4095 * 4; 2]);
+        assert_eq!(OptimizerKind::Adamw.state_storages(10, DType::BF16), vec![20, 20]);
     }
 }

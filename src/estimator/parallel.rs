@@ -551,7 +551,7 @@ pub fn prepare_graph(plan: &Plan, layout: &Layout, g: Graph) -> Result<Prepared,
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
         return Err(bad(format!("the graph was not built with tensor parallelism tp = {}", layout.tp)));
     }
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl, accumulation: layout.micro_batches };
+    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: layout.micro_batches, device: plan.device };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
     if chunks as usize > bl.len() {
@@ -672,7 +672,7 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
         consider(opt_sum, Phase::Optimizer, None);
         let (live, peak_phase, peak_op) = best.unwrap_or((RankLive::default(), Phase::Forward, None));
         let memory = PerGpu::of(&live, prep.overhead, workspaces, context);
-        let mut breakdown: Vec<(String, u64)> = (0..8).map(|k| (cat_name(k).to_string(), live.cats[k])).collect();
+        let mut breakdown: Vec<(String, u64)> = (0..Category::COUNT).map(|k| (cat_name(k).to_string(), live.cats[k])).collect();
         breakdown.push(("comm_buffers".into(), live.comm_buffers));
 
         // Host memory of this rank.

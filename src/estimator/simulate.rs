@@ -10,6 +10,7 @@
 //! step then adds its state and temporaries. Every allocation is rounded to the caching
 //! allocator's 512-byte blocks.
 
+use super::config::Device;
 use super::graph::{Graph, GradFlow, StorageKind};
 use super::optimizer::{OptimizerImpl, OptimizerKind};
 use super::timeline::{Category, Live, Phase, Timeline};
@@ -24,6 +25,8 @@ pub struct StepOptions {
     pub optimizer_impl: OptimizerImpl,
     /// Micro-batches per optimizer step; from the second on, `.grad` already exists.
     pub accumulation: u32,
+    /// Where the step runs: decides whether the optimizer's step counters are device memory.
+    pub device: Device,
 }
 
 /// What the replay measured besides the timeline.
@@ -47,6 +50,7 @@ fn kind_category(k: StorageKind) -> Category {
         StorageKind::Buffer => Category::Buffers,
         StorageKind::Input => Category::Inputs,
         StorageKind::Activation => Category::Activations,
+        StorageKind::KvCache => Category::KvCache,
     }
 }
 
@@ -155,10 +159,25 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         }
     }
     let trainable: Vec<u64> = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| sbytes[t.storage]).collect();
-    for &b in &trainable {
-        for _ in 0..opt.optimizer.states_per_param() {
-            live.add(Category::OptimizerState, Bytes(b));
+    let counter = Bytes(opt.optimizer.step_counter_bytes(opt.optimizer_impl, opt.device)).round_up(BLOCK);
+    // Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
+    if !opt.optimizer.is_paged() {
+        let mut any_8bit = false;
+        for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
+            let states = opt.optimizer.state_storages(t.numel(), t.dtype);
+            any_8bit |= opt.optimizer.is_bnb() && t.numel() >= super::optimizer::BNB_MIN_8BIT_SIZE;
+            for b in states {
+                live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+            }
+            if counter.0 > 0 {
+                live.add(Category::OptimizerState, counter);
+            }
         }
+        for b in opt.optimizer.shared_state(any_8bit) {
+            live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+        }
+    }
+    for &b in &trainable {
         live.add(Category::Gradients, Bytes(b));
     }
     let _ = grads_total;
@@ -204,6 +223,10 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         if cached[s] && savers[s] == 0 && !kept[s] {
             free(s, &mut alive, &mut live, &cat_of);
         }
+    }
+    // Inference (`torch.no_grad()`): the step is the forward alone.
+    if g.inference {
+        return StepResult { timeline: tl, forward_flops, recompute_flops: 0.0, saved_after_forward };
     }
     // Attribute each saved storage once, to the first op that holds it.
     let mut counted = vec![false; ns];
@@ -393,14 +416,9 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     // Parameters that got no gradient are skipped by the optimizer; the state of the others
     // exists from the first step on (steady state).
     let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
-    let temp_bytes: u64 = match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => g.tensors.iter().filter(|t| t.is_param).map(|t| sbytes[t.storage]).max().unwrap_or(0),
-        _ => param_bytes_by_dtype.iter().map(|(_, b)| *b).max().unwrap_or(0),
-    }
-    .saturating_mul(temps);
     let mut at = live;
     match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => at.add(Category::OptimizerTemps, Bytes(temp_bytes)),
+        OptimizerImpl::ForLoop => at.add(Category::OptimizerTemps, Bytes(opt.optimizer.for_loop_peak(&trainable))),
         _ => {
             // One temporary per parameter of the largest dtype group.
             let group = param_bytes_by_dtype.iter().max_by_key(|(_, b)| *b).map(|(d, _)| *d);

@@ -72,7 +72,7 @@ pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
 #[derive(Clone, Debug)]
 pub struct BatchLines {
     /// Per event, per category: bytes at batch 0 (intercept) and per sample (slope).
-    lines: Vec<[(f64, f64); 8]>,
+    lines: Vec<[(f64, f64); Category::COUNT]>,
     /// Per event, the total's intercept and slope (the sum of the categories').
     totals: Vec<(f64, f64)>,
     /// Per event: reserved segments at the two batches, interpolated the same way.
@@ -109,8 +109,8 @@ impl BatchLines {
         let mut lines = Vec::with_capacity(e1.timeline.events.len());
         let mut reserved = Vec::with_capacity(e1.timeline.events.len());
         for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
-            let mut l = [(0.0, 0.0); 8];
-            for c in 0..8 {
+            let mut l = [(0.0, 0.0); Category::COUNT];
+            for c in 0..Category::COUNT {
                 let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
                 l[c] = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }
@@ -149,7 +149,7 @@ impl BatchLines {
     }
 
     /// Live bytes by category ([`Category::ALL`] order) after event `i` at batch `b`.
-    pub fn live_at(&self, i: usize, b: u64) -> [u64; 8] {
+    pub fn live_at(&self, i: usize, b: u64) -> [u64; Category::COUNT] {
         let bf = b as f64;
         self.lines[i].map(|(p, a)| (p + a * bf).max(0.0).round() as u64)
     }
@@ -253,13 +253,7 @@ pub fn log_points(lo: u64, hi: u64, n: usize) -> Vec<u64> {
 /// [`BatchLines`] predicts it; full estimates around the prediction confirm it, so the answer is
 /// exactly what [`estimate`] says. `Ok(None)` when even batch 1 does not fit.
 pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
-    let fits = |b: u64| -> Result<bool, EstimateError> {
-        match estimate(&with(plan, Axis::Batch, b)) {
-            Ok(e) => Ok(e.device_total <= capacity),
-            Err(EstimateError::TooLarge) => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
+    let fits = |b: u64| fits_at(plan, Axis::Batch, b, capacity);
     if !fits(1)? {
         return Ok(None);
     }
@@ -306,37 +300,44 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
     if hi == MAX_BATCH && fits(MAX_BATCH)? {
         return Ok(Some(MAX_BATCH));
     }
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        if fits(mid)? {
-            lo = mid;
-        } else {
-            hi = mid;
-        }
-    }
-    Ok(Some(lo))
+    bisect(lo, hi, fits).map(Some)
 }
 
 fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
-    let fits = |b: u64| -> Result<bool, EstimateError> {
-        match estimate(&with(plan, Axis::Batch, b)) {
-            Ok(e) => Ok(e.device_total <= capacity),
-            Err(EstimateError::TooLarge) => Ok(false),
-            Err(e) => Err(e),
-        }
-    };
+    largest_fitting(MAX_BATCH, |b| fits_at(plan, Axis::Batch, b, capacity))
+}
+
+/// Whether `plan` with `axis` set to `x` fits `capacity`; sizes past the supported limits do not.
+pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool, EstimateError> {
+    match estimate(&with(plan, axis, x)) {
+        Ok(e) => Ok(e.device_total <= capacity),
+        Err(EstimateError::TooLarge | EstimateError::TooBig { .. }) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// The largest `x` in `1..=max` with `fits(x)`, for a predicate that only turns false as `x`
+/// grows: doubling from 1, then bisection. `Ok(None)` when `fits(1)` is false.
+pub fn largest_fitting(max: u64, mut fits: impl FnMut(u64) -> Result<bool, EstimateError>) -> Result<Option<u64>, EstimateError> {
     if !fits(1)? {
         return Ok(None);
     }
-    let mut lo = 1u64;
-    let mut hi = 2u64;
-    while hi <= MAX_BATCH && fits(hi)? {
+    let (mut lo, mut hi) = (1u64, 2u64);
+    while hi <= max && fits(hi)? {
         lo = hi;
         hi *= 2;
     }
-    if hi > MAX_BATCH {
-        return Ok(Some(lo));
+    if hi > max {
+        if fits(max)? {
+            return Ok(Some(max));
+        }
+        hi = max;
     }
+    bisect(lo, hi, fits).map(Some)
+}
+
+/// Narrows `lo` (fits) and `hi` (does not) to adjacent values; returns `lo`.
+fn bisect(mut lo: u64, mut hi: u64, mut fits: impl FnMut(u64) -> Result<bool, EstimateError>) -> Result<u64, EstimateError> {
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {
@@ -345,7 +346,7 @@ fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, Estimat
             hi = mid;
         }
     }
-    Ok(Some(lo))
+    Ok(lo)
 }
 
 #[cfg(test)]

@@ -22,10 +22,14 @@ pub enum Category {
     Gradients,
     OptimizerState,
     OptimizerTemps,
+    /// Keys and values kept for the next decode steps (inference).
+    KvCache,
 }
 
 impl Category {
-    pub const ALL: [Category; 8] = [
+    /// Number of categories.
+    pub const COUNT: usize = 9;
+    pub const ALL: [Category; Category::COUNT] = [
         Category::Params,
         Category::Buffers,
         Category::Inputs,
@@ -34,6 +38,7 @@ impl Category {
         Category::Gradients,
         Category::OptimizerState,
         Category::OptimizerTemps,
+        Category::KvCache,
     ];
     pub fn index(self) -> usize {
         self as usize
@@ -48,6 +53,7 @@ impl Category {
             Category::Gradients => "gradients",
             Category::OptimizerState => "optimizer_state",
             Category::OptimizerTemps => "optimizer_temps",
+            Category::KvCache => "kv_cache",
         }
     }
     pub fn label(self) -> &'static str {
@@ -60,6 +66,7 @@ impl Category {
             Category::Gradients => "Gradients",
             Category::OptimizerState => "Optimizer state",
             Category::OptimizerTemps => "Optimizer temporaries",
+            Category::KvCache => "KV cache",
         }
     }
 }
@@ -87,7 +94,7 @@ impl Phase {
 
 /// Live bytes per category, and the same blocks by allocator pool (for reserved memory).
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Live(pub [u64; 8], #[serde(skip)] pub Pools);
+pub struct Live(pub [u64; Category::COUNT], #[serde(skip)] pub Pools);
 
 impl Live {
     pub fn total(&self) -> Bytes {

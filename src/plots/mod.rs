@@ -21,9 +21,12 @@
 
 pub mod batch;
 pub mod checkpoint;
+pub mod context_chart; // ui2: issue #6 inference chart
 pub mod layers;
+pub mod rank_chart; // ui2: issue #5 per-rank chart
 pub mod theme;
 pub mod timeline;
+pub mod zero_chart; // ui2: issue #5 ZeRO chart
 
 use std::fmt;
 
@@ -76,7 +79,7 @@ impl Default for MemUnit {
 }
 
 /// English category names in [`Category::ALL`](crate::estimator::timeline::Category::ALL) order.
-pub fn english_categories() -> [&'static str; 8] {
+pub fn english_categories() -> [&'static str; crate::estimator::timeline::Category::COUNT] {
     crate::estimator::timeline::Category::ALL.map(|c| c.label())
 }
 

@@ -53,5 +53,6 @@ pub fn category_color(c: Category) -> RGBColor {
         Category::Gradients => RGBColor(0x00, 0x9e, 0x73),
         Category::OptimizerState => RGBColor(0xcc, 0x79, 0xa7),
         Category::OptimizerTemps => RGBColor(0xd5, 0x5e, 0x00),
+        Category::KvCache => RGBColor(0x00, 0x00, 0x00),
     }
 }

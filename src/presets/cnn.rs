@@ -118,7 +118,7 @@ fn pool_flatten(g: &mut Graph, h: TensorId) -> R {
 /// residuals with ReLU6, the residual as `x + conv(x)` (out of place), classifier
 /// `Dropout(0.2)` (not in place) + `Linear(1280, 1000)`.
 pub fn mobilenet_v2(ctx: &BuildCtx) -> Built {
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let setting: [(u64, u64, u64, u64); 7] = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
     let mut children: Vec<Child> = Vec::new();
@@ -207,7 +207,7 @@ const V3_SMALL: [V3Row; 11] = [
 pub fn mobilenet_v3(ctx: &BuildCtx, large: bool) -> Built {
     let rows: &[V3Row] = if large { &V3_LARGE } else { &V3_SMALL };
     let last_channel = if large { 1280 } else { 1024 };
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
     children.push(Box::new(|g, h| conv_bn_act(g, h, same(3, 16, 3, 2), Some(Act::Hardswish))));
@@ -265,7 +265,7 @@ pub fn efficientnet_b0(ctx: &BuildCtx) -> Built {
     // (expand ratio, kernel, stride, input channels, output channels, layers)
     let setting: [(u64, u64, u64, u64, u64, u64); 7] = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)];
     let total: u64 = setting.iter().map(|s| s.5).sum();
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
     children.push(Box::new(|g, h| conv_bn_act(g, h, same(3, 32, 3, 2), Some(Act::Silu))));
@@ -331,7 +331,7 @@ fn mbconv(g: &mut Graph, x: TensorId, t: u64, k: u64, stride: u64, cin: u64, cou
 pub fn vgg16(ctx: &BuildCtx) -> Built {
     const CFG: [u64; 18] = [64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
     let relu_inplace = ctx.ckpt == Checkpointing::None;
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
     let mut cin = 3;
@@ -372,7 +372,7 @@ pub fn vgg16(ctx: &BuildCtx) -> Built {
 pub fn convnext_tiny(ctx: &BuildCtx) -> Built {
     let stages: [(u64, Option<u64>, u64); 4] = [(96, Some(192), 3), (192, Some(384), 3), (384, Some(768), 9), (768, None, 3)];
     let total: u64 = stages.iter().map(|s| s.2).sum();
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
     children.push(Box::new(|g, h| {
@@ -449,7 +449,7 @@ fn custom_block_ckpt(ctx: &BuildCtx, model: &str) -> Result<bool, EstimateError>
 /// full resolution, global average pool, `Linear(128, 10)`.
 pub fn plainconv128(ctx: &BuildCtx) -> Built {
     let ckpt = custom_block_ckpt(ctx, "plainconv128")?;
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut h = g.scoped("stem", |g| g.checkpointed(ckpt, |g| cbr(g, x, 3, 128)))?;
     for i in 0..4 {
@@ -473,7 +473,7 @@ pub fn unet(ctx: &BuildCtx) -> Built {
     }
     let ckpt = custom_block_ckpt(ctx, "unet")?;
     let c = [64u64, 128, 256, 512, 1024];
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let dt = g.precision.param_dtype();
     let x = g.input(vec![ctx.batch, 3, ctx.res, ctx.res], dt)?;
     let y = g.input(vec![ctx.batch, ctx.res, ctx.res], DType::I64)?;

@@ -1,6 +1,7 @@
 //! Presets as data: models (built op by op from their reference definitions), GPUs.
 
 pub mod cnn;
+pub mod generate;
 pub mod gpus;
 pub mod hf;
 pub mod links;

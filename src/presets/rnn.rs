@@ -2,12 +2,13 @@
 //! (`harness/models.py` `LSTMLM`: `Embedding(10000, 512)` → 2-layer `nn.LSTM(512, 512,
 //! batch_first=True)` → `Linear(512, 10000)`, loss `F.cross_entropy(logits.view(-1, V), ids.view(-1))`).
 //!
-//! Two LSTM implementations, chosen by the plan's `cudnn` (default true, as PyTorch picks cuDNN
-//! whenever it is available): PyTorch's native LSTM, unrolled here step by step as
-//! `aten/src/ATen/native/RNN.cpp` runs it (the reference's `cudnn: false` cases), and the
-//! cuDNN RNN as one op (see [`Graph::lstm_cudnn`] for what of it is modelled rather than measured).
+//! Three LSTM implementations. On CUDA the plan's `cudnn` chooses (default true, as PyTorch
+//! picks cuDNN whenever it is available): PyTorch's native LSTM, unrolled here step by step as
+//! `aten/src/ATen/native/RNN.cpp` runs it (the reference's `cudnn: false` cases), or the cuDNN
+//! RNN as one op (see [`Graph::lstm_cudnn`] for what of it is modelled rather than measured).
+//! On the CPU `_VF.lstm` runs oneDNN's LSTM, one op per layer ([`Graph::lstm_mkldnn_layer`]).
 
-use crate::estimator::config::{BuildCtx, Checkpointing};
+use crate::estimator::config::{BuildCtx, Checkpointing, Device, Precision};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::units::DType;
@@ -44,13 +45,24 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             ctx.ckpt.name()
         )));
     }
-    if !ctx.cudnn && ctx.seq > MAX_NATIVE_STEPS {
+    let cpu = ctx.device == Device::Cpu;
+    if cpu && ctx.cudnn {
+        return Err(EstimateError::Unsupported("cuDNN is a CUDA library: on device cpu the LSTM runs oneDNN's kernel; leave cudnn out or set it to false".into()));
+    }
+    if cpu && ctx.precision == Precision::Fp16 {
+        // `use_mkldnn` refuses fp16 when autograd is on: `_VF.lstm` falls back to the native
+        // cell of separate aten ops, which is not modelled.
+        return Err(EstimateError::Unsupported(
+            "an fp16 LSTM trained on the CPU runs PyTorch's unfused cell, which is not modelled: use fp32, bf16 or amp_bf16 on device cpu".into(),
+        ));
+    }
+    if !cpu && !ctx.cudnn && ctx.seq > MAX_NATIVE_STEPS {
         return Err(EstimateError::Unsupported(format!(
             "the native (cudnn: false) LSTM is simulated step by step and supports at most {MAX_NATIVE_STEPS} steps, got {}: use cudnn: true or truncate backpropagation through time",
             ctx.seq
         )));
     }
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (b, l) = (ctx.batch, ctx.seq);
     let ids = g.input(vec![b, l], DType::I64)?;
     let (emb, _) = g.embedding("emb", ids, cfg.vocab, cfg.embed)?;
@@ -68,7 +80,9 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             .collect::<Result<_, EstimateError>>()
     })?;
     let (y, finals) = g.scoped("lstm", |g| {
-        if ctx.cudnn {
+        if cpu {
+            mkldnn_lstm(g, emb, &params, cfg)
+        } else if ctx.cudnn {
             let flat: Vec<TensorId> = params.iter().flat_map(|p| [p.w_ih, p.w_hh, p.b_ih, p.b_hh]).collect();
             let w = g.lstm_cudnn_weights(&flat)?;
             let (y, finals) = g.lstm_cudnn(emb, &w, cfg.layers, cfg.hidden)?;
@@ -81,14 +95,15 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
         }
     })?;
     // `head(y)` on the transposed `[B, L, H]` output: `aten::linear` → `matmul`, whose reshape
-    // copies the non-contiguous input (saved by `mm`); the bias is added in place.
+    // copies the non-contiguous input (saved by `mm`); the bias is added in place. With one row
+    // or one step the transposed view is contiguous: `linear` runs `addmm` on a flattened view.
     let yc = g.lowp(y)?;
-    let yc = g.seq_copy(yc, vec![b * l, cfg.hidden], false)?;
+    let yc = if b > 1 && l > 1 { g.seq_copy(yc, vec![b * l, cfg.hidden], false)? } else { g.view(yc, vec![b * l, cfg.hidden])? };
     let logits = g.linear("head", yc, cfg.hidden, cfg.vocab, true)?;
     // `forward`'s `y` (and the unused final states bound to `_`) live until it returns.
     g.seq_hold(&[y, finals.0, finals.1]);
     let target = g.view(ids, vec![b * l])?;
-    g.cross_entropy(logits, target)?;
+    g.cross_entropy_on(logits, target, cpu)?;
     // `loss_fn`'s `logits` lives until the loss is computed.
     g.seq_hold(&[logits]);
     Ok(g)
@@ -148,5 +163,42 @@ fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
     let y = g.view(out, vec![b, l, cfg.hidden])?;
     // The module's input and the zero initial states are referenced until `forward` returns.
     g.seq_hold(&[emb, h0, c0]);
+    Ok((y, finals))
+}
+
+/// `nn.LSTM` on the CPU (`mkldnn_rnn` in `aten/src/ATen/native/mkldnn/RNN.cpp`): the
+/// batch-first input is transposed and made contiguous (a copy `[L, B, E]` unless B or L is 1),
+/// each layer runs one
+/// [`Graph::lstm_mkldnn_layer`] on its slices `hx[k]`, `cx[k]` of the zero initial states
+/// (views: the layer saves them, so the zeros live until its backward), the last layer's output
+/// is transposed back (a view) and the per-layer final states are stacked (unused). Returns the
+/// `[B, L, H]` output view and the final `(h_n, c_n)` stacks.
+fn mkldnn_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLmConfig) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
+    let s = g.shape(emb);
+    let (b, l) = (s[0], s[1]);
+    let pdt = g.precision.param_dtype();
+    let h0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let c0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let xt = g.view(emb, vec![l, b, cfg.embed])?;
+    // `contiguous()` copies unless the transposed view already is contiguous (one row or step).
+    let x0 = if b > 1 && l > 1 { g.seq_copy(xt, vec![l, b, cfg.embed], false)? } else { xt };
+    let mut x = x0;
+    let (mut last_h, mut last_c) = (Vec::new(), Vec::new());
+    for (k, p) in params.iter().enumerate() {
+        let hx = g.seq_select(h0, vec![b, cfg.hidden])?;
+        let cx = g.seq_select(c0, vec![b, cfg.hidden])?;
+        let (y, hy, cy) = g.scoped(format!("l{k}"), |g| g.lstm_mkldnn_layer(x, p.w_ih, p.w_hh, p.b_ih, p.b_hh, hx, cx))?;
+        last_h.push(hy);
+        last_c.push(cy);
+        x = y;
+    }
+    if params.is_empty() {
+        return Err(EstimateError::Unsupported("an LSTM needs at least one layer".into()));
+    }
+    let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
+    let y = g.view(x, vec![b, l, cfg.hidden])?;
+    // The module's input, `mkldnn_rnn`'s contiguous copy of it and the zero initial states are
+    // referenced until `forward` returns (under autocast the layer saved casts of the latter two).
+    g.seq_hold(&[emb, x0, h0, c0]);
     Ok((y, finals))
 }

@@ -15,6 +15,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
 use crate::estimator::ops_text::EagerOpts;
+use crate::estimator::tune::Target;
 use crate::estimator::units::{Bytes, DType};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -138,7 +139,7 @@ fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut
     Ok(h)
 }
 
-fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<TensorId, EstimateError> {
+pub(crate) fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<TensorId, EstimateError> {
     match a {
         Activation::GeluNew => g.gelu_new(x, cpu),
         Activation::Gelu => g.act(x, Act::Gelu, false),
@@ -148,7 +149,7 @@ fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<Te
 }
 
 /// `[B, S, heads·d]` → `[B, heads, S, d]` (`view` + `transpose(1, 2)`: no copy).
-fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Result<TensorId, EstimateError> {
+pub(crate) fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Result<TensorId, EstimateError> {
     let s = g.shape(x);
     g.view(x, vec![s[0], heads, s[1], d])
 }
@@ -161,8 +162,21 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
             return Err(EstimateError::SequenceTooLong { model: cfg.model_type.clone(), seq: ctx.seq, max });
         }
     }
-    let mut g = Graph::new(ctx.precision);
+    if let Some(step) = ctx.tune.infer {
+        if cfg.arch == Arch::Llama {
+            return super::generate::llama_step(cfg, ctx);
+        }
+        // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
+        if !step.is_prefill() || step.kv_dtype.is_some() {
+            return Err(EstimateError::Unsupported(format!("generation with a KV cache is modelled for LLaMA-family models, not {}", cfg.model_type)));
+        }
+    }
+    if cfg.arch != Arch::Llama && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
+        return Err(EstimateError::Unsupported(format!("LoRA and quantized weights are modelled for LLaMA-family models (llama, mistral, qwen2), not {}", cfg.model_type)));
+    }
+    let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
+    freeze_layers(&mut g, cfg, ctx)?;
     let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
@@ -170,6 +184,23 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
+}
+
+/// `"frozen": N`: the embeddings and the first `N` blocks of the stack (module names as the
+/// builders scope them, which are transformers' module paths below the base model).
+fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let Some(crate::estimator::tune::Frozen::Layers(n)) = ctx.tune.frozen else { return Ok(()) };
+    if n > cfg.layers {
+        return Err(EstimateError::Unsupported(format!("\"frozen\": {n} is more than the model's {} layers", cfg.layers)));
+    }
+    let (embeds, stack): (&[&str], &str) = match cfg.arch {
+        Arch::Gpt2 => (&["wte", "wpe"], "h"),
+        Arch::Bert => (&["embeddings"], "layer"),
+        Arch::Llama => (&["embed_tokens"], "layers"),
+    };
+    g.frozen.extend(embeds.iter().map(|e| e.to_string()));
+    g.frozen.extend((0..n).map(|i| format!("{stack}.{i}")));
+    Ok(())
 }
 
 /// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call);
@@ -315,6 +346,7 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
     let n_rep = nh / nkv;
     let pdt = g.precision.param_dtype();
+    g.nf4_shared_constants(&ctx.tune)?;
     let (nhl, nkvl) = g.tp_attention_heads(nh, nkv)?;
     let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
@@ -327,10 +359,11 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
     let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
         let a = g.rms_norm("input_layernorm", h)?;
+        let tune = &ctx.tune;
         let o = g.scoped("self_attn", |g| {
-            let q = g.column_parallel_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias)?;
-            let k = g.column_parallel_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
-            let v = g.column_parallel_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias)?;
+            let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
+            let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
+            let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
             let q = heads_view(g, q, nhl, d)?;
             let k = heads_view(g, k, nkvl, d)?;
             let v = heads_view(g, v, nkvl, d)?;
@@ -344,16 +377,16 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
                 AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
                 AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu })?,
             };
-            g.row_parallel_linear("o_proj", o, nh * d, h_dim, cfg.o_bias)
+            g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)
         })?;
         let h = g.add_bc(h, o)?;
         let m = g.rms_norm("post_attention_layernorm", h)?;
         let y = g.scoped("mlp", |g| {
-            let gt = g.column_parallel_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
             let gt = activation(g, gt, cfg.act, cpu)?;
-            let up = g.column_parallel_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias)?;
+            let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
             let y = g.mul_bc(gt, up)?;
-            g.row_parallel_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+            g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)
         })?;
         g.add_bc(h, y)
     })?;

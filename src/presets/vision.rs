@@ -29,7 +29,7 @@ pub fn conv_bn(g: &mut Graph, x: TensorId, c: Conv, act: Option<Act>) -> Result<
 /// ResNet (He et al. 2016) as in `torchvision/models/resnet.py`: `layers` blocks per stage,
 /// `bottleneck` blocks with expansion 4, `width_per_group` 64 (128 for wide_resnet50_2).
 pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_group: u64) -> Built {
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut h = g.conv2d("conv1", x, Conv::new(3, 64, 7, 2, 3))?;
     h = g.scoped("bn1", |g| g.batch_norm("", h))?;

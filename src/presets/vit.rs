@@ -3,11 +3,11 @@
 //! `vit_l_16`, op by op, with `nn.MultiheadAttention` in training mode as
 //! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`.
 
-use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing};
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
-use crate::estimator::ops_seq::SdpaKernel;
+use crate::estimator::ops_text::SdpaKernel;
 
 use super::vision::{image_batch, Built};
 
@@ -50,7 +50,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     if !cfg.hidden.is_multiple_of(cfg.heads) {
         return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
     }
-    let mut g = Graph::new(ctx.precision);
+    let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let (b, d) = (ctx.batch, cfg.hidden);
     let n = (ctx.res / cfg.patch) * (ctx.res / cfg.patch);
@@ -79,7 +79,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
                 Ok::<_, EstimateError>(h)
             })?;
         }
-        g.layer_norm("ln", h, true)
+        g.layer_norm_on("ln", h, true, ctx.device == Device::Cpu)
     })?;
     // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
     g.seq_hold(&[tokens]);
@@ -87,7 +87,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     // `x[:, 0]`: a view, so the head's saved input keeps the whole LayerNorm output alive.
     let cls_out = g.seq_select(h, vec![b, d])?;
     let logits = g.scoped("heads", |g| g.linear("head", cls_out, d, CLASSES, true))?;
-    g.cross_entropy(logits, y)?;
+    g.cross_entropy_on(logits, y, ctx.device == Device::Cpu)?;
     // The logits are an argument of `F.cross_entropy` until it returns.
     g.seq_hold(&[logits]);
     Ok(g)
@@ -117,11 +117,12 @@ fn checkpoint_groups(ckpt: Checkpointing, layers: u64) -> Result<Vec<(u64, u64, 
 /// `EncoderBlock.forward`: `x = ln_1(input); x = self_attention(x, x, x); x = x + input;
 /// y = mlp(ln_2(x)); return x + y`.
 fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
-    let h = g.layer_norm("ln_1", input, true)?;
-    let a = g.scoped("self_attention", |g| self_attention(g, h, ctx.batch, cfg))?;
+    let cpu = ctx.device == Device::Cpu;
+    let h = g.layer_norm_on("ln_1", input, true, cpu)?;
+    let a = g.scoped("self_attention", |g| self_attention(g, h, ctx, cfg))?;
     // The attention output is low precision under autocast: the sum is promoted to fp32.
     let x = g.seq_add(a, input)?;
-    let y = g.layer_norm("ln_2", x, true)?;
+    let y = g.layer_norm_on("ln_2", x, true, cpu)?;
     let y = g.scoped("mlp", |g| {
         let z = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
         let z = g.act(z, Act::Gelu, false)?;
@@ -135,8 +136,8 @@ fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig)
 
 /// `nn.MultiheadAttention(batch_first=True)` in training (the fast path is off when training):
 /// `multi_head_attention_forward` on `query.transpose(1, 0)`.
-fn self_attention(g: &mut Graph, h: TensorId, b: u64, cfg: VitConfig) -> Result<TensorId, EstimateError> {
-    let s = g.shape(h)[1];
+fn self_attention(g: &mut Graph, h: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
+    let (b, s) = (ctx.batch, g.shape(h)[1]);
     let (d, heads) = (cfg.hidden, cfg.heads);
     let hd = d / heads;
     let w_in = g.scoped("in_proj_weight", |g| g.param(vec![3 * d, d]))?;
@@ -155,13 +156,18 @@ fn self_attention(g: &mut Graph, h: TensorId, b: u64, cfg: VitConfig) -> Result<
     let q = g.seq_select(qkv, vec![b, heads, s, hd])?;
     let k = g.seq_select(qkv, vec![b, heads, s, hd])?;
     let v = g.seq_select(qkv, vec![b, heads, s, hd])?;
-    let o = g.mha_sdpa(q, k, v)?;
-    // `attn_output.permute(2, 0, 1, 3).contiguous().view(S·B, E)`: the efficient kernel's output
-    // is `[B, H, S, hd]`-contiguous, so this copies; cuDNN's is already `[S, B, H, hd]` in memory
-    // (laid out like the packed query) and stays a view.
-    let oc = match SdpaKernel::for_dtype(g.dtype(o)) {
-        SdpaKernel::Efficient => g.seq_copy(o, vec![s * b, d], false)?,
-        SdpaKernel::Cudnn => g.view(o, vec![s * b, d])?,
+    // `F.scaled_dot_product_attention(q, k, v, None, dropout_p=0.0)`: the kernel as for the
+    // language models (sm_90: efficient for fp32, cuDNN for fp16/bf16; CPU: its flash kernel).
+    let (o, kernel) = g.sdpa_heads(q, k, v, None, 0.0, ctx.device == Device::Cpu)?;
+    // `attn_output.permute(2, 0, 1, 3).contiguous().view(S·B, E)`: cuDNN's and the CPU flash
+    // kernel's output is laid out like the packed query, `[S, B, H, hd]` in memory (CPU: the
+    // kernel's meta function allocates `empty_like(query)`, and a real CPU call returns the
+    // query's strides), so this stays a view; the efficient kernel allocates `[B, S, H, hd]`, so
+    // this copies. Flash and math need dropout to be picked, which torchvision's ViT never has;
+    // they are counted as copying.
+    let oc = match kernel {
+        SdpaKernel::Cudnn | SdpaKernel::FlashCpu => g.view(o, vec![s * b, d])?,
+        SdpaKernel::Efficient | SdpaKernel::Flash | SdpaKernel::Math => g.seq_copy(o, vec![s * b, d], false)?,
     };
     let out = g.linear("out_proj", oc, d, d, true)?;
     // Its gradient arrives as a transposed view of the residual's gradient: backward reshapes it

@@ -201,10 +201,10 @@ pub fn optimizer_impl_picker(p: Planner) -> El {
         "optimizer-impl",
         Msg::OptimizerImpl,
         |l| IMPLS.iter().map(|o| (url::optimizer_impl_name(*o).to_string(), i18n::optimizer_impl_label(*o, l).to_string())).collect(),
-        move || plan.with(|q| url::optimizer_impl_name(q.optimizer_impl).to_string()),
+        move || plan.with(|q| url::optimizer_impl_name(q.optimizer_impl()).to_string()),
         move |v| {
             if let Some(o) = IMPLS.into_iter().find(|o| url::optimizer_impl_name(*o) == v) {
-                plan.update(|q| q.optimizer_impl = o);
+                plan.update(|q| q.optimizer_impl = Some(o));
             }
         },
     )

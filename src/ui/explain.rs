@@ -110,9 +110,9 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     };
     push("optimizer_state", category_label(Category::OptimizerState, lang).into(), n.category(Category::OptimizerState), of, false);
 
-    let temps = plan.opt.step_temporaries(plan.optimizer_impl);
+    let temps = plan.opt.step_temporaries(plan.optimizer_impl());
     let ot = n.category(Category::OptimizerTemps);
-    let otf = match (temps, plan.optimizer_impl) {
+    let otf = match (temps, plan.optimizer_impl()) {
         (0, OptimizerImpl::Fused) => tr(lang, format!("fused step: no temporaries = {}", b(ot)), format!("融合实现：无临时张量 = {}", b(ot))),
         (0, _) => tr(lang, format!("no parameter-sized temporaries = {}", b(ot)), format!("无与参数同大小的临时张量 = {}", b(ot))),
         (_, _) => tr(
@@ -122,6 +122,12 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         ),
     };
     push("optimizer_temps", category_label(Category::OptimizerTemps, lang).into(), ot, otf, false);
+
+    let kv = n.category(Category::KvCache);
+    if kv.0 > 0 {
+        let f = tr(lang, format!("keys and values of every layer for the context so far: {}", scaled(n, Category::KvCache, units, lang)), format!("各层截至当前上下文的键和值：{}", scaled(n, Category::KvCache, units, lang)));
+        push("kv_cache", category_label(Category::KvCache, lang).into(), kv, f, false);
+    }
 
     let ph = phase_label(n.phase, lang);
     let pf = match &n.peak_op {

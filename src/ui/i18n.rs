@@ -247,6 +247,7 @@ messages! {
     DeviceLine => "device total", "设备总用量";
     Largest => "largest that fits", "最大可容纳";
     Total => "Total", "合计";
+    MorePanels => "Mode, parallelism and comparison", "模式、并行与对比";
 }
 
 impl Msg {
@@ -279,6 +280,10 @@ pub fn optimizer_label(o: OptimizerKind, lang: Lang) -> &'static str {
         (OptimizerKind::SgdMomentum, Lang::Zh) => "带动量的 SGD",
         (OptimizerKind::Adam, _) => "Adam",
         (OptimizerKind::Adamw, _) => "AdamW",
+        (OptimizerKind::Adam8bit, _) => "Adam 8-bit (bitsandbytes)",
+        (OptimizerKind::Adamw8bit, _) => "AdamW 8-bit (bitsandbytes)",
+        (OptimizerKind::PagedAdamw8bit, _) => "Paged AdamW 8-bit (bitsandbytes)",
+        (OptimizerKind::PagedAdamw, _) => "Paged AdamW (bitsandbytes)",
     }
 }
 
@@ -314,6 +319,7 @@ pub fn category_label(c: Category, lang: Lang) -> &'static str {
             Category::Gradients => "梯度",
             Category::OptimizerState => "优化器状态",
             Category::OptimizerTemps => "优化器临时张量",
+            Category::KvCache => "KV 缓存",
         },
     }
 }

@@ -177,6 +177,8 @@ pub struct Applies {
     /// Attention kernel: transformers only.
     pub attention: bool,
     pub checkpointing: bool,
+    /// Optimizer, checkpointing and accumulation: not when serving (inference mode).
+    pub training: bool,
 }
 
 pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
@@ -186,7 +188,8 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
         resolution: image,
         seq_len: !image,
         attention: matches!(fam, Family::Language | Family::VisionTransformer),
-        checkpointing: ckpt.any(),
+        checkpointing: ckpt.any() && plan.mode != crate::estimator::config::Mode::Infer,
+        training: plan.mode != crate::estimator::config::Mode::Infer,
     }
 }
 
@@ -339,6 +342,11 @@ pub fn custom_gpu(gib: &str) -> Option<String> {
 pub fn trim_float(v: f64) -> String {
     let s = format!("{v:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A parameter count in decimal units ("25.6 M").
+pub fn params_text(n: u64) -> String {
+    crate::estimator::units::Elems(n).to_string()
 }
 
 /// Backing-store size of a canvas shown at `css` pixels on a screen with `ratio` device pixels per

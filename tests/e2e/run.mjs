@@ -205,6 +205,26 @@ test('the URL round-trips every control', async () => {
   for (const [k, v] of Object.entries(want)) check(values[k] === v, `${k}: the reopened link shows ${values[k]}, not ${v}`);
 });
 
+test('the mode, parallelism and comparison panels share the plan and its link', async () => {
+  await fresh();
+  await planner.open(url('model=llama-3-8b&seq=2048&batch=2&gpu=h100-80'));
+  const more = planner.page.getByTestId('more-panels');
+  check((await planner.page.getByTestId('mode').count()) === 0, 'the panels are mounted while closed');
+  await more.locator('summary').click();
+  const mode = planner.page.getByTestId('mode');
+  await until(() => mode.isVisible(), 'no mode picker in the opened section');
+  await mode.selectOption('infer');
+  await until(async () => !(await planner.optimizer.isVisible()), 'the optimizer still shows when serving');
+  await until(async () => (await planner.query()).x?.includes('"mode":"infer"'), `the link lacks the mode: ${JSON.stringify(await planner.query())}`);
+  await planner.idle();
+  const peak = await planner.peakText();
+  await planner.open(planner.page.url());
+  check((await planner.notice.count()) === 0, 'the page refused its own link');
+  await planner.idle();
+  check((await planner.peakText()) === peak, `the reopened link shows ${await planner.peakText()}, not ${peak}`);
+  check(!(await planner.optimizer.isVisible()), 'the reopened link is not in inference mode');
+});
+
 test('Copy link gives the link to this plan', async () => {
   await fresh({ permissions: ['clipboard-read', 'clipboard-write'] });
   await planner.open(url('model=vgg16&batch=24&gpu=l4'));
@@ -340,6 +360,12 @@ test('speed: slider input to next frame on llama-3-70b at sequence length 8192, 
   const seq = stats(await inputLatency(planner.page, '#size-range', [12, 13, 12, 11, 12, 13, 14, 13, 12, 11]));
   console.log(`    sequence-length slider (a new simulation per step), input → next frame: ${fmt(seq)}`);
   check(batch.p95 < 50, `batch slider p95 ${batch.p95.toFixed(1)} ms: far beyond the 8 ms budget`);
+  // With the mode, parallelism and comparison section open (its panels follow once input settles).
+  await planner.page.getByTestId('more-panels').locator('summary').click();
+  await planner.page.getByTestId('mode').waitFor();
+  await planner.idle(120_000);
+  const open = stats(await inputLatency(planner.page, '#batch-range', sweepPositions(0, 1200, 40)));
+  console.log(`    batch slider with the mode/parallelism/comparison section open: ${fmt(open)}`);
 });
 
 test('speed: interactive time and first-load weight', async () => {

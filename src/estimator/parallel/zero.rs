@@ -196,7 +196,7 @@ pub struct Sharded<'a> {
 /// Live bytes of one rank at one moment: the simulator's categories plus communication buffers.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct RankLive {
-    pub cats: [u64; 8],
+    pub cats: [u64; Category::COUNT],
     pub comm_buffers: u64,
 }
 
@@ -205,7 +205,7 @@ impl RankLive {
         self.cats.iter().fold(self.comm_buffers, |a, &b| a.saturating_add(b))
     }
     pub fn add(&mut self, o: &RankLive) {
-        for i in 0..8 {
+        for i in 0..Category::COUNT {
             self.cats[i] = self.cats[i].saturating_add(o.cats[i]);
         }
         self.comm_buffers = self.comm_buffers.saturating_add(o.comm_buffers);

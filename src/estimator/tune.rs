@@ -1,0 +1,437 @@
+//! Fine-tuning and inference settings: the plan keys `mode`, `lora`, `quantization`,
+//! `double_quant`, `group_size`, `kv_cache_dtype`, `sparsity`, `frozen`, `context`,
+//! `new_tokens`, their validation, and the closed forms of the quantities they add (adapter
+//! parameters, quantized weight bytes, KV-cache bytes) that the tests and the UI use beside the
+//! simulated step.
+//!
+//! What each setting means is what the libraries do:
+//! - LoRA: peft 0.21 `LoraConfig(r, lora_alpha, target_modules, lora_dropout)`; adapters are
+//!   created in fp32 (`autocast_adapter_dtype=True` upcasts bf16/fp16 adapters), the base
+//!   model is frozen (`_mark_only_adapters_as_trainable`).
+//! - NF4 (QLoRA): bitsandbytes 0.50 `Linear4bit(quant_type="nf4")` with `compute_dtype` bf16,
+//!   blocks of 64 weights with an fp32 absmax each; `double_quant` (`compress_statistics`)
+//!   quantizes those absmax values again to 8 bits in blocks of 256 with an fp32 absmax per block
+//!   and one fp32 offset (`functional.quantize_4bit`). Fine-tuning follows peft's
+//!   `prepare_model_for_kbit_training`: every parameter that is not 4-bit is upcast to fp32.
+//! - INT8 weight-only (W8A16): int8 weights and one scale per output channel in the activation
+//!   dtype, a fused dequantizing GEMM (TensorRT-LLM weight-only kernels, torchao `int8_weight_only`).
+//! - W8A8 (TensorRT/SmoothQuant style, calibrated activations): int8 weights with an fp32 scale
+//!   per output channel; each linear input is quantized to int8 with a static, calibrated
+//!   per-tensor scale before an int8 GEMM whose epilogue writes the activation dtype.
+//! - INT4 (AWQ/GPTQ style): 4-bit weights in groups of `group_size` input elements, each group
+//!   with an fp16 scale and a 4-bit zero point; fused dequantizing kernels (Marlin).
+//! - 2:4 sparsity (`torch.sparse.to_sparse_semi_structured`, cuSPARSELt/CUTLASS): half the values
+//!   are kept, plus 1 bit of metadata per dense element (`meta`: one int16 per 16 fp16/bf16
+//!   elements, one int32 per 32 int8 elements). Activations stay dense.
+//! - Quantization and sparsity apply to the linear layers of the transformer blocks (attention
+//!   and MLP projections); embeddings, norms and the output head stay in the model dtype, as
+//!   bitsandbytes (`llm_int8_skip_modules` = the output head), AWQ and GPTQ leave them.
+
+use serde::{Deserialize, Serialize};
+
+use super::error::EstimateError;
+use super::units::{Bytes, DType};
+
+/// What the step is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// One training step of every parameter.
+    #[default]
+    Train,
+    /// One training step with frozen parameters (`frozen`), LoRA adapters or QLoRA.
+    Finetune,
+    /// Serving: `model.eval()` under `torch.no_grad()`, the prompt's prefill and the decode steps.
+    Infer,
+}
+
+impl Mode {
+    pub fn key(self) -> &'static str {
+        match self {
+            Mode::Train => "train",
+            Mode::Finetune => "finetune",
+            Mode::Infer => "infer",
+        }
+    }
+}
+
+fn default_rank() -> u64 {
+    8
+}
+fn default_alpha() -> f64 {
+    8.0
+}
+fn default_targets() -> Vec<String> {
+    vec!["q".into(), "v".into()]
+}
+
+/// LoRA adapters as peft's `LoraConfig` takes them (its defaults: `r=8`, `lora_alpha=8`,
+/// `lora_dropout=0`, targets `q_proj, v_proj` for LLaMA-family models).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoraConfig {
+    #[serde(default = "default_rank")]
+    pub rank: u64,
+    #[serde(default = "default_alpha")]
+    pub alpha: f64,
+    /// `q`, `k`, `v`, `o`, `gate`, `up`, `down` (or their module names `q_proj`, ...; `all`).
+    #[serde(default = "default_targets")]
+    pub targets: Vec<String>,
+    #[serde(default)]
+    pub dropout: f64,
+}
+
+impl Default for LoraConfig {
+    fn default() -> Self {
+        LoraConfig { rank: default_rank(), alpha: default_alpha(), targets: default_targets(), dropout: 0.0 }
+    }
+}
+
+/// A linear layer of a LLaMA-family block that LoRA can wrap.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Q,
+    K,
+    V,
+    O,
+    Gate,
+    Up,
+    Down,
+}
+
+impl Target {
+    pub const ALL: [Target; 7] = [Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down];
+    fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
+        let t = match s.trim_end_matches("_proj") {
+            "q" => Target::Q,
+            "k" => Target::K,
+            "v" => Target::V,
+            "o" => Target::O,
+            "gate" => Target::Gate,
+            "up" => Target::Up,
+            "down" => Target::Down,
+            "all" | "all-linear" | "all_linear" => return Ok(Target::ALL.to_vec()),
+            other => return Err(EstimateError::Unsupported(format!("LoRA target '{other}' is not a LLaMA block projection: use q, k, v, o, gate, up, down or all"))),
+        };
+        Ok(vec![t])
+    }
+}
+
+/// Validated LoRA settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LoraSpec {
+    pub rank: u64,
+    /// `lora_alpha / r` (peft's `scaling` without rsLoRA).
+    pub scaling: f64,
+    pub targets: Vec<Target>,
+    pub dropout: f64,
+}
+
+impl LoraSpec {
+    pub fn wraps(&self, t: Target) -> bool {
+        self.targets.contains(&t)
+    }
+}
+
+/// Weight format of the blocks' linear layers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Quantization {
+    #[default]
+    None,
+    /// INT8 weight-only (W8A16).
+    Int8,
+    /// INT8 weights and calibrated INT8 activations (W8A8, TensorRT/SmoothQuant style).
+    #[serde(alias = "int8_calibrated")]
+    W8a8,
+    /// INT4 group-wise weight-only (W4A16, AWQ/GPTQ style).
+    Int4,
+    /// bitsandbytes NF4 (QLoRA's 4-bit NormalFloat).
+    Nf4,
+}
+
+impl Quantization {
+    pub fn key(self) -> &'static str {
+        match self {
+            Quantization::None => "none",
+            Quantization::Int8 => "int8",
+            Quantization::W8a8 => "w8a8",
+            Quantization::Int4 => "int4",
+            Quantization::Nf4 => "nf4",
+        }
+    }
+}
+
+/// Structured sparsity of the blocks' linear weights.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum Sparsity {
+    #[default]
+    #[serde(rename = "none")]
+    None,
+    /// 2 of every 4 consecutive weights kept (NVIDIA Ampere sparse tensor cores).
+    #[serde(rename = "2:4")]
+    TwoFour,
+}
+
+/// Element type of the KV cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvDtype {
+    Fp32,
+    Fp16,
+    Bf16,
+    /// FP8 E4M3 with a per-tensor scale (vLLM `kv_cache_dtype="fp8"`).
+    Fp8,
+    /// INT8 with a per-tensor scale.
+    Int8,
+}
+
+impl KvDtype {
+    pub fn dtype(self) -> DType {
+        match self {
+            KvDtype::Fp32 => DType::F32,
+            KvDtype::Fp16 => DType::F16,
+            KvDtype::Bf16 => DType::BF16,
+            KvDtype::Fp8 => DType::U8,
+            KvDtype::Int8 => DType::I8,
+        }
+    }
+}
+
+/// Frozen parameters: `N` freezes the embeddings and the first N transformer blocks (the usual
+/// partial fine-tuning), a list freezes the named modules and everything below them
+/// (`["embed_tokens", "layers.0"]`, `["conv1", "layer1"]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Frozen {
+    Layers(u64),
+    Modules(Vec<String>),
+}
+
+/// Which forward of a generation the inference graph records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InferStep {
+    /// Tokens already in the KV cache before this forward.
+    pub past: u64,
+    /// Tokens this forward processes per sequence (the prompt in prefill, 1 in decode).
+    pub tokens: u64,
+    /// The cache's element type (`None`: the activations' dtype).
+    pub kv_dtype: Option<DType>,
+}
+
+impl InferStep {
+    pub fn is_prefill(&self) -> bool {
+        self.past == 0
+    }
+}
+
+/// Fine-tuning and inference settings resolved from the plan, for the builders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TuneCtx {
+    pub mode: Mode,
+    pub lora: Option<LoraSpec>,
+    pub quant: Quantization,
+    pub double_quant: bool,
+    /// Elements per quantization block/group (resolved default).
+    pub group_size: u64,
+    pub sparsity: Sparsity,
+    pub frozen: Option<Frozen>,
+    /// Set for the inference graphs (prefill or decode).
+    pub infer: Option<InferStep>,
+    /// `bnb_4bit_compute_dtype` of NF4 layers: bf16, or fp16 under an fp16 plan.
+    pub nf4_compute: DType,
+}
+
+/// bitsandbytes' NF4 block size (`Linear4bit` default `blocksize=64`).
+pub const NF4_BLOCK: u64 = 64;
+/// Block size of the second-level (double) quantization of the NF4 absmax values.
+pub const NF4_BLOCK2: u64 = 256;
+/// AWQ/GPTQ default group size.
+pub const INT4_GROUP: u64 = 128;
+
+fn unsupported(msg: impl Into<String>) -> EstimateError {
+    EstimateError::Unsupported(msg.into())
+}
+
+impl Default for TuneCtx {
+    fn default() -> Self {
+        TuneCtx { mode: Mode::Train, lora: None, quant: Quantization::None, double_quant: false, group_size: 0, sparsity: Sparsity::None, frozen: None, infer: None, nf4_compute: DType::BF16 }
+    }
+}
+
+impl TuneCtx {
+    /// Checks the plan's fine-tuning/inference keys against its mode; refuses keys that would
+    /// change nothing (a LoRA config in a training plan, a KV-cache dtype when training, ...).
+    pub fn from_plan(plan: &super::config::Plan) -> Result<TuneCtx, EstimateError> {
+        let mode = plan.mode;
+        let name = mode.key();
+        if plan.lora.is_some() && mode != Mode::Finetune {
+            return Err(unsupported(format!("\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})")));
+        }
+        if plan.frozen.is_some() && mode != Mode::Finetune {
+            return Err(unsupported(format!("\"frozen\" needs \"mode\": \"finetune\" (the plan's mode is {name})")));
+        }
+        if mode != Mode::Infer {
+            for (set, key) in [(plan.kv_cache_dtype.is_some(), "kv_cache_dtype"), (plan.context.is_some(), "context"), (plan.new_tokens.is_some(), "new_tokens"), (plan.sparsity != Sparsity::None, "sparsity")] {
+                if set {
+                    return Err(unsupported(format!("\"{key}\" applies to \"mode\": \"infer\" (the plan's mode is {name})")));
+                }
+            }
+        }
+        match (mode, plan.quantization) {
+            (_, Quantization::None) => {}
+            (Mode::Train, q) => return Err(unsupported(format!("quantization '{}' applies to fine-tuning (nf4 with LoRA) or inference, not to pre-training", q.key()))),
+            (Mode::Finetune, Quantization::Nf4) if plan.lora.is_some() => {}
+            (Mode::Finetune, Quantization::Nf4) => return Err(unsupported("NF4 base weights cannot be trained: add \"lora\" (QLoRA)")),
+            (Mode::Finetune, q) => return Err(unsupported(format!("fine-tuning supports nf4 (QLoRA) only, not '{}'", q.key()))),
+            (Mode::Infer, _) => {}
+        }
+        if let Some(par) = &plan.parallel {
+            if mode == Mode::Infer {
+                return Err(unsupported("inference plans are estimated on one GPU: remove \"parallel\""));
+            }
+            if plan.opt.is_bnb() && (par.zero.unwrap_or(0) > 0 || par.fsdp) {
+                return Err(unsupported("bitsandbytes optimizers with ZeRO/FSDP sharding are not modelled: use DDP (zero 0) or a PyTorch optimizer"));
+            }
+        }
+        if plan.double_quant && plan.quantization != Quantization::Nf4 {
+            return Err(unsupported("\"double_quant\" applies to nf4 quantization"));
+        }
+        let group_size = match (plan.quantization, plan.group_size) {
+            (Quantization::Nf4, g) => {
+                let g = g.unwrap_or(NF4_BLOCK);
+                if ![32, 64, 128, 256, 512, 1024, 2048, 4096].contains(&g) {
+                    return Err(unsupported(format!("NF4 block size {g} is not one bitsandbytes supports (32, 64, ..., 4096)")));
+                }
+                g
+            }
+            (Quantization::Int4, g) => {
+                let g = g.unwrap_or(INT4_GROUP);
+                if g == 0 || !g.is_power_of_two() || g > 4096 {
+                    return Err(unsupported(format!("INT4 group size {g} must be a power of two up to 4096")));
+                }
+                g
+            }
+            (_, Some(_)) => return Err(unsupported("\"group_size\" applies to int4 and nf4 quantization")),
+            (_, None) => 0,
+        };
+        if plan.sparsity == Sparsity::TwoFour && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4) {
+            return Err(unsupported("2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones"));
+        }
+        let lora = match &plan.lora {
+            None => None,
+            Some(l) => {
+                if l.rank == 0 || l.rank > 1 << 16 {
+                    return Err(unsupported(format!("LoRA rank must be between 1 and 65536, got {}", l.rank)));
+                }
+                if !l.alpha.is_finite() || l.alpha <= 0.0 {
+                    return Err(unsupported("LoRA alpha must be a positive number"));
+                }
+                if !(0.0..1.0).contains(&l.dropout) {
+                    return Err(unsupported("LoRA dropout must be in [0, 1)"));
+                }
+                if l.targets.is_empty() {
+                    return Err(unsupported("LoRA needs at least one target module"));
+                }
+                let mut targets = Vec::new();
+                for t in &l.targets {
+                    for x in Target::parse(t)? {
+                        if !targets.contains(&x) {
+                            targets.push(x);
+                        }
+                    }
+                }
+                Some(LoraSpec { rank: l.rank, scaling: l.alpha / l.rank as f64, targets, dropout: l.dropout })
+            }
+        };
+        if let Some(Frozen::Modules(m)) = &plan.frozen {
+            if m.iter().any(|s| s.is_empty()) {
+                return Err(unsupported("\"frozen\" module paths must not be empty"));
+            }
+        }
+        let nf4_compute = match plan.dtype {
+            super::graph::Precision::Fp16 | super::graph::Precision::AmpFp16 => DType::F16,
+            _ => DType::BF16,
+        };
+        Ok(TuneCtx { mode, lora, quant: plan.quantization, double_quant: plan.double_quant, group_size, sparsity: plan.sparsity, frozen: plan.frozen.clone(), infer: None, nf4_compute })
+    }
+
+    /// Whether the blocks' linear layers keep their plain dense weights.
+    pub fn dense_linears(&self) -> bool {
+        self.quant == Quantization::None && self.sparsity == Sparsity::None
+    }
+}
+
+// ---------------------------------------------------------------- closed forms
+
+/// Parameters of LoRA adapters on a `[fout, fin]` linear: `A` is `[r, fin]`, `B` is `[fout, r]`
+/// (peft `lora_A = nn.Linear(in, r, bias=False)`, `lora_B = nn.Linear(r, out, bias=False)`).
+pub fn lora_params(fin: u64, fout: u64, rank: u64) -> u64 {
+    rank * (fin + fout)
+}
+
+/// The storages of one NF4 weight of `n` elements (bitsandbytes `quantize_4bit`), exact bytes:
+/// the packed weight (`(n + 1) / 2` uint8), the 16-entry fp32 NF4 code, and either the fp32
+/// absmax per block or, with double quantization, the uint8 absmax, an fp32 absmax per 256 of
+/// them, the fp32 offset and the second level's own copy of the 256-entry fp32 dynamic map
+/// (`quantize_blockwise` stores `code.to(A.device, copy=True)`). The cached original of that map
+/// (`name2qmap["dynamic"]`) exists once per process ([`nf4_shared_bytes`]).
+pub fn nf4_storages(n: u64, block: u64, double_quant: bool) -> Vec<(u64, DType)> {
+    let blocks = n.div_ceil(block);
+    let mut v = vec![(n, DType::I4), (16, DType::F32)];
+    if double_quant {
+        v.push((blocks, DType::U8));
+        v.push((blocks.div_ceil(NF4_BLOCK2), DType::F32));
+        v.push((1, DType::F32));
+        v.push((256, DType::F32));
+    } else {
+        v.push((blocks, DType::F32));
+    }
+    v
+}
+
+/// `name2qmap["dynamic"]` of `quantize_blockwise`: one 256-entry fp32 map shared by every
+/// double-quantized weight.
+pub fn nf4_shared_bytes(double_quant: bool) -> u64 {
+    if double_quant {
+        256 * 4
+    } else {
+        0
+    }
+}
+
+/// Exact bytes of one NF4 weight of `n` elements (no allocator rounding).
+pub fn nf4_weight_bytes(n: u64, block: u64, double_quant: bool) -> u64 {
+    nf4_storages(n, block, double_quant).iter().map(|&(e, d)| (e * d.bits()).div_ceil(8)).sum()
+}
+
+/// KV-cache bytes: keys and values of every layer, `kv_heads × head_dim` per token each
+/// (grouped-query and multi-query attention store only the shared heads).
+pub fn kv_cache_bytes(layers: u64, kv_heads: u64, head_dim: u64, batch: u64, tokens: u64, dtype: DType) -> Result<Bytes, EstimateError> {
+    let elems = [2, layers, kv_heads, head_dim, batch, tokens].iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or(EstimateError::TooLarge)?;
+    elems.checked_mul(dtype.bits()).map(|b| Bytes(b.div_ceil(8))).ok_or(EstimateError::TooLarge)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nf4_is_four_and_a_half_bits_or_about_4_127_with_double_quantization() {
+        // Dettmers et al. 2023 (QLoRA §3): 32/64 = 0.5 bit of constants per parameter, and
+        // 8/64 + 32/(64·256) = 0.127 bit with double quantization.
+        let n = 64 * 256 * 1000;
+        let plain = nf4_weight_bytes(n, 64, false) - 64;
+        let dq = nf4_weight_bytes(n, 64, true) - 64 - 4 - 1024;
+        assert_eq!(plain * 8, n * 4 + n / 2);
+        assert_eq!(dq * 8, n * 4 + n / 8 + n / 512);
+    }
+
+    #[test]
+    fn targets_parse_with_and_without_suffix() {
+        assert_eq!(Target::parse("q_proj").unwrap(), vec![Target::Q]);
+        assert_eq!(Target::parse("all").unwrap().len(), 7);
+        assert!(Target::parse("c_attn").is_err());
+    }
+}

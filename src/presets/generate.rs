@@ -1,0 +1,94 @@
+//! Serving a LLaMA-family model as transformers 5.24 `generate` runs it: `model.eval()` under
+//! `torch.no_grad()`, a `DynamicCache`, no attention mask (one unpadded batch), and
+//! `logits_to_keep=1` so the output head sees only the last position. One graph is one forward:
+//! the prefill of the prompt (`past = 0`) or one decode step (one token per sequence over a
+//! cache of `past` tokens). [`crate::estimator::estimate`] builds both and reports each peak.
+//!
+//! Python references decide when tensors die in a forward without autograd (checked op by op
+//! against the oracle's per-op log): `LlamaModel.forward` holds `inputs_embeds` and the rotary
+//! `cos`/`sin` until the last norm, and each layer's input until the layer returns (the loop
+//! variable is reassigned only then); `LlamaAttention.forward` holds its input (the norm output)
+//! and the query until `o_proj` has run (keys and values are replaced by the cache tensors
+//! `update` returns); `LlamaMLP.forward` holds its input until `down_proj` has run.
+//! `generate` then copies the last logits to fp32 (`outputs.logits[:, -1, :].to(copy=True,
+//! dtype=torch.float32)`) while the output is alive.
+
+use crate::estimator::config::BuildCtx;
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::Graph;
+use crate::estimator::tune::Target;
+use crate::estimator::units::DType;
+
+use super::text::{activation, heads_view, Built, TextConfig};
+
+/// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
+pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
+    let step = ctx.tune.infer.ok_or_else(|| EstimateError::Unsupported("an inference graph needs its step".into()))?;
+    let mut g = Graph::for_build(ctx);
+    let tune = &ctx.tune;
+    let (b, s) = (ctx.batch, step.tokens);
+    let t = step.past.checked_add(s).ok_or(EstimateError::TooLarge)?;
+    let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
+    let pdt = g.precision.param_dtype();
+    // Keys and values come out of the projections in the autocast dtype when autocast is on.
+    let act = g.precision.autocast().unwrap_or(pdt);
+    let kv_dt = step.kv_dtype.unwrap_or(act);
+    let ids = g.input(vec![b, s], DType::I64)?;
+    g.nf4_shared_constants(tune)?;
+    let mut caches = Vec::with_capacity(cfg.layers as usize);
+    for _ in 0..cfg.layers {
+        let k = g.kv_cache(vec![b, nkv, t, d], kv_dt)?;
+        let v = g.kv_cache(vec![b, nkv, t, d], kv_dt)?;
+        caches.push((k, v));
+    }
+    let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let inv_freq = g.buffer(vec![d / 2], pdt)?;
+    g.buffer(vec![d / 2], pdt)?;
+    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
+    let mut h = x;
+    for (i, &(kc, vc)) in caches.iter().enumerate() {
+        let h_in = h;
+        h = g.scoped(format!("layers.{i}"), |g| {
+            let a = g.rms_norm("input_layernorm", h)?;
+            let o = g.scoped("self_attn", |g| {
+                let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
+                let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
+                let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+                let q = heads_view(g, q, nh, d)?;
+                let k = heads_view(g, k, nkv, d)?;
+                let v = heads_view(g, v, nkv, d)?;
+                let q = g.rotary(q, cos, sin)?;
+                let k = g.rotary(k, cos, sin)?;
+                let k_all = g.kv_update(k, kc, step.past)?;
+                let v_all = g.kv_update(v, vc, step.past)?;
+                let o = g.sdpa_infer(q, k_all, v_all)?;
+                let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;
+                g.seq_hold(&[a, q]);
+                Ok::<_, EstimateError>(o)
+            })?;
+            let h = g.add_bc(h, o)?;
+            let m = g.rms_norm("post_attention_layernorm", h)?;
+            let y = g.scoped("mlp", |g| {
+                let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
+                let gt = activation(g, gt, cfg.act, false)?;
+                let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
+                let y = g.mul_bc(gt, up)?;
+                let y = g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)?;
+                g.seq_hold(&[m]);
+                Ok::<_, EstimateError>(y)
+            })?;
+            let out = g.add_bc(h, y)?;
+            g.seq_hold(&[h_in]);
+            Ok::<_, EstimateError>(out)
+        })?;
+    }
+    let h = g.rms_norm("norm", h)?;
+    g.seq_hold(&[x, cos, sin]);
+    let last = g.slice_view(h, vec![b, 1, h_dim])?;
+    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(last, embed, None))? } else { g.linear("lm_head", last, h_dim, cfg.vocab, false)? };
+    g.keep(logits);
+    // `.to(copy=True, dtype=float32)` copies even fp32 logits.
+    let next = if g.dtype(logits) == DType::F32 { g.contiguous(logits, vec![b, cfg.vocab])? } else { g.cast(logits, DType::F32)? };
+    g.keep(next);
+    Ok(g)
+}

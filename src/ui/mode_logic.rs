@@ -1,0 +1,357 @@
+//! The mode panel's and the comparison view's logic (issue #6), as plain functions on the
+//! [`Plan`] so it is tested natively: the train / fine-tune / infer switch and the keys each mode
+//! takes, the inference numbers (KV cache, prefill and decode peaks, the longest context that
+//! fits), the context sweep of the inference chart and the rows of the comparison table. Every
+//! number comes from the estimator ([`crate::estimator::fit`], [`crate::estimator::estimate`]).
+
+use crate::estimator::config::{KvDtype, LoraConfig, Mode, Plan, Quantization, Sparsity};
+use crate::estimator::error::EstimateError;
+use crate::estimator::fit;
+use crate::estimator::sweep::Point;
+use crate::estimator::timeline::Category;
+use crate::estimator::units::Bytes;
+use crate::estimator::Estimate;
+use crate::presets::models;
+
+/// The mode switch: (value, label).
+pub const MODE_OPTIONS: [(&str, &str); 3] = [("train", "Train"), ("finetune", "Fine-tune"), ("infer", "Infer")];
+
+/// Context lengths the inference chart sweeps (those the model cannot take are skipped).
+pub const CONTEXT_POINTS: [u64; 11] = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
+
+pub fn mode_value(plan: &Plan) -> &'static str {
+    plan.mode.key()
+}
+
+/// Switches the mode and drops the keys the new mode refuses (a LoRA config when serving, a
+/// context when training, quantizations fine-tuning cannot train), so a switch never turns a
+/// valid plan into an error. Inference runs on one GPU: the multi-GPU layout goes.
+pub fn set_mode(plan: &mut Plan, value: &str) {
+    let mode = match value {
+        "train" => Mode::Train,
+        "finetune" => Mode::Finetune,
+        "infer" => Mode::Infer,
+        _ => return,
+    };
+    if plan.mode == mode {
+        return;
+    }
+    plan.mode = mode;
+    if mode != Mode::Finetune {
+        plan.lora = None;
+        plan.frozen = None;
+    }
+    if mode != Mode::Infer {
+        plan.kv_cache_dtype = None;
+        plan.context = None;
+        plan.new_tokens = None;
+        plan.sparsity = Sparsity::None;
+    } else {
+        plan.parallel = None;
+        plan.offload = None;
+    }
+    let keep = match mode {
+        Mode::Train => false,
+        Mode::Finetune => plan.quantization == Quantization::Nf4 && plan.lora.is_some(),
+        Mode::Infer => true,
+    };
+    if !keep {
+        set_quantization(plan, "none");
+    }
+}
+
+/// Options of the quantization select in the plan's mode: (value, label).
+pub fn quantization_options(mode: Mode) -> Vec<(&'static str, &'static str)> {
+    match mode {
+        Mode::Train => vec![("none", "None (model dtype)")],
+        Mode::Finetune => vec![("none", "None (LoRA or full)"), ("nf4", "NF4, QLoRA")],
+        Mode::Infer => vec![("none", "None (model dtype)"), ("int8", "INT8 weight-only"), ("w8a8", "INT8 weights and activations"), ("int4", "INT4 group-wise"), ("nf4", "NF4")],
+    }
+}
+
+pub fn quantization_value(plan: &Plan) -> &'static str {
+    plan.quantization.key()
+}
+
+/// Sets the weight format. NF4 fine-tuning is QLoRA: it adds peft's default adapters when the
+/// plan has none, and double quantization as QLoRA uses it.
+pub fn set_quantization(plan: &mut Plan, value: &str) {
+    let q = match value {
+        "none" => Quantization::None,
+        "int8" => Quantization::Int8,
+        "w8a8" => Quantization::W8a8,
+        "int4" => Quantization::Int4,
+        "nf4" => Quantization::Nf4,
+        _ => return,
+    };
+    plan.quantization = q;
+    plan.double_quant = q == Quantization::Nf4 && plan.mode == Mode::Finetune;
+    plan.group_size = None;
+    if q == Quantization::Nf4 && plan.mode == Mode::Finetune && plan.lora.is_none() {
+        plan.lora = Some(LoraConfig::default());
+    }
+    if matches!(q, Quantization::Int4 | Quantization::Nf4) {
+        plan.sparsity = Sparsity::None;
+    }
+}
+
+/// The LoRA rank box (empty: no adapters).
+pub fn lora_rank_text(plan: &Plan) -> String {
+    plan.lora.as_ref().map(|l| l.rank.to_string()).unwrap_or_default()
+}
+
+/// Sets the LoRA rank; `None` (an empty box) removes the adapters. A rank of 0 is kept for the
+/// estimator to refuse with its message. The alpha follows the rank (peft's default ratio 1).
+pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
+    match rank {
+        None => plan.lora = None,
+        Some(r) => {
+            let mut l = plan.lora.clone().unwrap_or_default();
+            l.alpha = r as f64;
+            l.rank = r;
+            plan.lora = Some(l);
+        }
+    }
+}
+
+/// The LoRA targets select: (value, label, targets).
+pub const LORA_TARGETS: [(&str, &str, &[&str]); 3] = [("qv", "q, v (peft default)", &["q", "v"]), ("qkvo", "q, k, v, o", &["q", "k", "v", "o"]), ("all", "all linear layers", &["all"])];
+
+pub fn lora_targets_value(plan: &Plan) -> &'static str {
+    let t: Vec<&str> = plan.lora.as_ref().map(|l| l.targets.iter().map(String::as_str).collect()).unwrap_or_default();
+    LORA_TARGETS.iter().find(|o| o.2 == t.as_slice()).map_or("qv", |o| o.0)
+}
+
+pub fn set_lora_targets(plan: &mut Plan, value: &str) {
+    if let (Some(l), Some(o)) = (plan.lora.as_mut(), LORA_TARGETS.iter().find(|o| o.0 == value)) {
+        l.targets = o.2.iter().map(|s| s.to_string()).collect();
+    }
+}
+
+/// The KV-cache dtype select: (value, label); "" = the activations' dtype.
+pub const KV_OPTIONS: [(&str, &str); 6] = [("", "Activation dtype"), ("fp32", "FP32"), ("fp16", "FP16"), ("bf16", "BF16"), ("fp8", "FP8 (E4M3)"), ("int8", "INT8")];
+
+pub fn kv_value(plan: &Plan) -> &'static str {
+    match plan.kv_cache_dtype {
+        None => "",
+        Some(KvDtype::Fp32) => "fp32",
+        Some(KvDtype::Fp16) => "fp16",
+        Some(KvDtype::Bf16) => "bf16",
+        Some(KvDtype::Fp8) => "fp8",
+        Some(KvDtype::Int8) => "int8",
+    }
+}
+
+pub fn set_kv(plan: &mut Plan, value: &str) {
+    plan.kv_cache_dtype = match value {
+        "fp32" => Some(KvDtype::Fp32),
+        "fp16" => Some(KvDtype::Fp16),
+        "bf16" => Some(KvDtype::Bf16),
+        "fp8" => Some(KvDtype::Fp8),
+        "int8" => Some(KvDtype::Int8),
+        _ => None,
+    };
+}
+
+/// The context the plan serves: its `context`, else its `seq`, else the model's default;
+/// `None` for models that take images.
+pub fn context_of(plan: &Plan) -> Option<u64> {
+    plan.context.or(plan.seq).or_else(|| match models::find(&plan.model)?.input {
+        models::InputKind::Tokens { default_seq, .. } => Some(default_seq),
+        models::InputKind::Image { .. } => None,
+    })
+}
+
+/// Reads a token-count box; junk is `None` (the plan is left alone).
+pub fn parse_count(s: &str) -> Option<u64> {
+    s.trim().parse::<u64>().ok()
+}
+
+/// What the context chart's sweep depends on: the plan without its context, so editing the
+/// context moves the marker and does not rerun the sweep.
+pub fn context_base(plan: &Plan) -> Plan {
+    Plan { context: None, ..plan.clone() }
+}
+
+/// Memory against context length for an inference plan (empty for other modes).
+pub fn context_points(base: &Plan) -> Vec<Point> {
+    if base.mode != Mode::Infer {
+        return Vec::new();
+    }
+    fit::context_sweep(base, &CONTEXT_POINTS)
+}
+
+/// The inference numbers of an estimate: (label, value) rows; empty when it is not inference.
+pub fn inference_rows(e: &Estimate) -> Vec<(&'static str, String)> {
+    let Some(inf) = &e.inference else { return Vec::new() };
+    let mut rows = vec![
+        ("KV cache", e.kv_cache_bytes.to_string()),
+        ("KV cache per token", inf.kv_bytes_per_token.to_string()),
+        ("Weights", e.weights_bytes.to_string()),
+        ("Context / new tokens", format!("{} / {}", inf.context, inf.new_tokens)),
+        ("Prefill peak", inf.prefill_peak.to_string()),
+    ];
+    if let Some(d) = inf.decode_peak {
+        rows.push(("Decode peak", d.to_string()));
+    }
+    rows.push(("Allocated peak", e.peak_allocated.to_string()));
+    rows.push(("Device total", e.device_total.to_string()));
+    rows
+}
+
+/// The longest prompt that fits the plan's GPU, as a sentence; `None` without a GPU or outside
+/// inference.
+pub fn max_context_text(plan: &Plan) -> Option<String> {
+    if plan.mode != Mode::Infer {
+        return None;
+    }
+    let gpu = plan.gpu.as_deref().and_then(crate::presets::gpus::find)?;
+    Some(match fit::max_context(plan, gpu.memory) {
+        Ok(Some(c)) => format!("Longest context that fits {}: {c} tokens", gpu.name),
+        Ok(None) => format!("Even a one-token prompt does not fit {}", gpu.name),
+        Err(e) => format!("Cannot find the longest context: {e}"),
+    })
+}
+
+/// The comparison table: one row per quantity, one column per configuration. Columns whose plan
+/// the estimator refuses show "–" and their message in the last row.
+pub fn compare_rows(plans: &[Plan], results: &[Result<Estimate, EstimateError>]) -> Vec<(&'static str, Vec<String>)> {
+    let col = |f: &dyn Fn(&Estimate) -> String| results.iter().map(|r| r.as_ref().map_or_else(|_| "–".to_string(), f)).collect::<Vec<_>>();
+    let act = |e: &Estimate| e.category(Category::Activations).0 + e.category(Category::BackwardTemps).0;
+    let mut rows = vec![
+        ("Model", plans.iter().map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string())).collect()),
+        ("Mode, batch", plans.iter().map(|p| format!("{}, batch {}", p.mode.key(), p.batch)).collect()),
+        ("Parameters", col(&|e| crate::ui::state::params_text(e.param_count))),
+        ("Trainable", col(&|e| crate::ui::state::params_text(e.trainable_params))),
+        ("Weights", col(&|e| e.weights_bytes.to_string())),
+        ("Activations at the peak", col(&|e| Bytes(act(e)).to_string())),
+        ("Activations per parameter byte", col(&|e| if e.weights_bytes.0 == 0 { "–".into() } else { format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64) })),
+        ("KV cache", col(&|e| e.kv_cache_bytes.to_string())),
+        ("Allocated peak", col(&|e| e.peak_allocated.to_string())),
+        ("Device total", col(&|e| e.device_total.to_string())),
+    ];
+    if results.iter().any(|r| r.is_err()) {
+        rows.push(("Message", results.iter().map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()).collect()));
+    }
+    rows
+}
+
+/// The two configurations the comparison view opens with (issue #6: depthwise-separable against
+/// standard convolutions): MobileNetV2 and ResNet-50 with the current plan's other settings.
+pub fn compare_defaults(plan: &Plan) -> Vec<Plan> {
+    let base = Plan { res: None, seq: None, ..plan.clone() };
+    ["mobilenet_v2", "resnet50"].iter().map(|m| Plan { model: (*m).into(), ..base.clone() }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimator::estimate;
+
+    fn llama() -> Plan {
+        Plan { model: "llama-small".into(), batch: 1, seq: Some(256), dtype: crate::estimator::config::Precision::Bf16, ..Plan::default() }
+    }
+
+    #[test]
+    fn every_mode_switch_keeps_a_valid_plan() {
+        let mut p = llama();
+        for m in ["finetune", "infer", "train", "infer", "finetune", "train"] {
+            set_mode(&mut p, m);
+            assert_eq!(mode_value(&p), m);
+            estimate(&p).unwrap_or_else(|e| panic!("{m}: {e}"));
+        }
+        set_mode(&mut p, "junk");
+        assert_eq!(mode_value(&p), "train");
+    }
+
+    #[test]
+    fn switching_drops_the_keys_the_mode_refuses() {
+        let mut p = llama();
+        set_mode(&mut p, "finetune");
+        set_quantization(&mut p, "nf4");
+        assert!(p.lora.is_some() && p.double_quant, "QLoRA adds adapters and double quantization");
+        estimate(&p).unwrap();
+        set_mode(&mut p, "infer");
+        assert!(p.lora.is_none());
+        assert_eq!(p.quantization, Quantization::Nf4, "serving keeps the 4-bit weights");
+        set_kv(&mut p, "fp8");
+        p.context = Some(512);
+        estimate(&p).unwrap();
+        set_mode(&mut p, "train");
+        assert_eq!((p.quantization, p.kv_cache_dtype, p.context), (Quantization::None, None, None));
+        p.parallel = Some(Default::default());
+        set_mode(&mut p, "infer");
+        assert!(p.parallel.is_none());
+    }
+
+    #[test]
+    fn lora_rank_box() {
+        let mut p = llama();
+        set_mode(&mut p, "finetune");
+        assert_eq!(lora_rank_text(&p), "");
+        set_lora_rank(&mut p, Some(16));
+        set_lora_targets(&mut p, "qkvo");
+        assert_eq!((lora_rank_text(&p).as_str(), lora_targets_value(&p)), ("16", "qkvo"));
+        let a = estimate(&p).unwrap();
+        set_lora_rank(&mut p, Some(64));
+        assert!(estimate(&p).unwrap().trainable_params > a.trainable_params);
+        set_lora_rank(&mut p, Some(0));
+        assert!(estimate(&p).is_err(), "rank 0 is the estimator's message");
+        set_lora_rank(&mut p, None);
+        assert!(p.lora.is_none());
+    }
+
+    #[test]
+    fn quantization_options_follow_the_mode() {
+        assert_eq!(quantization_options(Mode::Train).len(), 1);
+        assert!(quantization_options(Mode::Infer).iter().any(|o| o.0 == "int4"));
+        for (v, _) in KV_OPTIONS {
+            let mut p = llama();
+            set_kv(&mut p, v);
+            assert_eq!(kv_value(&p), v);
+        }
+    }
+
+    #[test]
+    fn the_context_sweep_has_a_kv_band_that_grows() {
+        let mut p = llama();
+        set_mode(&mut p, "infer");
+        let pts = context_points(&context_base(&p));
+        assert!(pts.len() >= 4, "{} points", pts.len());
+        let kv = |q: &Point| q.by_category.iter().find(|c| c.0 == Category::KvCache).unwrap().1 .0;
+        assert!(pts.windows(2).all(|w| kv(&w[1]) > kv(&w[0])));
+        let e = estimate(&p).unwrap();
+        let rows = inference_rows(&e);
+        assert!(rows.iter().any(|r| r.0 == "KV cache" && r.1.ends_with("iB")));
+        assert!(context_points(&context_base(&llama())).is_empty(), "no sweep when training");
+        assert_eq!(context_of(&p), Some(256));
+        assert_eq!(context_of(&Plan::default()), None);
+    }
+
+    #[test]
+    fn max_context_needs_a_gpu() {
+        let mut p = llama();
+        set_mode(&mut p, "infer");
+        assert_eq!(max_context_text(&p), None);
+        p.gpu = Some("t4".into());
+        assert!(max_context_text(&p).unwrap().starts_with("Longest context that fits"));
+    }
+
+    #[test]
+    fn comparing_mobilenet_and_resnet() {
+        let plans = compare_defaults(&Plan::default());
+        let results = fit::compare(&plans);
+        let rows = compare_rows(&plans, &results);
+        let row = |l: &str| rows.iter().find(|r| r.0 == l).unwrap().1.clone();
+        assert_eq!(row("Model"), vec!["MobileNetV2", "ResNet-50"]);
+        assert_eq!(row("Parameters"), vec!["3.5 M", "25.6 M"]);
+        // Depthwise-separable convolutions: far fewer weights, not proportionally fewer activations.
+        let e: Vec<&Estimate> = results.iter().map(|r| r.as_ref().unwrap()).collect();
+        let ratio_w = e[1].weights_bytes.0 as f64 / e[0].weights_bytes.0 as f64;
+        let ratio_a = e[1].category(Category::Activations).0 as f64 / e[0].category(Category::Activations).0 as f64;
+        assert!(ratio_w > 5.0 && ratio_a < ratio_w, "weights ×{ratio_w:.1}, activations ×{ratio_a:.1}");
+        let bad = vec![Plan { batch: 0, ..Plan::default() }];
+        let rows = compare_rows(&bad, &fit::compare(&bad));
+        assert!(rows.last().unwrap().1[0].contains("batch"));
+    }
+}

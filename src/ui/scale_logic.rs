@@ -1,0 +1,447 @@
+//! The parallelism panel's logic (issue #5), as plain functions on the [`Plan`] so it is tested
+//! natively: reading and writing the `parallel` and `offload` keys, the curves of per-GPU memory
+//! against the number of GPUs for each ZeRO stage, the per-GPU summary and the layout search.
+//! Every number comes from [`crate::estimator::parallel`]; nothing here knows about Leptos.
+
+use crate::estimator::config::Plan;
+use crate::estimator::error::EstimateError;
+use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
+use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, Offload, Parallel, ParallelEstimate, Prepared};
+use crate::estimator::tune::Mode;
+use crate::estimator::units::Bytes;
+use crate::plots::zero_chart::ZeroCurve;
+use crate::presets::gpus::{self, Gpu};
+use crate::presets::links::{LinkKind, LINKS};
+
+/// Data-parallel degrees the ZeRO chart tries (GPUs = dp · tp · pp).
+pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
+/// Nodes hold this many GPUs when the plan does not say (an HGX/DGX board).
+pub const DEFAULT_GPUS_PER_NODE: u64 = 8;
+
+/// The sharding schemes of the ZeRO select: (value, label, zero stage, FSDP).
+pub const ZERO_OPTIONS: [(&str, &str, u8, bool); 6] = [
+    ("0", "DDP (ZeRO-0)", 0, false),
+    ("1", "ZeRO-1 (optimizer state sharded)", 1, false),
+    ("2", "ZeRO-2 (+ gradients)", 2, false),
+    ("3", "ZeRO-3 (+ parameters)", 3, false),
+    ("fsdp", "FSDP FULL_SHARD", 3, true),
+    ("fsdp-grad-op", "FSDP SHARD_GRAD_OP", 2, true),
+];
+
+/// The plan's `parallel` key, or one GPU's.
+pub fn parallel_of(plan: &Plan) -> Parallel {
+    plan.parallel.clone().unwrap_or_default()
+}
+
+/// Whether the plan runs on more than one GPU or shards anything: the panel then shows its
+/// multi-GPU estimate.
+pub fn is_parallel(plan: &Plan) -> bool {
+    plan.parallel.is_some() || plan.offload.is_some()
+}
+
+fn edit(plan: &mut Plan, f: impl FnOnce(&mut Parallel)) {
+    let mut p = parallel_of(plan);
+    f(&mut p);
+    plan.parallel = if p == Parallel::default() { None } else { Some(p) };
+}
+
+/// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is `Err(())`
+/// so the box can keep what the user typed without touching the plan.
+pub fn parse_degree(s: &str) -> Result<Option<u64>, ()> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<u64>().map(Some).map_err(|_| ())
+}
+
+/// Which degree a box sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Degree {
+    GpusPerNode,
+    Nodes,
+    Dp,
+    Tp,
+    Pp,
+}
+
+/// Sets one degree; `None` derives it (tp and pp go back to 1). Zero is kept: the estimator
+/// refuses it with its own message.
+pub fn set_degree(plan: &mut Plan, which: Degree, v: Option<u64>) {
+    edit(plan, |p| match which {
+        Degree::GpusPerNode => p.gpus_per_node = v,
+        Degree::Nodes => p.nodes = v,
+        Degree::Dp => p.dp = v,
+        Degree::Tp => p.tp = v.unwrap_or(1),
+        Degree::Pp => p.pp = v.unwrap_or(1),
+    });
+}
+
+/// The value a degree box shows (empty when derived).
+pub fn degree_text(plan: &Plan, which: Degree) -> String {
+    let p = parallel_of(plan);
+    let v = match which {
+        Degree::GpusPerNode => p.gpus_per_node,
+        Degree::Nodes => p.nodes,
+        Degree::Dp => p.dp,
+        Degree::Tp => Some(p.tp),
+        Degree::Pp => Some(p.pp),
+    };
+    v.map(|v| v.to_string()).unwrap_or_default()
+}
+
+/// The ZeRO select's value for the plan.
+pub fn zero_value(plan: &Plan) -> &'static str {
+    let p = parallel_of(plan);
+    let z = p.zero.unwrap_or(if p.fsdp { 3 } else { 0 });
+    ZERO_OPTIONS.iter().find(|o| o.2 == z && o.3 == p.fsdp).map_or("0", |o| o.0)
+}
+
+/// Picks a sharding scheme by the ZeRO select's value; unknown values change nothing.
+pub fn set_zero(plan: &mut Plan, value: &str) {
+    if let Some(&(_, _, z, fsdp)) = ZERO_OPTIONS.iter().find(|o| o.0 == value) {
+        edit(plan, |p| {
+            p.zero = (z > 0 || fsdp).then_some(z);
+            p.fsdp = fsdp;
+        });
+    }
+}
+
+/// What can be offloaded to host memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OffloadTarget {
+    Optimizer,
+    Params,
+    Activations,
+}
+
+pub fn offload_on(plan: &Plan, what: OffloadTarget) -> bool {
+    let o = plan.offload.clone().unwrap_or_default();
+    match what {
+        OffloadTarget::Optimizer => o.optimizer,
+        OffloadTarget::Params => o.params,
+        OffloadTarget::Activations => o.activations,
+    }
+}
+
+/// Turns one offload target on or off; the key disappears when nothing is offloaded.
+pub fn set_offload(plan: &mut Plan, what: OffloadTarget, on: bool) {
+    let mut o = plan.offload.clone().unwrap_or_default();
+    match what {
+        OffloadTarget::Optimizer => o.optimizer = on,
+        OffloadTarget::Params => o.params = on,
+        OffloadTarget::Activations => o.activations = on,
+    }
+    plan.offload = if o == Offload::default() { None } else { Some(o) };
+}
+
+/// Options of a link select of one kind: (id, name); the GPU's default comes first as "".
+pub fn link_options(kind: LinkKind) -> Vec<(&'static str, &'static str)> {
+    LINKS.iter().filter(|l| l.kind == kind).map(|l| (l.id, l.name)).collect()
+}
+
+/// The link the plan names for `kind` ("" = the GPU's default).
+pub fn link_value(plan: &Plan, kind: LinkKind) -> String {
+    let p = parallel_of(plan);
+    match kind {
+        LinkKind::IntraNode => p.intra_link,
+        LinkKind::InterNode => p.inter_link,
+        LinkKind::Host => plan.offload.as_ref().and_then(|o| o.link.clone()),
+    }
+    .unwrap_or_default()
+}
+
+/// Sets the link of `kind` ("" = the GPU's default).
+pub fn set_link(plan: &mut Plan, kind: LinkKind, id: &str) {
+    let v = (!id.is_empty()).then(|| id.to_string());
+    match kind {
+        LinkKind::IntraNode => edit(plan, |p| p.intra_link = v),
+        LinkKind::InterNode => edit(plan, |p| p.inter_link = v),
+        LinkKind::Host => {
+            let mut o = plan.offload.clone().unwrap_or_default();
+            o.link = v;
+            plan.offload = if o == Offload::default() { None } else { Some(o) };
+        }
+    }
+}
+
+/// The plan's GPU preset (an unknown id reads as none; the estimator reports it).
+pub fn gpu_of(plan: &Plan) -> Option<Gpu> {
+    plan.gpu.as_deref().and_then(gpus::find)
+}
+
+/// The multi-GPU estimate of the plan (a single GPU when it has no `parallel` key).
+pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, EstimateError> {
+    if plan.mode == Mode::Infer {
+        return Err(EstimateError::Unsupported("inference plans are estimated on one GPU: switch the mode to train or fine-tune to plan a multi-GPU layout".into()));
+    }
+    estimate_parallel(plan)
+}
+
+/// The ZeRO chart's data: for each scheme, per-GPU device total at each data-parallel degree of
+/// [`DP_DEGREES`] with the plan's tp, pp, micro-batches and offload. The model is built and
+/// simulated once ([`prepare`]); each layout is then one [`evaluate`]. Layouts the estimator
+/// refuses (parameter offload below stage 3, ...) are left out of their line.
+pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
+    if plan.mode == Mode::Infer {
+        return Err(EstimateError::Unsupported("inference plans are estimated on one GPU".into()));
+    }
+    let gpu = match &plan.gpu {
+        Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
+        None => None,
+    };
+    let base = parallel_of(plan);
+    let gpn = base.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE).max(1);
+    let mut prepared: Option<Prepared> = None;
+    let mut curves: Vec<ZeroCurve> = Vec::new();
+    let schemes = [("DDP (ZeRO-0)", 0u8, false), ("ZeRO-1", 1, false), ("ZeRO-2", 2, false), ("ZeRO-3", 3, false), ("FSDP", 3, true)];
+    let mut first_err = None;
+    for (label, zero, fsdp) in schemes {
+        let mut points = Vec::new();
+        for dp in DP_DEGREES {
+            let world = dp.saturating_mul(base.tp).saturating_mul(base.pp);
+            let (node_gpus, nodes) = if world <= gpn { (world, 1) } else if world % gpn == 0 { (gpn, world / gpn) } else { (world, 1) };
+            let mut p = plan.clone();
+            let mut par = base.clone();
+            par.gpus_per_node = Some(node_gpus);
+            par.nodes = Some(nodes);
+            par.dp = Some(dp);
+            par.zero = Some(zero);
+            par.fsdp = fsdp;
+            p.parallel = Some(par);
+            let layout = match Layout::resolve(&p, gpu.as_ref()) {
+                Ok(l) => l,
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                    continue;
+                }
+            };
+            if prepared.is_none() {
+                prepared = Some(prepare(&p, &layout)?);
+            }
+            if let Some(prep) = &prepared {
+                let e = evaluate(&p, &layout, prep, gpu.as_ref());
+                points.push((layout.world, Bytes(e.per_gpu.device_total_bytes)));
+            }
+        }
+        curves.push(ZeroCurve { label: label.into(), points });
+    }
+    if curves.iter().all(|c| c.points.is_empty()) {
+        return Err(first_err.unwrap_or_else(|| EstimateError::Unsupported("no layout of this plan can be estimated".into())));
+    }
+    Ok(curves)
+}
+
+/// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows.
+pub fn per_gpu_rows(e: &ParallelEstimate) -> Vec<(&'static str, String)> {
+    let m = &e.per_gpu;
+    let b = |v: u64| Bytes(v).to_string();
+    let mut rows = vec![
+        ("Layout", format!("{} GPUs ({} × {}): dp {} · tp {} · pp {}, {}", e.layout.world, e.layout.nodes, e.layout.gpus_per_node, e.layout.dp, e.layout.tp, e.layout.pp, e.scheme)),
+        ("Parameters", b(m.params_bytes)),
+        ("Gradients", b(m.grads_bytes)),
+        ("Optimizer state", b(m.optimizer_state_bytes)),
+        ("Activations", b(m.activations_bytes)),
+        ("Other (buffers, temporaries, comm. buffers)", b(m.other_bytes)),
+        ("Allocated peak", b(m.peak_allocated_bytes)),
+        ("Device total", b(m.device_total_bytes)),
+    ];
+    if e.host_bytes > 0 {
+        rows.push(("Host memory per GPU", b(e.host_bytes)));
+    }
+    rows.push(("Communication per step", format!("{} sent, {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step))));
+    if let Some(s) = e.step_seconds {
+        rows.push(("Step time", seconds(s)));
+    }
+    if let Some(eff) = e.scaling_efficiency {
+        rows.push(("Scaling efficiency", format!("{:.0} %", eff * 100.0)));
+    }
+    if let Some(o) = &e.offload {
+        rows.push(("Offload", o.verdict.clone()));
+    }
+    if let Some(f) = e.fits {
+        rows.push(("Fits the GPU", if f { "yes".into() } else { "no".into() }));
+    }
+    rows
+}
+
+/// A duration with a sensible unit.
+pub fn seconds(s: f64) -> String {
+    if !s.is_finite() {
+        "–".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
+    }
+}
+
+/// The search the panel runs: up to 64 GPUs in nodes of the plan's size, the five cheapest.
+pub fn search_options(plan: &Plan) -> SearchOptions {
+    let gpn = parallel_of(plan).gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE).max(1);
+    SearchOptions { max_gpus: 64, gpus_per_node: gpn, top: 5, ..SearchOptions::default() }
+}
+
+/// The cheapest layouts that fit the plan's GPU (fewest GPUs, then the shortest step).
+pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
+    if plan.mode == Mode::Infer {
+        return Err(EstimateError::Unsupported("the layout search plans training and fine-tuning: inference is estimated on one GPU".into()));
+    }
+    if plan.gpu.is_none() {
+        return Err(EstimateError::Unsupported("pick a GPU first: the search looks for layouts that fit it".into()));
+    }
+    search(plan, &search_options(plan))
+}
+
+/// One line describing a found layout.
+pub fn candidate_text(c: &Candidate) -> String {
+    let mut s = format!("{} GPU{}: dp {} · tp {} · pp {}, {}", c.gpus, if c.gpus == 1 { "" } else { "s" }, c.dp, c.tp, c.pp, c.scheme);
+    if c.offload_optimizer || c.offload_params {
+        s.push_str(if c.offload_params { ", optimizer + parameters offloaded" } else { ", optimizer offloaded" });
+    }
+    s.push_str(&format!(", micro-batch {} × {}, {} per GPU", c.micro_batch, c.micro_batches, Bytes(c.peak_device_bytes)));
+    if let Some(t) = c.step_seconds {
+        s.push_str(&format!(", step {}", seconds(t)));
+    }
+    s
+}
+
+/// Applies a found layout: its plan replaces the current one (same model and settings, the
+/// layout's degrees, micro-batch and offload).
+pub fn apply_candidate(plan: &mut Plan, c: &Candidate) {
+    *plan = c.plan.clone();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpt2() -> Plan {
+        Plan { model: "gpt2".into(), batch: 4, seq: Some(256), gpu: Some("a100-40".into()), ..Plan::default() }
+    }
+
+    #[test]
+    fn degrees_round_trip_through_the_plan() {
+        let mut p = gpt2();
+        assert_eq!(degree_text(&p, Degree::Tp), "1");
+        assert_eq!(degree_text(&p, Degree::Dp), "");
+        set_degree(&mut p, Degree::Tp, Some(2));
+        set_degree(&mut p, Degree::Dp, Some(4));
+        assert_eq!(parallel_of(&p).tp, 2);
+        assert_eq!(degree_text(&p, Degree::Dp), "4");
+        set_degree(&mut p, Degree::Tp, None);
+        set_degree(&mut p, Degree::Dp, None);
+        assert_eq!(p.parallel, None, "back to one GPU: the key goes away");
+        assert_eq!(parse_degree(" 8 "), Ok(Some(8)));
+        assert_eq!(parse_degree(""), Ok(None));
+        assert_eq!(parse_degree("x"), Err(()));
+    }
+
+    #[test]
+    fn zero_select_maps_to_stage_and_fsdp() {
+        let mut p = gpt2();
+        assert_eq!(zero_value(&p), "0");
+        for (v, _, z, fsdp) in ZERO_OPTIONS {
+            set_zero(&mut p, v);
+            assert_eq!(zero_value(&p), v);
+            let par = parallel_of(&p);
+            assert_eq!((par.zero.unwrap_or(0), par.fsdp), (z, fsdp));
+        }
+        set_zero(&mut p, "0");
+        assert_eq!(p.parallel, None);
+        set_zero(&mut p, "junk");
+        assert_eq!(p.parallel, None);
+    }
+
+    #[test]
+    fn offload_and_links_edit_their_keys() {
+        let mut p = gpt2();
+        set_offload(&mut p, OffloadTarget::Optimizer, true);
+        assert!(offload_on(&p, OffloadTarget::Optimizer));
+        set_link(&mut p, LinkKind::IntraNode, "pcie4");
+        assert_eq!(link_value(&p, LinkKind::IntraNode), "pcie4");
+        set_link(&mut p, LinkKind::IntraNode, "");
+        set_offload(&mut p, OffloadTarget::Optimizer, false);
+        assert_eq!((p.parallel.clone(), p.offload.clone()), (None, None));
+        assert!(link_options(LinkKind::IntraNode).iter().any(|(id, _)| *id == "nvlink3"));
+        assert!(link_options(LinkKind::InterNode).iter().all(|(id, _)| !id.starts_with("nvlink")));
+    }
+
+    #[test]
+    fn zero_curves_fall_with_the_stage_and_the_gpus() {
+        let curves = zero_curves(&gpt2()).unwrap();
+        assert_eq!(curves.len(), 5);
+        let at = |c: &ZeroCurve, n: u64| c.points.iter().find(|p| p.0 == n).map(|p| p.1).unwrap();
+        // One GPU: every scheme holds the whole model.
+        let one: Vec<Bytes> = curves[..4].iter().map(|c| at(c, 1)).collect();
+        assert!(one.windows(2).all(|w| w[0].0.abs_diff(w[1].0) < w[0].0 / 8), "{one:?}");
+        // Eight GPUs: each stage shards more.
+        let eight: Vec<u64> = curves[..4].iter().map(|c| at(c, 8).0).collect();
+        assert!(eight.windows(2).all(|w| w[1] < w[0]), "{eight:?}");
+        // ZeRO-3 keeps falling as GPUs are added; DDP stays flat.
+        assert!(at(&curves[3], 64) < at(&curves[3], 8));
+        assert!(at(&curves[0], 64).0.abs_diff(at(&curves[0], 8).0) < at(&curves[0], 8).0 / 10);
+    }
+
+    #[test]
+    fn zero_curves_match_the_full_estimate() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Dp, Some(4));
+        set_zero(&mut p, "2");
+        let e = estimate(&p).unwrap();
+        let curves = zero_curves(&p).unwrap();
+        let z2 = curves.iter().find(|c| c.label == "ZeRO-2").unwrap();
+        assert_eq!(z2.points.iter().find(|q| q.0 == 4).unwrap().1 .0, e.per_gpu.device_total_bytes);
+    }
+
+    #[test]
+    fn bad_layouts_are_messages_not_panics() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Tp, Some(5));
+        let msg = estimate(&p).unwrap_err().to_string();
+        assert!(!msg.is_empty());
+        assert!(zero_curves(&p).is_err());
+        set_degree(&mut p, Degree::Tp, Some(0));
+        assert!(estimate(&p).is_err());
+        let mut r = Plan::new("resnet18");
+        set_degree(&mut r, Degree::Tp, Some(2));
+        assert!(estimate(&r).unwrap_err().to_string().contains("tensor parallelism"));
+        let inf = Plan { mode: Mode::Infer, ..gpt2() };
+        assert!(estimate(&inf).is_err() && zero_curves(&inf).is_err() && layouts(&inf).is_err());
+    }
+
+    #[test]
+    fn rows_cover_the_per_gpu_numbers() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Dp, Some(2));
+        let rows = per_gpu_rows(&estimate(&p).unwrap());
+        for label in ["Parameters", "Gradients", "Optimizer state", "Activations", "Device total", "Fits the GPU"] {
+            assert!(rows.iter().any(|r| r.0 == label), "missing {label}");
+        }
+    }
+
+    #[test]
+    fn search_finds_layouts_that_apply() {
+        let mut p = gpt2();
+        p.gpu = None;
+        assert!(layouts(&p).unwrap_err().to_string().contains("GPU"));
+        let p = gpt2();
+        let found = layouts(&p).unwrap();
+        assert!(!found.is_empty());
+        assert_eq!(found[0].gpus, 1, "gpt2 at batch 4 fits one A100");
+        let mut q = p.clone();
+        apply_candidate(&mut q, &found[0]);
+        assert_eq!(estimate(&q).unwrap().fits, Some(true));
+        assert!(candidate_text(&found[0]).starts_with("1 GPU: dp 1"));
+    }
+
+    #[test]
+    fn durations_pick_their_unit() {
+        assert_eq!(seconds(2.5), "2.50 s");
+        assert_eq!(seconds(0.0123), "12.3 ms");
+        assert_eq!(seconds(5e-5), "50 µs");
+        assert_eq!(seconds(f64::NAN), "–");
+    }
+}

@@ -1,0 +1,171 @@
+//! The mode, parallelism and comparison panels in a real browser (wasm-bindgen-test in headless
+//! Chromium): mount [`ExtraPanels`] on a plan signal, act as a user would, read the DOM by
+//! `data-testid` and the plan the panels wrote.
+//! Run with `CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --test web_panels`.
+#![cfg(target_arch = "wasm32")]
+
+use leptos::mount::mount_to;
+use leptos::prelude::*;
+use vram_planner::estimator::config::{Mode, Plan};
+use vram_planner::ui::extra::ExtraPanels;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_test::*;
+use web_sys::{Element, Event, EventInit, HtmlCanvasElement, HtmlElement, HtmlInputElement, HtmlSelectElement};
+
+wasm_bindgen_test_configure!(run_in_browser);
+
+fn mount(plan: Plan) -> (HtmlElement, RwSignal<Plan>, impl Drop) {
+    let host: HtmlElement = document().create_element("div").unwrap().unchecked_into();
+    document().body().unwrap().append_child(&host).unwrap();
+    let signal = RwSignal::new(plan);
+    let handle = mount_to(host.clone(), move || view! { <ExtraPanels plan=signal /> });
+    (host, signal, handle)
+}
+
+async fn settle() {
+    let promise = js_sys::Promise::new(&mut |resolve, _| {
+        window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, 10).unwrap();
+    });
+    wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
+    leptos::task::tick().await;
+}
+
+#[track_caller]
+fn by_test_id(host: &HtmlElement, id: &str) -> Element {
+    host.query_selector(&format!("[data-testid='{id}']")).unwrap().unwrap_or_else(|| panic!("no element with data-testid={id}"))
+}
+
+fn text(host: &HtmlElement, id: &str) -> String {
+    by_test_id(host, id).text_content().unwrap_or_default()
+}
+
+fn fire(el: &Element, event: &str) {
+    let init = EventInit::new();
+    init.set_bubbles(true);
+    el.dispatch_event(&Event::new_with_event_init_dict(event, &init).unwrap()).unwrap();
+}
+
+fn pick(host: &HtmlElement, id: &str, value: &str) {
+    let s: HtmlSelectElement = by_test_id(host, id).unchecked_into();
+    s.set_value(value);
+    assert_eq!(s.value(), value, "{id} has no option {value}");
+    fire(&s, "change");
+}
+
+fn type_in(host: &HtmlElement, id: &str, value: &str) {
+    let i: HtmlInputElement = by_test_id(host, id).unchecked_into();
+    i.set_value(value);
+    fire(&i, "input");
+}
+
+fn click(el: &Element) {
+    el.unchecked_ref::<HtmlElement>().click();
+}
+
+fn llama() -> Plan {
+    Plan { model: "llama-small".into(), batch: 1, seq: Some(256), gpu: Some("t4".into()), ..Plan::default() }
+}
+
+fn gpt2() -> Plan {
+    Plan { model: "gpt2".into(), batch: 4, seq: Some(256), gpu: Some("a100-40".into()), ..Plan::default() }
+}
+
+#[wasm_bindgen_test]
+async fn infer_mode_shows_the_kv_cache_and_the_context_chart() {
+    let (host, plan, _h) = mount(llama());
+    settle().await;
+    assert!(by_test_id(&host, "chart-context").has_attribute("hidden"), "context chart shown while training");
+    assert!(host.query_selector("[data-testid='kv-dtype']").unwrap().is_none(), "KV control shown while training");
+    pick(&host, "mode", "infer");
+    settle().await;
+    assert_eq!(plan.get_untracked().mode, Mode::Infer);
+    let chart = by_test_id(&host, "chart-context");
+    assert!(!chart.has_attribute("hidden"), "context chart hidden in infer mode");
+    let canvas: HtmlCanvasElement = chart.query_selector("canvas").unwrap().unwrap().unchecked_into();
+    assert!(canvas.client_width() > 0 && canvas.width() >= canvas.client_width() as u32);
+    let kv = text(&host, "kv-summary");
+    assert!(kv.contains("KV cache") && kv.contains("iB"), "{kv:?}");
+    assert!(text(&host, "max-context").contains("tokens"));
+    // A cheaper cache dtype and a longer context change the numbers.
+    pick(&host, "kv-dtype", "fp8");
+    settle().await;
+    let fp8 = text(&host, "kv-summary");
+    assert_ne!(fp8, kv);
+    type_in(&host, "context", "1024");
+    settle().await;
+    assert_eq!(plan.get_untracked().context, Some(1024));
+    assert_ne!(text(&host, "kv-summary"), fp8);
+    // Fine-tuning shows the LoRA rank instead.
+    pick(&host, "mode", "finetune");
+    settle().await;
+    type_in(&host, "lora-rank", "16");
+    settle().await;
+    assert_eq!(plan.get_untracked().lora.map(|l| l.rank), Some(16));
+    assert!(host.query_selector("[data-testid='kv-dtype']").unwrap().is_none());
+}
+
+#[wasm_bindgen_test]
+async fn tp_and_zero_change_the_per_gpu_numbers() {
+    let (host, plan, _h) = mount(Plan { gpu: Some("a100-40".into()), ..llama() });
+    settle().await;
+    let one = text(&host, "per-gpu");
+    assert!(one.contains("Device total"), "{one:?}");
+    type_in(&host, "tp", "2");
+    settle().await;
+    assert_eq!(plan.get_untracked().parallel.map(|p| p.tp), Some(2));
+    let tp2 = text(&host, "per-gpu");
+    assert_ne!(tp2, one, "tp did not change the per-GPU numbers");
+    type_in(&host, "dp", "4");
+    pick(&host, "zero", "3");
+    settle().await;
+    let z3 = text(&host, "per-gpu");
+    assert!(z3.contains("ZeRO-3") && z3 != tp2, "{z3:?}");
+    let canvas: HtmlCanvasElement = by_test_id(&host, "chart-zero").query_selector("canvas").unwrap().unwrap().unchecked_into();
+    assert!(canvas.width() > 0);
+    // A layout the estimator refuses is a message, not a crash.
+    type_in(&host, "tp", "5");
+    settle().await;
+    assert!(text(&host, "parallel-error").contains("Cannot estimate this layout"));
+}
+
+#[wasm_bindgen_test]
+async fn a_found_layout_applies_with_one_click() {
+    let (host, plan, _h) = mount(Plan { batch: 64, ..gpt2() });
+    settle().await;
+    click(&by_test_id(&host, "layout-search-run"));
+    settle().await;
+    let found = by_test_id(&host, "layout-search").inner_html().matches("data-testid=\"apply-layout\"").count();
+    assert!(found >= 1, "no layout found: {}", text(&host, "layout-search"));
+    let before = plan.get_untracked();
+    click(&by_test_id(&host, "apply-layout"));
+    settle().await;
+    let after = plan.get_untracked();
+    assert_ne!(after, before, "applying a layout did not change the plan");
+    assert!(after.parallel.is_some());
+    assert!(text(&host, "per-gpu").contains("Fits the GPUyes"), "{}", text(&host, "per-gpu"));
+}
+
+#[wasm_bindgen_test]
+async fn the_comparison_view_holds_mobilenet_resnet_and_more() {
+    let (host, _plan, _h) = mount(Plan::default());
+    settle().await;
+    let view = text(&host, "compare");
+    assert!(view.contains("MobileNetV2") && view.contains("ResNet-50") && view.contains("3.5 M") && view.contains("25.6 M"), "{view:?}");
+    let columns = || by_test_id(&host, "compare").inner_html().matches("<th scope=\"col\"").count();
+    assert_eq!(columns(), 3);
+    click(&by_test_id(&host, "compare-add"));
+    settle().await;
+    assert_eq!(columns(), 4);
+}
+
+#[wasm_bindgen_test]
+async fn inference_hides_the_layout_controls() {
+    let (host, _plan, _h) = mount(llama());
+    settle().await;
+    let controls: HtmlElement = by_test_id(&host, "tp").closest(".controls").unwrap().unwrap().unchecked_into();
+    assert!(controls.offset_height() > 0);
+    pick(&host, "mode", "infer");
+    settle().await;
+    assert_eq!(controls.offset_height(), 0, "layout controls still shown when serving");
+    assert!(text(&host, "parallel-panel").contains("estimated on one GPU"));
+}
