@@ -72,10 +72,18 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             failure.set(drawn.err().map(|e| e.to_string()));
         })
     };
+    let redraw = draw_now.clone();
     let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+    // A chart scrolled out of view is not redrawn while the plan changes; it catches up when it
+    // comes back into view.
+    let visible = RwSignal::new(true);
+    watch_visibility(&el, visible);
     // What the chart's data depends on, tracked here without computing the data: that happens
     // in the deferred draw.
     effect(Box::new(move || {
+        if !visible.get() {
+            return;
+        }
         p.plan.track();
         p.version.track();
         p.lang.track();
@@ -110,6 +118,8 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 }
             }
             _ => {
+                // A chart out of view may be behind the plan: draw it now.
+                redraw();
                 if let Ok(url) = el.to_data_url() {
                     runtime::download_url(&name, &url);
                 }
@@ -142,6 +152,25 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 .child(details)
                 .child(h("span").cls("exports").child(button("export-png", || "PNG".into(), move || s1("png"))).child(button("export-svg", || "SVG".into(), move || s2("svg"))).child(button("export-table", || "CSV".into(), move || s3("csv")))),
         )
+}
+
+/// Keeps `visible` equal to whether `el` is within the viewport (with a margin, so a chart
+/// about to scroll in is already drawn).
+fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
+    use wasm_bindgen::closure::Closure;
+    let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
+        if let Some(e) = entries.iter().last().and_then(|e| e.dyn_into::<web_sys::IntersectionObserverEntry>().ok()) {
+            if visible.get_untracked() != e.is_intersecting() {
+                visible.set(e.is_intersecting());
+            }
+        }
+    });
+    let init = web_sys::IntersectionObserverInit::new();
+    init.set_root_margin("200px");
+    if let Ok(obs) = web_sys::IntersectionObserver::new_with_options(cb.as_ref().unchecked_ref(), &init) {
+        obs.observe(el);
+        cb.forget();
+    }
 }
 
 fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
