@@ -65,6 +65,8 @@ pub fn draw_layers_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data
         .disable_x_mesh()
         .bold_line_style(GRID)
         .light_line_style(GRID.mix(0.4))
+        // One minor line between labels: the default ten are hundreds of strokes per redraw.
+        .max_light_lines(1)
         .axis_style(MUTED)
         .x_desc(data.x_desc)
         .y_desc(data.y_desc.as_str())

@@ -142,6 +142,8 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
         .disable_x_mesh()
         .bold_line_style(GRID)
         .light_line_style(GRID.mix(0.4))
+        // One minor line between labels: the default ten are hundreds of strokes per redraw.
+        .max_light_lines(1)
         .axis_style(MUTED)
         .x_desc(data.x_desc)
         .y_desc(data.y_desc.as_str())

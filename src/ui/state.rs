@@ -312,9 +312,10 @@ pub fn clamp_accumulation(v: u64) -> u32 {
     v.clamp(1, MAX_ACCUMULATION as u64) as u32
 }
 
-/// The GPU picker's options: (id, name, memory size) in catalogue order.
-pub fn gpu_options() -> Vec<(&'static str, &'static str)> {
-    GPUS.iter().map(|g| (g.id, g.name)).collect()
+/// The GPU picker's options in catalogue order: id, and the name with its memory size and
+/// bandwidth ("H100 80 GB · 3350 GB/s").
+pub fn gpu_options() -> Vec<(&'static str, String)> {
+    GPUS.iter().map(|g| (g.id, format!("{} · {:.0} GB/s", g.name, g.bandwidth_gbs))).collect()
 }
 
 /// The picker value for the plan's GPU (`custom` for a custom capacity).
@@ -485,6 +486,15 @@ mod tests {
         let groups = model_groups();
         assert_eq!(groups[0].0, Family::Cnn);
         assert_eq!(groups.iter().map(|g| g.1.len()).sum::<usize>(), MODELS.len());
+    }
+
+    #[test]
+    fn gpu_options_show_memory_and_bandwidth() {
+        let o = gpu_options();
+        assert!(o.iter().any(|(id, t)| *id == "h100-80" && t == "H100 80 GB · 3350 GB/s"), "{o:?}");
+        for want in ["v100-16", "v100-32", "a100-40", "a100-80", "h200-141", "b200-192", "gh200-96", "l4", "t4", "a10", "rtx3090", "rtx4090", "rtx5090", "rtx6000ada", "mi300x", "m3-max-128"] {
+            assert!(o.iter().any(|(id, _)| *id == want), "{want} missing from the catalogue");
+        }
     }
 
     #[test]
