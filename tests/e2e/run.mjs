@@ -65,6 +65,8 @@ test('the page boots under /vram-planner/ with an estimate and every chart', asy
   }
   await until(async () => (await planner.chartSizes()).every((c) => c.cssWidth > 0 && c.width === c.cssWidth * 2), 'a canvas is not drawn at 2 × its CSS width (devicePixelRatio 2)');
   await planner.idle();
+  await planner.page.evaluate(() => window.scrollTo(0, 0));
+  await planner.page.waitForTimeout(200);
   await planner.page.screenshot({ path: `${SHOTS}/main.png`, fullPage: true });
   await planner.page.screenshot({ path: `${SHOTS}/main-top.png` });
 });
