@@ -92,8 +92,8 @@ pub struct BatchLines {
 
 impl BatchLines {
     pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, EstimateError> {
-        let b1 = 1u64;
-        let b2 = hi.clamp(2, 1024);
+        let b1 = 2u64; // batch 1 can skip layout copies (LSTM), so it may lie off the line
+        let b2 = hi.clamp(4, 1024);
         let e1 = estimate(&with(plan, Axis::Batch, b1))?;
         let e2 = estimate(&with(plan, Axis::Batch, b2))?;
         BatchLines::from_estimates(&e1, b1, &e2, b2)

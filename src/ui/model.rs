@@ -1,6 +1,6 @@
 //! What the page shows for a plan at every batch size, and the work queue that fills it in.
 //!
-//! A [`BatchModel`] is two simulations of a plan (at batch 1 and [`B2`]) turned into
+//! A [`BatchModel`] is two simulations of a plan (at batch 2 and [`B2`]) turned into
 //! [`BatchLines`]: every number the page shows at any batch (the peak, its breakdown, the
 //! device total, the step timeline, the activations per layer) then costs microseconds, so
 //! moving the batch slider never re-simulates. Models are keyed on the plan without its batch
@@ -124,10 +124,12 @@ pub fn model_key(plan: &Plan) -> String {
 }
 
 impl BatchModel {
-    /// Simulates `plan` (its batch and GPU ignored) at batch 1 and [`B2`] (8 if that overflows).
+    /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
     pub fn new(plan: &Plan) -> Result<BatchModel, EstimateError> {
         let base = model_plan(plan);
-        let e1 = estimate(&base)?;
+        // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
+        // skips a copy (the LSTM), so batch 1 is not on the same line.
+        let e1 = estimate(&Plan { batch: 2, ..base.clone() })?;
         let mut err = None;
         for b2 in [B2, 8] {
             match estimate(&Plan { batch: b2, ..base.clone() }) {
@@ -139,15 +141,15 @@ impl BatchModel {
     }
 
     fn from_estimates(e1: &Estimate, e2: &Estimate, b2: u64) -> Result<BatchModel, EstimateError> {
-        let lines = BatchLines::from_estimates(e1, 1, e2, b2)?;
-        let d = (b2 - 1) as f64;
+        let lines = BatchLines::from_estimates(e1, 2, e2, b2)?;
+        let d = (b2 - 2) as f64;
         let layers = e1
             .layers
             .iter()
             .map(|l1| {
                 let y2 = e2.layers.iter().find(|l| l.layer == l1.layer).map_or(l1.bytes.0 as f64, |l| l.bytes.0 as f64);
                 let slope = (y2 - l1.bytes.0 as f64) / d;
-                (l1.layer.clone(), l1.bytes.0 as f64 - slope, slope)
+                (l1.layer.clone(), l1.bytes.0 as f64 - 2.0 * slope, slope)
             })
             .collect();
         Ok(BatchModel {
@@ -158,8 +160,8 @@ impl BatchModel {
             grad_bytes: e1.grad_bytes,
             opt_state_bytes: e1.opt_state_bytes,
             fixed: e1.workspaces + e1.context,
-            forward_flops_per_sample: e1.forward_flops,
-            recompute_flops_per_sample: e1.recompute_flops,
+            forward_flops_per_sample: e1.forward_flops / 2.0,
+            recompute_flops_per_sample: e1.recompute_flops / 2.0,
         })
     }
 
@@ -472,9 +474,7 @@ mod tests {
             let p = Plan { dtype: Precision::AmpBf16, ..Plan::new(m.id) };
             let bm = BatchModel::new(&p).unwrap_or_else(|e| panic!("{}: {e}", m.id));
             let e = estimate(&Plan { batch: 3, ..p.clone() }).unwrap();
-            // Within 1 %: a few steps are not quite affine in the batch (the LSTM's per-step
-            // buffers); the page shows the exact estimate once input settles.
-            assert!(rel(bm.at(3, None).peak, e.peak_allocated) < 1e-2, "{}", m.id);
+            assert!(rel(bm.at(3, None).peak, e.peak_allocated) < 1e-3, "{}", m.id);
         }
     }
 
