@@ -150,7 +150,7 @@ fn checkpoint_chart_has_two_axes_and_marks() {
 fn timeline_chart_shades_the_phases_and_marks_the_peak() {
     use vram_planner::estimator::timeline::Phase;
     let e = estimate(&Plan { batch: 16, ..Plan::new("resnet18") }).unwrap();
-    let events: Vec<(Phase, [u64; vram_planner::estimator::timeline::Category::COUNT])> = e.timeline.events.iter().map(|ev| (ev.phase, ev.live.0)).collect();
+    let events: Vec<(Phase, [u64; Category::COUNT])> = e.timeline.events.iter().map(|ev| (ev.phase, ev.live.0)).collect();
     let n = events.len();
     let cols = columns(events, n, 300);
     let peak: u64 = cols.live[cols.peak].iter().sum();

@@ -113,6 +113,8 @@ async fn page_shows_the_numbers_and_draws_every_chart() {
     let ratio = window().device_pixel_ratio();
     for id in ["chart-batch", "chart-length", "chart-checkpoint", "chart-timeline", "chart-layers"] {
         let canvas: HtmlCanvasElement = by_test_id(&host, id).query_selector("canvas").unwrap().expect("canvas").unchecked_into();
+        // Charts out of view are not redrawn: bring each into view.
+        canvas.scroll_into_view();
         let drawn = until(3000, || canvas.client_width() > 0 && canvas.width() == (canvas.client_width() as f64 * ratio).round() as u32).await;
         assert!(drawn, "{id}: backing store {} is not CSS width {} × devicePixelRatio", canvas.width(), canvas.client_width());
     }

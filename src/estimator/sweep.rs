@@ -149,7 +149,7 @@ impl BatchLines {
     }
 
     /// Live bytes by category ([`Category::ALL`] order) after event `i` at batch `b`.
-    pub fn live_at(&self, i: usize, b: u64) -> [u64; crate::estimator::timeline::Category::COUNT] {
+    pub fn live_at(&self, i: usize, b: u64) -> [u64; Category::COUNT] {
         let bf = b as f64;
         self.lines[i].map(|(p, a)| (p + a * bf).max(0.0).round() as u64)
     }

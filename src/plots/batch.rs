@@ -28,7 +28,7 @@ pub struct StackedChart<'a> {
     pub x_desc: &'a str,
     pub y_desc: String,
     /// Legend names in [`Category::ALL`] order.
-    pub categories: [&'a str; crate::estimator::timeline::Category::COUNT],
+    pub categories: [&'a str; Category::COUNT],
     pub unit: MemUnit,
     /// The user's current value (red).
     pub current: Option<Marker>,

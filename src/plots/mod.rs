@@ -176,6 +176,8 @@ where
     let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
     mesh.bold_line_style(theme::GRID)
         .light_line_style(theme::GRID.mix(0.4))
+        // One minor line between labels: the default ten are hundreds of strokes per redraw.
+        .max_light_lines(1)
         .axis_style(theme::MUTED)
         .x_desc(x_desc)
         .y_desc(y_desc)

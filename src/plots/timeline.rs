@@ -17,7 +17,7 @@ use crate::estimator::units::Bytes;
 pub struct Columns {
     /// Live bytes by category per column: the column's event with the largest total, so no
     /// peak is lost.
-    pub live: Vec<[u64; crate::estimator::timeline::Category::COUNT]>,
+    pub live: Vec<[u64; Category::COUNT]>,
     /// Phases as `[start, end)` column ranges, in step order.
     pub spans: Vec<(Phase, usize, usize)>,
     /// The column holding the step's peak.
@@ -25,13 +25,13 @@ pub struct Columns {
 }
 
 /// Groups `n` events into at most `max_cols` columns that never straddle two phases.
-pub fn columns(events: impl IntoIterator<Item = (Phase, [u64; crate::estimator::timeline::Category::COUNT])>, n: usize, max_cols: usize) -> Columns {
+pub fn columns(events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>, n: usize, max_cols: usize) -> Columns {
     let per = n.div_ceil(max_cols.max(1)).max(1);
     let mut out = Columns::default();
-    let (mut best, mut best_total, mut count) = ([0u64; crate::estimator::timeline::Category::COUNT], 0u64, 0usize);
+    let (mut best, mut best_total, mut count) = ([0u64; Category::COUNT], 0u64, 0usize);
     let mut phase: Option<Phase> = None;
     let mut peak_total = 0u64;
-    let mut flush = |out: &mut Columns, best: &mut [u64; crate::estimator::timeline::Category::COUNT], best_total: &mut u64, count: &mut usize, ph: Phase| {
+    let mut flush = |out: &mut Columns, best: &mut [u64; Category::COUNT], best_total: &mut u64, count: &mut usize, ph: Phase| {
         if *count == 0 {
             return;
         }
@@ -71,7 +71,7 @@ pub struct TimelineChart<'a> {
     pub columns: &'a Columns,
     /// Label of each phase, in [`Phase`] order (zero_grad, forward, backward, optimizer).
     pub phase_labels: [&'a str; 4],
-    pub categories: [&'a str; crate::estimator::timeline::Category::COUNT],
+    pub categories: [&'a str; Category::COUNT],
     pub unit: MemUnit,
     pub x_desc: &'a str,
     pub y_desc: String,
@@ -114,7 +114,7 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
     }
     let unit = data.unit;
     let n = cols.len() as f64;
-    let total = |c: &[u64; crate::estimator::timeline::Category::COUNT]| c.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let total = |c: &[u64; Category::COUNT]| c.iter().fold(0u64, |a, &b| a.saturating_add(b));
     let top = cols.iter().map(|c| unit.of(Bytes(total(c)))).fold(0.0, f64::max);
     // The capacity line only when it is near enough to matter; far above, it would flatten the
     // step's shape into the bottom of the chart.
@@ -198,14 +198,19 @@ mod tests {
 
     #[test]
     fn columns_keep_the_peak_and_the_phases() {
+        let one = |v: u64| {
+            let mut a = [0u64; Category::COUNT];
+            a[0] = v;
+            a
+        };
         let mut ev = Vec::new();
         for i in 0..100u64 {
-            ev.push((Phase::Forward, [i, 0, 0, 0, 0, 0, 0, 0, 0]));
+            ev.push((Phase::Forward, one(i)));
         }
         for i in 0..50u64 {
-            ev.push((Phase::Backward, [200 - i, 0, 0, 0, 0, 0, 0, 0, 0]));
+            ev.push((Phase::Backward, one(200 - i)));
         }
-        ev.push((Phase::Optimizer, [10, 0, 0, 0, 0, 0, 0, 0, 0]));
+        ev.push((Phase::Optimizer, one(10)));
         let n = ev.len();
         let c = columns(ev, n, 20);
         assert!(c.live.len() <= 22, "{} columns", c.live.len());

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
+use wasm_bindgen::JsCast;
 
 use super::chart::chart_view;
 use super::charts::{self, ChartData};
@@ -278,10 +279,10 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::batch_input(p))
         .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
         .child(controls::precision_picker(p))
-        .child(controls::optimizer_picker(p))
-        .child(controls::optimizer_impl_picker(p))
+        .child(controls::optimizer_picker(p).show(move || applies.with(|a| a.training)))
+        .child(controls::optimizer_impl_picker(p).show(move || applies.with(|a| a.training)))
         .child(controls::checkpoint_picker(p).show(move || applies.with(|a| a.checkpointing)))
-        .child(controls::accumulation_input(p))
+        .child(controls::accumulation_input(p).show(move || applies.with(|a| a.training)))
         .child(controls::attention_picker(p).show(move || applies.with(|a| a.attention)))
         .child(controls::gpu_picker(p));
     let results = h("section")
@@ -292,6 +293,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(breakdown(p))
         .child(share(p));
     let charts = h("section").cls("charts").children(ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
+    let extra = extra_panels(p);
     h("div")
         .child(
             h("header")
@@ -300,21 +302,58 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
                 .child(h("div").cls("prefs").child(controls::lang_picker(p)).child(controls::units_picker(p))),
         )
         .child(notice_view(p, notice))
-        .child(busy(p, h("main").cls("planner")).child(controls).child(results).child(charts))
+        .child(busy(p, h("main").cls("planner")).child(controls).child(results).child(charts).child(extra))
         .child(h("footer").cls("colophon").child(h("p").dyn_text(tr(p, Msg::Footer))))
 }
 
-/// The mode, parallelism and comparison panels (issues #5 and #6), a Leptos view mounted into a
-/// container of the page; they edit the same plan signal.
-#[allow(dead_code)] // not mounted yet: the panels re-estimate on every batch move (see README)
+/// The mode switch, the parallelism panel and the comparison view (issues #5 and #6): typed
+/// Leptos components of their own, mounted only while their section is open. They recompute on
+/// every change of the plan they are given (hundreds of milliseconds for a 70B model), so they
+/// get a copy of the page's plan that follows it once input has settled; their own edits go to
+/// the page's plan at once. Sliders stay as fast with the section open as closed.
 fn extra_panels(p: Planner) -> El {
-    use wasm_bindgen::JsCast;
-    let host = h("section").cls("extra");
-    let plan = p.plan;
-    let handle = leptos::mount::mount_to(host.0.clone().unchecked_into::<web_sys::HtmlElement>(), move || view! { <super::extra::ExtraPanels plan=plan /> });
-    // The panels live as long as the page.
-    std::mem::forget(handle);
-    host
+    let panel_plan = RwSignal::new(p.plan.get_untracked());
+    let timer = StoredValue::new(None::<leptos::leptos_dom::helpers::TimeoutHandle>);
+    Effect::new(move |_| {
+        p.plan.track();
+        if let Some(t) = timer.get_value() {
+            t.clear();
+        }
+        let t = set_timeout_with_handle(
+            move || {
+                let now = p.plan.get_untracked();
+                if panel_plan.with_untracked(|q| *q != now) {
+                    panel_plan.set(now);
+                }
+            },
+            std::time::Duration::from_millis(runtime::SETTLE_MS as u64),
+        );
+        timer.set_value(t.ok());
+    });
+    Effect::new(move |_| {
+        panel_plan.with(|q| {
+            if p.plan.with_untracked(|m| m != q) {
+                p.plan.set(q.clone());
+            }
+        })
+    });
+    let host = h("div");
+    let mounted = StoredValue::new_local(None::<leptos::mount::UnmountHandle<leptos::tachys::view::any_view::AnyViewState>>);
+    let details = h("details").cls("extra").testid("more-panels").child(h("summary").dyn_text(tr(p, Msg::MorePanels))).child(host.clone());
+    let el = details.0.clone();
+    details.on("toggle", move |_| {
+        if el.has_attribute("open") {
+            if mounted.with_value(|m| m.is_none()) {
+                if let Ok(target) = host.0.clone().dyn_into::<web_sys::HtmlElement>() {
+                    panel_plan.set(p.plan.get_untracked());
+                    let handle = leptos::mount::mount_to(target, move || view! { <super::extra::ExtraPanels plan=panel_plan /> }.into_any());
+                    mounted.set_value(Some(handle));
+                }
+            }
+        } else {
+            mounted.set_value(None);
+        }
+    })
 }
 
 /// The compact card for an iframe: the key numbers, the sliders and one chart.

@@ -29,6 +29,22 @@ fn title(kind: ChartKind) -> (Msg, Msg) {
     }
 }
 
+/// The least time between two redraws of a chart other than the one the slider moves (the
+/// batch chart, or the embed card's only chart), per chart so their redraws spread over
+/// different frames: while a slider is dragged they follow at 10–20 frames a second and leave
+/// each frame's time to the numbers and the primary chart. At rest every chart is current.
+fn min_interval_ms(p: Planner, kind: ChartKind) -> f64 {
+    if p.embed || kind == ChartKind::Batch {
+        return 0.0;
+    }
+    match kind {
+        ChartKind::Length => 50.0,
+        ChartKind::Checkpoint => 70.0,
+        ChartKind::Timeline => 60.0,
+        _ => 90.0,
+    }
+}
+
 /// One chart: its canvas, caption, data table and downloads.
 pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let data = p.chart_data(kind);
@@ -72,26 +88,41 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             failure.set(drawn.err().map(|e| e.to_string()));
         })
     };
+    let redraw = draw_now.clone();
     let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+    let last_draw = std::rc::Rc::new(std::cell::Cell::new(f64::NEG_INFINITY));
+    let min_gap = min_interval_ms(p, kind);
+    // A chart scrolled out of view is not redrawn while the plan changes; it catches up when it
+    // comes back into view.
+    let visible = RwSignal::new(true);
+    watch_visibility(&el, visible);
     // What the chart's data depends on, tracked here without computing the data: that happens
     // in the deferred draw.
     effect(Box::new(move || {
+        if !visible.get() {
+            return;
+        }
         p.plan.track();
         p.version.track();
         p.lang.track();
         p.units.track();
         css.track();
         if !pending.replace(true) {
-            let (d, pending) = (draw_now.clone(), pending.clone());
-            request_animation_frame(move || {
-                set_timeout(
-                    move || {
-                        pending.set(false);
-                        d();
-                    },
-                    std::time::Duration::ZERO,
-                )
-            });
+            let (d, pending, last) = (draw_now.clone(), pending.clone(), last_draw.clone());
+            let run = move || {
+                pending.set(false);
+                last.set(runtime::now());
+                d();
+            };
+            // Always right after a frame, so a redraw never lands between an input and the
+            // frame that shows it; a throttled one after the first frame past its interval.
+            let after_frame = move || request_animation_frame(move || set_timeout(run, std::time::Duration::ZERO));
+            let wait = min_gap - (runtime::now() - last_draw.get());
+            if wait > 0.0 {
+                set_timeout(after_frame, std::time::Duration::from_millis(wait.ceil() as u64));
+            } else {
+                after_frame();
+            }
         }
     }));
     let save = std::rc::Rc::new(move |what: &'static str| {
@@ -110,6 +141,8 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 }
             }
             _ => {
+                // A chart out of view may be behind the plan: draw it now.
+                redraw();
                 if let Ok(url) = el.to_data_url() {
                     runtime::download_url(&name, &url);
                 }
@@ -142,6 +175,25 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 .child(details)
                 .child(h("span").cls("exports").child(button("export-png", || "PNG".into(), move || s1("png"))).child(button("export-svg", || "SVG".into(), move || s2("svg"))).child(button("export-table", || "CSV".into(), move || s3("csv")))),
         )
+}
+
+/// Keeps `visible` equal to whether `el` is within the viewport (with a margin, so a chart
+/// about to scroll in is already drawn).
+fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
+    use wasm_bindgen::closure::Closure;
+    let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
+        if let Some(e) = entries.iter().last().and_then(|e| e.dyn_into::<web_sys::IntersectionObserverEntry>().ok()) {
+            if visible.get_untracked() != e.is_intersecting() {
+                visible.set(e.is_intersecting());
+            }
+        }
+    });
+    let init = web_sys::IntersectionObserverInit::new();
+    init.set_root_margin("200px");
+    if let Ok(obs) = web_sys::IntersectionObserver::new_with_options(cb.as_ref().unchecked_ref(), &init) {
+        obs.observe(el);
+        cb.forget();
+    }
 }
 
 fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {

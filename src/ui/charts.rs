@@ -233,7 +233,7 @@ fn unit_of(units: Units) -> MemUnit {
     }
 }
 
-fn categories(lang: Lang) -> [&'static str; crate::estimator::timeline::Category::COUNT] {
+fn categories(lang: Lang) -> [&'static str; Category::COUNT] {
     Category::ALL.map(|c| category_label(c, lang))
 }
 
@@ -388,7 +388,7 @@ impl ChartData {
                 Table { headers: h(&[Msg::Segment.t(lang), Msg::Peak.t(lang), Msg::ActivationMemory.t(lang), Msg::ExtraCompute.t(lang)]), rows }
             }
             ChartData::Timeline(d) => {
-                let total = |c: &[u64; crate::estimator::timeline::Category::COUNT]| Bytes(c.iter().sum());
+                let total = |c: &[u64; Category::COUNT]| Bytes(c.iter().sum());
                 let rows = d
                     .columns
                     .spans

@@ -301,7 +301,7 @@ pub fn gpu_picker(p: Planner) -> El {
                 "gpu",
                 "gpu-picker",
                 move || {
-                    let mut v: Vec<(String, String)> = state::gpu_options().into_iter().map(|(id, name)| (id.to_string(), name.to_string())).collect();
+                    let mut v: Vec<(String, String)> = state::gpu_options().into_iter().map(|(id, name)| (id.to_string(), name)).collect();
                     v.push(("custom".into(), Msg::CustomGpu.t(p.lang.get()).into()));
                     v
                 },

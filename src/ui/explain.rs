@@ -123,6 +123,12 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     };
     push("optimizer_temps", category_label(Category::OptimizerTemps, lang).into(), ot, otf, false);
 
+    let kv = n.category(Category::KvCache);
+    if kv.0 > 0 {
+        let f = tr(lang, format!("keys and values of every layer for the context so far: {}", scaled(n, Category::KvCache, units, lang)), format!("各层截至当前上下文的键和值：{}", scaled(n, Category::KvCache, units, lang)));
+        push("kv_cache", category_label(Category::KvCache, lang).into(), kv, f, false);
+    }
+
     let ph = phase_label(n.phase, lang);
     let pf = match &n.peak_op {
         Some(op) => tr(lang, format!("sum of the rows above, during {ph} at {op}; each tensor rounded to 512 B"), format!("以上各项之和，出现在{ph}（{op}）；每个张量按 512 B 取整")),

@@ -247,6 +247,7 @@ messages! {
     DeviceLine => "device total", "设备总用量";
     Largest => "largest that fits", "最大可容纳";
     Total => "Total", "合计";
+    MorePanels => "Mode, parallelism and comparison", "模式、并行与对比";
 }
 
 impl Msg {
@@ -281,8 +282,8 @@ pub fn optimizer_label(o: OptimizerKind, lang: Lang) -> &'static str {
         (OptimizerKind::Adamw, _) => "AdamW",
         (OptimizerKind::Adam8bit, _) => "Adam 8-bit (bitsandbytes)",
         (OptimizerKind::Adamw8bit, _) => "AdamW 8-bit (bitsandbytes)",
-        (OptimizerKind::PagedAdamw8bit, _) => "Paged AdamW 8-bit",
-        (OptimizerKind::PagedAdamw, _) => "Paged AdamW",
+        (OptimizerKind::PagedAdamw8bit, _) => "Paged AdamW 8-bit (bitsandbytes)",
+        (OptimizerKind::PagedAdamw, _) => "Paged AdamW (bitsandbytes)",
     }
 }
 

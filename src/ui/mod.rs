@@ -11,10 +11,10 @@ pub mod export;
 pub mod i18n;
 pub mod model;
 pub mod state;
-pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
-pub mod scale_logic; // ui2: issue #5 parallelism panel logic
 pub mod suggest;
 pub mod url;
+pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
+pub mod scale_logic; // ui2: issue #5 parallelism panel logic
 
 #[cfg(target_arch = "wasm32")]
 mod app;
@@ -22,16 +22,16 @@ mod app;
 mod backend;
 #[cfg(target_arch = "wasm32")]
 mod chart;
-#[cfg(target_arch = "wasm32")] pub mod compare; // ui2
-#[cfg(target_arch = "wasm32")] pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
-#[cfg(target_arch = "wasm32")] pub mod mode_panel; // ui2
-#[cfg(target_arch = "wasm32")] pub mod parallel_panel; // ui2
 #[cfg(target_arch = "wasm32")]
 mod controls;
 #[cfg(target_arch = "wasm32")]
 mod dom;
 #[cfg(target_arch = "wasm32")]
 mod runtime;
+#[cfg(target_arch = "wasm32")] pub mod compare; // ui2
+#[cfg(target_arch = "wasm32")] pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
+#[cfg(target_arch = "wasm32")] pub mod mode_panel; // ui2
+#[cfg(target_arch = "wasm32")] pub mod parallel_panel; // ui2
 
 #[cfg(target_arch = "wasm32")]
 pub use app::{App, Planner};

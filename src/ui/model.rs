@@ -1,6 +1,6 @@
 //! What the page shows for a plan at every batch size, and the work queue that fills it in.
 //!
-//! A [`BatchModel`] is two simulations of a plan (at batch 1 and [`B2`]) turned into
+//! A [`BatchModel`] is two simulations of a plan (at batch 2 and [`B2`]) turned into
 //! [`BatchLines`]: every number the page shows at any batch (the peak, its breakdown, the
 //! device total, the step timeline, the activations per layer) then costs microseconds, so
 //! moving the batch slider never re-simulates. Models are keyed on the plan without its batch
@@ -56,9 +56,9 @@ pub struct Numbers {
     /// The op at the peak (known from the exact estimate only).
     pub peak_op: Option<String>,
     /// Live bytes by category at the peak, [`Category::ALL`] order.
-    pub by_category: [Bytes; crate::estimator::timeline::Category::COUNT],
+    pub by_category: [Bytes; Category::COUNT],
     /// Each category at the peak event as `intercept + slope × batch` (for the formulas).
-    pub per_sample: [(f64, f64); crate::estimator::timeline::Category::COUNT],
+    pub per_sample: [(f64, f64); Category::COUNT],
     pub param_count: u64,
     pub param_bytes: Bytes,
     pub grad_bytes: Bytes,
@@ -124,7 +124,7 @@ pub fn model_key(plan: &Plan) -> String {
 }
 
 impl BatchModel {
-    /// Simulates `plan` (its batch and GPU ignored) at batch 1 and [`B2`] (8 if that overflows).
+    /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
     pub fn new(plan: &Plan) -> Result<BatchModel, EstimateError> {
         let base = model_plan(plan);
         // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
@@ -172,8 +172,8 @@ impl BatchModel {
         let (workspaces, context) = device_fixed(gpu);
         let segments = p.device_total.saturating_sub(self.fixed);
         let reserved = segments + workspaces;
-        let mut by_category = [Bytes::ZERO; crate::estimator::timeline::Category::COUNT];
-        let mut per_sample = [(0.0, 0.0); crate::estimator::timeline::Category::COUNT];
+        let mut by_category = [Bytes::ZERO; Category::COUNT];
+        let mut per_sample = [(0.0, 0.0); Category::COUNT];
         for (c, v) in &p.by_category {
             by_category[c.index()] = *v;
         }
@@ -230,7 +230,7 @@ impl BatchModel {
     }
 
     /// The step's timeline at batch `b`: `(phase, live bytes by category)` per event.
-    pub fn timeline_at(&self, b: u64) -> impl Iterator<Item = (Phase, [u64; crate::estimator::timeline::Category::COUNT])> + '_ {
+    pub fn timeline_at(&self, b: u64) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
         (0..self.lines.len()).map(move |i| (self.lines.phase(i), self.lines.live_at(i, b)))
     }
 }

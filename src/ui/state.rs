@@ -177,6 +177,8 @@ pub struct Applies {
     /// Attention kernel: transformers only.
     pub attention: bool,
     pub checkpointing: bool,
+    /// Optimizer, checkpointing and accumulation: not when serving (inference mode).
+    pub training: bool,
 }
 
 pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
@@ -186,7 +188,8 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
         resolution: image,
         seq_len: !image,
         attention: matches!(fam, Family::Language | Family::VisionTransformer),
-        checkpointing: ckpt.any(),
+        checkpointing: ckpt.any() && plan.mode != crate::estimator::config::Mode::Infer,
+        training: plan.mode != crate::estimator::config::Mode::Infer,
     }
 }
 
@@ -309,9 +312,10 @@ pub fn clamp_accumulation(v: u64) -> u32 {
     v.clamp(1, MAX_ACCUMULATION as u64) as u32
 }
 
-/// The GPU picker's options: (id, name, memory size) in catalogue order.
-pub fn gpu_options() -> Vec<(&'static str, &'static str)> {
-    GPUS.iter().map(|g| (g.id, g.name)).collect()
+/// The GPU picker's options in catalogue order: id, and the name with its memory size and
+/// bandwidth ("H100 80 GB · 3350 GB/s").
+pub fn gpu_options() -> Vec<(&'static str, String)> {
+    GPUS.iter().map(|g| (g.id, format!("{} · {:.0} GB/s", g.name, g.bandwidth_gbs))).collect()
 }
 
 /// The picker value for the plan's GPU (`custom` for a custom capacity).
@@ -339,6 +343,11 @@ pub fn custom_gpu(gib: &str) -> Option<String> {
 pub fn trim_float(v: f64) -> String {
     let s = format!("{v:.3}");
     s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// A parameter count in decimal units ("25.6 M").
+pub fn params_text(n: u64) -> String {
+    crate::estimator::units::Elems(n).to_string()
 }
 
 /// Backing-store size of a canvas shown at `css` pixels on a screen with `ratio` device pixels per
@@ -480,6 +489,15 @@ mod tests {
     }
 
     #[test]
+    fn gpu_options_show_memory_and_bandwidth() {
+        let o = gpu_options();
+        assert!(o.iter().any(|(id, t)| *id == "h100-80" && t == "H100 80 GB · 3350 GB/s"), "{o:?}");
+        for want in ["v100-16", "v100-32", "a100-40", "a100-80", "h200-141", "b200-192", "gh200-96", "l4", "t4", "a10", "rtx3090", "rtx4090", "rtx5090", "rtx6000ada", "mi300x", "m3-max-128"] {
+            assert!(o.iter().any(|(id, _)| *id == want), "{want} missing from the catalogue");
+        }
+    }
+
+    #[test]
     fn custom_gpu_capacity() {
         assert_eq!(custom_gpu("24").as_deref(), Some("custom:24"));
         assert_eq!(custom_gpu("23.50").as_deref(), Some("custom:23.5"));
@@ -495,9 +513,4 @@ mod tests {
         assert_eq!(backing_size((640.0, 360.0), f64::NAN), (640, 360));
         assert_eq!(backing_size((0.0, 0.0), 1.0), (1, 1));
     }
-}
-
-/// A parameter count in decimal units ("25.6 M").
-pub fn params_text(n: u64) -> String {
-    crate::estimator::units::Elems(n).to_string()
 }

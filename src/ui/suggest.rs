@@ -35,6 +35,7 @@ impl Fix {
             Fix::Accumulate { .. } => 2,
             Fix::Checkpointing(_) => 3,
             Fix::Precision(_) => 4,
+            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => 4,
             Fix::Combined(_) => 5,
             Fix::Optimizer(_) => 6,
             Fix::InputSize(_) => 7,
@@ -98,9 +99,12 @@ pub fn candidates(plan: &Plan, info: &CkptInfo, capacity: Bytes, numbers_of: &dy
         v.push(candidate(plan, Fix::Checkpointing(Checkpointing::Block)));
     }
     match plan.opt {
-        OptimizerKind::Adam | OptimizerKind::Adamw => v.push(candidate(plan, Fix::Optimizer(OptimizerKind::SgdMomentum))),
+        OptimizerKind::Adam | OptimizerKind::Adamw => {
+            // bitsandbytes' 8-bit AdamW: the same update with 8-bit moments (Dettmers et al. 2022).
+            v.push(candidate(plan, Fix::Optimizer(OptimizerKind::Adamw8bit)));
+            v.push(candidate(plan, Fix::Optimizer(OptimizerKind::SgdMomentum)));
+        }
         OptimizerKind::SgdMomentum => v.push(candidate(plan, Fix::Optimizer(OptimizerKind::Sgd))),
-        // SGD already, or a fine-tuning optimizer whose choice the mode panel owns.
         _ => {}
     }
     let size = state::input_size(plan);
@@ -224,6 +228,7 @@ pub fn title(fix: &Fix, spec: InputSpec, lang: Lang) -> String {
         Fix::FusedOptimizer => if zh { "融合优化器（fused=True）" } else { "Fused optimizer (fused=True)" }.into(),
         Fix::Optimizer(OptimizerKind::SgdMomentum) => if zh { "用带动量的 SGD 代替 Adam" } else { "SGD with momentum instead of Adam" }.into(),
         Fix::Optimizer(OptimizerKind::Sgd) => if zh { "不带动量的 SGD" } else { "Plain SGD, no momentum" }.into(),
+        Fix::Optimizer(OptimizerKind::Adamw8bit) => if zh { "8 位 AdamW（bitsandbytes）" } else { "8-bit AdamW (bitsandbytes)" }.into(),
         Fix::Optimizer(o) => o.name().into(),
         Fix::InputSize(v) => match (spec.is_image(), zh) {
             (true, false) => format!("Resolution {v}"),
@@ -271,6 +276,7 @@ pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
                     (false, true) => format!("等效批大小为 {eff}（原为 {was}）"),
                 }
             }
+            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => if zh { "需要 bitsandbytes；8 位矩估计，通常精度相当" } else { "needs bitsandbytes; 8-bit moments, usually the same accuracy" }.into(),
             Fix::Optimizer(_) => if zh { "换了优化器：需重新调学习率" } else { "another optimizer: retune the learning rate" }.into(),
             Fix::InputSize(_) => if zh { "改变了输入数据" } else { "changes what the model sees" }.into(),
             Fix::Combined(_) => String::new(),

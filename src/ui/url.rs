@@ -4,7 +4,10 @@
 //! ever echoed, and the page inserts no text as HTML anyway).
 //!
 //! Keys: `model`, `cfg` (a pasted config.json), `batch`, `res`, `seq`, `dtype`, `opt`,
-//! `opt_impl`, `ckpt`, `acc`, `attn`, `gpu`, `lang`, `units`, `embed`, `chart`.
+//! `opt_impl`, `ckpt`, `acc`, `attn`, `gpu`, `lang`, `units`, `embed`, `chart`, and `x`: every
+//! other plan setting that differs from its default (mode, LoRA, quantization, the parallel
+//! layout, offloading, …) as one JSON object with the plan's own keys, read by the plan's own
+//! deserializer (unknown keys refused), so settings added to [`Plan`] later round-trip too.
 
 use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
 use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
@@ -85,7 +88,38 @@ impl Parsed {
     }
 }
 
-const KEYS: [&str; 16] = ["model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn", "gpu", "lang", "units", "embed", "chart"];
+const KEYS: [&str; 17] = ["model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn", "gpu", "lang", "units", "embed", "chart", "x"];
+
+/// The plan's own keys that have a query key of their own (everything else goes in `x`).
+const OWN_KEYS: [&str; 12] = ["model", "hf_config", "batch", "res", "seq", "dtype", "opt", "optimizer_impl", "ckpt", "attn", "accumulation", "gpu"];
+
+/// The longest `x` or `cfg` value read.
+pub const MAX_JSON: usize = 16 * 1024;
+
+/// The plan's settings without a query key of their own that differ from the defaults, as a
+/// JSON object (`None` when all are at their defaults).
+fn extra_settings(plan: &Plan) -> Option<serde_json::Map<String, serde_json::Value>> {
+    let serde_json::Value::Object(mine) = serde_json::to_value(plan).ok()? else { return None };
+    let serde_json::Value::Object(default) = serde_json::to_value(Plan::default()).ok()? else { return None };
+    let extra: serde_json::Map<_, _> = mine.into_iter().filter(|(k, v)| !OWN_KEYS.contains(&k.as_str()) && default.get(k) != Some(v)).collect();
+    (!extra.is_empty()).then_some(extra)
+}
+
+/// `plan` with the settings of an `x` object applied; `None` if they do not make a plan.
+fn with_extra(plan: &Plan, x: &str) -> Option<Plan> {
+    if x.len() > MAX_JSON {
+        return None;
+    }
+    let serde_json::Value::Object(extra) = serde_json::from_str(x).ok()? else { return None };
+    let serde_json::Value::Object(mut base) = serde_json::to_value(plan).ok()? else { return None };
+    for (k, v) in extra {
+        if OWN_KEYS.contains(&k.as_str()) {
+            return None;
+        }
+        base.insert(k, v);
+    }
+    serde_json::from_value(serde_json::Value::Object(base)).ok()
+}
 
 /// Decodes `%XX` escapes and `+`; `None` for a broken escape or bytes that are not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
@@ -248,6 +282,13 @@ pub fn parse_query(query: &str) -> Parsed {
         }
     }
 
+    if let Some(x) = get("x") {
+        match with_extra(plan, x) {
+            Some(p) if build_graph(&model_plan(&p)).is_ok() => *plan = p,
+            _ => reject(&mut out.rejected, "x"),
+        }
+    }
+
     // Settings that are each valid but do not go together with the model fall back one by one.
     let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
         ("ckpt", |p| p.ckpt != Checkpointing::None, |p| p.ckpt = Checkpointing::None),
@@ -301,8 +342,8 @@ pub fn to_query(plan: &Plan, view: &View) -> String {
     }
     q.push(("dtype", plan.dtype.name().into()));
     q.push(("opt", plan.opt.name().into()));
-    if let Some(imp) = plan.optimizer_impl {
-        q.push(("opt_impl", optimizer_impl_name(imp).into()));
+    if let Some(o) = plan.optimizer_impl {
+        q.push(("opt_impl", optimizer_impl_name(o).into()));
     }
     q.push(("ckpt", plan.ckpt.name()));
     if plan.accumulation != 1 {
@@ -313,6 +354,9 @@ pub fn to_query(plan: &Plan, view: &View) -> String {
     }
     if let Some(g) = &plan.gpu {
         q.push(("gpu", g.clone()));
+    }
+    if let Some(x) = extra_settings(plan) {
+        q.push(("x", serde_json::Value::Object(x).to_string()));
     }
     if let Some(l) = view.lang.filter(|l| *l != Lang::En) {
         q.push(("lang", l.code().into()));
@@ -365,6 +409,23 @@ mod tests {
         /// English is the default and is not written to links.
         fn normalised(self) -> View {
             View { lang: self.lang.filter(|l| *l != Lang::En), ..self }
+        }
+    }
+
+    #[test]
+    fn settings_without_a_key_of_their_own_round_trip() {
+        let mut plan = Plan { seq: Some(2048), gpu: Some("h100-80".into()), ..Plan::new("llama-3-8b") };
+        plan.mode = crate::estimator::config::Mode::Finetune;
+        plan.lora = Some(serde_json::from_str(r#"{"rank": 16}"#).unwrap());
+        plan.quantization = crate::estimator::config::Quantization::Nf4;
+        let q = to_query(&plan, &View::default());
+        assert!(q.contains("&x=%7B"), "{q}");
+        round_trip(&plan, &View::default());
+        // A hostile or broken `x` is refused whole; what it cannot set is refused too.
+        for bad in ["x=%7B%22batch%22%3A5%7D", "x=%7B%22nope%22%3A1%7D", "x=%5B1%5D", "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D"] {
+            let p = parse_query(&format!("model=gpt2&{bad}"));
+            assert!(p.rejected.contains(&"x"), "{bad}: {:?}", p.rejected);
+            assert_eq!(p.plan.model, "gpt2");
         }
     }
 
@@ -430,7 +491,7 @@ mod tests {
 
     #[test]
     fn unknown_keys_and_floods_are_counted_not_echoed() {
-        let p = parse_query("x=1&%3Cb%3E=2&model=vgg16");
+        let p = parse_query("y=1&%3Cb%3E=2&model=vgg16");
         assert_eq!((p.unknown, p.plan.model.as_str()), (2, "vgg16"));
         let long = format!("model={}", "a".repeat(MAX_QUERY + 1));
         let p = parse_query(&long);

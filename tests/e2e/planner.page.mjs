@@ -91,9 +91,13 @@ export class PlannerPage {
     await this.pick(this.gpu, id);
   }
 
-  /** A chart's canvas pixels, to tell whether it was redrawn. */
-  chartPixels(testid = 'chart-batch') {
-    return this.page.getByTestId(testid).locator('canvas').evaluate((c) => c.toDataURL('image/png'));
+  /** A chart's canvas pixels, to tell whether it was redrawn. Charts out of view are not
+   * redrawn, so it is scrolled into view first and given a few frames to draw. */
+  async chartPixels(testid = 'chart-batch') {
+    const canvas = this.page.getByTestId(testid).locator('canvas');
+    await canvas.scrollIntoViewIfNeeded();
+    await this.page.waitForTimeout(120);
+    return canvas.evaluate((c) => c.toDataURL('image/png'));
   }
 
   /** Every chart's pixels. */
@@ -103,8 +107,12 @@ export class PlannerPage {
     return out;
   }
 
-  /** The charts' canvases: CSS width and backing-store width. */
-  chartSizes() {
+  /** The charts' canvases: CSS width and backing-store width (each scrolled into view first). */
+  async chartSizes() {
+    for (const id of CHARTS) {
+      await this.page.getByTestId(id).locator('canvas').scrollIntoViewIfNeeded();
+      await this.page.waitForTimeout(100);
+    }
     return this.page.evaluate((ids) => ids.map((id) => {
       const c = document.querySelector(`[data-testid="${id}"] canvas`);
       return { id, width: c?.width ?? 0, cssWidth: c?.clientWidth ?? 0 };
