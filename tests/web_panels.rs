@@ -1,25 +1,37 @@
 //! The mode, parallelism and comparison panels in a real browser (wasm-bindgen-test in headless
-//! Chromium): mount [`ExtraPanels`] on a plan signal, act as a user would, read the DOM by
+//! Chromium): build [`panels`] on a plan signal, act as a user would, read the DOM by
 //! `data-testid` and the plan the panels wrote.
 //! Run with `CHROMEDRIVER=/usr/bin/chromedriver cargo test --target wasm32-unknown-unknown --test web_panels`.
 #![cfg(target_arch = "wasm32")]
 
-use leptos::mount::mount_to;
 use leptos::prelude::*;
 use vram_planner::estimator::config::{Mode, Plan};
-use vram_planner::ui::extra::ExtraPanels;
+use vram_planner::ui::extra::panels;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 use web_sys::{Element, Event, EventInit, HtmlCanvasElement, HtmlElement, HtmlInputElement, HtmlSelectElement};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
-fn mount(plan: Plan) -> (HtmlElement, RwSignal<Plan>, impl Drop) {
+/// Builds the panels under their own owner, as the page does; dropping the guard disposes them.
+fn mount(plan: Plan) -> (HtmlElement, RwSignal<Plan>, Mounted) {
     let host: HtmlElement = document().create_element("div").unwrap().unchecked_into();
     document().body().unwrap().append_child(&host).unwrap();
-    let signal = RwSignal::new(plan);
-    let handle = mount_to(host.clone(), move || view! { <ExtraPanels plan=signal /> });
-    (host, signal, handle)
+    // Effects need Leptos's executor, which a mount sets up (the page's mount does this).
+    drop(leptos::mount::mount_to(host.clone(), || ()));
+    let owner = Owner::new();
+    let signal = owner.with(|| RwSignal::new(plan));
+    host.append_child(&owner.with(|| panels(signal))).unwrap();
+    (host.clone(), signal, Mounted(owner, host))
+}
+
+struct Mounted(Owner, HtmlElement);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        self.0.cleanup();
+        self.1.remove();
+    }
 }
 
 async fn settle() {

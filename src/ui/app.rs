@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use leptos::prelude::*;
-use wasm_bindgen::JsCast;
 
 use super::chart::chart_view;
 use super::charts::{self, ChartData};
@@ -338,20 +337,26 @@ fn extra_panels(p: Planner) -> El {
         })
     });
     let host = h("div");
-    let mounted = StoredValue::new_local(None::<leptos::mount::UnmountHandle<leptos::tachys::view::any_view::AnyViewState>>);
+    // The panels live under their own owner while the section is open: closing it disposes
+    // their effects, so a closed section costs nothing while a slider moves. The page's owner is
+    // held weakly: the listener outlives an unmounted page and must not keep it alive.
+    let parent = Owner::current().map(|o| o.downgrade());
+    let mounted = StoredValue::new_local(None::<Owner>);
     let details = h("details").cls("extra").testid("more-panels").child(h("summary").dyn_text(tr(p, Msg::MorePanels))).child(host.clone());
     let el = details.0.clone();
     details.on("toggle", move |_| {
         if el.has_attribute("open") {
             if mounted.with_value(|m| m.is_none()) {
-                if let Ok(target) = host.0.clone().dyn_into::<web_sys::HtmlElement>() {
-                    panel_plan.set(p.plan.get_untracked());
-                    let handle = leptos::mount::mount_to(target, move || view! { <super::extra::ExtraPanels plan=panel_plan /> }.into_any());
-                    mounted.set_value(Some(handle));
-                }
+                panel_plan.set(p.plan.get_untracked());
+                let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else { return };
+                let owner = page.child();
+                let panels = owner.with(|| super::extra::panels(panel_plan));
+                let _ = host.0.append_child(&panels);
+                mounted.set_value(Some(owner));
             }
-        } else {
-            mounted.set_value(None);
+        } else if let Some(owner) = mounted.try_update_value(Option::take).flatten() {
+            owner.cleanup();
+            host.0.set_text_content(None);
         }
     })
 }

@@ -5,72 +5,63 @@
 
 use leptos::prelude::*;
 
+use super::dom::{button, h, select, table_body, El};
 use super::mode_logic as ml;
 use super::state::{model_options, set_model};
 use crate::estimator::config::Plan;
 use crate::estimator::fit::compare;
 
-#[component]
-pub fn ComparePanel(plan: RwSignal<Plan>) -> impl IntoView {
+/// The header cell of configuration `i`: its model picker, "×" (remove) and "Edit" (load it
+/// into the planner).
+fn column_head(plan: RwSignal<Plan>, configs: RwSignal<Vec<Plan>>, i: usize) -> El {
+    let n = i + 1;
+    let options = || model_options().into_iter().map(|(id, name)| (id.to_string(), name.to_string())).collect();
+    let current = move || configs.with(|c| c.get(i).map(|p| p.model.clone()).unwrap_or_default());
+    let picker = select(&format!("compare-model-{n}"), &format!("compare-model-{n}"), options, current, move |id| configs.update(|c| {
+        if let Some(p) = c.get_mut(i) {
+            set_model(p, &id)
+        }
+    }))
+    .attr("aria-label", &format!("Model of configuration {n}"));
+    let remove = button("", || "×".into(), move || configs.update(|c| {
+        if c.len() > 1 && i < c.len() {
+            c.remove(i);
+        }
+    }))
+    .attr("aria-label", &format!("Remove configuration {n}"))
+    .dyn_attr("disabled", move || (configs.with(Vec::len) <= 1).then(String::new));
+    let edit = button("", || "Edit".into(), move || {
+        if let Some(p) = configs.with_untracked(|c| c.get(i).cloned()) {
+            plan.set(p)
+        }
+    })
+    .attr("aria-label", &format!("Edit configuration {n} in the planner"));
+    h("th").attr("scope", "col").child(picker).text(" ").child(remove).text(" ").child(edit)
+}
+
+pub fn compare_panel(plan: RwSignal<Plan>) -> El {
     let configs = RwSignal::new(plan.with_untracked(ml::compare_defaults));
     let results = Memo::new_with_compare(move |_| configs.with(|c| compare(c)), |_, _| true);
+    let count = Memo::new(move |_| configs.with(Vec::len));
 
-    let header = move || {
-        let n = configs.with(Vec::len);
-        (0..n)
-            .map(|i| {
-                let current = move || configs.with(|c| c.get(i).map(|p| p.model.clone()).unwrap_or_default());
-                let options = model_options()
-                    .into_iter()
-                    .map(|(id, name)| view! { <option value=id selected=move || current() == id>{name}</option> })
-                    .collect_view();
-                view! {
-                    <th scope="col">
-                        <select
-                            aria-label=format!("Model of configuration {}", i + 1)
-                            prop:value=current
-                            on:change=move |ev| {
-                                let id = event_target_value(&ev);
-                                configs.update(|c| if let Some(p) = c.get_mut(i) { set_model(p, &id) });
-                            }
-                        >
-                            {options}
-                        </select>
-                        " "
-                        <button
-                            type="button"
-                            aria-label=format!("Remove configuration {}", i + 1)
-                            disabled=move || configs.with(Vec::len) <= 1
-                            on:click=move |_| configs.update(|c| if c.len() > 1 && i < c.len() { c.remove(i); })
-                        >"×"</button>
-                        " "
-                        <button
-                            type="button"
-                            aria-label=format!("Edit configuration {} in the planner", i + 1)
-                            on:click=move |_| if let Some(p) = configs.with_untracked(|c| c.get(i).cloned()) { plan.set(p) }
-                        >"Edit"</button>
-                    </th>
-                }
-            })
-            .collect_view()
-    };
-    let body = move || {
-        configs.with(|plans| results.with(|res| ml::compare_rows(plans, res)))
-            .into_iter()
-            .map(|(label, cells)| view! { <tr><th scope="row">{label}</th>{cells.into_iter().map(|c| view! { <td>{c}</td> }).collect_view()}</tr> })
-            .collect_view()
-    };
+    // The header is rebuilt only when configurations are added or removed.
+    let head = h("tr").dyn_children(move || {
+        let mut cells = vec![h("th").attr("scope", "col").text("Configuration")];
+        cells.extend((0..count.get()).map(|i| column_head(plan, configs, i)));
+        cells
+    });
+    let body = table_body(
+        move || {
+            configs.with(|plans| results.with(|res| ml::compare_rows(plans, res))).into_iter().map(|(label, cells)| std::iter::once(label.to_string()).chain(cells).collect()).collect()
+        },
+        true,
+    );
 
-    view! {
-        <section class="panel compare" aria-label="Comparison" data-testid="compare">
-            <h2>"Compare configurations"</h2>
-            <button type="button" data-testid="compare-add" on:click=move |_| configs.update(|c| c.push(plan.get_untracked()))>"Add the current plan"</button>
-            <div class="table-scroll">
-                <table>
-                    <thead><tr><th scope="col">"Configuration"</th>{header}</tr></thead>
-                    <tbody>{body}</tbody>
-                </table>
-            </div>
-        </section>
-    }
+    h("section")
+        .cls("panel compare")
+        .attr("aria-label", "Comparison")
+        .testid("compare")
+        .child(h("h2").text("Compare configurations"))
+        .child(button("compare-add", || "Add the current plan".into(), move || configs.update(|c| c.push(plan.get_untracked()))))
+        .child(h("div").cls("table-scroll").child(h("table").child(h("thead").child(head)).child(body)))
 }

@@ -262,5 +262,7 @@ fn table_body_erased(rows: Box<dyn Fn() -> Vec<Vec<String>>>, row_headers: bool)
 
 /// A button.
 pub fn button(testid: &str, text: impl Fn() -> String + 'static, click: impl Fn() + 'static) -> El {
-    h("button").attr("type", "button").testid(testid).dyn_text(text).on("click", move |_| click())
+    let b = h("button").attr("type", "button");
+    let b = if testid.is_empty() { b } else { b.testid(testid) };
+    b.dyn_text(text).on("click", move |_| click())
 }

@@ -1,137 +1,107 @@
-//! The panels of issues #5 and #6 in one container, [`ExtraPanels`], mounted by the page with a
-//! single line: the mode switch with its inference chart ([`super::mode_panel`]), the
-//! parallelism panel ([`super::parallel_panel`]) and the comparison view ([`super::compare`]).
-//! All read and write the page's one `RwSignal<Plan>`. Also the canvas helper they share.
+//! The panels of issues #5 and #6 in one container, [`panels`]: the mode switch with its
+//! inference chart ([`super::mode_panel`]), the parallelism panel ([`super::parallel_panel`]) and
+//! the comparison view ([`super::compare`]). All read and write one `RwSignal<Plan>`. They are
+//! built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every binding
+//! is type-erased, which keeps the WebAssembly within its size budget. Also the pieces they share.
 
 use leptos::prelude::*;
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters_canvas::CanvasBackend;
 use web_sys::HtmlCanvasElement;
 
-use super::compare::ComparePanel;
-use super::mode_panel::ModePanel;
-use super::parallel_panel::ParallelPanel;
+use super::backend::AnyBackend;
+use super::dom::{h, value_of, El};
 use crate::estimator::config::Plan;
 use crate::plots::{PlotError, Theme};
 
-/// The mode panel, the parallelism panel and the comparison view, in that order.
-#[component]
-pub fn ExtraPanels(
-    /// The page's plan: every panel edits it.
-    plan: RwSignal<Plan>,
-) -> impl IntoView {
-    view! {
-        <div class="extra-panels">
-            <ModePanel plan=plan />
-            <ParallelPanel plan=plan />
-            <ComparePanel plan=plan />
-        </div>
-    }
+/// The mode panel, the parallelism panel and the comparison view, in that order. Call it under
+/// a reactive owner: disposing that owner stops the panels' effects.
+pub fn panels(plan: RwSignal<Plan>) -> web_sys::Element {
+    h("div")
+        .cls("extra-panels")
+        .child(super::mode_panel::mode_panel(plan))
+        .child(super::parallel_panel::parallel_panel(plan))
+        .child(super::compare::compare_panel(plan))
+        .0
 }
 
 /// Sizes `canvas`'s backing store to its CSS box × `devicePixelRatio` (charts stay sharp on
-/// high-DPI screens) and lets `draw` paint it.
-pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: impl FnOnce(&DrawingArea<CanvasBackend, Shift>, &Theme) -> Result<(), PlotError>) -> Result<(), PlotError> {
-    let ratio = window().device_pixel_ratio();
-    let ratio = if ratio.is_finite() && ratio > 0.0 { ratio.min(4.0) } else { 1.0 };
+/// high-DPI screens) and lets `draw` paint it through the page's one plotters backend.
+pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>) -> Result<(), PlotError> {
     let css = match (canvas.client_width(), canvas.client_height()) {
         (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
         _ => (640.0, 360.0),
     };
-    let (w, h) = ((css.0 * ratio).round().max(1.0) as u32, (css.1 * ratio).round().max(1.0) as u32);
+    let (w, h) = super::state::backing_size(css, window().device_pixel_ratio());
     if canvas.width() != w {
         canvas.set_width(w);
     }
     if canvas.height() != h {
         canvas.set_height(h);
     }
-    let backend = CanvasBackend::with_canvas_object(canvas.clone()).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?;
-    let root = backend.into_drawing_area();
+    let root = AnyBackend::canvas(canvas).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
     draw(&root, &Theme { scale: w as f64 / css.0 })?;
     root.present()?;
     Ok(())
 }
 
-/// A labelled `<select>` whose options and value follow the plan.
-#[component]
-pub(crate) fn PlanSelect(
-    plan: RwSignal<Plan>,
-    /// Visible label.
-    label: &'static str,
-    testid: &'static str,
-    /// The options as (value, label), recomputed when the plan changes.
-    options: Signal<Vec<(&'static str, &'static str)>>,
-    /// The plan's current value.
-    value: Signal<String>,
-    /// Applies a picked value to the plan.
-    set: fn(&mut Plan, &str),
-) -> impl IntoView {
-    let id = format!("x-{testid}");
-    let for_id = id.clone();
-    view! {
-        <label class="field" for=for_id>
-            <span class="label">{label}</span>
-            <select
-                id=id
-                data-testid=testid
-                prop:value=move || value.get()
-                on:change=move |ev| {
-                    let v = event_target_value(&ev);
-                    plan.update(|p| set(p, &v));
-                }
-            >
-                {move || {
-                    options
-                        .get()
-                        .into_iter()
-                        .map(|(v, l)| view! { <option value=v selected=move || value.get() == v>{l}</option> })
-                        .collect_view()
-                }}
-            </select>
-        </label>
-    }
+/// A canvas in a figure with its caption; the figure carries `testid`.
+pub(crate) fn figure(testid: &str, aria: &str, caption: &str) -> (El, HtmlCanvasElement) {
+    use wasm_bindgen::JsCast;
+    let canvas = h("canvas").attr("role", "img").attr("aria-label", aria);
+    let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
+    (h("figure").cls("chart").testid(testid).child(canvas).child(h("figcaption").text(caption)), el)
 }
 
-/// A labelled whole-number box; `parse` turns its text into a plan edit (`None`: leave the plan).
-#[component]
-pub(crate) fn PlanNumber(
-    plan: RwSignal<Plan>,
-    label: &'static str,
-    testid: &'static str,
-    /// The text the box shows for the plan ("" = derived/default).
-    value: Signal<String>,
-    /// Applies what the user typed; returns false when the text is not a number.
-    set: fn(&mut Plan, &str) -> bool,
-    #[prop(optional)] placeholder: &'static str,
-) -> impl IntoView {
-    let id = format!("x-{testid}");
-    let for_id = id.clone();
-    view! {
-        <label class="field" for=for_id>
-            <span class="label">{label}</span>
-            <input
-                id=id
-                type="number"
-                min="0"
-                step="1"
-                inputmode="numeric"
-                data-testid=testid
-                placeholder=placeholder
-                prop:value=move || value.get()
-                on:input=move |ev| {
-                    let v = event_target_value(&ev);
-                    let mut next = plan.get_untracked();
-                    if set(&mut next, &v) && next != plan.get_untracked() {
-                        plan.set(next);
-                    }
-                }
-            />
-        </label>
-    }
+/// A labelled `<select>` whose options and value follow the plan; `set` applies a pick.
+pub(crate) fn plan_select(plan: RwSignal<Plan>, label: &str, testid: &str, options: impl Fn() -> Vec<(&'static str, &'static str)> + 'static, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) + 'static) -> El {
+    select_erased(plan, label, testid, Box::new(options), Box::new(value), Box::new(set))
 }
 
-/// (label, value) rows as a description list.
-pub(crate) fn rows_view(rows: Vec<(&'static str, String)>) -> impl IntoView {
-    rows.into_iter().map(|(k, v)| view! { <dt>{k}</dt><dd>{v}</dd> }).collect_view()
+type Options = Box<dyn Fn() -> Vec<(&'static str, &'static str)>>;
+
+fn select_erased(plan: RwSignal<Plan>, label: &str, testid: &str, options: Options, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str)>) -> El {
+    let id = format!("x-{testid}");
+    let list = move || options().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
+    h("div")
+        .cls("field")
+        .child(h("label").cls("label").attr("for", &id).text(label))
+        .child(super::dom::select(&id, testid, list, move || plan.with(|p| value(p)), move |v| plan.update(|p| set(p, &v))))
+}
+
+/// A labelled whole-number box; `set` turns its text into a plan edit and returns false when
+/// the text is not a number (the plan is left alone).
+pub(crate) fn plan_number(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &str, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) -> bool + 'static) -> El {
+    number_erased(plan, label, testid, placeholder, Box::new(value), Box::new(set))
+}
+
+fn number_erased(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &str, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str) -> bool>) -> El {
+    let id = format!("x-{testid}");
+    let input = h("input")
+        .id(&id)
+        .testid(testid)
+        .attr("type", "number")
+        .attr("min", "0")
+        .attr("step", "1")
+        .attr("inputmode", "numeric")
+        .dyn_value(move || plan.with(|p| value(p)))
+        .on("input", move |ev| {
+            let mut next = plan.get_untracked();
+            if set(&mut next, &value_of(&ev)) && next != plan.get_untracked() {
+                plan.set(next);
+            }
+        });
+    let input = if placeholder.is_empty() { input } else { input.attr("placeholder", placeholder) };
+    h("div").cls("field").child(h("label").cls("label").attr("for", &id).text(label)).child(input)
+}
+
+/// (label, value) rows as the children of a description list.
+pub(crate) fn rows_view(rows: Vec<(&'static str, String)>) -> Vec<El> {
+    rows.into_iter().flat_map(|(k, v)| [h("dt").text(k), h("dd").text(&v)]).collect()
+}
+
+/// A message in an alert paragraph.
+pub(crate) fn alert(testid: &str, message: &str) -> El {
+    let p = h("p").cls("error").attr("role", "alert").text(message);
+    if testid.is_empty() { p } else { p.testid(testid) }
 }

@@ -5,97 +5,118 @@
 
 use leptos::prelude::*;
 
-use super::extra::{paint, rows_view, PlanNumber, PlanSelect};
+use super::dom::{effect, h, El};
+use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view};
 use super::mode_logic as ml;
 use super::scale_logic::gpu_of;
 use crate::estimator::config::{Mode, Plan};
 use crate::estimator::estimate;
 use crate::plots::context_chart::{draw_context_chart, ContextChart};
 
-#[component]
-pub fn ModePanel(plan: RwSignal<Plan>) -> impl IntoView {
+/// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.
+fn group() -> El {
+    h("div").attr("style", "display:contents")
+}
+
+fn set_rank(p: &mut Plan, s: &str) -> bool {
+    if s.trim().is_empty() {
+        ml::set_lora_rank(p, None);
+        return true;
+    }
+    ml::parse_count(s).map(|r| ml::set_lora_rank(p, Some(r))).is_some()
+}
+
+pub fn mode_panel(plan: RwSignal<Plan>) -> El {
     let mode = Memo::new(move |_| plan.with(|p| p.mode));
+    let has_lora = Memo::new(move |_| plan.with(|p| p.lora.is_some()));
     // Only serving plans need their own estimate here (the page shows the others').
     let infer_est = Memo::new_with_compare(move |_| plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))), |_, _| true);
     let base = Memo::new(move |_| plan.with(ml::context_base));
     let points = Memo::new_with_compare(move |_| base.with(ml::context_points), |_, _| true);
     let max_ctx = Memo::new(move |_| base.with(ml::max_context_text));
     let is_text = Memo::new(move |_| plan.with(|p| ml::context_of(p).is_some()));
+    let shown = move || mode.get() == Mode::Infer && is_text.get();
 
-    let canvas = NodeRef::<leptos::html::Canvas>::new();
-    let failure = RwSignal::new(None::<String>);
-    Effect::new(move |_| {
-        let Some(el) = canvas.get() else { return };
+    let (fig, canvas) = figure("chart-context", "Memory against context length, the KV cache as its own band", "Memory against prompt length, by what it holds; the KV cache is the top band. The red line marks your context, the black line the GPU's capacity.");
+    let failure = h("div");
+    let fail_el = failure.0.clone();
+    effect(Box::new(move || {
+        // The sweep runs only while the chart is shown (memos are lazy).
+        if !shown() {
+            return;
+        }
         let capacity = plan.with(|p| gpu_of(p).map(|g| g.memory));
         let current = infer_est.with(|e| match e {
             Some(Ok(e)) => e.inference.as_ref().map(|i| (i.context, e.device_total)),
             _ => None,
         });
-        let drawn = points.with(|pts| paint(&el, |root, theme| draw_context_chart(root, &ContextChart { points: pts, current, capacity }, theme)));
-        failure.set(drawn.err().map(|e| e.to_string()));
+        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_context_chart(root, &ContextChart { points: pts, current, capacity }, theme)));
+        fail_el.set_text_content(None);
+        if let Err(e) = drawn {
+            let _ = fail_el.append_child(&alert("", &e.to_string()).0);
+        }
+    }));
+
+    let finetune = group().dyn_children(move || {
+        if mode.get() != Mode::Finetune {
+            return Vec::new();
+        }
+        vec![
+            plan_number(plan, "LoRA rank (empty: full fine-tuning)", "lora-rank", "none", ml::lora_rank_text, set_rank),
+            group().dyn_children(move || {
+                if !has_lora.get() {
+                    return Vec::new();
+                }
+                let targets = || ml::LORA_TARGETS.iter().map(|o| (o.0, o.1)).collect();
+                vec![plan_select(plan, "LoRA targets", "lora-targets", targets, |p| ml::lora_targets_value(p).into(), ml::set_lora_targets)]
+            }),
+        ]
+    });
+    let weights = group().dyn_children(move || {
+        let m = mode.get();
+        if m == Mode::Train {
+            return Vec::new();
+        }
+        vec![plan_select(plan, "Weights", "quantization", move || ml::quantization_options(m), |p| ml::quantization_value(p).into(), ml::set_quantization)]
+    });
+    let serving = group().dyn_children(move || {
+        if mode.get() != Mode::Infer {
+            return Vec::new();
+        }
+        vec![
+            plan_select(plan, "KV cache", "kv-dtype", || ml::KV_OPTIONS.to_vec(), |p| ml::kv_value(p).into(), ml::set_kv),
+            plan_number(plan, "Context (prompt tokens)", "context", "", |p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default(), |p, s| ml::parse_count(s).map(|c| p.context = Some(c)).is_some()),
+            plan_number(plan, "New tokens", "new-tokens", "", |p| p.new_tokens.unwrap_or(1).to_string(), |p, s| ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some()),
+        ]
+    });
+    let results = h("div").cls("results").dyn_children(move || {
+        if mode.get() != Mode::Infer {
+            return Vec::new();
+        }
+        vec![
+            group().dyn_children(move || {
+                infer_est.with(|e| match e {
+                    Some(Ok(e)) => vec![h("dl").cls("numbers").testid("kv-summary").children(rows_view(ml::inference_rows(e)))],
+                    Some(Err(err)) => vec![alert("mode-error", &format!("Cannot estimate this plan: {err}"))],
+                    None => Vec::new(),
+                })
+            }),
+            group().dyn_children(move || max_ctx.get().map(|t| h("p").cls("detail").testid("max-context").text(&t)).into_iter().collect()),
+        ]
     });
 
-    let modes = Signal::derive(|| ml::MODE_OPTIONS.to_vec());
-    let mode_value = Signal::derive(move || ml::mode_value(&plan.read()).to_string());
-    let quant_options = Signal::derive(move || ml::quantization_options(mode.get()));
-    let quant_value = Signal::derive(move || ml::quantization_value(&plan.read()).to_string());
-    let kv_options = Signal::derive(|| ml::KV_OPTIONS.to_vec());
-    let kv_value = Signal::derive(move || ml::kv_value(&plan.read()).to_string());
-    let target_options = Signal::derive(|| ml::LORA_TARGETS.iter().map(|o| (o.0, o.1)).collect());
-    let target_value = Signal::derive(move || ml::lora_targets_value(&plan.read()).to_string());
-    let rank_value = Signal::derive(move || ml::lora_rank_text(&plan.read()));
-    let context_value = Signal::derive(move || plan.with(|p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default()));
-    let new_tokens_value = Signal::derive(move || plan.with(|p| p.new_tokens.unwrap_or(1).to_string()));
-
-    fn set_rank(p: &mut Plan, s: &str) -> bool {
-        if s.trim().is_empty() {
-            ml::set_lora_rank(p, None);
-            return true;
-        }
-        ml::parse_count(s).map(|r| ml::set_lora_rank(p, Some(r))).is_some()
-    }
-    fn set_context(p: &mut Plan, s: &str) -> bool {
-        ml::parse_count(s).map(|c| p.context = Some(c)).is_some()
-    }
-    fn set_new_tokens(p: &mut Plan, s: &str) -> bool {
-        ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some()
-    }
-
-    view! {
-        <section class="panel mode-panel" aria-label="Mode">
-            <h2>"Mode"</h2>
-            <div class="controls">
-                <PlanSelect plan=plan label="What the GPU does" testid="mode" options=modes value=mode_value set=ml::set_mode />
-                {move || (mode.get() == Mode::Finetune).then(|| view! {
-                    <PlanNumber plan=plan label="LoRA rank (empty: full fine-tuning)" testid="lora-rank" value=rank_value set=set_rank placeholder="none" />
-                    {move || plan.with(|p| p.lora.is_some()).then(|| view! {
-                        <PlanSelect plan=plan label="LoRA targets" testid="lora-targets" options=target_options value=target_value set=ml::set_lora_targets />
-                    })}
-                })}
-                {move || (mode.get() != Mode::Train).then(|| view! {
-                    <PlanSelect plan=plan label="Weights" testid="quantization" options=quant_options value=quant_value set=ml::set_quantization />
-                })}
-                {move || (mode.get() == Mode::Infer).then(|| view! {
-                    <PlanSelect plan=plan label="KV cache" testid="kv-dtype" options=kv_options value=kv_value set=ml::set_kv />
-                    <PlanNumber plan=plan label="Context (prompt tokens)" testid="context" value=context_value set=set_context />
-                    <PlanNumber plan=plan label="New tokens" testid="new-tokens" value=new_tokens_value set=set_new_tokens />
-                })}
-            </div>
-            {move || (mode.get() == Mode::Infer).then(|| view! {
-                <div class="results">
-                    {move || infer_est.with(|e| match e {
-                        Some(Ok(e)) => view! { <dl class="numbers" style="display:grid;grid-template-columns:max-content 1fr;gap:0.15rem 1rem" data-testid="kv-summary">{rows_view(ml::inference_rows(e))}</dl> }.into_any(),
-                        Some(Err(err)) => view! { <p class="error" role="alert" data-testid="mode-error">{format!("Cannot estimate this plan: {err}")}</p> }.into_any(),
-                        None => ().into_any(),
-                    })}
-                    {move || max_ctx.get().map(|t| view! { <p class="detail" data-testid="max-context">{t}</p> })}
-                </div>
-            })}
-            <figure class="chart" data-testid="chart-context" hidden=move || !(mode.get() == Mode::Infer && is_text.get())>
-                <canvas node_ref=canvas role="img" aria-label="Memory against context length, the KV cache as its own band"></canvas>
-                <figcaption>"Memory against prompt length, by what it holds; the KV cache is the top band. The red line marks your context, the black line the GPU's capacity."</figcaption>
-                {move || failure.get().map(|m| view! { <p class="error" role="alert">{m}</p> })}
-            </figure>
-        </section>
-    }
+    h("section")
+        .cls("panel mode-panel")
+        .attr("aria-label", "Mode")
+        .child(h("h2").text("Mode"))
+        .child(
+            h("div")
+                .cls("controls")
+                .child(plan_select(plan, "What the GPU does", "mode", || ml::MODE_OPTIONS.to_vec(), |p| ml::mode_value(p).into(), ml::set_mode))
+                .child(finetune)
+                .child(weights)
+                .child(serving),
+        )
+        .child(results)
+        .child(fig.show(shown).child(failure))
 }
