@@ -58,6 +58,18 @@ enum Cmd {
 }
 
 /// Runs the CLI; returns the process exit code.
+/// Writes `text` to stdout. Output piped into a reader that stops early (`| head`) ends the
+/// program quietly, where `print!` would panic on the closed pipe.
+pub(crate) fn emit(text: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => Err(format!("cannot write the output: {e}")),
+    }
+}
+
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -82,11 +94,11 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let est = estimate(&plan).map_err(|e| e.to_string())?;
             let par = if plan.parallel.is_some() || plan.offload.is_some() { Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?) } else { None };
             match format {
-                Format::Json => println!("{}", serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref())).map_err(|e| e.to_string())?),
+                Format::Json => emit(&(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref())).map_err(|e| e.to_string())? + "\n"))?,
                 Format::Table => {
-                    print!("{}", table(&plan, &est));
+                    emit(&table(&plan, &est))?;
                     if let Some(p) = &par {
-                        print!("{}", parallel_table(&plan, p));
+                        emit(&parallel_table(&plan, p))?;
                     }
                 }
             }
@@ -99,19 +111,19 @@ fn run(cmd: Cmd) -> Result<(), String> {
             if found.is_empty() {
                 return Err(format!("no layout of up to {max_gpus} GPUs fits: raise --max-gpus, enable offload or checkpointing"));
             }
-            println!("{}", serde_json::to_string_pretty(&found).map_err(|e| e.to_string())?);
+            emit(&(serde_json::to_string_pretty(&found).map_err(|e| e.to_string())? + "\n"))?;
             Ok(())
         }
         Cmd::Reference { file } => reference::run(&file),
         Cmd::Models => {
             for m in models::MODELS {
-                println!("{:<20} {:<22} {:>14} params  {}", m.id, m.name, m.params, m.family.label());
+                emit(&format!("{:<20} {:<22} {:>14} params  {}\n", m.id, m.name, m.params, m.family.label()))?;
             }
             Ok(())
         }
         Cmd::Gpus => {
             for g in gpus::GPUS {
-                println!("{:<14} {:<30} {:>10}", g.id, g.name, g.memory.to_string());
+                emit(&format!("{:<14} {:<30} {:>10}\n", g.id, g.name, g.memory.to_string()))?;
             }
             Ok(())
         }

@@ -108,15 +108,15 @@ pub fn run(path: &std::path::Path) -> Result<(), String> {
         match compare_line(line) {
             Ok((c, out)) => {
                 errs.push(c.rel_err);
-                println!("{out}");
+                super::emit(&format!("{out}\n"))?;
             }
             Err((id, reason)) => {
                 unsupported += 1;
-                println!("{}", serde_json::json!({"case_id": id, "unsupported": reason}));
+                super::emit(&format!("{}\n", serde_json::json!({"case_id": id, "unsupported": reason})))?;
             }
         }
     }
     let (med, p90, max) = summary(&errs);
-    println!("{}", serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}}));
+    super::emit(&format!("{}\n", serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}})))?;
     Ok(())
 }

@@ -1,0 +1,77 @@
+//! The command-line tool as a user runs it: the binary, its exit status, stdout and stderr.
+//! Good plans print numbers; bad input exits non-zero with a message, never a panic.
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
+fn run(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner")).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the CLI");
+    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn estimate_prints_json_with_the_issue_keys() {
+    let plan = r#"{"model":"llama-2-7b","mode":"finetune","seq":512,"dtype":"bf16","lora":{"rank":16,"targets":["q","k","v","o"]},"gpu":"a100-80","parallel":{"gpus_per_node":2,"dp":2,"zero":2}}"#;
+    let out = run(&["estimate", "--format", "json"], plan);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["trainable_params"], 16_777_216);
+    for k in ["params_bytes", "grads_bytes", "optimizer_state_bytes", "activations_bytes", "peak_allocated_bytes", "device_total_bytes"] {
+        assert!(v["per_gpu"][k].as_u64().is_some(), "per_gpu.{k} missing");
+    }
+    assert!(v["communication"]["bytes_per_step"].as_u64().unwrap() > 0);
+    assert!(v["step_seconds"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn the_table_names_the_verdict() {
+    let out = run(&["estimate"], r#"{"model":"resnet50","batch":64,"gpu":"t4"}"#);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = text(&out.stdout);
+    assert!(t.contains("peak allocated") && t.contains("T4"), "{t}");
+}
+
+#[test]
+fn bad_input_exits_non_zero_with_a_message() {
+    for (plan, says) in [
+        ("{ not json", "invalid plan"),
+        (r#"{"model":"resnet50","batchsize":8}"#, "batchsize"),
+        (r#"{"model":"no-such-model"}"#, "no-such-model"),
+        (r#"{"model":"resnet50","batch":0}"#, "batch"),
+        (r#"{"model":"llama-2-7b","parallel":{"tp":3,"gpus_per_node":3}}"#, "tp"),
+    ] {
+        let out = run(&["estimate"], plan);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{plan}: {err}");
+        assert!(err.starts_with("error: ") && err.contains(says), "{plan}: {err}");
+        assert!(!err.contains("panicked"), "{plan}: {err}");
+    }
+    let out = run(&["estimate", "--config", "/no/such/plan.json"], "");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains("/no/such/plan.json"));
+    let out = run(&["frobnicate"], "");
+    assert_eq!(out.status.code(), Some(2), "an unknown command is a usage error");
+}
+
+#[test]
+fn a_reader_that_stops_early_is_not_a_crash() {
+    // `vram-planner models | head -1`: the pipe closes before the tool has written everything.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner")).arg("reference").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-step-memory.jsonl")).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), text(&out.stderr));
+    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+}
+
+#[test]
+fn search_lists_layouts_that_fit() {
+    let out = run(&["search", "--max-gpus", "16"], r#"{"model":"gpt2","batch":64,"seq":1024,"gpu":"a100-40"}"#);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!v.as_array().unwrap().is_empty());
+}
