@@ -6,20 +6,18 @@
 //!
 //! Python references decide when tensors die in a forward without autograd (checked op by op
 //! against the oracle's per-op log): `LlamaModel.forward` holds `inputs_embeds` and the rotary
-//! `cos`/`sin` until the last norm, and each layer's input until the layer returns (the loop
-//! variable is reassigned only then); `LlamaAttention.forward` holds its input (the norm output)
-//! and the query until `o_proj` has run (keys and values are replaced by the cache tensors
-//! `update` returns); `LlamaMLP.forward` holds its input until `down_proj` has run.
-//! `generate` then copies the last logits to fp32 (`outputs.logits[:, -1, :].to(copy=True,
-//! dtype=torch.float32)`) while the output is alive.
+//! `cos`/`sin` until the last norm. The decoder layers are the training step's
+//! (`text::LlamaLayer`) with the cached attention, which also records the references the
+//! layer's modules hold (see `LlamaLayer::build`). `generate` then copies the last logits to
+//! fp32 (`outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32)`) while the output is
+//! alive.
 
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
-use crate::estimator::tune::Target;
 use crate::estimator::units::DType;
 
-use super::text::{activation, heads_view, Built, TextConfig};
+use super::text::{Built, LlamaAttention, LlamaLayer, TextConfig};
 
 /// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
 pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
@@ -45,42 +43,11 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
+    // Generation is modelled with the CUDA kernels whatever the plan's device.
+    let layer = LlamaLayer { cfg, tune, heads: (nh, nkv), cos, sin, cpu: false };
     let mut h = x;
-    for (i, &(kc, vc)) in caches.iter().enumerate() {
-        let h_in = h;
-        h = g.scoped(format!("layers.{i}"), |g| {
-            let a = g.rms_norm("input_layernorm", h)?;
-            let o = g.scoped("self_attn", |g| {
-                let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
-                let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
-                let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
-                let q = heads_view(g, q, nh, d)?;
-                let k = heads_view(g, k, nkv, d)?;
-                let v = heads_view(g, v, nkv, d)?;
-                let q = g.rotary(q, cos, sin)?;
-                let k = g.rotary(k, cos, sin)?;
-                let k_all = g.kv_update(k, kc, step.past)?;
-                let v_all = g.kv_update(v, vc, step.past)?;
-                let o = g.sdpa_infer(q, k_all, v_all)?;
-                let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;
-                g.seq_hold(&[a, q]);
-                Ok::<_, EstimateError>(o)
-            })?;
-            let h = g.add_bc(h, o)?;
-            let m = g.rms_norm("post_attention_layernorm", h)?;
-            let y = g.scoped("mlp", |g| {
-                let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
-                let gt = activation(g, gt, cfg.act, false)?;
-                let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
-                let y = g.mul_bc(gt, up)?;
-                let y = g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)?;
-                g.seq_hold(&[m]);
-                Ok::<_, EstimateError>(y)
-            })?;
-            let out = g.add_bc(h, y)?;
-            g.seq_hold(&[h_in]);
-            Ok::<_, EstimateError>(out)
-        })?;
+    for (i, &(k_cache, v_cache)) in caches.iter().enumerate() {
+        h = g.scoped(format!("layers.{i}"), |g| layer.build(g, h, LlamaAttention::Cached { k_cache, v_cache, past: step.past }))?;
     }
     let h = g.rms_norm("norm", h)?;
     g.seq_hold(&[x, cos, sin]);

@@ -8,14 +8,15 @@
 //! `layers.3.self_attn.q_proj`), so the per-layer activation chart groups them by layer.
 //!
 //! A model is described by a [`TextConfig`] (parsed from a `config.json` in [`super::hf`]); the
-//! presets are configs too, so both paths share this builder.
+//! presets are configs too, so both paths share this builder. Generation ([`super::generate`])
+//! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
 use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
 use crate::estimator::ops_text::EagerOpts;
-use crate::estimator::tune::Target;
+use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -343,11 +344,10 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
 /// to biases and defaults).
 fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
     let cpu = ctx.device == Device::Cpu;
-    let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
-    let n_rep = nh / nkv;
+    let (h_dim, d) = (cfg.hidden, cfg.head_dim);
     let pdt = g.precision.param_dtype();
     g.nf4_shared_constants(&ctx.tune)?;
-    let (nhl, nkvl) = g.tp_attention_heads(nh, nkv)?;
+    let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
     let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
@@ -357,43 +357,107 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     g.buffer(vec![d / 2], pdt)?;
     let mask = causal_masks(g, ctx)?;
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
-    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
-        let a = g.rms_norm("input_layernorm", h)?;
-        let tune = &ctx.tune;
-        let o = g.scoped("self_attn", |g| {
-            let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
-            let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
-            let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
-            let q = heads_view(g, q, nhl, d)?;
-            let k = heads_view(g, k, nkvl, d)?;
-            let v = heads_view(g, v, nkvl, d)?;
-            let q = g.rotary(q, cos, sin)?;
-            let k = g.rotary(k, cos, sin)?;
-            // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and repeats
-            // k/v (`use_gqa_in_sdpa`); eager always repeats.
-            let k = g.repeat_kv(k, n_rep)?;
-            let v = g.repeat_kv(v, n_rep)?;
-            let o = match ctx.attn {
-                AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu)?,
-                AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu })?,
-            };
-            g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)
-        })?;
-        let h = g.add_bc(h, o)?;
-        let m = g.rms_norm("post_attention_layernorm", h)?;
-        let y = g.scoped("mlp", |g| {
-            let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
-            let gt = activation(g, gt, cfg.act, cpu)?;
-            let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
-            let y = g.mul_bc(gt, up)?;
-            g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)
-        })?;
-        g.add_bc(h, y)
-    })?;
+    let layer = LlamaLayer { cfg, tune: &ctx.tune, heads: (nhl, nkvl), cos, sin, cpu };
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| layer.build(g, h, LlamaAttention::Masked { mask, attn: ctx.attn }))?;
     let h = g.rms_norm("norm", h)?;
     let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))? } else { g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)? };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
+}
+
+/// How a LLaMA decoder layer's attention gets its keys and values and which kernel runs: the
+/// part of the layer that differs between a training step and one forward of generation.
+pub(crate) enum LlamaAttention {
+    /// Training (`use_cache=False`): this forward's keys and values, repeated to every query
+    /// head, under the causal `mask` (SDPA or eager, with the config's attention dropout).
+    Masked { mask: TensorId, attn: AttnImpl },
+    /// Generation under `torch.no_grad()` ([`super::generate`]): the keys and values go into
+    /// the layer's cache (`k_cache`, `v_cache`, holding `past` tokens before this forward) and
+    /// the attention reads the whole cache; Python references decide when tensors die.
+    Cached { k_cache: TensorId, v_cache: TensorId, past: u64 },
+}
+
+/// The parts of a LLaMA decoder layer that are the same in every layer of one forward.
+pub(crate) struct LlamaLayer<'a> {
+    pub cfg: &'a TextConfig,
+    pub tune: &'a TuneCtx,
+    /// One rank's `(heads, kv_heads)` (all of them without tensor parallelism).
+    pub heads: (u64, u64),
+    /// The rotary tables of this forward.
+    pub cos: TensorId,
+    pub sin: TensorId,
+    /// CPU kernels for the activation and the masked attention.
+    pub cpu: bool,
+}
+
+impl LlamaLayer<'_> {
+    /// `LlamaDecoderLayer.forward` on the layer input `h`, inside the layer's scope
+    /// (`layers.{i}`): input RMSNorm, self-attention, residual add, post-attention RMSNorm,
+    /// gated MLP, residual add.
+    ///
+    /// Without autograd nothing is saved, so Python references decide when tensors die (checked
+    /// op by op against the oracle's per-op log): the decoder layer holds its input until it
+    /// returns (`LlamaModel.forward` reassigns the loop variable only then);
+    /// `LlamaAttention.forward` holds its input (the norm output) and the query until `o_proj`
+    /// has run (keys and values are replaced by the cache tensors `update` returns);
+    /// `LlamaMLP.forward` holds its input until `down_proj` has run. Only generation records
+    /// these holds; the training step never has, and adding them would change its estimates.
+    pub fn build(&self, g: &mut Graph, h: TensorId, attention: LlamaAttention) -> Result<TensorId, EstimateError> {
+        let (cfg, tune) = (self.cfg, self.tune);
+        let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
+        let hold = matches!(attention, LlamaAttention::Cached { .. });
+        let a = g.rms_norm("input_layernorm", h)?;
+        let o = g.scoped("self_attn", |g| {
+            let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
+            let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
+            let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+            let q = heads_view(g, q, self.heads.0, d)?;
+            let k = heads_view(g, k, self.heads.1, d)?;
+            let v = heads_view(g, v, self.heads.1, d)?;
+            let q = g.rotary(q, self.cos, self.sin)?;
+            let k = g.rotary(k, self.cos, self.sin)?;
+            let o = match attention {
+                LlamaAttention::Masked { mask, attn } => {
+                    // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
+                    // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
+                    let k = g.repeat_kv(k, nh / nkv)?;
+                    let v = g.repeat_kv(v, nh / nkv)?;
+                    match attn {
+                        AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, self.cpu)?,
+                        AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu: self.cpu })?,
+                    }
+                }
+                LlamaAttention::Cached { k_cache, v_cache, past } => {
+                    let k_all = g.kv_update(k, k_cache, past)?;
+                    let v_all = g.kv_update(v, v_cache, past)?;
+                    g.sdpa_infer(q, k_all, v_all)?
+                }
+            };
+            let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;
+            if hold {
+                g.seq_hold(&[a, q]);
+            }
+            Ok::<_, EstimateError>(o)
+        })?;
+        let r = g.add_bc(h, o)?;
+        let m = g.rms_norm("post_attention_layernorm", r)?;
+        let y = g.scoped("mlp", |g| {
+            let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
+            let gt = activation(g, gt, cfg.act, self.cpu)?;
+            let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
+            let y = g.mul_bc(gt, up)?;
+            let y = g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)?;
+            if hold {
+                g.seq_hold(&[m]);
+            }
+            Ok::<_, EstimateError>(y)
+        })?;
+        let out = g.add_bc(r, y)?;
+        if hold {
+            g.seq_hold(&[h]);
+        }
+        Ok(out)
+    }
 }
 
 /// A tied embedding's weight receives two gradients: the output projection's (first in
