@@ -75,3 +75,17 @@ fn search_lists_layouts_that_fit() {
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(!v.as_array().unwrap().is_empty());
 }
+
+#[test]
+fn reference_replays_both_record_formats() {
+    for file in ["pytorch-step-memory.jsonl", "finetune-infer-steps.jsonl"] {
+        let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
+        let out = run(&["reference", &path], "");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let last = text(&out.stdout).lines().last().unwrap().to_string();
+        let v: serde_json::Value = serde_json::from_str(&last).unwrap();
+        assert_eq!(v["summary"]["unsupported"], 0, "{file}: {last}");
+        assert!(v["summary"]["cases"].as_u64().unwrap() > 0);
+        assert!(v["summary"]["max_abs_rel_err"].as_f64().unwrap() < 0.05, "{file}: {last}");
+    }
+}

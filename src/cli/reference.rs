@@ -1,5 +1,8 @@
-//! `vram-planner reference FILE.jsonl`: replays measured training steps (the format of
-//! `tests/data/pytorch-step-memory.jsonl`) and prints the estimate beside each measurement.
+//! `vram-planner reference FILE.jsonl`: replays measured steps and prints the estimate beside
+//! each measurement. Two record formats: the shared reference set's (the settings as fields,
+//! `tests/data/pytorch-step-memory.jsonl`), and records that carry the vram-planner `plan` they
+//! measured (`tests/data/finetune-infer-steps.jsonl`: training steps with `peak_r512`, serving
+//! with `prefill_peak_r512` and `decode_peak_r512`).
 
 use serde::Deserialize;
 
@@ -71,6 +74,9 @@ pub struct Compared {
 pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String, String)> {
     let v: serde_json::Value = serde_json::from_str(line).map_err(|e| ("<unparsable>".to_string(), format!("not a JSON record: {e}")))?;
     let id = v.get("case_id").and_then(|c| c.as_str()).unwrap_or("<no case_id>").to_string();
+    if v.get("plan").is_some() {
+        return compare_plan_record(&v, id);
+    }
     let rec: Record = serde_json::from_value(v).map_err(|e| (id.clone(), format!("record not understood: {e}")))?;
     let plan = rec.plan().map_err(|e| (id.clone(), e))?;
     let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
@@ -87,6 +93,35 @@ pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String
         "rel_err": rel_err,
     });
     Ok((Compared { case_id: rec.case_id, model: rec.model, predicted, measured: rec.peak_r512, rel_err }, out))
+}
+
+/// A record holding its own `plan`: the training step's peak, or a serving plan's prefill and
+/// decode peaks, whichever the estimate misses most.
+fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, serde_json::Value), (String, String)> {
+    let plan: Plan = serde_json::from_value(v["plan"].clone()).map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
+    let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
+    let measured = |k: &str| v.get(k).and_then(|x| x.as_u64());
+    let mut checks = Vec::new();
+    match &est.inference {
+        Some(inf) => {
+            checks.extend(measured("prefill_peak_r512").map(|m| ("prefill", inf.prefill_peak.0, m)));
+            if let (Some(d), Some(m)) = (inf.decode_peak, measured("decode_peak_r512")) {
+                checks.push(("decode", d.0, m));
+            }
+        }
+        None => checks.extend(measured("peak_r512").map(|m| ("step", est.peak_allocated.0, m))),
+    }
+    let rel = |(_, p, m): &(&str, u64, u64)| (*p as f64 - *m as f64) / (*m).max(1) as f64;
+    let worst = checks.iter().max_by(|a, b| rel(a).abs().total_cmp(&rel(b).abs())).ok_or_else(|| (id.clone(), "the record has no measured peak for this plan".to_string()))?;
+    let rel_err = rel(worst);
+    let out = serde_json::json!({
+        "case_id": id,
+        "compared": worst.0,
+        "predicted": worst.1,
+        "measured": worst.2,
+        "rel_err": rel_err,
+    });
+    Ok((Compared { case_id: id, model: plan.model.clone(), predicted: worst.1, measured: worst.2, rel_err }, out))
 }
 
 /// Median, 90th percentile and maximum of absolute relative errors.
