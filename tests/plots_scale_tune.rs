@@ -93,7 +93,7 @@ fn big_model_inference_stays_quick() {
     let pts = mode_logic::context_points(&mode_logic::context_base(&plan));
     let sweep = t.elapsed();
     let t = std::time::Instant::now();
-    let max = mode_logic::max_context_text(&plan).unwrap();
+    let max = mode_logic::max_context_text(&mode_logic::max_context(&plan).unwrap(), vram_planner::ui::i18n::Lang::En);
     eprintln!("llama-2-7b: sweep of {} points {sweep:?}, {max} in {:?}", pts.len(), t.elapsed());
     assert!(max.starts_with("Longest context"), "{max}");
 }
