@@ -203,6 +203,9 @@ async fn the_panels_speak_chinese_and_switch_back_to_english() {
     assert!((per_gpu.contains(" GB") || per_gpu.contains(" MB")) && !per_gpu.contains("iB"), "not in GB: {per_gpu:?}");
     assert_eq!(option_texts(&host, "mode"), ["训练", "微调", "推理"]);
     assert!(text(&host, "parallel-panel").contains("张量并行（tp）"));
+    assert!(text(&host, "chart-zero").contains("黑线为 GPU 容量"), "{}", text(&host, "chart-zero"));
+    let aria = by_test_id(&host, "chart-ranks").query_selector("canvas").unwrap().unwrap().get_attribute("aria-label").unwrap_or_default();
+    assert_eq!(aria, "各流水线阶段的显存，按用途划分");
     let compare = text(&host, "compare");
     assert!(compare.contains("配置对比") && compare.contains("添加当前设置") && compare.contains("峰值时的激活"), "{compare:?}");
     assert_eq!(by_test_id(&host, "compare").get_attribute("aria-label").as_deref(), Some("对比"));

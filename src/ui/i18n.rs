@@ -277,6 +277,9 @@ messages! {
     ContextNewTokens => "Context / new tokens", "上下文 / 新 token";
     PrefillPeak => "Prefill peak", "预填充峰值";
     DecodePeak => "Decode peak", "解码峰值";
+    ContextLength => "Context length (tokens)", "上下文长度（token）";
+    DeviceTotalLine => "Device total (reserved + CUDA context)", "设备总用量（已预留 + CUDA 上下文）";
+    NoContextChart => "No context length can be estimated for this plan", "此设置下没有可估算的上下文长度";
     ContextChartAria => "Memory against context length, the KV cache as its own band", "显存随上下文长度变化，KV 缓存单独成带";
     ContextChartCaption => "Memory against prompt length, by what it holds; the KV cache is the top band. The red line marks your context, the black line the GPU's capacity.", "显存随提示词长度变化，按用途堆叠；KV 缓存是最上层的色带。红线标出当前上下文，黑线为 GPU 容量。";
     // The parallelism panel.
@@ -304,6 +307,13 @@ messages! {
     ZeroChartCaption => "Per-GPU device memory against the number of GPUs (dp × tp × pp) for each sharding scheme; the black line is the GPU's capacity, the red ring your layout.", "各切分方案下单卡设备显存随 GPU 数量（dp × tp × pp）的变化；黑线为 GPU 容量，红圈为当前布局。";
     RankChartAria => "Memory of each pipeline rank, by what it holds", "各流水线阶段的显存，按用途划分";
     RankChartCaption => "Memory of each pipeline rank at its peak; the outlined bar is the rank that limits the layout.", "各流水线阶段在峰值时的显存；描边的柱子是限制该布局的阶段。";
+    Gpus => "GPUs", "GPU 数量";
+    PerGpuMemory => "Per-GPU memory", "单卡显存";
+    NoLayoutChart => "No layout of this plan can be estimated", "此设置下没有可估算的布局";
+    PipelineRank => "Pipeline rank", "流水线阶段";
+    NoRank => "No rank to show", "没有可显示的阶段";
+    RankOther => "Buffers, temporaries, comm. buffers", "缓冲区、临时张量、通信缓冲区";
+    EveryGpu => "every GPU", "每张 GPU";
     FindLayouts => "Find the cheapest layouts that fit", "查找放得下的最省布局";
     NoLayoutFits => "No layout up to 64 GPUs fits this GPU.", "64 张 GPU 以内没有能放进此 GPU 的布局。";
     Layout => "Layout", "布局";

@@ -1,7 +1,7 @@
 //! The mode panel's and the comparison view's logic (issue #6), as plain functions on the
 //! [`Plan`] so it is tested natively: the train / fine-tune / infer switch and the keys each mode
 //! takes, the inference numbers (KV cache, prefill and decode peaks, the longest context that
-//! fits), the context sweep of the inference chart and the rows of the comparison table, with
+//! fits), the context sweep of the inference chart and its words, the rows of the comparison table, with
 //! their texts in the page's language and sizes in its units. Every number comes from the
 //! estimator ([`crate::estimator::fit`], [`crate::estimator::estimate`]).
 
@@ -13,7 +13,8 @@ use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
 use crate::presets::models;
-use crate::ui::i18n::{fmt_bytes, fmt_count, Label, Lang, Msg, Units};
+use crate::plots::{Marker, StackedChart};
+use crate::ui::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
 
 /// The mode switch: (value, label).
 pub const MODE_OPTIONS: [(&str, Label); 3] = [("train", Label::T(Msg::ModeTrain)), ("finetune", Label::T(Msg::ModeFinetune)), ("infer", Label::T(Msg::ModeInfer))];
@@ -189,6 +190,28 @@ pub fn context_points(base: &Plan) -> Vec<Point> {
         return Vec::new();
     }
     fit::context_sweep(base, &CONTEXT_POINTS)
+}
+
+/// The inference chart of a context sweep in `lang` and `units`: the shared stacked chart with the
+/// device total, the capacity and the plan's context (its device total) marked.
+pub fn context_chart(points: &[Point], current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> StackedChart<'_> {
+    let b = |x: Bytes| fmt_bytes(x, units);
+    let mut c = StackedChart::new(points, Msg::ContextLength.t(lang));
+    c.unit = crate::ui::charts::unit_of(units);
+    c.y_desc = format!("{} ({})", Msg::Memory.t(lang), units.axis_unit());
+    c.categories = Category::ALL.map(|k| category_label(k, lang));
+    c.current = current.map(|(ctx, total)| Marker {
+        x: ctx,
+        y: total,
+        label: match lang {
+            Lang::En => format!("context {ctx}: {}", b(total)),
+            Lang::Zh => format!("上下文 {ctx}：{}", b(total)),
+        },
+    });
+    c.capacity = capacity.map(|cap| (cap, format!("{} {}", Msg::Capacity.t(lang), b(cap))));
+    c.device_label = Some(Msg::DeviceTotalLine.t(lang));
+    c.empty = Msg::NoContextChart.t(lang);
+    c
 }
 
 /// The inference numbers of an estimate: (label, value) rows; empty when it is not inference.
@@ -386,6 +409,20 @@ mod tests {
         assert!(context_points(&context_base(&llama())).is_empty(), "no sweep when training");
         assert_eq!(context_of(&p), Some(256));
         assert_eq!(context_of(&Plan::default()), None);
+    }
+
+    #[test]
+    fn the_context_chart_speaks_the_page_language() {
+        let mut p = llama();
+        set_mode(&mut p, "infer");
+        let pts = context_points(&context_base(&p));
+        let c = context_chart(&pts, Some((256, Bytes(3_000_000_000))), Some(Bytes(16_000_000_000)), Lang::Zh, Units::Decimal);
+        assert_eq!((c.x_desc, c.y_desc.as_str(), c.unit.name), ("上下文长度（token）", "显存 (GB)", "GB"));
+        assert_eq!(c.current.as_ref().unwrap().label, "上下文 256：3.00 GB");
+        assert_eq!(c.capacity.as_ref().unwrap().1, "GPU 容量 16.0 GB");
+        assert!(c.categories.contains(&"KV 缓存"));
+        let en = context_chart(&pts, None, Some(Bytes(16 << 30)), Lang::En, Units::Binary);
+        assert_eq!((en.y_desc.as_str(), en.capacity.unwrap().1.as_str()), ("Memory (GiB)", "GPU capacity 16.0 GiB"));
     }
 
     #[test]

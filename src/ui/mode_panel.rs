@@ -12,7 +12,7 @@ use super::mode_logic as ml;
 use super::scale_logic::gpu_of;
 use crate::estimator::config::{Mode, Plan};
 use crate::estimator::estimate;
-use crate::plots::context_chart::{draw_context_chart, ContextChart};
+use crate::plots::draw_stacked_chart;
 
 /// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.
 fn group() -> El {
@@ -47,11 +47,13 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             return;
         }
         let capacity = plan.with(|p| gpu_of(p).map(|g| g.memory));
+        // A language or units switch redraws the chart in its words; the sweep stays.
+        let (lang, units) = (cx.lang.get(), cx.units.get());
         let current = infer_est.with(|e| match e {
             Some(Ok(e)) => e.inference.as_ref().map(|i| (i.context, e.device_total)),
             _ => None,
         });
-        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_context_chart(root, &ContextChart { points: pts, current, capacity }, theme)));
+        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_stacked_chart(root, &ml::context_chart(pts, current, capacity, lang, units), theme)));
         fail_el.set_text_content(None);
         if let Err(e) = drawn {
             let _ = fail_el.append_child(&alert("", &e.to_string()).0);

@@ -15,7 +15,7 @@ use super::scale_logic::{Degree, OffloadTarget};
 use crate::estimator::config::{Mode, Plan};
 use crate::estimator::parallel::search::Candidate;
 use crate::estimator::units::Bytes;
-use crate::plots::rank_chart::{draw_rank_chart, RankChart};
+use crate::plots::rank_chart::draw_rank_chart;
 use crate::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use crate::presets::links::LinkKind;
 
@@ -91,6 +91,8 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             return;
         }
         let cap = capacity.get();
+        // A language or units switch redraws the charts in its words; the curves stay.
+        let (lang, units) = (cx.lang.get(), cx.units.get());
         let current = est.with(|e| match e {
             Some(Ok(e)) => Some((e.layout.world, Bytes(e.per_gpu.device_total_bytes))),
             _ => None,
@@ -100,13 +102,11 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
                 Some(Ok(c)) => c,
                 _ => &[],
             };
-            paint(&zero_canvas, &|root, theme| draw_zero_chart(root, &ZeroChart { curves, current, capacity: cap }, theme))
+            let words = sl::zero_words(current, cap, lang, units);
+            paint(&zero_canvas, &|root, theme| draw_zero_chart(root, &ZeroChart { curves, current, capacity: cap, words: Some(&words) }, theme))
         });
         let b = est.with(|e| {
-            let data = match e {
-                Some(Ok(e)) => RankChart::from_estimate(e, cap),
-                _ => RankChart { bars: Vec::new(), peak: 0, capacity: cap },
-            };
+            let data = sl::rank_chart(e.as_ref().and_then(|e| e.as_ref().ok()), cap, lang, units);
             paint(&rank_canvas, &|root, theme| draw_rank_chart(root, &data, theme))
         });
         fail_el.set_text_content(None);

@@ -1,6 +1,7 @@
 //! The parallelism panel's logic (issue #5), as plain functions on the [`Plan`] so it is tested
 //! natively: reading and writing the `parallel` and `offload` keys, the curves of per-GPU memory
-//! against the number of GPUs for each ZeRO stage, the per-GPU summary and the layout search,
+//! against the number of GPUs for each ZeRO stage and the words of the panel's charts, the
+//! per-GPU summary and the layout search,
 //! their texts in the page's language and sizes in its units. Every number comes from
 //! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
@@ -10,7 +11,9 @@ use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
 use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, Offload, Parallel, ParallelEstimate, Prepared};
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
+use crate::plots::rank_chart::RankChart;
 use crate::plots::zero_chart::ZeroCurve;
+use crate::plots::PanelWords;
 use crate::presets::gpus::{self, Gpu};
 use crate::presets::links::{LinkKind, LINKS};
 use crate::ui::i18n::{fmt_bytes, Label, Lang, Msg, Units};
@@ -233,6 +236,64 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
         return Err(first_err.unwrap_or_else(|| EstimateError::Unsupported("no layout of this plan can be estimated".into())));
     }
     Ok(curves)
+}
+
+fn memory_axis(lang: Lang, units: Units) -> String {
+    format!("{} ({})", Msg::PerGpuMemory.t(lang), units.axis_unit())
+}
+
+fn capacity_label(capacity: Option<Bytes>, lang: Lang, units: Units) -> Option<String> {
+    capacity.map(|c| format!("{} {}", Msg::Capacity.t(lang), fmt_bytes(c, units)))
+}
+
+/// The ZeRO chart's words: axes, the capacity line and the plan's own layout (its GPU count and
+/// per-GPU device total).
+pub fn zero_words(current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> PanelWords {
+    PanelWords {
+        unit: crate::ui::charts::unit_of(units),
+        x_desc: Msg::Gpus.t(lang).into(),
+        y_desc: memory_axis(lang, units),
+        empty: Msg::NoLayoutChart.t(lang).into(),
+        capacity: capacity_label(capacity, lang, units),
+        mark: current.map(|(gpus, total)| match lang {
+            Lang::En => format!("your layout, {gpus} GPU{}: {}", if gpus == 1 { "" } else { "s" }, fmt_bytes(total, units)),
+            Lang::Zh => format!("当前布局，{gpus} 张 GPU：{}", fmt_bytes(total, units)),
+        }),
+        legend: Vec::new(),
+    }
+}
+
+/// The rank chart of an estimate (no bars without one) in `lang` and `units`.
+pub fn rank_chart(e: Option<&ParallelEstimate>, capacity: Option<Bytes>, lang: Lang, units: Units) -> RankChart {
+    let mut chart = match e {
+        Some(e) => RankChart::from_estimate(e, capacity),
+        None => RankChart { bars: Vec::new(), peak: 0, capacity, words: None },
+    };
+    if let Some(e) = e {
+        let one = e.ranks.len() == 1;
+        for (bar, rank) in chart.bars.iter_mut().zip(&e.ranks) {
+            bar.label = match (one, lang) {
+                (true, _) => Msg::EveryGpu.t(lang).into(),
+                (false, Lang::En) => format!("stage {}", rank.stage),
+                (false, Lang::Zh) => format!("阶段 {}", rank.stage),
+            };
+        }
+    }
+    let mark = chart.bars.get(chart.peak).map(|b| format!("{}{}", match lang {
+        Lang::En => "peak rank: ",
+        Lang::Zh => "峰值阶段：",
+    }, fmt_bytes(b.device_total, units)));
+    let legend = [Msg::Parameters, Msg::Gradients, Msg::OptimizerState, Msg::Activations, Msg::RankOther].iter().map(|m| m.t(lang).to_string()).collect();
+    chart.words = Some(PanelWords {
+        unit: crate::ui::charts::unit_of(units),
+        x_desc: Msg::PipelineRank.t(lang).into(),
+        y_desc: memory_axis(lang, units),
+        empty: Msg::NoRank.t(lang).into(),
+        capacity: capacity_label(capacity, lang, units),
+        mark,
+        legend,
+    });
+    chart
 }
 
 /// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows. The offload verdict is
@@ -480,6 +541,27 @@ mod tests {
         assert!(candidate_text(&found[0], Lang::En, Units::Binary).starts_with("1 GPU: dp 1"));
         let zh = candidate_text(&found[0], Lang::Zh, Units::Decimal);
         assert!(zh.starts_with("1 张 GPU：dp 1") && zh.contains("每张 GPU") && zh.contains("GB") && !zh.contains("iB"), "{zh}");
+    }
+
+    #[test]
+    fn chart_words_follow_language_and_units() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Pp, Some(2));
+        let e = estimate(&p).unwrap();
+        let cap = Some(Bytes(40_000_000_000));
+        let r = rank_chart(Some(&e), cap, Lang::Zh, Units::Decimal);
+        let w = r.words.as_ref().unwrap();
+        assert_eq!((w.x_desc.as_str(), w.y_desc.as_str(), w.unit.name), ("流水线阶段", "单卡显存 (GB)", "GB"));
+        assert_eq!(w.capacity.as_deref(), Some("GPU 容量 40.0 GB"));
+        assert!(w.mark.as_deref().unwrap().starts_with("峰值阶段："), "{:?}", w.mark);
+        assert_eq!(w.legend[2], "优化器状态");
+        assert_eq!(r.bars.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["阶段 0", "阶段 1"]);
+        let en = rank_chart(Some(&e), cap, Lang::En, Units::Binary);
+        assert_eq!(en.bars[1].label, "stage 1");
+        assert_eq!(en.words.unwrap().y_desc, "Per-GPU memory (GiB)");
+        let z = zero_words(Some((8, Bytes(12_000_000_000))), cap, Lang::Zh, Units::Decimal);
+        assert_eq!(z.mark.as_deref(), Some("当前布局，8 张 GPU：12.0 GB"));
+        assert_eq!(zero_words(Some((1, Bytes(1 << 30))), None, Lang::En, Units::Binary).mark.as_deref(), Some("your layout, 1 GPU: 1.00 GiB"));
     }
 
     #[test]
