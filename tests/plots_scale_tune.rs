@@ -32,7 +32,7 @@ fn zero_chart_has_a_line_per_scheme_and_the_capacity() {
     let curves = scale_logic::zero_curves(&plan).unwrap();
     let current = scale_logic::estimate(&plan).map(|e| (e.layout.world, Bytes(e.per_gpu.device_total_bytes))).ok();
     let capacity = scale_logic::gpu_of(&plan).map(|g| g.memory);
-    let out = svg(|root| draw_zero_chart(root, &ZeroChart { curves: &curves, current, capacity }, &Theme::default()).unwrap());
+    let out = svg(|root| draw_zero_chart(root, &ZeroChart { curves: &curves, current, capacity, words: None }, &Theme::default()).unwrap());
     for label in ["DDP (ZeRO-0)", "ZeRO-1", "ZeRO-2", "ZeRO-3", "FSDP", "GPU capacity 40.0 GiB", "your layout, 1 GPU", "GPUs", "Per-GPU memory (GiB)"] {
         assert!(out.contains(label), "missing {label:?}");
     }
@@ -41,7 +41,7 @@ fn zero_chart_has_a_line_per_scheme_and_the_capacity() {
 
 #[test]
 fn zero_chart_without_data_says_so() {
-    let out = svg(|root| draw_zero_chart(root, &ZeroChart { curves: &[], current: None, capacity: None }, &Theme::default()).unwrap());
+    let out = svg(|root| draw_zero_chart(root, &ZeroChart { curves: &[], current: None, capacity: None, words: None }, &Theme::default()).unwrap());
     assert!(out.contains("No layout of this plan can be estimated"));
 }
 
@@ -93,7 +93,30 @@ fn big_model_inference_stays_quick() {
     let pts = mode_logic::context_points(&mode_logic::context_base(&plan));
     let sweep = t.elapsed();
     let t = std::time::Instant::now();
-    let max = mode_logic::max_context_text(&plan).unwrap();
+    let max = mode_logic::max_context_text(&mode_logic::max_context(&plan).unwrap(), vram_planner::ui::i18n::Lang::En);
     eprintln!("llama-2-7b: sweep of {} points {sweep:?}, {max} in {:?}", pts.len(), t.elapsed());
     assert!(max.starts_with("Longest context"), "{max}");
+}
+
+#[test]
+fn panel_charts_draw_the_page_words_and_units() {
+    use vram_planner::ui::i18n::{Lang, Units};
+    let mut plan = gpt2();
+    scale_logic::set_degree(&mut plan, scale_logic::Degree::Pp, Some(2));
+    let curves = scale_logic::zero_curves(&plan).unwrap();
+    let e = scale_logic::estimate(&plan).unwrap();
+    let current = Some((e.layout.world, Bytes(e.per_gpu.device_total_bytes)));
+    let capacity = scale_logic::gpu_of(&plan).map(|g| g.memory);
+    let words = scale_logic::zero_words(current, capacity, Lang::Zh, Units::Decimal);
+    let out = svg(|root| draw_zero_chart(root, &ZeroChart { curves: &curves, current, capacity, words: Some(&words) }, &Theme::default()).unwrap());
+    for label in ["GPU 数量", "单卡显存 (GB)", "GPU 容量 42.9 GB", "当前布局，2 张 GPU"] {
+        assert!(out.contains(label), "missing {label:?}");
+    }
+    assert!(!out.contains("GiB") && !out.contains("your layout"));
+    let data = scale_logic::rank_chart(Some(&e), capacity, Lang::Zh, Units::Decimal);
+    let out = svg(|root| draw_rank_chart(root, &data, &Theme::default()).unwrap());
+    for label in ["流水线阶段", "阶段 1", "峰值阶段：", "优化器状态", "GPU 容量"] {
+        assert!(out.contains(label), "missing {label:?}");
+    }
+    assert!(!out.contains("GiB") && !out.contains("stage 1"));
 }

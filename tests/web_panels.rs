@@ -7,6 +7,7 @@
 use leptos::prelude::*;
 use vram_planner::estimator::config::{Mode, Plan};
 use vram_planner::ui::extra::panels;
+use vram_planner::ui::i18n::{Lang, Units};
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 use web_sys::{Element, Event, EventInit, HtmlCanvasElement, HtmlElement, HtmlInputElement, HtmlSelectElement};
@@ -15,14 +16,20 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 /// Builds the panels under their own owner, as the page does; dropping the guard disposes them.
 fn mount(plan: Plan) -> (HtmlElement, RwSignal<Plan>, Mounted) {
+    let (host, signal, _, _, guard) = mount_in(plan, Lang::En, Units::Binary);
+    (host, signal, guard)
+}
+
+/// The same in a language and units, with the signals that switch them.
+fn mount_in(plan: Plan, lang: Lang, units: Units) -> (HtmlElement, RwSignal<Plan>, RwSignal<Lang>, RwSignal<Units>, Mounted) {
     let host: HtmlElement = document().create_element("div").unwrap().unchecked_into();
     document().body().unwrap().append_child(&host).unwrap();
     // Effects need Leptos's executor, which a mount sets up (the page's mount does this).
     drop(leptos::mount::mount_to(host.clone(), || ()));
     let owner = Owner::new();
-    let signal = owner.with(|| RwSignal::new(plan));
-    host.append_child(&owner.with(|| panels(signal))).unwrap();
-    (host.clone(), signal, Mounted(owner, host))
+    let (signal, lang, units) = owner.with(|| (RwSignal::new(plan), RwSignal::new(lang), RwSignal::new(units)));
+    host.append_child(&owner.with(|| panels(signal, lang.into(), units.into()))).unwrap();
+    (host.clone(), signal, lang, units, Mounted(owner, host))
 }
 
 struct Mounted(Owner, HtmlElement);
@@ -180,4 +187,52 @@ async fn inference_hides_the_layout_controls() {
     settle().await;
     assert_eq!(controls.offset_height(), 0, "layout controls still shown when serving");
     assert!(text(&host, "parallel-panel").contains("estimated on one GPU"));
+}
+
+fn option_texts(host: &HtmlElement, id: &str) -> Vec<String> {
+    let options = by_test_id(host, id).query_selector_all("option").unwrap();
+    (0..options.length()).map(|i| options.item(i).unwrap().text_content().unwrap_or_default()).collect()
+}
+
+#[wasm_bindgen_test]
+async fn the_panels_speak_chinese_and_switch_back_to_english() {
+    let (host, plan, lang, units, _h) = mount_in(Plan { gpu: Some("a100-40".into()), ..llama() }, Lang::Zh, Units::Decimal);
+    settle().await;
+    let per_gpu = text(&host, "per-gpu");
+    assert!(per_gpu.contains("优化器状态") && per_gpu.contains("设备总用量") && per_gpu.contains("能否放入 GPU是"), "{per_gpu:?}");
+    assert!((per_gpu.contains(" GB") || per_gpu.contains(" MB")) && !per_gpu.contains("iB"), "not in GB: {per_gpu:?}");
+    assert_eq!(option_texts(&host, "mode"), ["训练", "微调", "推理"]);
+    assert!(text(&host, "parallel-panel").contains("张量并行（tp）"));
+    assert!(text(&host, "chart-zero").contains("黑线为 GPU 容量"), "{}", text(&host, "chart-zero"));
+    let aria = by_test_id(&host, "chart-ranks").query_selector("canvas").unwrap().unwrap().get_attribute("aria-label").unwrap_or_default();
+    assert_eq!(aria, "各流水线阶段的显存，按用途划分");
+    let compare = text(&host, "compare");
+    assert!(compare.contains("配置对比") && compare.contains("添加当前设置") && compare.contains("峰值时的激活"), "{compare:?}");
+    assert_eq!(by_test_id(&host, "compare").get_attribute("aria-label").as_deref(), Some("对比"));
+    // The search's outcome is rewritten, not searched again, on a switch.
+    click(&by_test_id(&host, "layout-search-run"));
+    settle().await;
+    assert!(text(&host, "layout-search").contains("张 GPU"), "{}", text(&host, "layout-search"));
+    let before = plan.get_untracked();
+
+    lang.set(Lang::En);
+    units.set(Units::Binary);
+    settle().await;
+    let per_gpu = text(&host, "per-gpu");
+    assert!(per_gpu.contains("Optimizer state") && per_gpu.contains("Fits the GPUyes") && per_gpu.contains("GiB"), "{per_gpu:?}");
+    assert!(!per_gpu.contains("优化器"), "{per_gpu:?}");
+    assert_eq!(option_texts(&host, "mode"), ["Train", "Fine-tune", "Infer"]);
+    assert_eq!(by_test_id(&host, "mode").unchecked_into::<HtmlSelectElement>().value(), "train", "the switch lost the mode");
+    assert!(text(&host, "compare").contains("Add the current plan"));
+    assert!(text(&host, "layout-search").contains("GPU: dp"), "{}", text(&host, "layout-search"));
+    assert_eq!(plan.get_untracked(), before, "a language switch edited the plan");
+
+    // Serving in Chinese: the inference rows and the longest context.
+    lang.set(Lang::Zh);
+    pick(&host, "mode", "infer");
+    settle().await;
+    let kv = text(&host, "kv-summary");
+    assert!(kv.contains("KV 缓存") && kv.contains("预填充峰值"), "{kv:?}");
+    assert!(text(&host, "max-context").contains("可容纳的最长上下文"), "{}", text(&host, "max-context"));
+    assert_eq!(option_texts(&host, "kv-dtype")[0], "与激活相同的数据类型");
 }

@@ -78,6 +78,23 @@ impl Default for MemUnit {
     }
 }
 
+/// The words of a panel chart (the ZeRO and rank charts) and the unit of its memory axis, written
+/// by the page in its language and units. A chart given none draws English in GiB (tests).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PanelWords {
+    pub unit: MemUnit,
+    pub x_desc: String,
+    pub y_desc: String,
+    /// Shown instead of a chart when there is nothing to draw.
+    pub empty: String,
+    /// The capacity line's label, its size already written out.
+    pub capacity: Option<String>,
+    /// The marked value's label (the current layout, the peak rank).
+    pub mark: Option<String>,
+    /// Names of the chart's fixed series, where it has them (the rank chart's parts).
+    pub legend: Vec<String>,
+}
+
 /// English category names in [`Category::ALL`](crate::estimator::timeline::Category::ALL) order.
 pub fn english_categories() -> [&'static str; crate::estimator::timeline::Category::COUNT] {
     crate::estimator::timeline::Category::ALL.map(|c| c.label())

@@ -11,7 +11,7 @@ use super::controls;
 use super::dom::{button, h, table_body, El};
 use super::explain;
 use super::export;
-use super::i18n::{self, fmt_bytes, phase_label, Lang, Msg, Units};
+use super::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
 use super::model::{CkptInfo, Numbers};
 use super::runtime::{self, wb};
 use super::state::{self, InputSpec};
@@ -186,14 +186,6 @@ pub fn tr(p: Planner, m: Msg) -> impl Fn() -> String + 'static {
     move || m.t(p.lang.get()).to_string()
 }
 
-fn colon(l: Lang) -> &'static str {
-    if l == Lang::Zh {
-        "："
-    } else {
-        ": "
-    }
-}
-
 /// The whole page, or the embed card with `?embed=1`.
 #[component]
 pub fn App() -> impl IntoView {
@@ -305,11 +297,12 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(h("footer").cls("colophon").child(h("p").dyn_text(tr(p, Msg::Footer))))
 }
 
-/// The mode switch, the parallelism panel and the comparison view (issues #5 and #6): typed
-/// Leptos components of their own, mounted only while their section is open. They recompute on
-/// every change of the plan they are given (hundreds of milliseconds for a 70B model), so they
-/// get a copy of the page's plan that follows it once input has settled; their own edits go to
-/// the page's plan at once. Sliders stay as fast with the section open as closed.
+/// The mode switch, the parallelism panel and the comparison view (issues #5 and #6), mounted
+/// only while their section is open. They recompute on every change of the plan they are given
+/// (hundreds of milliseconds for a 70B model), so they get a copy of the page's plan that follows
+/// it once input has settled; their own edits go to the page's plan at once. Sliders stay as fast
+/// with the section open as closed. Language and units reach them directly: switching either only
+/// rewrites texts, nothing is estimated again.
 fn extra_panels(p: Planner) -> El {
     let panel_plan = RwSignal::new(p.plan.get_untracked());
     let timer = StoredValue::new(None::<leptos::leptos_dom::helpers::TimeoutHandle>);
@@ -350,7 +343,7 @@ fn extra_panels(p: Planner) -> El {
                 panel_plan.set(p.plan.get_untracked());
                 let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else { return };
                 let owner = page.child();
-                let panels = owner.with(|| super::extra::panels(panel_plan));
+                let panels = owner.with(|| super::extra::panels(panel_plan, p.lang.into(), p.units.into()));
                 let _ = host.0.append_child(&panels);
                 mounted.set_value(Some(owner));
             }

@@ -226,7 +226,7 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
-fn unit_of(units: Units) -> MemUnit {
+pub(crate) fn unit_of(units: Units) -> MemUnit {
     match units {
         Units::Binary => MemUnit::GIB,
         Units::Decimal => MemUnit::GB,

@@ -2,7 +2,9 @@
 //! inference chart ([`super::mode_panel`]), the parallelism panel ([`super::parallel_panel`]) and
 //! the comparison view ([`super::compare`]). All read and write one `RwSignal<Plan>`. They are
 //! built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every binding
-//! is type-erased, which keeps the WebAssembly within its size budget. Also the pieces they share.
+//! is type-erased, which keeps the WebAssembly within its size budget. Their texts follow the
+//! page's language and their sizes its units ([`Prefs`]); a switch rewrites texts and never
+//! reruns an estimate. Also the pieces they share.
 
 use leptos::prelude::*;
 use plotters::coord::Shift;
@@ -11,17 +13,40 @@ use web_sys::HtmlCanvasElement;
 
 use super::backend::AnyBackend;
 use super::dom::{h, value_of, El};
+use super::i18n::{Label, Lang, Msg, Units};
 use crate::estimator::config::Plan;
 use crate::plots::{PlotError, Theme};
 
-/// The mode panel, the parallelism panel and the comparison view, in that order. Call it under
-/// a reactive owner: disposing that owner stops the panels' effects.
-pub fn panels(plan: RwSignal<Plan>) -> web_sys::Element {
+/// The page's language and units as the panels read them. Bindings that read them rebuild only
+/// their texts: the estimates live in memos that do not depend on either.
+#[derive(Clone, Copy)]
+pub struct Prefs {
+    pub lang: Signal<Lang>,
+    pub units: Signal<Units>,
+}
+
+impl Prefs {
+    /// A fixed text that follows the language. One closure type for every such text, so the
+    /// bindings it feeds exist once in the WebAssembly.
+    pub(crate) fn text(self, m: Msg) -> Box<dyn Fn() -> String> {
+        Box::new(move || m.t(self.lang.get()).to_string())
+    }
+    /// The same, as an attribute's value (aria-label, placeholder).
+    pub(crate) fn attr(self, m: Label) -> Box<dyn Fn() -> Option<String>> {
+        Box::new(move || Some(m.t(self.lang.get()).to_string()))
+    }
+}
+
+/// The mode panel, the parallelism panel and the comparison view, in that order, their texts in
+/// `lang` and their sizes in `units`. Call it under a reactive owner: disposing that owner stops
+/// the panels' effects.
+pub fn panels(plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> web_sys::Element {
+    let cx = Prefs { lang, units };
     h("div")
         .cls("extra-panels")
-        .child(super::mode_panel::mode_panel(plan))
-        .child(super::parallel_panel::parallel_panel(plan))
-        .child(super::compare::compare_panel(plan))
+        .child(super::mode_panel::mode_panel(plan, cx))
+        .child(super::parallel_panel::parallel_panel(plan, cx))
+        .child(super::compare::compare_panel(plan, cx))
         .0
 }
 
@@ -45,37 +70,39 @@ pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBa
     Ok(())
 }
 
-/// A canvas in a figure with its caption; the figure carries `testid`.
-pub(crate) fn figure(testid: &str, aria: &str, caption: &str) -> (El, HtmlCanvasElement) {
+/// A canvas in a figure with its caption, both in the page's language; the figure carries
+/// `testid`.
+pub(crate) fn figure(cx: Prefs, testid: &str, aria: Msg, caption: Msg) -> (El, HtmlCanvasElement) {
     use wasm_bindgen::JsCast;
-    let canvas = h("canvas").attr("role", "img").attr("aria-label", aria);
+    let canvas = h("canvas").attr("role", "img").dyn_attr("aria-label", cx.attr(Label::T(aria)));
     let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
-    (h("figure").cls("chart").testid(testid).child(canvas).child(h("figcaption").text(caption)), el)
+    (h("figure").cls("chart").testid(testid).child(canvas).child(h("figcaption").dyn_text(cx.text(caption))), el)
 }
 
-/// A labelled `<select>` whose options and value follow the plan; `set` applies a pick.
-pub(crate) fn plan_select(plan: RwSignal<Plan>, label: &str, testid: &str, options: impl Fn() -> Vec<(&'static str, &'static str)> + 'static, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) + 'static) -> El {
-    select_erased(plan, label, testid, Box::new(options), Box::new(value), Box::new(set))
+/// A labelled `<select>` whose value follows the plan and whose options, `options(lang)`, follow
+/// the plan and the language; `set` applies a pick.
+pub(crate) fn plan_select(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, options: impl Fn(Lang) -> Vec<(&'static str, &'static str)> + 'static, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) + 'static) -> El {
+    select_erased(plan, cx, label, testid, Box::new(options), Box::new(value), Box::new(set))
 }
 
-type Options = Box<dyn Fn() -> Vec<(&'static str, &'static str)>>;
+type Options = Box<dyn Fn(Lang) -> Vec<(&'static str, &'static str)>>;
 
-fn select_erased(plan: RwSignal<Plan>, label: &str, testid: &str, options: Options, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str)>) -> El {
+fn select_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, options: Options, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str)>) -> El {
     let id = format!("x-{testid}");
-    let list = move || options().into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
+    let list = move || options(cx.lang.get()).into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
     h("div")
         .cls("field")
-        .child(h("label").cls("label").attr("for", &id).text(label))
+        .child(super::dom::label(&id, cx.text(label)))
         .child(super::dom::select(&id, testid, list, move || plan.with(|p| value(p)), move |v| plan.update(|p| set(p, &v))))
 }
 
 /// A labelled whole-number box; `set` turns its text into a plan edit and returns false when
 /// the text is not a number (the plan is left alone).
-pub(crate) fn plan_number(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &str, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) -> bool + 'static) -> El {
-    number_erased(plan, label, testid, placeholder, Box::new(value), Box::new(set))
+pub(crate) fn plan_number(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) -> bool + 'static) -> El {
+    number_erased(plan, cx, label, testid, placeholder, Box::new(value), Box::new(set))
 }
 
-fn number_erased(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &str, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str) -> bool>) -> El {
+fn number_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str) -> bool>) -> El {
     let id = format!("x-{testid}");
     let input = h("input")
         .id(&id)
@@ -91,8 +118,11 @@ fn number_erased(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &
                 plan.set(next);
             }
         });
-    let input = if placeholder.is_empty() { input } else { input.attr("placeholder", placeholder) };
-    h("div").cls("field").child(h("label").cls("label").attr("for", &id).text(label)).child(input)
+    let input = match placeholder {
+        Some(p) => input.dyn_attr("placeholder", cx.attr(p)),
+        None => input,
+    };
+    h("div").cls("field").child(super::dom::label(&id, cx.text(label))).child(input)
 }
 
 /// (label, value) rows as the children of a description list.

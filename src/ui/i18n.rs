@@ -1,6 +1,8 @@
 //! The page's words in English and 中文, and how it writes sizes (GiB or GB). Every string the
-//! page shows comes from here, so both languages stay complete: [`Msg`] is one enum of fixed
-//! texts, and the functions below build the texts that carry numbers.
+//! page shows comes from here or from the panels' logic modules, so both languages stay
+//! complete: [`Msg`] is one enum of fixed texts, [`Label`] names an option either by a [`Msg`] or
+//! by a name that reads the same in every language, and the functions below build the texts that
+//! carry numbers.
 
 use crate::estimator::config::{AttnImpl, OptimizerImpl, OptimizerKind, Precision};
 use crate::estimator::timeline::{Category, Phase};
@@ -248,6 +250,132 @@ messages! {
     Largest => "largest that fits", "最大可容纳";
     Total => "Total", "合计";
     MorePanels => "Mode, parallelism and comparison", "模式、并行与对比";
+    // The mode panel.
+    ModeHeading => "Mode", "模式";
+    ModeWhat => "What the GPU does", "GPU 的任务";
+    ModeTrain => "Train", "训练";
+    ModeFinetune => "Fine-tune", "微调";
+    ModeInfer => "Infer", "推理";
+    LoraRank => "LoRA rank (empty: full fine-tuning)", "LoRA 秩（留空：全参数微调）";
+    PlaceholderNone => "none", "无";
+    LoraTargets => "LoRA targets", "LoRA 目标模块";
+    LoraQv => "q, v (peft default)", "q、v（peft 默认）";
+    LoraQkvo => "q, k, v, o", "q、k、v、o";
+    LoraAll => "all linear layers", "全部线性层";
+    Weights => "Weights", "权重";
+    QuantNoneTrain => "None (model dtype)", "不量化（模型原精度）";
+    QuantNoneTune => "None (LoRA or full)", "不量化（LoRA 或全参数）";
+    QuantQlora => "NF4, QLoRA", "NF4（QLoRA）";
+    QuantInt8 => "INT8 weight-only", "INT8 仅权重量化";
+    QuantW8a8 => "INT8 weights and activations", "INT8 权重与激活量化";
+    QuantInt4 => "INT4 group-wise", "INT4 分组量化";
+    KvCache => "KV cache", "KV 缓存";
+    KvActivationDtype => "Activation dtype", "与激活相同的数据类型";
+    ContextTokens => "Context (prompt tokens)", "上下文（提示词 token 数）";
+    NewTokens => "New tokens", "新生成 token 数";
+    KvPerToken => "KV cache per token", "每个 token 的 KV 缓存";
+    ContextNewTokens => "Context / new tokens", "上下文 / 新 token";
+    PrefillPeak => "Prefill peak", "预填充峰值";
+    DecodePeak => "Decode peak", "解码峰值";
+    ContextLength => "Context length (tokens)", "上下文长度（token）";
+    DeviceTotalLine => "Device total (reserved + CUDA context)", "设备总用量（已预留 + CUDA 上下文）";
+    NoContextChart => "No context length can be estimated for this plan", "此设置下没有可估算的上下文长度";
+    ContextChartAria => "Memory against context length, the KV cache as its own band", "显存随上下文长度变化，KV 缓存单独成带";
+    ContextChartCaption => "Memory against prompt length, by what it holds; the KV cache is the top band. The red line marks your context, the black line the GPU's capacity.", "显存随提示词长度变化，按用途堆叠；KV 缓存是最上层的色带。红线标出当前上下文，黑线为 GPU 容量。";
+    // The parallelism panel.
+    ParallelHeading => "Parallelism", "并行策略";
+    InferOneGpu => "Inference plans are estimated on one GPU; switch the mode to train or fine-tune to plan a multi-GPU layout.", "推理按单张 GPU 估算；将模式切换为训练或微调即可规划多 GPU 布局。";
+    GpusPerNode => "GPUs per node", "每节点 GPU 数";
+    PlaceholderAuto => "auto", "自动";
+    Nodes => "Nodes", "节点数";
+    DataParallel => "Data parallel (dp)", "数据并行（dp）";
+    TensorParallel => "Tensor parallel (tp)", "张量并行（tp）";
+    PipelineParallel => "Pipeline parallel (pp)", "流水线并行（pp）";
+    Sharding => "Sharding", "切分方案";
+    Zero0 => "DDP (ZeRO-0)", "DDP（ZeRO-0，不切分）";
+    Zero1 => "ZeRO-1 (optimizer state sharded)", "ZeRO-1（切分优化器状态）";
+    Zero2 => "ZeRO-2 (+ gradients)", "ZeRO-2（再切分梯度）";
+    Zero3 => "ZeRO-3 (+ parameters)", "ZeRO-3（再切分参数）";
+    OffloadLegend => "Offload to host memory", "卸载到主机内存";
+    OffloadParams => "Parameters (ZeRO-3)", "参数（ZeRO-3）";
+    LinkIntra => "Link inside a node", "节点内互联";
+    LinkInter => "Link between nodes", "节点间互联";
+    GpuDefault => "GPU's default", "GPU 默认";
+    CannotEstimateLayout => "Cannot estimate this layout", "无法估算此布局";
+    NoZeroChart => "No ZeRO chart", "无法绘制 ZeRO 图";
+    ZeroChartAria => "Per-GPU memory against the number of GPUs for each ZeRO stage", "各 ZeRO 阶段下单卡显存随 GPU 数量的变化";
+    ZeroChartCaption => "Per-GPU device memory against the number of GPUs (dp × tp × pp) for each sharding scheme; the black line is the GPU's capacity, the red ring your layout.", "各切分方案下单卡设备显存随 GPU 数量（dp × tp × pp）的变化；黑线为 GPU 容量，红圈为当前布局。";
+    RankChartAria => "Memory of each pipeline rank, by what it holds", "各流水线阶段的显存，按用途划分";
+    RankChartCaption => "Memory of each pipeline rank at its peak; the outlined bar is the rank that limits the layout.", "各流水线阶段在峰值时的显存；描边的柱子是限制该布局的阶段。";
+    Gpus => "GPUs", "GPU 数量";
+    PerGpuMemory => "Per-GPU memory", "单卡显存";
+    NoLayoutChart => "No layout of this plan can be estimated", "此设置下没有可估算的布局";
+    PipelineRank => "Pipeline rank", "流水线阶段";
+    NoRank => "No rank to show", "没有可显示的阶段";
+    RankOther => "Buffers, temporaries, comm. buffers", "缓冲区、临时张量、通信缓冲区";
+    EveryGpu => "every GPU", "每张 GPU";
+    FindLayouts => "Find the cheapest layouts that fit", "查找放得下的最省布局";
+    NoLayoutFits => "No layout up to 64 GPUs fits this GPU.", "64 张 GPU 以内没有能放进此 GPU 的布局。";
+    Layout => "Layout", "布局";
+    Parameters => "Parameters", "参数";
+    Gradients => "Gradients", "梯度";
+    OptimizerState => "Optimizer state", "优化器状态";
+    Activations => "Activations", "激活";
+    OtherMemory => "Other (buffers, temporaries, comm. buffers)", "其他（缓冲区、临时张量、通信缓冲区）";
+    HostPerGpu => "Host memory per GPU", "每张 GPU 占用的主机内存";
+    CommPerStep => "Communication per step", "每步通信量";
+    StepTime => "Step time", "单步耗时";
+    ScalingEfficiency => "Scaling efficiency", "扩展效率";
+    Offload => "Offload", "卸载";
+    FitsGpu => "Fits the GPU", "能否放入 GPU";
+    Yes => "yes", "是";
+    No => "no", "否";
+    // The comparison view.
+    CompareHeading => "Compare configurations", "配置对比";
+    CompareAria => "Comparison", "对比";
+    CompareAdd => "Add the current plan", "添加当前设置";
+    Configuration => "Configuration", "配置";
+    Edit => "Edit", "编辑";
+    ModeBatch => "Mode, batch", "模式、批大小";
+    Trainable => "Trainable", "可训练参数";
+    ActivationsAtPeak => "Activations at the peak", "峰值时的激活";
+    ActivationsPerByte => "Activations per parameter byte", "激活与参数字节数之比";
+    MessageRow => "Message", "错误信息";
+}
+
+/// An option's text: a [`Msg`], or a name that reads the same in every language (a dtype, an
+/// API identifier such as FSDP's `FULL_SHARD`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Label {
+    T(Msg),
+    Name(&'static str),
+}
+
+impl Label {
+    pub fn t(self, lang: Lang) -> &'static str {
+        match self {
+            Label::T(m) => m.t(lang),
+            Label::Name(n) => n,
+        }
+    }
+}
+
+/// A select's (value, label) options in `lang`.
+pub fn option_texts(options: &[(&'static str, Label)], lang: Lang) -> Vec<(&'static str, &'static str)> {
+    options.iter().map(|&(v, l)| (v, l.t(lang))).collect()
+}
+
+/// What goes between a label and its text: Chinese uses the full-width colon.
+pub fn colon(lang: Lang) -> &'static str {
+    match lang {
+        Lang::En => ": ",
+        Lang::Zh => "：",
+    }
+}
+
+/// "Cannot estimate this plan: <the estimator's message>" (the message stays as it is).
+pub fn prefixed(prefix: Msg, message: &str, lang: Lang) -> String {
+    format!("{}{}{message}", prefix.t(lang), colon(lang))
 }
 
 impl Msg {
@@ -400,8 +528,21 @@ mod tests {
         for m in Msg::ALL {
             assert!(!m.t(Lang::En).is_empty(), "{m:?} has no English");
             assert!(!m.t(Lang::Zh).is_empty(), "{m:?} has no Chinese");
+            // "GPU" is the one word Chinese writes as English does; names that read the same in
+            // both languages are `Label::Name`, not messages.
+            if *m != Msg::Gpu {
+                assert_ne!(m.t(Lang::En), m.t(Lang::Zh), "{m:?} is not translated");
+            }
         }
-        assert_ne!(Msg::Peak.t(Lang::En), Msg::Peak.t(Lang::Zh));
+    }
+
+    #[test]
+    fn options_and_prefixes_follow_the_language() {
+        let opts = [("a", Label::T(Msg::ModeTrain)), ("b", Label::Name("FP8"))];
+        assert_eq!(option_texts(&opts, Lang::Zh), vec![("a", "训练"), ("b", "FP8")]);
+        assert_eq!(option_texts(&opts, Lang::En), vec![("a", "Train"), ("b", "FP8")]);
+        assert_eq!(prefixed(Msg::CannotEstimate, "x", Lang::En), "Cannot estimate this plan: x");
+        assert_eq!(prefixed(Msg::CannotEstimateLayout, "x", Lang::Zh), "无法估算此布局：x");
     }
 
     #[test]

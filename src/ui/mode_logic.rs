@@ -1,8 +1,9 @@
 //! The mode panel's and the comparison view's logic (issue #6), as plain functions on the
 //! [`Plan`] so it is tested natively: the train / fine-tune / infer switch and the keys each mode
 //! takes, the inference numbers (KV cache, prefill and decode peaks, the longest context that
-//! fits), the context sweep of the inference chart and the rows of the comparison table. Every
-//! number comes from the estimator ([`crate::estimator::fit`], [`crate::estimator::estimate`]).
+//! fits), the context sweep of the inference chart and its words, the rows of the comparison table, with
+//! their texts in the page's language and sizes in its units. Every number comes from the
+//! estimator ([`crate::estimator::fit`], [`crate::estimator::estimate`]).
 
 use crate::estimator::config::{KvDtype, LoraConfig, Mode, Plan, Quantization, Sparsity};
 use crate::estimator::error::EstimateError;
@@ -12,9 +13,11 @@ use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
 use crate::presets::models;
+use crate::plots::{Marker, StackedChart};
+use crate::ui::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
 
 /// The mode switch: (value, label).
-pub const MODE_OPTIONS: [(&str, &str); 3] = [("train", "Train"), ("finetune", "Fine-tune"), ("infer", "Infer")];
+pub const MODE_OPTIONS: [(&str, Label); 3] = [("train", Label::T(Msg::ModeTrain)), ("finetune", Label::T(Msg::ModeFinetune)), ("infer", Label::T(Msg::ModeInfer))];
 
 /// Context lengths the inference chart sweeps (those the model cannot take are skipped).
 pub const CONTEXT_POINTS: [u64; 11] = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
@@ -61,11 +64,12 @@ pub fn set_mode(plan: &mut Plan, value: &str) {
 }
 
 /// Options of the quantization select in the plan's mode: (value, label).
-pub fn quantization_options(mode: Mode) -> Vec<(&'static str, &'static str)> {
+pub fn quantization_options(mode: Mode) -> Vec<(&'static str, Label)> {
+    use Label::T;
     match mode {
-        Mode::Train => vec![("none", "None (model dtype)")],
-        Mode::Finetune => vec![("none", "None (LoRA or full)"), ("nf4", "NF4, QLoRA")],
-        Mode::Infer => vec![("none", "None (model dtype)"), ("int8", "INT8 weight-only"), ("w8a8", "INT8 weights and activations"), ("int4", "INT4 group-wise"), ("nf4", "NF4")],
+        Mode::Train => vec![("none", T(Msg::QuantNoneTrain))],
+        Mode::Finetune => vec![("none", T(Msg::QuantNoneTune)), ("nf4", T(Msg::QuantQlora))],
+        Mode::Infer => vec![("none", T(Msg::QuantNoneTrain)), ("int8", T(Msg::QuantInt8)), ("w8a8", T(Msg::QuantW8a8)), ("int4", T(Msg::QuantInt4)), ("nf4", Label::Name("NF4"))],
     }
 }
 
@@ -115,7 +119,7 @@ pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
 }
 
 /// The LoRA targets select: (value, label, targets).
-pub const LORA_TARGETS: [(&str, &str, &[&str]); 3] = [("qv", "q, v (peft default)", &["q", "v"]), ("qkvo", "q, k, v, o", &["q", "k", "v", "o"]), ("all", "all linear layers", &["all"])];
+pub const LORA_TARGETS: [(&str, Label, &[&str]); 3] = [("qv", Label::T(Msg::LoraQv), &["q", "v"]), ("qkvo", Label::T(Msg::LoraQkvo), &["q", "k", "v", "o"]), ("all", Label::T(Msg::LoraAll), &["all"])];
 
 pub fn lora_targets_value(plan: &Plan) -> &'static str {
     let t: Vec<&str> = plan.lora.as_ref().map(|l| l.targets.iter().map(String::as_str).collect()).unwrap_or_default();
@@ -129,7 +133,14 @@ pub fn set_lora_targets(plan: &mut Plan, value: &str) {
 }
 
 /// The KV-cache dtype select: (value, label); "" = the activations' dtype.
-pub const KV_OPTIONS: [(&str, &str); 6] = [("", "Activation dtype"), ("fp32", "FP32"), ("fp16", "FP16"), ("bf16", "BF16"), ("fp8", "FP8 (E4M3)"), ("int8", "INT8")];
+pub const KV_OPTIONS: [(&str, Label); 6] = [
+    ("", Label::T(Msg::KvActivationDtype)),
+    ("fp32", Label::Name("FP32")),
+    ("fp16", Label::Name("FP16")),
+    ("bf16", Label::Name("BF16")),
+    ("fp8", Label::Name("FP8 (E4M3)")),
+    ("int8", Label::Name("INT8")),
+];
 
 pub fn kv_value(plan: &Plan) -> &'static str {
     match plan.kv_cache_dtype {
@@ -181,57 +192,125 @@ pub fn context_points(base: &Plan) -> Vec<Point> {
     fit::context_sweep(base, &CONTEXT_POINTS)
 }
 
+/// The inference chart of a context sweep in `lang` and `units`: the shared stacked chart with the
+/// device total, the capacity and the plan's context (its device total) marked.
+pub fn context_chart(points: &[Point], current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> StackedChart<'_> {
+    let b = |x: Bytes| fmt_bytes(x, units);
+    let mut c = StackedChart::new(points, Msg::ContextLength.t(lang));
+    c.unit = crate::ui::charts::unit_of(units);
+    c.y_desc = format!("{} ({})", Msg::Memory.t(lang), units.axis_unit());
+    c.categories = Category::ALL.map(|k| category_label(k, lang));
+    c.current = current.map(|(ctx, total)| Marker {
+        x: ctx,
+        y: total,
+        label: match lang {
+            Lang::En => format!("context {ctx}: {}", b(total)),
+            Lang::Zh => format!("上下文 {ctx}：{}", b(total)),
+        },
+    });
+    c.capacity = capacity.map(|cap| (cap, format!("{} {}", Msg::Capacity.t(lang), b(cap))));
+    c.device_label = Some(Msg::DeviceTotalLine.t(lang));
+    c.empty = Msg::NoContextChart.t(lang);
+    c
+}
+
 /// The inference numbers of an estimate: (label, value) rows; empty when it is not inference.
-pub fn inference_rows(e: &Estimate) -> Vec<(&'static str, String)> {
+pub fn inference_rows(e: &Estimate, lang: Lang, units: Units) -> Vec<(&'static str, String)> {
     let Some(inf) = &e.inference else { return Vec::new() };
+    let b = |x: Bytes| fmt_bytes(x, units);
     let mut rows = vec![
-        ("KV cache", e.kv_cache_bytes.to_string()),
-        ("KV cache per token", inf.kv_bytes_per_token.to_string()),
-        ("Weights", e.weights_bytes.to_string()),
-        ("Context / new tokens", format!("{} / {}", inf.context, inf.new_tokens)),
-        ("Prefill peak", inf.prefill_peak.to_string()),
+        (Msg::KvCache.t(lang), b(e.kv_cache_bytes)),
+        (Msg::KvPerToken.t(lang), b(inf.kv_bytes_per_token)),
+        (Msg::Weights.t(lang), b(e.weights_bytes)),
+        (Msg::ContextNewTokens.t(lang), format!("{} / {}", inf.context, inf.new_tokens)),
+        (Msg::PrefillPeak.t(lang), b(inf.prefill_peak)),
     ];
     if let Some(d) = inf.decode_peak {
-        rows.push(("Decode peak", d.to_string()));
+        rows.push((Msg::DecodePeak.t(lang), b(d)));
     }
-    rows.push(("Allocated peak", e.peak_allocated.to_string()));
-    rows.push(("Device total", e.device_total.to_string()));
+    rows.push((Msg::Peak.t(lang), b(e.peak_allocated)));
+    rows.push((Msg::DeviceTotal.t(lang), b(e.device_total)));
     rows
 }
 
-/// The longest prompt that fits the plan's GPU, as a sentence; `None` without a GPU or outside
-/// inference.
-pub fn max_context_text(plan: &Plan) -> Option<String> {
+/// The search for the longest prompt that fits the plan's GPU: the GPU's name and what the search
+/// found (`Ok(None)`: not even one token). Kept apart from its sentence so a language switch
+/// rewrites the sentence without searching again.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MaxContext {
+    pub gpu: &'static str,
+    pub found: Result<Option<u64>, String>,
+}
+
+/// The longest prompt that fits the plan's GPU; `None` without a GPU or outside inference.
+pub fn max_context(plan: &Plan) -> Option<MaxContext> {
     if plan.mode != Mode::Infer {
         return None;
     }
     let gpu = plan.gpu.as_deref().and_then(crate::presets::gpus::find)?;
-    Some(match fit::max_context(plan, gpu.memory) {
-        Ok(Some(c)) => format!("Longest context that fits {}: {c} tokens", gpu.name),
-        Ok(None) => format!("Even a one-token prompt does not fit {}", gpu.name),
-        Err(e) => format!("Cannot find the longest context: {e}"),
-    })
+    Some(MaxContext { gpu: gpu.name, found: fit::max_context(plan, gpu.memory).map_err(|e| e.to_string()) })
+}
+
+/// [`max_context`]'s finding as a sentence.
+pub fn max_context_text(m: &MaxContext, lang: Lang) -> String {
+    let gpu = m.gpu;
+    match (&m.found, lang) {
+        (Ok(Some(c)), Lang::En) => format!("Longest context that fits {gpu}: {c} tokens"),
+        (Ok(Some(c)), Lang::Zh) => format!("{gpu} 可容纳的最长上下文：{c} 个 token"),
+        (Ok(None), Lang::En) => format!("Even a one-token prompt does not fit {gpu}"),
+        (Ok(None), Lang::Zh) => format!("{gpu} 连只有 1 个 token 的提示词也放不下"),
+        (Err(e), Lang::En) => format!("Cannot find the longest context: {e}"),
+        (Err(e), Lang::Zh) => format!("无法求出最长上下文：{e}"),
+    }
+}
+
+/// The aria-labels of a comparison column's controls, for configuration `n` (counted from 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ColumnControl {
+    Model,
+    Remove,
+    Edit,
+}
+
+pub fn column_control_label(what: ColumnControl, n: usize, lang: Lang) -> String {
+    match (what, lang) {
+        (ColumnControl::Model, Lang::En) => format!("Model of configuration {n}"),
+        (ColumnControl::Model, Lang::Zh) => format!("配置 {n} 的模型"),
+        (ColumnControl::Remove, Lang::En) => format!("Remove configuration {n}"),
+        (ColumnControl::Remove, Lang::Zh) => format!("移除配置 {n}"),
+        (ColumnControl::Edit, Lang::En) => format!("Edit configuration {n} in the planner"),
+        (ColumnControl::Edit, Lang::Zh) => format!("在规划器中编辑配置 {n}"),
+    }
+}
+
+fn mode_label(mode: Mode, lang: Lang) -> &'static str {
+    MODE_OPTIONS.iter().find(|o| o.0 == mode.key()).map_or(mode.key(), |o| o.1.t(lang))
 }
 
 /// The comparison table: one row per quantity, one column per configuration. Columns whose plan
 /// the estimator refuses show "–" and their message in the last row.
-pub fn compare_rows(plans: &[Plan], results: &[Result<Estimate, EstimateError>]) -> Vec<(&'static str, Vec<String>)> {
+pub fn compare_rows(plans: &[Plan], results: &[Result<Estimate, EstimateError>], lang: Lang, units: Units) -> Vec<(&'static str, Vec<String>)> {
     let col = |f: &dyn Fn(&Estimate) -> String| results.iter().map(|r| r.as_ref().map_or_else(|_| "–".to_string(), f)).collect::<Vec<_>>();
     let act = |e: &Estimate| e.category(Category::Activations).0 + e.category(Category::BackwardTemps).0;
+    let b = |x: Bytes| fmt_bytes(x, units);
+    let mode_batch = |p: &Plan| match lang {
+        Lang::En => format!("{}, batch {}", mode_label(p.mode, lang), p.batch),
+        Lang::Zh => format!("{}，批大小 {}", mode_label(p.mode, lang), p.batch),
+    };
     let mut rows = vec![
-        ("Model", plans.iter().map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string())).collect()),
-        ("Mode, batch", plans.iter().map(|p| format!("{}, batch {}", p.mode.key(), p.batch)).collect()),
-        ("Parameters", col(&|e| crate::ui::state::params_text(e.param_count))),
-        ("Trainable", col(&|e| crate::ui::state::params_text(e.trainable_params))),
-        ("Weights", col(&|e| e.weights_bytes.to_string())),
-        ("Activations at the peak", col(&|e| Bytes(act(e)).to_string())),
-        ("Activations per parameter byte", col(&|e| if e.weights_bytes.0 == 0 { "–".into() } else { format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64) })),
-        ("KV cache", col(&|e| e.kv_cache_bytes.to_string())),
-        ("Allocated peak", col(&|e| e.peak_allocated.to_string())),
-        ("Device total", col(&|e| e.device_total.to_string())),
+        (Msg::Model.t(lang), plans.iter().map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string())).collect()),
+        (Msg::ModeBatch.t(lang), plans.iter().map(mode_batch).collect()),
+        (Msg::Parameters.t(lang), col(&|e| fmt_count(e.param_count, lang))),
+        (Msg::Trainable.t(lang), col(&|e| fmt_count(e.trainable_params, lang))),
+        (Msg::Weights.t(lang), col(&|e| b(e.weights_bytes))),
+        (Msg::ActivationsAtPeak.t(lang), col(&|e| b(Bytes(act(e))))),
+        (Msg::ActivationsPerByte.t(lang), col(&|e| if e.weights_bytes.0 == 0 { "–".into() } else { format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64) })),
+        (Msg::KvCache.t(lang), col(&|e| b(e.kv_cache_bytes))),
+        (Msg::Peak.t(lang), col(&|e| b(e.peak_allocated))),
+        (Msg::DeviceTotal.t(lang), col(&|e| b(e.device_total))),
     ];
     if results.iter().any(|r| r.is_err()) {
-        rows.push(("Message", results.iter().map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()).collect()));
+        rows.push((Msg::MessageRow.t(lang), results.iter().map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()).collect()));
     }
     rows
 }
@@ -321,37 +400,67 @@ mod tests {
         let kv = |q: &Point| q.by_category.iter().find(|c| c.0 == Category::KvCache).unwrap().1 .0;
         assert!(pts.windows(2).all(|w| kv(&w[1]) > kv(&w[0])));
         let e = estimate(&p).unwrap();
-        let rows = inference_rows(&e);
+        let rows = inference_rows(&e, Lang::En, Units::Binary);
         assert!(rows.iter().any(|r| r.0 == "KV cache" && r.1.ends_with("iB")));
+        let zh = inference_rows(&e, Lang::Zh, Units::Decimal);
+        assert_eq!(zh.len(), rows.len());
+        assert!(zh.iter().any(|r| r.0 == "KV 缓存" && r.1.ends_with(" MB") && !r.1.contains("iB")), "{zh:?}");
+        assert!(zh.iter().any(|r| r.0 == "预填充峰值") && zh.iter().all(|r| !r.1.contains("iB")), "{zh:?}");
         assert!(context_points(&context_base(&llama())).is_empty(), "no sweep when training");
         assert_eq!(context_of(&p), Some(256));
         assert_eq!(context_of(&Plan::default()), None);
     }
 
     #[test]
+    fn the_context_chart_speaks_the_page_language() {
+        let mut p = llama();
+        set_mode(&mut p, "infer");
+        let pts = context_points(&context_base(&p));
+        let c = context_chart(&pts, Some((256, Bytes(3_000_000_000))), Some(Bytes(16_000_000_000)), Lang::Zh, Units::Decimal);
+        assert_eq!((c.x_desc, c.y_desc.as_str(), c.unit.name), ("上下文长度（token）", "显存 (GB)", "GB"));
+        assert_eq!(c.current.as_ref().unwrap().label, "上下文 256：3.00 GB");
+        assert_eq!(c.capacity.as_ref().unwrap().1, "GPU 容量 16.0 GB");
+        assert!(c.categories.contains(&"KV 缓存"));
+        let en = context_chart(&pts, None, Some(Bytes(16 << 30)), Lang::En, Units::Binary);
+        assert_eq!((en.y_desc.as_str(), en.capacity.unwrap().1.as_str()), ("Memory (GiB)", "GPU capacity 16.0 GiB"));
+    }
+
+    #[test]
     fn max_context_needs_a_gpu() {
         let mut p = llama();
         set_mode(&mut p, "infer");
-        assert_eq!(max_context_text(&p), None);
+        assert_eq!(max_context(&p), None);
         p.gpu = Some("t4".into());
-        assert!(max_context_text(&p).unwrap().starts_with("Longest context that fits"));
+        let m = max_context(&p).unwrap();
+        assert!(max_context_text(&m, Lang::En).starts_with("Longest context that fits T4"));
+        let zh = max_context_text(&m, Lang::Zh);
+        assert!(zh.starts_with("T4") && zh.contains("可容纳的最长上下文：") && zh.ends_with(" 个 token"), "{zh}");
     }
 
     #[test]
     fn comparing_mobilenet_and_resnet() {
         let plans = compare_defaults(&Plan::default());
         let results = fit::compare(&plans);
-        let rows = compare_rows(&plans, &results);
+        let rows = compare_rows(&plans, &results, Lang::En, Units::Binary);
         let row = |l: &str| rows.iter().find(|r| r.0 == l).unwrap().1.clone();
         assert_eq!(row("Model"), vec!["MobileNetV2", "ResNet-50"]);
         assert_eq!(row("Parameters"), vec!["3.5 M", "25.6 M"]);
+        assert_eq!(row("Mode, batch"), vec!["Train, batch 32", "Train, batch 32"]);
+        assert!(row("Weights").iter().all(|w| w.ends_with("MiB")));
+        let zh = compare_rows(&plans, &results, Lang::Zh, Units::Decimal);
+        let zrow = |l: &str| zh.iter().find(|r| r.0 == l).unwrap_or_else(|| panic!("no row {l}: {zh:?}")).1.clone();
+        assert_eq!(zrow("模型"), vec!["MobileNetV2", "ResNet-50"]);
+        assert_eq!(zrow("参数"), vec!["350.5 万", "2555.7 万"]);
+        assert_eq!(zrow("模式、批大小")[0], "训练，批大小 32");
+        assert_eq!(zrow("权重"), vec!["14.0 MB", "102 MB"]);
+        assert!(zrow("已分配峰值").iter().all(|w| w.ends_with(" GB")), "{zh:?}");
         // Depthwise-separable convolutions: far fewer weights, not proportionally fewer activations.
         let e: Vec<&Estimate> = results.iter().map(|r| r.as_ref().unwrap()).collect();
         let ratio_w = e[1].weights_bytes.0 as f64 / e[0].weights_bytes.0 as f64;
         let ratio_a = e[1].category(Category::Activations).0 as f64 / e[0].category(Category::Activations).0 as f64;
         assert!(ratio_w > 5.0 && ratio_a < ratio_w, "weights ×{ratio_w:.1}, activations ×{ratio_a:.1}");
         let bad = vec![Plan { batch: 0, ..Plan::default() }];
-        let rows = compare_rows(&bad, &fit::compare(&bad));
+        let rows = compare_rows(&bad, &fit::compare(&bad), Lang::En, Units::Binary);
         assert!(rows.last().unwrap().1[0].contains("batch"));
     }
 }

@@ -1,17 +1,18 @@
 //! The mode switch (issue #6): train, fine-tune or infer, with the controls each mode takes
 //! (LoRA rank and targets, QLoRA; weight format, KV-cache dtype and context when serving), the
 //! inference numbers and the chart of memory against context length with the KV cache as its own
-//! band. Logic in [`super::mode_logic`].
+//! band. Logic and texts in [`super::mode_logic`] and [`super::i18n`].
 
 use leptos::prelude::*;
 
 use super::dom::{effect, h, El};
-use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view};
+use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
+use super::i18n::{option_texts, prefixed, Label, Msg};
 use super::mode_logic as ml;
 use super::scale_logic::gpu_of;
 use crate::estimator::config::{Mode, Plan};
 use crate::estimator::estimate;
-use crate::plots::context_chart::{draw_context_chart, ContextChart};
+use crate::plots::draw_stacked_chart;
 
 /// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.
 fn group() -> El {
@@ -26,18 +27,18 @@ fn set_rank(p: &mut Plan, s: &str) -> bool {
     ml::parse_count(s).map(|r| ml::set_lora_rank(p, Some(r))).is_some()
 }
 
-pub fn mode_panel(plan: RwSignal<Plan>) -> El {
+pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let mode = Memo::new(move |_| plan.with(|p| p.mode));
     let has_lora = Memo::new(move |_| plan.with(|p| p.lora.is_some()));
     // Only serving plans need their own estimate here (the page shows the others').
     let infer_est = Memo::new_with_compare(move |_| plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))), |_, _| true);
     let base = Memo::new(move |_| plan.with(ml::context_base));
     let points = Memo::new_with_compare(move |_| base.with(ml::context_points), |_, _| true);
-    let max_ctx = Memo::new(move |_| base.with(ml::max_context_text));
+    let max_ctx = Memo::new(move |_| base.with(ml::max_context));
     let is_text = Memo::new(move |_| plan.with(|p| ml::context_of(p).is_some()));
     let shown = move || mode.get() == Mode::Infer && is_text.get();
 
-    let (fig, canvas) = figure("chart-context", "Memory against context length, the KV cache as its own band", "Memory against prompt length, by what it holds; the KV cache is the top band. The red line marks your context, the black line the GPU's capacity.");
+    let (fig, canvas) = figure(cx, "chart-context", Msg::ContextChartAria, Msg::ContextChartCaption);
     let failure = h("div");
     let fail_el = failure.0.clone();
     effect(Box::new(move || {
@@ -46,11 +47,13 @@ pub fn mode_panel(plan: RwSignal<Plan>) -> El {
             return;
         }
         let capacity = plan.with(|p| gpu_of(p).map(|g| g.memory));
+        // A language or units switch redraws the chart in its words; the sweep stays.
+        let (lang, units) = (cx.lang.get(), cx.units.get());
         let current = infer_est.with(|e| match e {
             Some(Ok(e)) => e.inference.as_ref().map(|i| (i.context, e.device_total)),
             _ => None,
         });
-        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_context_chart(root, &ContextChart { points: pts, current, capacity }, theme)));
+        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_stacked_chart(root, &ml::context_chart(pts, current, capacity, lang, units), theme)));
         fail_el.set_text_content(None);
         if let Err(e) = drawn {
             let _ = fail_el.append_child(&alert("", &e.to_string()).0);
@@ -62,13 +65,13 @@ pub fn mode_panel(plan: RwSignal<Plan>) -> El {
             return Vec::new();
         }
         vec![
-            plan_number(plan, "LoRA rank (empty: full fine-tuning)", "lora-rank", "none", ml::lora_rank_text, set_rank),
+            plan_number(plan, cx, Msg::LoraRank, "lora-rank", Some(Label::T(Msg::PlaceholderNone)), ml::lora_rank_text, set_rank),
             group().dyn_children(move || {
                 if !has_lora.get() {
                     return Vec::new();
                 }
-                let targets = || ml::LORA_TARGETS.iter().map(|o| (o.0, o.1)).collect();
-                vec![plan_select(plan, "LoRA targets", "lora-targets", targets, |p| ml::lora_targets_value(p).into(), ml::set_lora_targets)]
+                let targets = |l| ml::LORA_TARGETS.iter().map(|o| (o.0, o.1.t(l))).collect();
+                vec![plan_select(plan, cx, Msg::LoraTargets, "lora-targets", targets, |p| ml::lora_targets_value(p).into(), ml::set_lora_targets)]
             }),
         ]
     });
@@ -77,16 +80,16 @@ pub fn mode_panel(plan: RwSignal<Plan>) -> El {
         if m == Mode::Train {
             return Vec::new();
         }
-        vec![plan_select(plan, "Weights", "quantization", move || ml::quantization_options(m), |p| ml::quantization_value(p).into(), ml::set_quantization)]
+        vec![plan_select(plan, cx, Msg::Weights, "quantization", move |l| option_texts(&ml::quantization_options(m), l), |p| ml::quantization_value(p).into(), ml::set_quantization)]
     });
     let serving = group().dyn_children(move || {
         if mode.get() != Mode::Infer {
             return Vec::new();
         }
         vec![
-            plan_select(plan, "KV cache", "kv-dtype", || ml::KV_OPTIONS.to_vec(), |p| ml::kv_value(p).into(), ml::set_kv),
-            plan_number(plan, "Context (prompt tokens)", "context", "", |p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default(), |p, s| ml::parse_count(s).map(|c| p.context = Some(c)).is_some()),
-            plan_number(plan, "New tokens", "new-tokens", "", |p| p.new_tokens.unwrap_or(1).to_string(), |p, s| ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some()),
+            plan_select(plan, cx, Msg::KvCache, "kv-dtype", |l| option_texts(&ml::KV_OPTIONS, l), |p| ml::kv_value(p).into(), ml::set_kv),
+            plan_number(plan, cx, Msg::ContextTokens, "context", None, |p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default(), |p, s| ml::parse_count(s).map(|c| p.context = Some(c)).is_some()),
+            plan_number(plan, cx, Msg::NewTokens, "new-tokens", None, |p| p.new_tokens.unwrap_or(1).to_string(), |p, s| ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some()),
         ]
     });
     let results = h("div").cls("results").dyn_children(move || {
@@ -95,24 +98,28 @@ pub fn mode_panel(plan: RwSignal<Plan>) -> El {
         }
         vec![
             group().dyn_children(move || {
+                let (lang, units) = (cx.lang.get(), cx.units.get());
                 infer_est.with(|e| match e {
-                    Some(Ok(e)) => vec![h("dl").cls("numbers").testid("kv-summary").children(rows_view(ml::inference_rows(e)))],
-                    Some(Err(err)) => vec![alert("mode-error", &format!("Cannot estimate this plan: {err}"))],
+                    Some(Ok(e)) => vec![h("dl").cls("numbers").testid("kv-summary").children(rows_view(ml::inference_rows(e, lang, units)))],
+                    Some(Err(err)) => vec![alert("mode-error", &prefixed(Msg::CannotEstimate, &err.to_string(), lang))],
                     None => Vec::new(),
                 })
             }),
-            group().dyn_children(move || max_ctx.get().map(|t| h("p").cls("detail").testid("max-context").text(&t)).into_iter().collect()),
+            group().dyn_children(move || {
+                let lang = cx.lang.get();
+                max_ctx.with(|m| m.as_ref().map(|m| h("p").cls("detail").testid("max-context").text(&ml::max_context_text(m, lang))).into_iter().collect())
+            }),
         ]
     });
 
     h("section")
         .cls("panel mode-panel")
-        .attr("aria-label", "Mode")
-        .child(h("h2").text("Mode"))
+        .dyn_attr("aria-label", cx.attr(Label::T(Msg::ModeHeading)))
+        .child(h("h2").dyn_text(cx.text(Msg::ModeHeading)))
         .child(
             h("div")
                 .cls("controls")
-                .child(plan_select(plan, "What the GPU does", "mode", || ml::MODE_OPTIONS.to_vec(), |p| ml::mode_value(p).into(), ml::set_mode))
+                .child(plan_select(plan, cx, Msg::ModeWhat, "mode", |l| option_texts(&ml::MODE_OPTIONS, l), |p| ml::mode_value(p).into(), ml::set_mode))
                 .child(finetune)
                 .child(weights)
                 .child(serving),

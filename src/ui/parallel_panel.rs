@@ -2,19 +2,20 @@
 //! stage or FSDP, offload targets and interconnects; the per-GPU numbers of the layout, the chart
 //! of per-GPU memory against the number of GPUs for every ZeRO stage with the GPU's capacity, the
 //! per-rank breakdown, and the search for the cheapest layouts that fit, each applied with one
-//! click. Logic in [`super::scale_logic`].
+//! click. Logic and texts in [`super::scale_logic`] and [`super::i18n`].
 
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::dom::{button, effect, h, El};
-use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view};
+use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
+use super::i18n::{prefixed, Label, Msg};
 use super::scale_logic as sl;
 use super::scale_logic::{Degree, OffloadTarget};
 use crate::estimator::config::{Mode, Plan};
 use crate::estimator::parallel::search::Candidate;
 use crate::estimator::units::Bytes;
-use crate::plots::rank_chart::{draw_rank_chart, RankChart};
+use crate::plots::rank_chart::draw_rank_chart;
 use crate::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use crate::presets::links::LinkKind;
 
@@ -31,11 +32,11 @@ fn curves_base(plan: &Plan) -> Plan {
     p
 }
 
-fn degree(plan: RwSignal<Plan>, label: &str, testid: &str, placeholder: &str, which: Degree) -> El {
-    plan_number(plan, label, testid, placeholder, move |p| sl::degree_text(p, which), move |p, s| sl::parse_degree(s).map(|v| sl::set_degree(p, which, v)).is_ok())
+fn degree(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, which: Degree) -> El {
+    plan_number(plan, cx, label, testid, placeholder, move |p| sl::degree_text(p, which), move |p, s| sl::parse_degree(s).map(|v| sl::set_degree(p, which, v)).is_ok())
 }
 
-fn offload_box(plan: RwSignal<Plan>, what: OffloadTarget, label: &str) -> El {
+fn offload_box(plan: RwSignal<Plan>, cx: Prefs, what: OffloadTarget, label: Msg) -> El {
     let input = h("input").attr("type", "checkbox");
     let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
     effect(Box::new(move || {
@@ -45,30 +46,27 @@ fn offload_box(plan: RwSignal<Plan>, what: OffloadTarget, label: &str) -> El {
         }
     }));
     let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
-    h("label").cls("check").child(input.on("change", move |_| plan.update(|p| sl::set_offload(p, what, el.checked())))).text(label)
+    h("label").cls("check").child(input.on("change", move |_| plan.update(|p| sl::set_offload(p, what, el.checked())))).dyn_text(cx.text(label))
 }
 
-fn link(plan: RwSignal<Plan>, label: &str, testid: &str, kind: LinkKind) -> El {
-    let options = move || {
-        let mut v = vec![("", "GPU's default")];
-        v.extend(sl::link_options(kind));
-        v
-    };
-    plan_select(plan, label, testid, options, move |p| sl::link_value(p, kind), move |p, v| sl::set_link(p, kind, v))
+fn link(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, kind: LinkKind) -> El {
+    plan_select(plan, cx, label, testid, move |l| sl::link_options(kind, l), move |p| sl::link_value(p, kind), move |p, v| sl::set_link(p, kind, v))
 }
 
-/// The search's outcome: the cheapest layouts, each with its "Apply" button.
-fn found_view(plan: RwSignal<Plan>, found: &Option<Result<Vec<Candidate>, String>>) -> Vec<El> {
+/// The search's outcome: the cheapest layouts, each with its "Apply" button. Rebuilt on a
+/// language or units switch from the stored outcome; the search itself is not rerun.
+fn found_view(plan: RwSignal<Plan>, cx: Prefs, found: &Option<Result<Vec<Candidate>, String>>) -> Vec<El> {
+    let (lang, units) = (cx.lang.get(), cx.units.get());
     match found {
         None => Vec::new(),
         Some(Err(m)) => vec![alert("", m)],
-        Some(Ok(list)) if list.is_empty() => vec![h("p").cls("detail").text("No layout up to 64 GPUs fits this GPU.")],
+        Some(Ok(list)) if list.is_empty() => vec![h("p").cls("detail").text(Msg::NoLayoutFits.t(lang))],
         Some(Ok(list)) => vec![h("ol").cls("layouts").children(
             list.iter()
                 .cloned()
                 .map(|c| {
-                    let line = sl::candidate_text(&c);
-                    let apply = button("apply-layout", || "Apply".into(), move || plan.update(|p| sl::apply_candidate(p, &c))).attr("aria-label", &format!("Apply {line}"));
+                    let line = sl::candidate_text(&c, lang, units);
+                    let apply = button("apply-layout", cx.text(Msg::Apply), move || plan.update(|p| sl::apply_candidate(p, &c))).attr("aria-label", &format!("{} {line}", Msg::Apply.t(lang)));
                     h("li").child(h("span").text(&line)).text(" ").child(apply)
                 })
                 .collect(),
@@ -76,15 +74,15 @@ fn found_view(plan: RwSignal<Plan>, found: &Option<Result<Vec<Candidate>, String
     }
 }
 
-pub fn parallel_panel(plan: RwSignal<Plan>) -> El {
+pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let training = Memo::new(move |_| plan.with(|p| p.mode != Mode::Infer));
     let est = Memo::new_with_compare(move |_| plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))), |_, _| true);
     let base = Memo::new(move |_| plan.with(curves_base));
     let curves = Memo::new_with_compare(move |_| base.with(|b| (b.mode != Mode::Infer).then(|| sl::zero_curves(b))), |_, _| true);
     let capacity = Memo::new(move |_| plan.with(|p| sl::gpu_of(p).map(|g| g.memory)));
 
-    let (zero_fig, zero_canvas) = figure("chart-zero", "Per-GPU memory against the number of GPUs for each ZeRO stage", "Per-GPU device memory against the number of GPUs (dp × tp × pp) for each sharding scheme; the black line is the GPU's capacity, the red ring your layout.");
-    let (rank_fig, rank_canvas) = figure("chart-ranks", "Memory of each pipeline rank, by what it holds", "Memory of each pipeline rank at its peak; the outlined bar is the rank that limits the layout.");
+    let (zero_fig, zero_canvas) = figure(cx, "chart-zero", Msg::ZeroChartAria, Msg::ZeroChartCaption);
+    let (rank_fig, rank_canvas) = figure(cx, "chart-ranks", Msg::RankChartAria, Msg::RankChartCaption);
     let failure = h("div");
     let fail_el = failure.0.clone();
     effect(Box::new(move || {
@@ -93,6 +91,8 @@ pub fn parallel_panel(plan: RwSignal<Plan>) -> El {
             return;
         }
         let cap = capacity.get();
+        // A language or units switch redraws the charts in its words; the curves stay.
+        let (lang, units) = (cx.lang.get(), cx.units.get());
         let current = est.with(|e| match e {
             Some(Ok(e)) => Some((e.layout.world, Bytes(e.per_gpu.device_total_bytes))),
             _ => None,
@@ -102,13 +102,11 @@ pub fn parallel_panel(plan: RwSignal<Plan>) -> El {
                 Some(Ok(c)) => c,
                 _ => &[],
             };
-            paint(&zero_canvas, &|root, theme| draw_zero_chart(root, &ZeroChart { curves, current, capacity: cap }, theme))
+            let words = sl::zero_words(current, cap, lang, units);
+            paint(&zero_canvas, &|root, theme| draw_zero_chart(root, &ZeroChart { curves, current, capacity: cap, words: Some(&words) }, theme))
         });
         let b = est.with(|e| {
-            let data = match e {
-                Some(Ok(e)) => RankChart::from_estimate(e, cap),
-                _ => RankChart { bars: Vec::new(), peak: 0, capacity: cap },
-            };
+            let data = sl::rank_chart(e.as_ref().and_then(|e| e.as_ref().ok()), cap, lang, units);
             paint(&rank_canvas, &|root, theme| draw_rank_chart(root, &data, theme))
         });
         fail_el.set_text_content(None);
@@ -121,48 +119,50 @@ pub fn parallel_panel(plan: RwSignal<Plan>) -> El {
     let search = h("div")
         .cls("search")
         .testid("layout-search")
-        .child(button("layout-search-run", || "Find the cheapest layouts that fit".into(), move || found.set(Some(plan.with_untracked(sl::layouts).map_err(|e| e.to_string())))))
-        .child(h("div").dyn_children(move || found.with(|f| found_view(plan, f))));
+        .child(button("layout-search-run", cx.text(Msg::FindLayouts), move || found.set(Some(plan.with_untracked(sl::layouts).map_err(|e| e.to_string())))))
+        .child(h("div").dyn_children(move || found.with(|f| found_view(plan, cx, f))));
 
     let offload = h("fieldset")
         .cls("field")
         .testid("offload")
-        .child(h("legend").cls("label").text("Offload to host memory"))
-        .child(offload_box(plan, OffloadTarget::Optimizer, "Optimizer state"))
-        .child(offload_box(plan, OffloadTarget::Params, "Parameters (ZeRO-3)"))
-        .child(offload_box(plan, OffloadTarget::Activations, "Activations"));
-    let zero_options = || sl::ZERO_OPTIONS.iter().map(|o| (o.0, o.1)).collect();
+        .child(h("legend").cls("label").dyn_text(cx.text(Msg::OffloadLegend)))
+        .child(offload_box(plan, cx, OffloadTarget::Optimizer, Msg::OptimizerState))
+        .child(offload_box(plan, cx, OffloadTarget::Params, Msg::OffloadParams))
+        .child(offload_box(plan, cx, OffloadTarget::Activations, Msg::Activations));
+    let zero_options = |l| sl::ZERO_OPTIONS.iter().map(|o| (o.0, o.1.t(l))).collect();
+    let auto = Some(Label::T(Msg::PlaceholderAuto));
     let controls = h("div")
         .cls("controls")
-        .child(degree(plan, "GPUs per node", "gpus-per-node", "auto", Degree::GpusPerNode))
-        .child(degree(plan, "Nodes", "nodes", "1", Degree::Nodes))
-        .child(degree(plan, "Data parallel (dp)", "dp", "auto", Degree::Dp))
-        .child(degree(plan, "Tensor parallel (tp)", "tp", "", Degree::Tp))
-        .child(degree(plan, "Pipeline parallel (pp)", "pp", "", Degree::Pp))
-        .child(plan_select(plan, "Sharding", "zero", zero_options, |p| sl::zero_value(p).into(), sl::set_zero))
+        .child(degree(plan, cx, Msg::GpusPerNode, "gpus-per-node", auto, Degree::GpusPerNode))
+        .child(degree(plan, cx, Msg::Nodes, "nodes", Some(Label::Name("1")), Degree::Nodes))
+        .child(degree(plan, cx, Msg::DataParallel, "dp", auto, Degree::Dp))
+        .child(degree(plan, cx, Msg::TensorParallel, "tp", None, Degree::Tp))
+        .child(degree(plan, cx, Msg::PipelineParallel, "pp", None, Degree::Pp))
+        .child(plan_select(plan, cx, Msg::Sharding, "zero", zero_options, |p| sl::zero_value(p).into(), sl::set_zero))
         .child(offload)
-        .child(link(plan, "Link inside a node", "link", LinkKind::IntraNode))
-        .child(link(plan, "Link between nodes", "inter-link", LinkKind::InterNode))
+        .child(link(plan, cx, Msg::LinkIntra, "link", LinkKind::IntraNode))
+        .child(link(plan, cx, Msg::LinkInter, "inter-link", LinkKind::InterNode))
         .show(move || training.get());
     let numbers = h("div").dyn_children(move || {
+        let (lang, units) = (cx.lang.get(), cx.units.get());
         est.with(|e| match e {
-            Some(Ok(e)) => vec![h("dl").cls("numbers").testid("per-gpu").children(rows_view(sl::per_gpu_rows(e)))],
-            Some(Err(err)) => vec![alert("parallel-error", &format!("Cannot estimate this layout: {err}"))],
+            Some(Ok(e)) => vec![h("dl").cls("numbers").testid("per-gpu").children(rows_view(sl::per_gpu_rows(e, lang, units)))],
+            Some(Err(err)) => vec![alert("parallel-error", &prefixed(Msg::CannotEstimateLayout, &err.to_string(), lang))],
             None => Vec::new(),
         })
     });
     let curve_error = h("div").dyn_children(move || match curves.with(|c| c.as_ref().and_then(|c| c.as_ref().err().map(|e| e.to_string()))) {
-        Some(err) => vec![alert("", &format!("No ZeRO chart: {err}"))],
+        Some(err) => vec![alert("", &prefixed(Msg::NoZeroChart, &err, cx.lang.get()))],
         None => Vec::new(),
     });
     let results = h("div").cls("results").child(numbers).child(curve_error).child(zero_fig).child(rank_fig).child(failure).child(search).show(move || training.get());
 
     h("section")
         .cls("panel parallel-panel")
-        .attr("aria-label", "Parallelism")
+        .dyn_attr("aria-label", cx.attr(Label::T(Msg::ParallelHeading)))
         .testid("parallel-panel")
-        .child(h("h2").text("Parallelism"))
-        .child(h("p").cls("detail").text("Inference plans are estimated on one GPU; switch the mode to train or fine-tune to plan a multi-GPU layout.").show(move || !training.get()))
+        .child(h("h2").dyn_text(cx.text(Msg::ParallelHeading)))
+        .child(h("p").cls("detail").dyn_text(cx.text(Msg::InferOneGpu)).show(move || !training.get()))
         .child(controls)
         .child(results)
 }

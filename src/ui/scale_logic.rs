@@ -1,7 +1,9 @@
 //! The parallelism panel's logic (issue #5), as plain functions on the [`Plan`] so it is tested
 //! natively: reading and writing the `parallel` and `offload` keys, the curves of per-GPU memory
-//! against the number of GPUs for each ZeRO stage, the per-GPU summary and the layout search.
-//! Every number comes from [`crate::estimator::parallel`]; nothing here knows about Leptos.
+//! against the number of GPUs for each ZeRO stage and the words of the panel's charts, the
+//! per-GPU summary and the layout search,
+//! their texts in the page's language and sizes in its units. Every number comes from
+//! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
@@ -9,9 +11,12 @@ use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
 use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, Offload, Parallel, ParallelEstimate, Prepared};
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
+use crate::plots::rank_chart::RankChart;
 use crate::plots::zero_chart::ZeroCurve;
+use crate::plots::PanelWords;
 use crate::presets::gpus::{self, Gpu};
 use crate::presets::links::{LinkKind, LINKS};
+use crate::ui::i18n::{fmt_bytes, Label, Lang, Msg, Units};
 
 /// Data-parallel degrees the ZeRO chart tries (GPUs = dp · tp · pp).
 pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -19,13 +24,13 @@ pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
 pub const DEFAULT_GPUS_PER_NODE: u64 = 8;
 
 /// The sharding schemes of the ZeRO select: (value, label, zero stage, FSDP).
-pub const ZERO_OPTIONS: [(&str, &str, u8, bool); 6] = [
-    ("0", "DDP (ZeRO-0)", 0, false),
-    ("1", "ZeRO-1 (optimizer state sharded)", 1, false),
-    ("2", "ZeRO-2 (+ gradients)", 2, false),
-    ("3", "ZeRO-3 (+ parameters)", 3, false),
-    ("fsdp", "FSDP FULL_SHARD", 3, true),
-    ("fsdp-grad-op", "FSDP SHARD_GRAD_OP", 2, true),
+pub const ZERO_OPTIONS: [(&str, Label, u8, bool); 6] = [
+    ("0", Label::T(Msg::Zero0), 0, false),
+    ("1", Label::T(Msg::Zero1), 1, false),
+    ("2", Label::T(Msg::Zero2), 2, false),
+    ("3", Label::T(Msg::Zero3), 3, false),
+    ("fsdp", Label::Name("FSDP FULL_SHARD"), 3, true),
+    ("fsdp-grad-op", Label::Name("FSDP SHARD_GRAD_OP"), 2, true),
 ];
 
 /// The plan's `parallel` key, or one GPU's.
@@ -135,9 +140,10 @@ pub fn set_offload(plan: &mut Plan, what: OffloadTarget, on: bool) {
     plan.offload = if o == Offload::default() { None } else { Some(o) };
 }
 
-/// Options of a link select of one kind: (id, name); the GPU's default comes first as "".
-pub fn link_options(kind: LinkKind) -> Vec<(&'static str, &'static str)> {
-    LINKS.iter().filter(|l| l.kind == kind).map(|l| (l.id, l.name)).collect()
+/// Options of a link select of one kind: (id, name), the GPU's default first as "". Link names
+/// are product names and read the same in every language.
+pub fn link_options(kind: LinkKind, lang: Lang) -> Vec<(&'static str, &'static str)> {
+    std::iter::once(("", Msg::GpuDefault.t(lang))).chain(LINKS.iter().filter(|l| l.kind == kind).map(|l| (l.id, l.name))).collect()
 }
 
 /// The link the plan names for `kind` ("" = the GPU's default).
@@ -232,35 +238,103 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
     Ok(curves)
 }
 
-/// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows.
-pub fn per_gpu_rows(e: &ParallelEstimate) -> Vec<(&'static str, String)> {
+fn memory_axis(lang: Lang, units: Units) -> String {
+    format!("{} ({})", Msg::PerGpuMemory.t(lang), units.axis_unit())
+}
+
+fn capacity_label(capacity: Option<Bytes>, lang: Lang, units: Units) -> Option<String> {
+    capacity.map(|c| format!("{} {}", Msg::Capacity.t(lang), fmt_bytes(c, units)))
+}
+
+/// The ZeRO chart's words: axes, the capacity line and the plan's own layout (its GPU count and
+/// per-GPU device total).
+pub fn zero_words(current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> PanelWords {
+    PanelWords {
+        unit: crate::ui::charts::unit_of(units),
+        x_desc: Msg::Gpus.t(lang).into(),
+        y_desc: memory_axis(lang, units),
+        empty: Msg::NoLayoutChart.t(lang).into(),
+        capacity: capacity_label(capacity, lang, units),
+        mark: current.map(|(gpus, total)| match lang {
+            Lang::En => format!("your layout, {gpus} GPU{}: {}", if gpus == 1 { "" } else { "s" }, fmt_bytes(total, units)),
+            Lang::Zh => format!("当前布局，{gpus} 张 GPU：{}", fmt_bytes(total, units)),
+        }),
+        legend: Vec::new(),
+    }
+}
+
+/// The rank chart of an estimate (no bars without one) in `lang` and `units`.
+pub fn rank_chart(e: Option<&ParallelEstimate>, capacity: Option<Bytes>, lang: Lang, units: Units) -> RankChart {
+    let mut chart = match e {
+        Some(e) => RankChart::from_estimate(e, capacity),
+        None => RankChart { bars: Vec::new(), peak: 0, capacity, words: None },
+    };
+    if let Some(e) = e {
+        let one = e.ranks.len() == 1;
+        for (bar, rank) in chart.bars.iter_mut().zip(&e.ranks) {
+            bar.label = match (one, lang) {
+                (true, _) => Msg::EveryGpu.t(lang).into(),
+                (false, Lang::En) => format!("stage {}", rank.stage),
+                (false, Lang::Zh) => format!("阶段 {}", rank.stage),
+            };
+        }
+    }
+    let mark = chart.bars.get(chart.peak).map(|b| format!("{}{}", match lang {
+        Lang::En => "peak rank: ",
+        Lang::Zh => "峰值阶段：",
+    }, fmt_bytes(b.device_total, units)));
+    let legend = [Msg::Parameters, Msg::Gradients, Msg::OptimizerState, Msg::Activations, Msg::RankOther].iter().map(|m| m.t(lang).to_string()).collect();
+    chart.words = Some(PanelWords {
+        unit: crate::ui::charts::unit_of(units),
+        x_desc: Msg::PipelineRank.t(lang).into(),
+        y_desc: memory_axis(lang, units),
+        empty: Msg::NoRank.t(lang).into(),
+        capacity: capacity_label(capacity, lang, units),
+        mark,
+        legend,
+    });
+    chart
+}
+
+/// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows. The offload verdict is
+/// the estimator's own sentence and stays as it wrote it, like its error messages.
+pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'static str, String)> {
     let m = &e.per_gpu;
-    let b = |v: u64| Bytes(v).to_string();
+    let b = |v: u64| fmt_bytes(Bytes(v), units);
+    let l = &e.layout;
+    let layout = match lang {
+        Lang::En => format!("{} GPUs ({} × {}): dp {} · tp {} · pp {}, {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
+        Lang::Zh => format!("{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
+    };
     let mut rows = vec![
-        ("Layout", format!("{} GPUs ({} × {}): dp {} · tp {} · pp {}, {}", e.layout.world, e.layout.nodes, e.layout.gpus_per_node, e.layout.dp, e.layout.tp, e.layout.pp, e.scheme)),
-        ("Parameters", b(m.params_bytes)),
-        ("Gradients", b(m.grads_bytes)),
-        ("Optimizer state", b(m.optimizer_state_bytes)),
-        ("Activations", b(m.activations_bytes)),
-        ("Other (buffers, temporaries, comm. buffers)", b(m.other_bytes)),
-        ("Allocated peak", b(m.peak_allocated_bytes)),
-        ("Device total", b(m.device_total_bytes)),
+        (Msg::Layout.t(lang), layout),
+        (Msg::Parameters.t(lang), b(m.params_bytes)),
+        (Msg::Gradients.t(lang), b(m.grads_bytes)),
+        (Msg::OptimizerState.t(lang), b(m.optimizer_state_bytes)),
+        (Msg::Activations.t(lang), b(m.activations_bytes)),
+        (Msg::OtherMemory.t(lang), b(m.other_bytes)),
+        (Msg::Peak.t(lang), b(m.peak_allocated_bytes)),
+        (Msg::DeviceTotal.t(lang), b(m.device_total_bytes)),
     ];
     if e.host_bytes > 0 {
-        rows.push(("Host memory per GPU", b(e.host_bytes)));
+        rows.push((Msg::HostPerGpu.t(lang), b(e.host_bytes)));
     }
-    rows.push(("Communication per step", format!("{} sent, {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step))));
+    let comm = match lang {
+        Lang::En => format!("{} sent, {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step)),
+        Lang::Zh => format!("发送 {}，耗时 {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step)),
+    };
+    rows.push((Msg::CommPerStep.t(lang), comm));
     if let Some(s) = e.step_seconds {
-        rows.push(("Step time", seconds(s)));
+        rows.push((Msg::StepTime.t(lang), seconds(s)));
     }
     if let Some(eff) = e.scaling_efficiency {
-        rows.push(("Scaling efficiency", format!("{:.0} %", eff * 100.0)));
+        rows.push((Msg::ScalingEfficiency.t(lang), format!("{:.0} %", eff * 100.0)));
     }
     if let Some(o) = &e.offload {
-        rows.push(("Offload", o.verdict.clone()));
+        rows.push((Msg::Offload.t(lang), o.verdict.clone()));
     }
     if let Some(f) = e.fits {
-        rows.push(("Fits the GPU", if f { "yes".into() } else { "no".into() }));
+        rows.push((Msg::FitsGpu.t(lang), if f { Msg::Yes } else { Msg::No }.t(lang).into()));
     }
     rows
 }
@@ -296,16 +370,34 @@ pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
 }
 
 /// One line describing a found layout.
-pub fn candidate_text(c: &Candidate) -> String {
-    let mut s = format!("{} GPU{}: dp {} · tp {} · pp {}, {}", c.gpus, if c.gpus == 1 { "" } else { "s" }, c.dp, c.tp, c.pp, c.scheme);
-    if c.offload_optimizer || c.offload_params {
-        s.push_str(if c.offload_params { ", optimizer + parameters offloaded" } else { ", optimizer offloaded" });
+pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
+    let peak = fmt_bytes(Bytes(c.peak_device_bytes), units);
+    let offload = c.offload_optimizer || c.offload_params;
+    let step = c.step_seconds.map(seconds);
+    match lang {
+        Lang::En => {
+            let mut s = format!("{} GPU{}: dp {} · tp {} · pp {}, {}", c.gpus, if c.gpus == 1 { "" } else { "s" }, c.dp, c.tp, c.pp, c.scheme);
+            if offload {
+                s.push_str(if c.offload_params { ", optimizer + parameters offloaded" } else { ", optimizer offloaded" });
+            }
+            s.push_str(&format!(", micro-batch {} × {}, {peak} per GPU", c.micro_batch, c.micro_batches));
+            if let Some(t) = step {
+                s.push_str(&format!(", step {t}"));
+            }
+            s
+        }
+        Lang::Zh => {
+            let mut s = format!("{} 张 GPU：dp {} · tp {} · pp {}，{}", c.gpus, c.dp, c.tp, c.pp, c.scheme);
+            if offload {
+                s.push_str(if c.offload_params { "，卸载优化器状态与参数" } else { "，卸载优化器状态" });
+            }
+            s.push_str(&format!("，微批 {} × {}，每张 GPU {peak}", c.micro_batch, c.micro_batches));
+            if let Some(t) = step {
+                s.push_str(&format!("，单步 {t}"));
+            }
+            s
+        }
     }
-    s.push_str(&format!(", micro-batch {} × {}, {} per GPU", c.micro_batch, c.micro_batches, Bytes(c.peak_device_bytes)));
-    if let Some(t) = c.step_seconds {
-        s.push_str(&format!(", step {}", seconds(t)));
-    }
-    s
 }
 
 /// Applies a found layout: its plan replaces the current one (same model and settings, the
@@ -365,8 +457,10 @@ mod tests {
         set_link(&mut p, LinkKind::IntraNode, "");
         set_offload(&mut p, OffloadTarget::Optimizer, false);
         assert_eq!((p.parallel.clone(), p.offload.clone()), (None, None));
-        assert!(link_options(LinkKind::IntraNode).iter().any(|(id, _)| *id == "nvlink3"));
-        assert!(link_options(LinkKind::InterNode).iter().all(|(id, _)| !id.starts_with("nvlink")));
+        assert!(link_options(LinkKind::IntraNode, Lang::En).iter().any(|(id, _)| *id == "nvlink3"));
+        assert!(link_options(LinkKind::InterNode, Lang::En).iter().all(|(id, _)| !id.starts_with("nvlink")));
+        assert_eq!(link_options(LinkKind::IntraNode, Lang::En)[0], ("", "GPU's default"));
+        assert_eq!(link_options(LinkKind::IntraNode, Lang::Zh)[0], ("", "GPU 默认"));
     }
 
     #[test]
@@ -416,10 +510,20 @@ mod tests {
     fn rows_cover_the_per_gpu_numbers() {
         let mut p = gpt2();
         set_degree(&mut p, Degree::Dp, Some(2));
-        let rows = per_gpu_rows(&estimate(&p).unwrap());
+        let e = estimate(&p).unwrap();
+        let rows = per_gpu_rows(&e, Lang::En, Units::Binary);
         for label in ["Parameters", "Gradients", "Optimizer state", "Activations", "Device total", "Fits the GPU"] {
             assert!(rows.iter().any(|r| r.0 == label), "missing {label}");
         }
+        assert!(rows.iter().any(|r| r.0 == "Device total" && r.1.ends_with("GiB")), "{rows:?}");
+        let zh = per_gpu_rows(&e, Lang::Zh, Units::Decimal);
+        assert_eq!(zh.len(), rows.len());
+        for label in ["布局", "参数", "梯度", "优化器状态", "激活", "设备总用量", "能否放入 GPU"] {
+            assert!(zh.iter().any(|r| r.0 == label), "missing {label}: {zh:?}");
+        }
+        assert!(zh.iter().any(|r| r.0 == "能否放入 GPU" && r.1 == "是"), "{zh:?}");
+        assert!(zh.iter().any(|r| r.0 == "布局" && r.1.starts_with("2 张 GPU")), "{zh:?}");
+        assert!(zh.iter().all(|r| !r.1.contains("iB")) && zh.iter().any(|r| r.1.ends_with(" GB")), "{zh:?}");
     }
 
     #[test]
@@ -434,7 +538,30 @@ mod tests {
         let mut q = p.clone();
         apply_candidate(&mut q, &found[0]);
         assert_eq!(estimate(&q).unwrap().fits, Some(true));
-        assert!(candidate_text(&found[0]).starts_with("1 GPU: dp 1"));
+        assert!(candidate_text(&found[0], Lang::En, Units::Binary).starts_with("1 GPU: dp 1"));
+        let zh = candidate_text(&found[0], Lang::Zh, Units::Decimal);
+        assert!(zh.starts_with("1 张 GPU：dp 1") && zh.contains("每张 GPU") && zh.contains("GB") && !zh.contains("iB"), "{zh}");
+    }
+
+    #[test]
+    fn chart_words_follow_language_and_units() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Pp, Some(2));
+        let e = estimate(&p).unwrap();
+        let cap = Some(Bytes(40_000_000_000));
+        let r = rank_chart(Some(&e), cap, Lang::Zh, Units::Decimal);
+        let w = r.words.as_ref().unwrap();
+        assert_eq!((w.x_desc.as_str(), w.y_desc.as_str(), w.unit.name), ("流水线阶段", "单卡显存 (GB)", "GB"));
+        assert_eq!(w.capacity.as_deref(), Some("GPU 容量 40.0 GB"));
+        assert!(w.mark.as_deref().unwrap().starts_with("峰值阶段："), "{:?}", w.mark);
+        assert_eq!(w.legend[2], "优化器状态");
+        assert_eq!(r.bars.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["阶段 0", "阶段 1"]);
+        let en = rank_chart(Some(&e), cap, Lang::En, Units::Binary);
+        assert_eq!(en.bars[1].label, "stage 1");
+        assert_eq!(en.words.unwrap().y_desc, "Per-GPU memory (GiB)");
+        let z = zero_words(Some((8, Bytes(12_000_000_000))), cap, Lang::Zh, Units::Decimal);
+        assert_eq!(z.mark.as_deref(), Some("当前布局，8 张 GPU：12.0 GB"));
+        assert_eq!(zero_words(Some((1, Bytes(1 << 30))), None, Lang::En, Units::Binary).mark.as_deref(), Some("your layout, 1 GPU: 1.00 GiB"));
     }
 
     #[test]

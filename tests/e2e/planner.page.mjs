@@ -34,6 +34,22 @@ export class PlannerPage {
     this.error = page.getByTestId('error');
     this.chart = page.getByTestId('chart-batch');
     this.canvas = this.chart.locator('canvas');
+    // The collapsed "more panels" section: mode, parallelism, comparison.
+    this.morePanels = page.getByTestId('more-panels');
+    this.mode = page.getByTestId('mode');
+    this.perGpu = page.getByTestId('per-gpu');
+    this.compare = page.getByTestId('compare');
+  }
+
+  /** Opens the "more panels" section and waits until its panels are mounted. */
+  async openPanels() {
+    await this.morePanels.locator('summary').click();
+    await this.mode.waitFor({ timeout: 15_000 });
+  }
+
+  /** The visible texts of a select's options. */
+  optionTexts(locator) {
+    return locator.locator('option').allTextContents();
   }
 
   async open(url) {

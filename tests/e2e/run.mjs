@@ -210,10 +210,9 @@ test('the URL round-trips every control', async () => {
 test('the mode, parallelism and comparison panels share the plan and its link', async () => {
   await fresh();
   await planner.open(url('model=llama-3-8b&seq=2048&batch=2&gpu=h100-80'));
-  const more = planner.page.getByTestId('more-panels');
-  check((await planner.page.getByTestId('mode').count()) === 0, 'the panels are mounted while closed');
-  await more.locator('summary').click();
-  const mode = planner.page.getByTestId('mode');
+  check((await planner.mode.count()) === 0, 'the panels are mounted while closed');
+  await planner.openPanels();
+  const mode = planner.mode;
   await until(() => mode.isVisible(), 'no mode picker in the opened section');
   await mode.selectOption('infer');
   await until(async () => !(await planner.optimizer.isVisible()), 'the optimizer still shows when serving');
@@ -265,6 +264,17 @@ test('the language switch shows Chinese, and the choice is remembered', async ()
   check((await planner.page.getAttribute('html', 'lang')) === 'zh-CN', 'html lang is not zh-CN');
   check((await planner.text(planner.verdict)).includes('可以放入'), `verdict in Chinese: ${await planner.text(planner.verdict)}`);
   check((await planner.page.getByTestId('chart-batch').locator('h3').textContent()) === '显存随批大小变化', 'chart title not translated');
+  // The mode, parallelism and comparison panels follow the page's language too, open or not.
+  await planner.openPanels();
+  const modes = async () => JSON.stringify(await planner.optionTexts(planner.mode));
+  check((await modes()) === JSON.stringify(['训练', '微调', '推理']), `mode options in Chinese: ${await modes()}`);
+  await until(async () => (await planner.text(planner.perGpu)).includes('优化器状态'), `per-GPU rows in Chinese: ${await planner.text(planner.perGpu)}`);
+  check((await planner.compare.locator('h2').textContent()) === '配置对比', 'comparison heading not translated');
+  await planner.pick(planner.lang, 'en');
+  await until(async () => (await planner.text(planner.perGpu)).includes('Optimizer state'), `per-GPU rows back in English: ${await planner.text(planner.perGpu)}`);
+  check((await modes()) === JSON.stringify(['Train', 'Fine-tune', 'Infer']), `mode options back in English: ${await modes()}`);
+  await planner.pick(planner.lang, 'zh');
+  await until(async () => (await planner.peakText()).startsWith('已分配峰值'), 'Chinese again');
   await planner.page.goto(url());
   await planner.ready();
   check((await planner.peakText()).startsWith('已分配峰值'), 'the language was not remembered');
@@ -275,8 +285,12 @@ test('the language switch shows Chinese, and the choice is remembered', async ()
 test('units switch between GiB and GB', async () => {
   await planner.pick(planner.units, 'gb');
   await until(async () => / [kMGT]?B$/.test(await planner.peakText()) && !(await planner.peakText()).includes('iB'), `peak in GB: ${await planner.peakText()}`);
+  await planner.openPanels();
+  const perGpu = () => planner.text(planner.perGpu);
+  await until(async () => / [MG]B/.test(await perGpu()) && !(await perGpu()).includes('iB'), `per-GPU rows in GB: ${await perGpu()}`);
   await planner.pick(planner.units, 'gib');
   await until(async () => (await planner.peakText()).includes('iB'), 'back to GiB');
+  await until(async () => (await perGpu()).includes('iB'), `per-GPU rows back in GiB: ${await perGpu()}`);
 });
 
 test('clicking a suggestion applies it', async () => {
