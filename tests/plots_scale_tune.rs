@@ -5,10 +5,12 @@
 use plotters::prelude::*;
 use vram_planner::estimator::config::Plan;
 use vram_planner::estimator::units::Bytes;
-use vram_planner::plots::context_chart::{context_bands, draw_context_chart, ContextChart};
+use vram_planner::plots::batch::draw_stacked_chart;
+use vram_planner::plots::context_chart::context_bands;
 use vram_planner::plots::rank_chart::{draw_rank_chart, RankChart};
 use vram_planner::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use vram_planner::plots::Theme;
+use vram_planner::ui::i18n::{Lang, Units};
 use vram_planner::ui::{mode_logic, scale_logic};
 use vram_planner::estimator::timeline::Category;
 
@@ -75,12 +77,12 @@ fn context_chart_draws_the_kv_band_on_top() {
         assert!((top - p.peak_allocated.gib()).abs() < 1e-9);
     }
     let e = vram_planner::estimator::estimate(&plan).unwrap();
-    let data = ContextChart { points: &points, current: Some((256, e.device_total)), capacity: Some(Bytes(15 << 30)) };
-    let out = svg(|root| draw_context_chart(root, &data, &Theme::default()).unwrap());
+    let data = mode_logic::context_chart(&points, Some((256, e.device_total)), Some(Bytes(15 << 30)), Lang::En, Units::Binary);
+    let out = svg(|root| draw_stacked_chart(root, &data, &Theme::default()).unwrap());
     for label in ["KV cache", "Context length (tokens)", "GPU capacity 15.0 GiB", "context 256:", "Device total"] {
         assert!(out.contains(label), "missing {label:?}");
     }
-    let empty = svg(|root| draw_context_chart(root, &ContextChart { points: &[], current: None, capacity: None }, &Theme::default()).unwrap());
+    let empty = svg(|root| draw_stacked_chart(root, &mode_logic::context_chart(&[], None, None, Lang::En, Units::Binary), &Theme::default()).unwrap());
     assert!(empty.contains("No context length"));
 }
 
