@@ -304,7 +304,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     let l = &e.layout;
     let layout = match lang {
         Lang::En => format!("{} GPUs ({} × {}): dp {} · tp {} · pp {}, {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
-        Lang::Zh => format!("{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
+        Lang::Zh => format!("{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, scheme_text(&e.scheme, lang)),
     };
     let mut rows = vec![
         (Msg::Layout.t(lang), layout),
@@ -339,10 +339,22 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     rows
 }
 
+/// The estimator's name of a data-parallel scheme in `lang`: the API names (DDP, ZeRO-n, FSDP
+/// modes) read the same in both languages; only the one-replica case is prose.
+pub fn scheme_text(scheme: &str, lang: Lang) -> String {
+    match (scheme, lang) {
+        ("single replica", Lang::Zh) => "单副本（无数据并行）".into(),
+        _ => scheme.into(),
+    }
+}
+
 /// A duration with a sensible unit.
 pub fn seconds(s: f64) -> String {
     if !s.is_finite() {
         "–".into()
+    } else if s <= 0.0 {
+        // Also −0.0, which a layout with nothing to communicate computes.
+        "0 s".into()
     } else if s >= 1.0 {
         format!("{s:.2} s")
     } else if s >= 1e-3 {
@@ -387,7 +399,7 @@ pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
             s
         }
         Lang::Zh => {
-            let mut s = format!("{} 张 GPU：dp {} · tp {} · pp {}，{}", c.gpus, c.dp, c.tp, c.pp, c.scheme);
+            let mut s = format!("{} 张 GPU：dp {} · tp {} · pp {}，{}", c.gpus, c.dp, c.tp, c.pp, scheme_text(&c.scheme, lang));
             if offload {
                 s.push_str(if c.offload_params { "，卸载优化器状态与参数" } else { "，卸载优化器状态" });
             }
@@ -412,6 +424,18 @@ mod tests {
 
     fn gpt2() -> Plan {
         Plan { model: "gpt2".into(), batch: 4, seq: Some(256), gpu: Some("a100-40".into()), ..Plan::default() }
+    }
+
+    #[test]
+    fn a_single_gpu_layout_reads_well_in_both_languages() {
+        assert_eq!(seconds(-0.0), "0 s");
+        assert_eq!(seconds(0.0), "0 s");
+        assert_eq!(seconds(2.5e-4), "250 µs");
+        let e = estimate(&gpt2()).unwrap();
+        let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
+        assert!(zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"), "{zh}");
+        let en = per_gpu_rows(&e, Lang::En, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
+        assert!(en.contains("single replica") && !en.contains("-0"), "{en}");
     }
 
     #[test]
