@@ -303,7 +303,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     let b = |v: u64| fmt_bytes(Bytes(v), units);
     let l = &e.layout;
     let layout = match lang {
-        Lang::En => format!("{} GPUs ({} × {}): dp {} · tp {} · pp {}, {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
+        Lang::En => format!("{} GPU{} ({} × {}): dp {} · tp {} · pp {}, {}", l.world, if l.world == 1 { "" } else { "s" }, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
         Lang::Zh => format!("{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, scheme_text(&e.scheme, lang)),
     };
     let mut rows = vec![
@@ -435,7 +435,7 @@ mod tests {
         let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
         assert!(zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"), "{zh}");
         let en = per_gpu_rows(&e, Lang::En, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
-        assert!(en.contains("single replica") && !en.contains("-0"), "{en}");
+        assert!(en.contains("1 GPU (1 × 1)") && en.contains("single replica") && !en.contains("-0"), "{en}");
     }
 
     #[test]
