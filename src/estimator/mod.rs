@@ -286,6 +286,24 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
     Ok(best)
 }
 
+/// The block an op belongs to, as the per-layer chart groups them: its module path up to the
+/// first indexed or numbered module (`h.3`, `features.12`, `enc.2`, `bn1`,
+/// `encoder.layers.encoder_layer_3`), a numbered module taking the index that follows it
+/// (`layer1.0`: ResNet's blocks); else its top-level module (`encoder`, `lm_head`).
+/// `nn.Sequential`/`nn.ModuleList` index their children this way in every model family, so no
+/// per-model list of names is needed.
+fn block_of(name: &str) -> &str {
+    let comps: Vec<&str> = name.split('.').collect();
+    let numeric = |c: &str| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit());
+    let last = match comps.iter().position(|c| c.bytes().last().is_some_and(|b| b.is_ascii_digit())) {
+        Some(p) if !numeric(comps[p]) && comps.get(p + 1).is_some_and(|c| numeric(c)) => p + 1,
+        Some(p) => p,
+        None => 0,
+    };
+    let len: usize = comps[..=last].iter().map(|c| c.len()).sum::<usize>() + last;
+    &name[..len]
+}
+
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
     let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
@@ -328,8 +346,8 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
         if b == 0 {
             continue;
         }
-        let top = op.name.split('.').take(if op.name.starts_with("layer") || op.name.starts_with("features") || op.name.starts_with("h.") || op.name.starts_with("layers") { 2 } else { 1 }).collect::<Vec<_>>().join(".");
-        let top = if top.is_empty() { op.kind.to_string() } else { top };
+        let top = block_of(&op.name);
+        let top = if top.is_empty() { op.kind.to_string() } else { top.to_string() };
         match layers.iter_mut().find(|l| l.layer == top) {
             Some(l) => l.bytes += Bytes(b),
             None => layers.push(LayerActivation { layer: top, bytes: Bytes(b) }),
@@ -360,5 +378,30 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
         paged_opt_state_bytes: if plan.opt.is_paged() { opt_state_bytes } else { Bytes::ZERO },
         inference: None,
         timeline: r.timeline,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ops_group_into_the_blocks_of_their_model() {
+        for (name, block) in [
+            ("layer1.0.conv1", "layer1.0"),
+            ("bn1", "bn1"),
+            ("h.11.attn.c_attn", "h.11"),
+            ("features.12.conv.0.0", "features.12"),
+            ("encoder.layers.encoder_layer_3.mlp.0", "encoder.layers.encoder_layer_3"),
+            ("encoder.ln", "encoder"),
+            ("enc.2.1.0", "enc.2"),
+            ("lm_head", "lm_head"),
+            ("", ""),
+        ] {
+            assert_eq!(block_of(name), block, "{name}");
+        }
+        // ViT's chart shows its twelve encoder blocks, not one "encoder" bar.
+        let e = estimate(&Plan { model: "vit_b_16".into(), ..Plan::default() }).unwrap();
+        assert_eq!(e.layers.iter().filter(|l| l.layer.starts_with("encoder.layers.")).count(), 12);
     }
 }
