@@ -236,3 +236,20 @@ async fn the_panels_speak_chinese_and_switch_back_to_english() {
     assert!(text(&host, "max-context").contains("可容纳的最长上下文"), "{}", text(&host, "max-context"));
     assert_eq!(option_texts(&host, "kv-dtype")[0], "与激活相同的数据类型");
 }
+
+#[wasm_bindgen_test]
+async fn a_box_that_is_not_a_whole_number_says_so_and_leaves_the_plan() {
+    let (host, plan, _h) = mount(llama());
+    settle().await;
+    type_in(&host, "tp", "2");
+    settle().await;
+    let before = plan.get_untracked();
+    type_in(&host, "tp", "-5");
+    settle().await;
+    assert_eq!(plan.get_untracked(), before, "an invalid box changed the plan");
+    assert_eq!(by_test_id(&host, "tp").get_attribute("aria-invalid").as_deref(), Some("true"));
+    type_in(&host, "tp", "1");
+    settle().await;
+    assert_eq!(by_test_id(&host, "tp").get_attribute("aria-invalid"), None);
+    assert_eq!(plan.get_untracked().parallel.map_or(1, |p| p.tp), 1);
+}

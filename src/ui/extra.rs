@@ -9,6 +9,7 @@
 use leptos::prelude::*;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
 use super::backend::AnyBackend;
@@ -73,7 +74,6 @@ pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBa
 /// A canvas in a figure with its caption, both in the page's language; the figure carries
 /// `testid`.
 pub(crate) fn figure(cx: Prefs, testid: &str, aria: Msg, caption: Msg) -> (El, HtmlCanvasElement) {
-    use wasm_bindgen::JsCast;
     let canvas = h("canvas").attr("role", "img").dyn_attr("aria-label", cx.attr(Label::T(aria)));
     let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
     (h("figure").cls("chart").testid(testid).child(canvas).child(h("figcaption").dyn_text(cx.text(caption))), el)
@@ -114,7 +114,13 @@ fn number_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, plac
         .dyn_value(move || plan.with(|p| value(p)))
         .on("input", move |ev| {
             let mut next = plan.get_untracked();
-            if set(&mut next, &value_of(&ev)) && next != plan.get_untracked() {
+            let ok = set(&mut next, &value_of(&ev));
+            // Text that is not a whole number leaves the plan alone; the box says so, as the
+            // numbers below still describe the last valid value.
+            if let Some(el) = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) {
+                let _ = if ok { el.remove_attribute("aria-invalid") } else { el.set_attribute("aria-invalid", "true") };
+            }
+            if ok && next != plan.get_untracked() {
                 plan.set(next);
             }
         });
