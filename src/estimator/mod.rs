@@ -54,7 +54,7 @@ pub struct Row {
     pub bytes: Bytes,
 }
 
-/// Saved activation bytes of one top-level module after forward.
+/// Saved activation bytes of one block of the model ([`block_of`]) after forward.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct LayerActivation {
     pub layer: String,
@@ -339,7 +339,6 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
     let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };
     let reserved = r.timeline.reserved() + workspaces;
     let context = gpu.map(|g| g.context).unwrap_or(device::DEFAULT_CONTEXT);
-    // Saved activations by top-level module (first path component).
     let mut layers: Vec<LayerActivation> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {
         let b = r.saved_after_forward[i];

@@ -1,4 +1,4 @@
-//! Activation memory per layer: what each top-level module keeps for backward at the end of
+//! Activation memory per layer: what each block of the model keeps for backward at the end of
 //! forward, one bar per module in forward order, the largest highlighted.
 
 use plotters::coord::Shift;

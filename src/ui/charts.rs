@@ -327,7 +327,7 @@ impl ChartData {
             ChartData::Layers(d) => {
                 let mut c = LayersChart::new(&d.layers);
                 c.unit = unit;
-                c.x_desc = zh(lang, "Top-level module, forward order", "顶层模块（前向顺序）");
+                c.x_desc = zh(lang, "Block of the model, forward order", "模型的块（前向顺序）");
                 c.y_desc = format!("{} ({})", zh(lang, "Saved activations", "保存的激活"), unit.name);
                 if let Some((name, bytes)) = d.layers.iter().max_by_key(|(_, b)| *b) {
                     c.max_label = format!("{name}: {}", b(*bytes));

@@ -216,7 +216,7 @@ messages! {
     CapLength => "Allocated peak against the input size at your batch size, stacked by what the memory holds.", "当前批大小下，已分配峰值随输入尺寸变化，按用途堆叠。";
     CapCheckpoint => "checkpoint_sequential with k segments: activation memory at the peak (left axis) and extra forward compute for recomputation (right axis).", "checkpoint_sequential 分为 k 段：峰值时的激活显存（左轴）与重计算带来的额外计算量（右轴）。";
     CapTimeline => "Live memory after every op of one step: forward rises, backward falls, then the optimizer step, like PyTorch's memory viewer.", "一次训练步中每个算子之后的存活显存：前向上升，反向下降，随后是优化器更新，如同 PyTorch 的显存查看器。";
-    CapLayers => "Activations each top-level module keeps for backward at the end of forward.", "前向结束时各顶层模块为反向保存的激活。";
+    CapLayers => "Activations each block of the model (a layer, a stage, a top-level module) keeps for backward at the end of forward.", "前向结束时模型各块（层、阶段或顶层模块）为反向保存的激活。";
     DataTable => "Data table", "数据表";
     Loading => "Computing…", "计算中…";
     Suggestions => "What would make it fit", "如何放得下";

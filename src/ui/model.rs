@@ -30,7 +30,7 @@ pub const B2: u64 = 256;
 #[derive(Clone, Debug)]
 pub struct BatchModel {
     pub lines: BatchLines,
-    /// Saved activations per top-level module: name, bytes at batch 0 and per sample.
+    /// Saved activations per block of the model: name, bytes at batch 0 and per sample.
     layers: Vec<(String, f64, f64)>,
     pub param_count: u64,
     pub param_bytes: Bytes,
@@ -216,7 +216,7 @@ impl BatchModel {
         }
     }
 
-    /// Saved activations per top-level module at batch `b`, in forward order.
+    /// Saved activations per block of the model at batch `b`, in forward order.
     pub fn layers_at(&self, b: u64) -> Vec<(String, Bytes)> {
         let bf = b as f64;
         self.layers.iter().map(|(n, p, a)| (n.clone(), Bytes((p + a * bf).max(0.0).round() as u64))).collect()

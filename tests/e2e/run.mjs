@@ -293,6 +293,19 @@ test('units switch between GiB and GB', async () => {
   await until(async () => (await perGpu()).includes('iB'), `per-GPU rows back in GiB: ${await perGpu()}`);
 });
 
+test('on a phone the page never scrolls sideways (wide tables scroll in their box)', async () => {
+  for (const q of ['model=gpt2', 'model=llama-3-70b&seq=8192&gpu=t4&lang=zh', 'embed=1&model=gpt2']) {
+    await fresh({ viewport: { width: 390, height: 844 } });
+    await planner.open(url(q));
+    if (!q.includes('embed')) {
+      await planner.openPanels();
+      await planner.perGpu.waitFor({ timeout: 15_000 });
+    }
+    const width = await planner.page.evaluate(() => document.documentElement.scrollWidth);
+    check(width <= 390, `${q}: the page is ${width} px wide on a 390 px screen`);
+  }
+});
+
 test('clicking a suggestion applies it', async () => {
   await fresh();
   await planner.open(url('model=resnet50&batch=512&gpu=rtx4090'));
