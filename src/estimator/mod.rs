@@ -54,7 +54,7 @@ pub struct Row {
     pub bytes: Bytes,
 }
 
-/// Saved activation bytes of one block of the model ([`block_of`]) after forward.
+/// Saved activation bytes of one block of the model (see `block_of`) after forward.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct LayerActivation {
     pub layer: String,
