@@ -87,7 +87,7 @@ fn context_chart_draws_the_kv_band_on_top() {
 }
 
 #[test]
-fn big_model_inference_stays_quick() {
+fn big_model_inference_finds_its_longest_context() {
     let mut plan = Plan { model: "llama-2-7b".into(), gpu: Some("rtx4090".into()), ..Plan::default() };
     mode_logic::set_mode(&mut plan, "infer");
     mode_logic::set_quantization(&mut plan, "int4");

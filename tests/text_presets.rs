@@ -185,20 +185,18 @@ fn checkpointing_every_layer_saves_memory_on_long_sequences() {
     assert!(estimate(&p).unwrap().peak_allocated < none);
 }
 
+/// The graph stays linear in depth (its speed is measured by `cargo bench --bench estimate`, not
+/// asserted here).
 #[test]
-fn llama_3_70b_at_8k_is_fast_enough_for_a_slider() {
+fn llama_3_70b_at_8k_builds_a_bounded_tape() {
     let mut p = Plan::new("llama-3-70b");
     p.seq = Some(8192);
     p.dtype = Precision::AmpBf16;
     let g = build_graph(&p).unwrap();
     // A bounded number of ops per layer: building and replaying stay linear in depth.
     assert!(g.ops.len() < 80 * 80, "{} ops", g.ops.len());
-    let t = std::time::Instant::now();
     let e = estimate(&p).unwrap();
-    let took = t.elapsed();
     assert!(e.peak_allocated.0 > 4 * e.param_count);
-    // Debug builds are ~20× slower than release (≈5 ms there).
-    assert!(took.as_secs_f64() < 2.0, "{took:?}");
 }
 
 proptest! {
