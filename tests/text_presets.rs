@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 use serde_json::json;
 use vram_planner::cli::reference::compare_line;
-use vram_planner::estimator::config::{AttnImpl, Checkpointing, Plan, Precision};
+use vram_planner::estimator::config::{AttnImpl, CausalMask, Checkpointing, Plan, Precision};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::estimator::{build_graph, estimate};
 use vram_planner::presets::models::{self, Family};
@@ -17,6 +17,8 @@ const DATA: &str = include_str!("data/pytorch-step-memory.jsonl");
 /// and Llama 3 (GQA), GPT-2 medium/large, BERT-large, eager attention under autocast,
 /// checkpointing with eager attention.
 const EXTRA: &str = include_str!("data/text-extra-steps.jsonl");
+/// Unpadded batches (no causal mask, `enable_gqa`), measured the same way; see PROVENANCE.md.
+const UNPADDED: &str = include_str!("data/unpadded-steps.jsonl");
 
 /// Counted with transformers 5.24 on the meta device from the same configs.
 const PARAMS: &[(&str, u64)] = &[
@@ -92,6 +94,39 @@ fn further_measured_steps_within_3_percent() {
         n += 1;
     }
     assert_eq!(n, 13);
+}
+
+#[test]
+fn unpadded_batches_measured_within_a_tenth_of_a_percent() {
+    let mut n = 0;
+    for line in UNPADDED.lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+        assert!(c.rel_err.abs() < 1e-3, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
+        n += 1;
+    }
+    assert_eq!(n, 13);
+}
+
+#[test]
+fn an_unpadded_batch_skips_the_mask_and_the_repeated_heads() {
+    let mut padded = Plan::new("llama-3-8b");
+    padded.seq = Some(8192);
+    padded.batch = 1;
+    padded.dtype = Precision::Bf16;
+    let unpadded = Plan { causal_mask: CausalMask::Skipped, ..padded.clone() };
+    let (a, b) = (estimate(&padded).unwrap(), estimate(&unpadded).unwrap());
+    // Per layer: the [1, 1, 8192, 8192] bf16 float mask SDPA keeps (128 MiB) and k, v repeated
+    // from 8 to 32 heads (2 × 48 MiB more than the grouped ones), over 32 layers.
+    let saved = a.peak_allocated.0 - b.peak_allocated.0;
+    assert!(saved > 6 << 30 && saved < 8 << 30, "{saved}");
+    // Eager attention builds its mask whatever the batch.
+    let eager = |p: &Plan| estimate(&Plan { attn: AttnImpl::Eager, seq: Some(1024), ..p.clone() }).unwrap().peak_allocated;
+    assert_eq!(eager(&padded), eager(&unpadded));
+    // The key round-trips through a plan's JSON and is left out at its default.
+    let json = serde_json::to_value(&unpadded).unwrap();
+    assert_eq!(json["causal_mask"], "skipped");
+    assert!(serde_json::to_value(&padded).unwrap().get("causal_mask").is_none());
+    assert_eq!(serde_json::from_value::<Plan>(json).unwrap(), unpadded);
 }
 
 #[test]

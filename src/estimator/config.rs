@@ -88,6 +88,24 @@ pub enum AttnImpl {
     Eager,
 }
 
+/// Whether transformers materialises the causal mask of a language model
+/// (`transformers/masking_utils.py`, 5.24). `Materialized`: a `[B, 1, S, S]` mask is built and passed
+/// to attention — for a batch with padding (`attention_mask` with zeros), packed sequences
+/// (position ids that restart), under `torch.compile`/export, and under the FakeTensorMode the
+/// reference set was measured with (`find_packed_sequence_indices` cannot prove the batch
+/// unpacked); SDPA then converts it to an additive float mask per call and keeps it for
+/// backward, and grouped-query attention repeats k/v (`use_gqa_in_sdpa` needs no mask).
+/// `Skipped`: an unpadded batch of sequential positions on a GPU — `sdpa_mask` returns `None`
+/// (`_ignore_causal_mask_sdpa`), SDPA runs with `is_causal=True` and `enable_gqa=True`. Eager
+/// attention always materialises its mask.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CausalMask {
+    #[default]
+    Materialized,
+    Skipped,
+}
+
 /// Which kernels run: the CUDA ones (the product's subject) or PyTorch's CPU kernels, which save
 /// different tensors (float dropout masks, the math attention path). CPU is there to replay the
 /// reference set's CPU records.
@@ -136,6 +154,10 @@ pub struct Plan {
     pub ckpt: Checkpointing,
     #[serde(default)]
     pub attn: AttnImpl,
+    /// Language models: whether the causal mask is materialised (a padded or packed batch, and
+    /// the reference set) or skipped (an unpadded batch: SDPA's `is_causal`). See [`CausalMask`].
+    #[serde(default, skip_serializing_if = "is_default_mask")]
+    pub causal_mask: CausalMask,
     /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
     /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
     /// defaults to false and true is refused.
@@ -204,6 +226,7 @@ impl Default for Plan {
             optimizer_impl: None,
             ckpt: Checkpointing::None,
             attn: AttnImpl::Sdpa,
+            causal_mask: CausalMask::Materialized,
             cudnn: None,
             device: Device::Cuda,
             accumulation: 1,
@@ -222,6 +245,10 @@ impl Default for Plan {
             offload: None,
         }
     }
+}
+
+fn is_default_mask(m: &CausalMask) -> bool {
+    *m == CausalMask::Materialized
 }
 
 impl Plan {
@@ -248,6 +275,7 @@ pub struct BuildCtx {
     pub precision: Precision,
     pub ckpt: Checkpointing,
     pub attn: AttnImpl,
+    pub causal_mask: CausalMask,
     pub cudnn: bool,
     pub device: Device,
     /// Fine-tuning and inference settings (plain training: the default).
@@ -264,6 +292,6 @@ impl BuildCtx {
     /// A context with the given sizes and every option at its default (no checkpointing,
     /// SDPA, cuDNN, CUDA, no tensor parallelism).
     pub fn new(batch: u64, res: u64, seq: u64, precision: Precision) -> Self {
-        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false, tune: TuneCtx::default() }
+        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, causal_mask: CausalMask::Materialized, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false, tune: TuneCtx::default() }
     }
 }

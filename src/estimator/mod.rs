@@ -178,7 +178,7 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             return Err(EstimateError::Unsupported("gradient accumulation applies to training".into()));
         }
     }
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tune, tp: 1, sequence_parallel: false };
+    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, causal_mask: plan.causal_mask, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tune, tp: 1, sequence_parallel: false };
     if let Some(par) = &plan.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;

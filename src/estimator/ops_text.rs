@@ -326,7 +326,10 @@ impl Graph {
         let v = self.lowp(v)?;
         let qs = self.shape(q);
         let ks = self.shape(k);
-        if qs.len() != 4 || ks.len() != 4 || qs[1] != ks[1] || self.shape(v) != ks {
+        // Grouped-query heads reach SDPA only without a mask (`enable_gqa`); with one, the models
+        // repeat k/v first.
+        let gqa_ok = bool_mask.is_none() && ks.len() == 4 && ks[1] > 0 && qs.len() == 4 && qs[1].is_multiple_of(ks[1]);
+        if qs.len() != 4 || ks.len() != 4 || (qs[1] != ks[1] && !gqa_ok) || self.shape(v) != ks {
             return Err(self.shape_err(format!("sdpa expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}")));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
@@ -338,6 +341,8 @@ impl Graph {
             None => None,
         };
         if kernel == SdpaKernel::Math {
+            // The math path repeats grouped heads itself (`repeat_interleave`, a copy each).
+            let (k, v) = if h != ks[1] { (self.repeat_kv(k, h / ks[1])?, self.repeat_kv(v, h / ks[1])?) } else { (k, v) };
             return Ok((self.sdpa_math(q, k, v, fmask, dropout)?, kernel));
         }
         let ins = vec![q, k, v];

@@ -11,7 +11,7 @@
 //! presets are configs too, so both paths share this builder. Generation ([`super::generate`])
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
-use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
+use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
@@ -204,16 +204,20 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
     Ok(())
 }
 
-/// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call);
-/// eager adds a float mask built once per forward (`torch.where(mask, 0, finfo.min)` in the
-/// embeddings' dtype, `masking_utils.eager_mask`).
-fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<TensorId, EstimateError> {
+/// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call), or
+/// none when the plan's batch is unpadded ([`CausalMask::Skipped`]: `is_causal`); eager adds a
+/// float mask built once per forward (`torch.where(mask, 0, finfo.min)` in the embeddings' dtype,
+/// `masking_utils.eager_mask`), always.
+fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, EstimateError> {
+    if ctx.attn == AttnImpl::Sdpa && ctx.causal_mask == CausalMask::Skipped {
+        return Ok(None);
+    }
     let m = g.causal_mask(ctx.batch, ctx.seq)?;
     match ctx.attn {
-        AttnImpl::Sdpa => Ok(m),
+        AttnImpl::Sdpa => Ok(Some(m)),
         AttnImpl::Eager => {
             let dt = g.precision.param_dtype();
-            g.no_grad_op("where", &[m], vec![ctx.batch, 1, ctx.seq, ctx.seq], dt, Bytes::ZERO)
+            g.no_grad_op("where", &[m], vec![ctx.batch, 1, ctx.seq, ctx.seq], dt, Bytes::ZERO).map(Some)
         }
     }
 }
@@ -241,8 +245,8 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         let k = heads_view(g, parts[1], nh, d)?;
         let v = heads_view(g, parts[2], nh, d)?;
         let o = match ctx.attn {
-            AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, cpu))?,
-            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
+            AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, mask, cfg.attn_dropout, cpu))?,
+            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, mask, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
         };
         let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
         let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
@@ -368,9 +372,10 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
 /// How a LLaMA decoder layer's attention gets its keys and values and which kernel runs: the
 /// part of the layer that differs between a training step and one forward of generation.
 pub(crate) enum LlamaAttention {
-    /// Training (`use_cache=False`): this forward's keys and values, repeated to every query
-    /// head, under the causal `mask` (SDPA or eager, with the config's attention dropout).
-    Masked { mask: TensorId, attn: AttnImpl },
+    /// Training (`use_cache=False`): this forward's keys and values under the causal `mask` (SDPA
+    /// or eager, with the config's attention dropout), repeated to every query head when a mask
+    /// is present; without one (an unpadded batch) SDPA takes the grouped heads (`enable_gqa`).
+    Masked { mask: Option<TensorId>, attn: AttnImpl },
     /// Generation under `torch.no_grad()` ([`super::generate`]): the keys and values go into
     /// the layer's cache (`k_cache`, `v_cache`, holding `past` tokens before this forward) and
     /// the attention reads the whole cache; Python references decide when tensors die.
@@ -420,11 +425,10 @@ impl LlamaLayer<'_> {
                 LlamaAttention::Masked { mask, attn } => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
                     // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
-                    let k = g.repeat_kv(k, nh / nkv)?;
-                    let v = g.repeat_kv(v, nh / nkv)?;
+                    let (k, v) = if mask.is_some() { (g.repeat_kv(k, nh / nkv)?, g.repeat_kv(v, nh / nkv)?) } else { (k, v) };
                     match attn {
-                        AttnImpl::Sdpa => g.sdpa(q, k, v, Some(mask), cfg.attn_dropout, self.cpu)?,
-                        AttnImpl::Eager => g.eager_attention(q, k, v, Some(mask), EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu: self.cpu })?,
+                        AttnImpl::Sdpa => g.sdpa(q, k, v, mask, cfg.attn_dropout, self.cpu)?,
+                        AttnImpl::Eager => g.eager_attention(q, k, v, mask, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu: self.cpu })?,
                     }
                 }
                 LlamaAttention::Cached { k_cache, v_cache, past } => {

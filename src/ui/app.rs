@@ -275,6 +275,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::checkpoint_picker(p).show(move || applies.with(|a| a.checkpointing)))
         .child(controls::accumulation_input(p).show(move || applies.with(|a| a.training)))
         .child(controls::attention_picker(p).show(move || applies.with(|a| a.attention)))
+        .child(controls::mask_picker(p).show(move || applies.with(|a| a.causal_mask)))
         .child(controls::gpu_picker(p));
     let results = h("section")
         .cls("results")

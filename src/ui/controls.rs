@@ -9,7 +9,7 @@ use super::dom::{h, label, select, value_of, El};
 use super::i18n::{self, Lang, Msg, Units};
 use super::state;
 use super::url;
-use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
 use crate::presets::gpus;
 
 fn field(class: &str) -> El {
@@ -286,6 +286,20 @@ pub fn attention_picker(p: Planner) -> El {
 }
 
 /// The GPU catalogue, and a custom capacity in GiB.
+/// Padded (or packed) batch against an unpadded one: whether transformers builds the causal mask
+/// (see `CausalMask`). The choice travels in the link's `x` settings.
+pub fn mask_picker(p: Planner) -> El {
+    let plan = p.plan;
+    picker(
+        p,
+        "causal-mask",
+        Msg::CausalMaskLabel,
+        |l| vec![("materialized".to_string(), Msg::MaskMaterialized.t(l).to_string()), ("skipped".to_string(), Msg::MaskSkipped.t(l).to_string())],
+        move || plan.with(|q| if q.causal_mask == CausalMask::Skipped { "skipped" } else { "materialized" }.to_string()),
+        move |v| plan.update(|q| q.causal_mask = if v == "skipped" { CausalMask::Skipped } else { CausalMask::Materialized }),
+    )
+}
+
 pub fn gpu_picker(p: Planner) -> El {
     let plan = p.plan;
     let choice = move || plan.with(state::gpu_choice);

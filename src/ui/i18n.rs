@@ -189,6 +189,9 @@ messages! {
     Segments => "Segments k", "分段数 k";
     Accumulation => "Gradient accumulation steps", "梯度累积步数";
     Attention => "Attention kernel", "注意力算子";
+    CausalMaskLabel => "Batch padding (causal mask)", "批次填充（因果掩码）";
+    MaskMaterialized => "Padded or packed: the mask is built", "有填充或打包：构建掩码";
+    MaskSkipped => "Unpadded: is_causal, no mask", "无填充：is_causal，不建掩码";
     Gpu => "GPU", "GPU";
     CustomGpu => "Custom capacity…", "自定义容量…";
     CustomCapacity => "Capacity (GiB)", "容量（GiB）";

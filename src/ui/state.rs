@@ -179,6 +179,8 @@ pub struct Applies {
     pub checkpointing: bool,
     /// Optimizer, checkpointing and accumulation: not when serving (inference mode).
     pub training: bool,
+    /// Padded or unpadded batch: decoders trained with SDPA, whose causal mask it decides.
+    pub causal_mask: bool,
 }
 
 pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
@@ -190,6 +192,17 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
         attention: matches!(fam, Family::Language | Family::VisionTransformer),
         checkpointing: ckpt.any() && plan.mode != crate::estimator::config::Mode::Infer,
         training: plan.mode != crate::estimator::config::Mode::Infer,
+        causal_mask: plan.mode != crate::estimator::config::Mode::Infer && plan.attn == crate::estimator::config::AttnImpl::Sdpa && has_causal_mask(plan),
+    }
+}
+
+/// Whether the plan's model is a decoder whose causal mask the batch's padding decides (GPT-2,
+/// LLaMA, Mistral, Qwen2 — not BERT, whose mask is bidirectional, nor vision models).
+pub fn has_causal_mask(plan: &Plan) -> bool {
+    let kind = |c: &serde_json::Value| c.get("model_type").and_then(|t| t.as_str()).map(|t| t != "bert");
+    match &plan.hf_config {
+        Some(c) => kind(c).unwrap_or(false),
+        None => models::text_config(&plan.model).and_then(|c| kind(&c)).unwrap_or(false),
     }
 }
 
@@ -362,6 +375,17 @@ pub fn backing_size(css: (f64, f64), ratio: f64) -> (u32, u32) {
 mod tests {
     use super::*;
     use crate::estimator::estimate;
+
+    #[test]
+    fn the_padding_control_applies_to_decoders_trained_with_sdpa() {
+        for (model, yes) in [("gpt2", true), ("llama-3-8b", true), ("qwen2-0.5b", true), ("bert-base", false), ("vit_b_16", false), ("resnet50", false), ("lstm-lm", false)] {
+            assert_eq!(has_causal_mask(&Plan::new(model)), yes, "{model}");
+        }
+        let shown = |p: Plan| applies(&p, &CkptInfo::default()).causal_mask;
+        assert!(shown(Plan::new("gpt2")));
+        assert!(!shown(Plan { attn: crate::estimator::config::AttnImpl::Eager, ..Plan::new("gpt2") }), "eager always builds its mask");
+        assert!(!shown(Plan { mode: crate::estimator::config::Mode::Infer, ..Plan::new("gpt2") }), "serving never builds it");
+    }
 
     #[test]
     fn slider_covers_1_to_4096_on_a_log_scale() {

@@ -421,6 +421,9 @@ mod tests {
         let q = to_query(&plan, &View::default());
         assert!(q.contains("&x=%7B"), "{q}");
         round_trip(&plan, &View::default());
+        let unpadded = Plan { causal_mask: crate::estimator::config::CausalMask::Skipped, gpu: Some("h100-80".into()), ..Plan::new("gpt2") };
+        assert!(to_query(&unpadded, &View::default()).contains("causal_mask"));
+        round_trip(&unpadded, &View::default());
         // A hostile or broken `x` is refused whole; what it cannot set is refused too.
         for bad in ["x=%7B%22batch%22%3A5%7D", "x=%7B%22nope%22%3A1%7D", "x=%5B1%5D", "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D"] {
             let p = parse_query(&format!("model=gpt2&{bad}"));
