@@ -16,6 +16,7 @@ export class PlannerPage {
     this.checkpointing = page.getByTestId('checkpointing');
     this.accumulation = page.getByTestId('accumulation');
     this.attention = page.getByTestId('attention');
+    this.causalMask = page.getByTestId('causal-mask');
     this.gpu = page.getByTestId('gpu');
     this.lang = page.getByTestId('lang');
     this.units = page.getByTestId('units');

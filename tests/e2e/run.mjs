@@ -126,6 +126,20 @@ test('controls that do not apply disappear', async () => {
   await until(async () => (await shown()).attn && (await shown()).res, 'ViT-B/16 has no attention kernel or resolution');
 });
 
+test('an unpadded batch skips the causal mask: a lower peak, kept in the link', async () => {
+  await fresh();
+  await planner.open(url('model=llama-small&seq=2048&batch=8&gpu=h100-80'));
+  check(await planner.causalMask.isVisible(), 'no batch-padding control for a decoder');
+  const padded = await planner.peakText();
+  await planner.pick(planner.causalMask, 'skipped');
+  await until(async () => (await planner.peakText()) !== padded, 'the peak did not change');
+  await until(async () => decodeURIComponent(planner.page.url()).includes('"causal_mask":"skipped"'), `the link lacks the choice: ${planner.page.url()}`);
+  await planner.page.reload();
+  await until(async () => (await planner.causalMask.inputValue()) === 'skipped', 'the choice did not survive a reload');
+  await planner.pick(planner.model, 'bert-base');
+  await until(async () => !(await planner.causalMask.isVisible()), 'BERT has no causal mask to skip');
+});
+
 test('every control is labelled and usable from the keyboard', async () => {
   await planner.pick(planner.model, 'resnet50');
   const unlabelled = await planner.page.evaluate(() =>
