@@ -653,3 +653,16 @@ proptest! {
         }
     }
 }
+
+/// One rank of real FSDP2 steps (fake process group, 2–8 ranks; see tests/data/PROVENANCE.md):
+/// the per-GPU estimate within 0.01 % of each.
+#[test]
+fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
+    let mut n = 0;
+    for line in include_str!("data/fsdp2-steps.jsonl").lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = vram_planner::cli::reference::compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+        assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
+        n += 1;
+    }
+    assert_eq!(n, 8);
+}

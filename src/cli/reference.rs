@@ -109,6 +109,11 @@ fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, s
                 checks.push(("decode", d.0, m));
             }
         }
+        None if plan.parallel.is_some() || plan.offload.is_some() => {
+            // A multi-GPU record measures one rank: compare with the per-GPU estimate.
+            let par = crate::estimator::parallel::estimate_parallel(&plan).map_err(|e| (id.clone(), e.to_string()))?;
+            checks.extend(measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)));
+        }
         None => checks.extend(measured("peak_r512").map(|m| ("step", est.peak_allocated.0, m))),
     }
     let rel = |(_, p, m): &(&str, u64, u64)| (*p as f64 - *m as f64) / (*m).max(1) as f64;
