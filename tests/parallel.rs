@@ -63,7 +63,7 @@ fn zero_stages_shard_the_simulated_model_states() {
         let at = |k: &str| r.breakdown.iter().find(|(n, _)| n == k).unwrap().1 as f64;
         // Model states at rest (what the optimizer step sees).
         let prep = prepare(&plan_with("resnet50", 8, dp(8, zero)), &e.layout).unwrap();
-        let sh = zero::Sharded::new(&prep.pieces[0], zero::Sharding { dp: 8, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2);
+        let sh = zero::Sharded::new(&prep.pieces[0], zero::Sharding { dp: 8, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2, None);
         let want_o = if zero >= 1 { o / n } else { o };
         let want_g = if zero >= 2 { g / n } else { g };
         let want_p = if zero >= 3 { p / n } else { p };
@@ -412,8 +412,8 @@ proptest! {
         let numel: u64 = params.iter().map(|t| t.numel()).sum();
         let over_ranks: u64 = (0..n).map(|r| params.iter().map(|t| shard_elems(&t.shape, n, r)).sum::<u64>()).sum();
         prop_assert_eq!(over_ranks, numel);
-        let full = zero::Sharded::new(piece, zero::Sharding::none(), 2);
-        let sh = zero::Sharded::new(piece, zero::Sharding { dp: n, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2);
+        let full = zero::Sharded::new(piece, zero::Sharding::none(), 2, None);
+        let sh = zero::Sharded::new(piece, zero::Sharding { dp: n, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2, None);
         // One 512-B block and one dim-0 row (≤ 4608 fp32 elements in ResNets) per parameter and rank.
         let slack = params.len() as u64 * n * (512 + 4 * 4608);
         let check = |rank: u64, whole: u64, sharded: bool| -> Result<(), TestCaseError> {
@@ -664,5 +664,33 @@ fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
         assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
         n += 1;
     }
-    assert_eq!(n, 8);
+    assert_eq!(n, 13);
+}
+
+/// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations
+/// — between pure bf16 and fp32 — and refused where it does not apply.
+#[test]
+fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
+    let plan = |dtype: &str, mp: bool| {
+        let mp = if mp { r#","mixed_precision":{"param_dtype":"bf16"}"# } else { "" };
+        serde_json::from_str::<Plan>(&format!(r#"{{"model":"llama-small","seq":1024,"batch":4,"dtype":"{dtype}","opt":"adamw","parallel":{{"gpus_per_node":8,"dp":8,"fsdp":true{mp}}}}}"#)).unwrap()
+    };
+    let peak = |p: &Plan| estimate_parallel(p).unwrap().per_gpu;
+    let (bf16, fp32, mixed) = (peak(&plan("bf16", false)), peak(&plan("fp32", false)), peak(&plan("fp32", true)));
+    assert!(bf16.peak_allocated_bytes < mixed.peak_allocated_bytes && mixed.peak_allocated_bytes < fp32.peak_allocated_bytes);
+    // The shards are fp32 (2 bytes more per parameter and rank than bf16 ones), the gathered
+    // units and the activations bf16.
+    let count = vram_planner::estimator::estimate(&plan("bf16", false)).unwrap().param_count;
+    // (Each shard is padded and rounded to 512 B on its own: a few KiB of slack.)
+    let extra = (mixed.params_bytes - bf16.params_bytes) as f64;
+    assert!((extra - (count / 8 * 2) as f64).abs() < 16384.0, "{extra}");
+    assert_eq!(mixed.optimizer_state_bytes, fp32.optimizer_state_bytes);
+    assert_eq!(mixed.activations_bytes, bf16.activations_bytes);
+    for (bad, says) in [
+        (r#"{"model":"llama-small","dtype":"fp32","parallel":{"dp":2,"gpus_per_node":2,"zero":3,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fsdp"),
+        (r#"{"model":"llama-small","dtype":"amp_bf16","parallel":{"dp":2,"gpus_per_node":2,"fsdp":true,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fp32"),
+    ] {
+        let err = estimate_parallel(&serde_json::from_str::<Plan>(bad).unwrap()).unwrap_err().to_string();
+        assert!(err.contains(says), "{err}");
+    }
 }

@@ -31,7 +31,7 @@ use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
-use super::config::Plan;
+use super::config::{Plan, Precision};
 use super::error::EstimateError;
 use super::graph::{Graph, StorageKind, TensorId};
 use super::simulate::{simulate, StepOptions, StepResult, BLOCK};
@@ -91,6 +91,53 @@ pub struct Parallel {
     /// Model FLOPs utilisation for the compute time; default [`comm::DEFAULT_MFU`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mfu: Option<f64>,
+    /// FSDP's `MixedPrecisionPolicy` over fp32 weights; see [`MixedPrecision`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixed_precision: Option<MixedPrecision>,
+}
+
+/// FSDP2's `MixedPrecisionPolicy(param_dtype, reduce_dtype)` (`torch/distributed/fsdp/
+/// _fully_shard/_fsdp_api.py`): the sharded parameters, their gradients and the optimizer state
+/// stay in the model's fp32; each unit is all-gathered and computed in `param_dtype`, so
+/// activations and the unsharded gradients are in that dtype; gradients are reduce-scattered
+/// in `reduce_dtype` (`foreach_reduce` copies them into a flat buffer of that dtype). The usual
+/// set-up for large models: bf16 compute, fp32 master weights and Adam states, fp32 reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MixedPrecision {
+    pub param_dtype: MpDtype,
+    #[serde(default = "fp32")]
+    pub reduce_dtype: MpDtype,
+}
+
+/// A floating-point dtype of [`MixedPrecision`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpDtype {
+    Fp32,
+    Bf16,
+    Fp16,
+}
+
+impl MpDtype {
+    pub fn bits(self) -> u64 {
+        match self {
+            MpDtype::Fp32 => 32,
+            MpDtype::Bf16 | MpDtype::Fp16 => 16,
+        }
+    }
+    /// The precision the graph is built in when parameters are gathered in this dtype.
+    fn compute(self) -> Precision {
+        match self {
+            MpDtype::Fp32 => Precision::Fp32,
+            MpDtype::Bf16 => Precision::Bf16,
+            MpDtype::Fp16 => Precision::Fp16,
+        }
+    }
+}
+
+fn fp32() -> MpDtype {
+    MpDtype::Fp32
 }
 
 impl Default for Parallel {
@@ -111,6 +158,7 @@ impl Default for Parallel {
             inter_link: None,
             nics_per_node: None,
             mfu: None,
+            mixed_precision: None,
         }
     }
 }
@@ -151,6 +199,7 @@ pub struct Layout {
     pub inter_link: Link,
     pub host_link: Link,
     pub offload: Offload,
+    pub mixed_precision: Option<MixedPrecision>,
 }
 
 const MAX_DEGREE: u64 = 1 << 20;
@@ -273,6 +322,18 @@ impl Layout {
             Some(id) => links::find_host(id, gpu).ok_or_else(|| bad(format!("unknown host link '{id}': use pcie4, pcie5, nvlink-c2c or unified")))?,
             None => links::default_host(gpu),
         };
+        if let Some(mp) = p.mixed_precision {
+            if !p.fsdp {
+                return Err(bad("mixed_precision is FSDP's MixedPrecisionPolicy: it needs \"fsdp\": true".into()));
+            }
+            if plan.dtype != Precision::Fp32 {
+                return Err(bad(format!("mixed_precision keeps the sharded weights in fp32 and computes in its param_dtype: use \"dtype\": \"fp32\", not {}", plan.dtype.name())));
+            }
+            if plan.quantization != super::config::Quantization::None || offload.optimizer || offload.params {
+                return Err(bad("mixed_precision with quantized weights or offload is not modelled".into()));
+            }
+            let _ = mp;
+        }
         if offload.params && zero < 3 {
             return Err(bad("parameter offload (ZeRO-Infinity) fetches each layer's parameters when it runs: it needs zero 3 (or fsdp)".into()));
         }
@@ -295,6 +356,7 @@ impl Layout {
             inter_link,
             host_link,
             offload,
+            mixed_precision: p.mixed_precision,
         })
     }
 
@@ -541,6 +603,11 @@ pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, EstimateError> 
     par.sequence_parallel = layout.sequence_parallel;
     bp.parallel = Some(par);
     bp.accumulation = 1;
+    if let Some(mp) = layout.mixed_precision {
+        // Every unit computes in param_dtype: the step runs as a model in that dtype would;
+        // the fp32 shards are accounted by the sharding.
+        bp.dtype = mp.param_dtype.compute();
+    }
     let g = super::build_graph(&bp)?;
     tp_check(plan, &g, layout.tp)?;
     prepare_graph(plan, layout, g)
@@ -611,7 +678,7 @@ pub fn estimate_parallel_with(plan: &Plan, prep: impl Fn(&Layout) -> Result<Prep
 pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>) -> ParallelEstimate {
     let sh = layout.sharding();
     let states = plan.opt.states_per_param();
-    let sharded: Vec<Sharded> = prep.pieces.iter().map(|p| Sharded::new(p, sh, states)).collect();
+    let sharded: Vec<Sharded> = prep.pieces.iter().map(|p| Sharded::new(p, sh, states, layout.mixed_precision)).collect();
     let topo = layout.topology();
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { 0 } else { super::device::cublas_workspaces(sm).0 };
@@ -814,7 +881,7 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
     // Data parallelism.
     if dp > 1 {
         let l = topo.group(tp, dp);
-        let grads: u64 = chunks.iter().map(|&c| sharded[c].grads_full()).sum();
+        let grads: u64 = chunks.iter().map(|&c| sharded[c].grads_reduced()).sum();
         let params: u64 = chunks.iter().map(|&c| sharded[c].params_full()).sum();
         let secs = |c: Collective, b: u64| comm::collective_seconds(c, dp, b, &l);
         match (layout.zero, layout.fsdp) {

@@ -191,6 +191,8 @@ pub struct Sharded<'a> {
     /// Next unit whose first op comes after op i (forward prefetch), previous unit before op i.
     next_unit: Vec<Option<usize>>,
     prev_unit: Vec<Option<usize>>,
+    /// Bits of a reduced gradient over bits of an unsharded one (FSDP's `reduce_dtype`).
+    reduce_ratio: (u64, u64),
 }
 
 /// Live bytes of one rank at one moment: the simulator's categories plus communication buffers.
@@ -213,7 +215,9 @@ impl RankLive {
 }
 
 impl<'a> Sharded<'a> {
-    pub fn new(piece: &'a Piece, sh: Sharding, states_per_param: u64) -> Sharded<'a> {
+    /// `mp`: FSDP's mixed precision — the graph was built in its `param_dtype`; the shards (and so
+    /// the sharded gradients and the optimizer state) are fp32.
+    pub fn new(piece: &'a Piece, sh: Sharding, states_per_param: u64, mp: Option<super::MixedPrecision>) -> Sharded<'a> {
         let g: &Graph = &piece.g;
         let n = sh.dp.max(1);
         let mut params = Vec::new();
@@ -223,7 +227,7 @@ impl<'a> Sharded<'a> {
                 continue;
             }
             let full = rounded(g.storages[t.storage].bytes.0);
-            let bits = t.dtype.bits();
+            let bits = if mp.is_some() { 32 } else { t.dtype.bits() };
             let shard = rounded((padded_shard_elems(&t.shape, n) * bits).div_ceil(8));
             index_of[ti] = params.len();
             params.push(ParamShard { full, shard, trainable: t.requires_grad, unit: None, arrival: None });
@@ -333,7 +337,8 @@ impl<'a> Sharded<'a> {
                 prv = Some(u);
             }
         }
-        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit }
+        let reduce_ratio = mp.map_or((1, 1), |m| (m.reduce_dtype.bits(), m.param_dtype.bits()));
+        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit, reduce_ratio }
     }
 
     /// Bytes of the parameters at rest on this rank (shards when they are sharded).
@@ -349,6 +354,13 @@ impl<'a> Sharded<'a> {
     }
     pub fn grads_full(&self) -> u64 {
         self.params.iter().filter(|p| p.trainable).map(|p| p.full).sum()
+    }
+    /// Gradient bytes as reduced (in FSDP's `reduce_dtype`).
+    pub fn grads_reduced(&self) -> u64 {
+        self.reduced_bytes(self.grads_full())
+    }
+    fn reduced_bytes(&self, unsharded: u64) -> u64 {
+        (unsharded as u128 * self.reduce_ratio.0 as u128 / self.reduce_ratio.1.max(1) as u128) as u64
     }
     /// Gradient bytes this rank keeps after reduction.
     pub fn grads_at_rest(&self) -> u64 {
@@ -464,7 +476,7 @@ impl<'a> Sharded<'a> {
                     }
                     // The last reduce-scatter's input is in flight while the next unit computes.
                     if let Some(u) = last_reduced {
-                        comm += self.unit_grad_full[u];
+                        comm += self.reduced_bytes(self.unit_grad_full[u]);
                     }
                 }
                 (Phase::Forward, _) if !persist => {}

@@ -4,7 +4,8 @@ world of N ranks in one process. The harness's tracker is extended twice: a DTen
 local shard (its own storage has the global size), and FSDP's `free_storage`/`alloc_storage`
 (which resize the unsharded parameters' storage instead of dropping it) are reported to it.
 Usage: python fsdp2_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
-"world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False)."""
+"world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False; an optional
+"mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy)."""
 import json, os, sys, contextlib
 # The shared oracle harness (`shared/reference/harness/`, beside the clone), or $ORACLE_HARNESS.
 HARNESS = os.environ.get("ORACLE_HARNESS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "reference", "harness"))
@@ -82,6 +83,16 @@ dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.device_mesh import init_device_mesh
 mesh = init_device_mesh("cuda", (world,))
+def mp(c):
+    # FSDP2's MixedPrecisionPolicy: parameters gathered (and computed) in `param_dtype`,
+    # gradients reduced in `reduce_dtype`; the sharded parameters stay in the model's dtype.
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+    m = c.get("mp")
+    if not m:
+        return {}
+    dt = {"bf16": torch.bfloat16, "fp32": torch.float32}
+    return {"mp_policy": MixedPrecisionPolicy(param_dtype=dt[m["param"]], reduce_dtype=dt[m.get("reduce", "fp32")])}
+
 def run(c):
     global TRACKER
     world = c["world"]
@@ -98,8 +109,8 @@ def run(c):
         reshard = c["zero"] == 3
         layers = model.model.layers if hasattr(model, "model") else model.transformer.h
         for layer in layers:
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, **mp(c))
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp(c))
         params = list(model.parameters())
         opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
         in_dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float32
@@ -130,7 +141,12 @@ with open(OUT, "a") as f:
                 "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "fsdp": True, "zero": c["zero"]}}
         if c.get("ckpt", "none") != "none":
             plan["ckpt"] = c["ckpt"]
-        cid = f'fsdp2-z{c["zero"]}-w{c["world"]}/{c["model"]}/L{c["seq"]}/b{c["batch"]}/{c["dtype"]}/ckpt-{c.get("ckpt","none")}'
+        if c.get("mp"):
+            plan["parallel"]["mixed_precision"] = {"param_dtype": c["mp"]["param"], "reduce_dtype": c["mp"].get("reduce", "fp32")}
+            cid_mp = f'/mp-{c["mp"]["param"]}-{c["mp"].get("reduce", "fp32")}'
+        else:
+            cid_mp = ""
+        cid = f'fsdp2-z{c["zero"]}-w{c["world"]}/{c["model"]}/L{c["seq"]}/b{c["batch"]}/{c["dtype"]}/ckpt-{c.get("ckpt","none")}{cid_mp}'
         rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, "rank": 0, "world_size": c["world"],
                "versions": measure.versions(), "device_faked": True, "process_group": "fake (torch.testing FakeStore)"}
         f.write(json.dumps(rec) + "\n")
