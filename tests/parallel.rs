@@ -673,7 +673,7 @@ fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
 fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
     let plan = |dtype: &str, mp: bool| {
         let mp = if mp { r#","mixed_precision":{"param_dtype":"bf16"}"# } else { "" };
-        serde_json::from_str::<Plan>(&format!(r#"{{"model":"llama-small","seq":1024,"batch":4,"dtype":"{dtype}","opt":"adamw","parallel":{{"gpus_per_node":8,"dp":8,"fsdp":true{mp}}}}}"#)).unwrap()
+        serde_json::from_str::<Plan>(&format!(r#"{{"model":"llama-small","seq":1024,"batch":4,"dtype":"{dtype}","opt":"adamw","gpu":"h100-80","parallel":{{"gpus_per_node":8,"dp":8,"fsdp":true{mp}}}}}"#)).unwrap()
     };
     let peak = |p: &Plan| estimate_parallel(p).unwrap().per_gpu;
     let (bf16, fp32, mixed) = (peak(&plan("bf16", false)), peak(&plan("fp32", false)), peak(&plan("fp32", true)));
@@ -686,6 +686,10 @@ fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
     assert!((extra - (count / 8 * 2) as f64).abs() < 16384.0, "{extra}");
     assert_eq!(mixed.optimizer_state_bytes, fp32.optimizer_state_bytes);
     assert_eq!(mixed.activations_bytes, bf16.activations_bytes);
+    // It computes in bf16: its step takes the bf16 throughput, not the fp32 one.
+    let step = |p: &Plan| estimate_parallel(p).unwrap().step_seconds.unwrap();
+    let (s_bf16, s_fp32, s_mixed) = (step(&plan("bf16", false)), step(&plan("fp32", false)), step(&plan("fp32", true)));
+    assert!(s_mixed < 1.2 * s_bf16 && s_mixed < s_fp32 / 2.0, "{s_bf16} {s_mixed} {s_fp32}");
     for (bad, says) in [
         (r#"{"model":"llama-small","dtype":"fp32","parallel":{"dp":2,"gpus_per_node":2,"zero":3,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fsdp"),
         (r#"{"model":"llama-small","dtype":"amp_bf16","parallel":{"dp":2,"gpus_per_node":2,"fsdp":true,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fp32"),

@@ -683,7 +683,9 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { 0 } else { super::device::cublas_workspaces(sm).0 };
     let context = gpu.map(|g| g.context.0).unwrap_or(super::device::DEFAULT_CONTEXT.0);
-    let peak_flops = gpu.map(|g| comm::peak_flops(g, plan.dtype) * layout.mfu);
+    // Under a mixed-precision policy the units compute in its param_dtype.
+    let compute = layout.mixed_precision.map_or(plan.dtype, |m| m.param_dtype.compute());
+    let peak_flops = gpu.map(|g| comm::peak_flops(g, compute) * layout.mfu);
     let m = layout.micro_batches as u64;
     let (pp, v) = (layout.pp, layout.interleave);
 
