@@ -253,3 +253,22 @@ async fn a_box_that_is_not_a_whole_number_says_so_and_leaves_the_plan() {
     assert_eq!(by_test_id(&host, "tp").get_attribute("aria-invalid"), None);
     assert_eq!(plan.get_untracked().parallel.map_or(1, |p| p.tp), 1);
 }
+
+#[wasm_bindgen_test]
+async fn fsdp_mixed_precision_is_a_box_that_sets_fp32_master_weights() {
+    let (host, plan, _h) = mount(Plan { gpu: Some("a100-40".into()), ..llama() });
+    settle().await;
+    let bx: HtmlInputElement = by_test_id(&host, "mixed-precision").unchecked_into();
+    assert!(bx.closest("label").unwrap().unwrap().has_attribute("hidden"), "shown without FSDP");
+    type_in(&host, "dp", "4");
+    pick(&host, "zero", "fsdp");
+    settle().await;
+    assert!(!bx.closest("label").unwrap().unwrap().has_attribute("hidden"), "hidden with FSDP");
+    bx.set_checked(true);
+    fire(&bx, "change");
+    settle().await;
+    let p = plan.get_untracked();
+    assert!(p.parallel.as_ref().is_some_and(|q| q.mixed_precision.is_some()));
+    assert_eq!(p.dtype, vram_planner::estimator::config::Precision::Fp32);
+    assert!(text(&host, "per-gpu").contains("Device total"), "{}", text(&host, "per-gpu"));
+}

@@ -301,6 +301,7 @@ messages! {
     Zero3 => "ZeRO-3 (+ parameters)", "ZeRO-3（再切分参数）";
     OffloadLegend => "Offload to host memory", "卸载到主机内存";
     OffloadParams => "Parameters (ZeRO-3)", "参数（ZeRO-3）";
+    MixedPrecisionBox => "bf16 mixed precision (FSDP MixedPrecisionPolicy: fp32 master weights and Adam state)", "bf16 混合精度（FSDP MixedPrecisionPolicy：fp32 主权重与 Adam 状态）";
     LinkIntra => "Link inside a node", "节点内互联";
     LinkInter => "Link between nodes", "节点间互联";
     GpuDefault => "GPU's default", "GPU 默认";

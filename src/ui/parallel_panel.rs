@@ -49,6 +49,24 @@ fn offload_box(plan: RwSignal<Plan>, cx: Prefs, what: OffloadTarget, label: Msg)
     h("label").cls("check").child(input.on("change", move |_| plan.update(|p| sl::set_offload(p, what, el.checked())))).dyn_text(cx.text(label))
 }
 
+/// FSDP's bf16 mixed precision, shown while FSDP shards the model.
+fn mixed_precision_box(plan: RwSignal<Plan>, cx: Prefs) -> El {
+    let input = h("input").attr("type", "checkbox").testid("mixed-precision");
+    let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
+    effect(Box::new(move || {
+        let on = plan.with(sl::mixed_precision_on);
+        if el.checked() != on {
+            el.set_checked(on);
+        }
+    }));
+    let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
+    h("label")
+        .cls("check")
+        .child(input.on("change", move |_| plan.update(|p| sl::set_mixed_precision(p, el.checked()))))
+        .dyn_text(cx.text(Msg::MixedPrecisionBox))
+        .show(move || plan.with(|p| p.parallel.as_ref().is_some_and(|q| q.fsdp)))
+}
+
 fn link(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, kind: LinkKind) -> El {
     plan_select(plan, cx, label, testid, move |l| sl::link_options(kind, l), move |p| sl::link_value(p, kind), move |p, v| sl::set_link(p, kind, v))
 }
@@ -139,6 +157,7 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         .child(degree(plan, cx, Msg::TensorParallel, "tp", None, Degree::Tp))
         .child(degree(plan, cx, Msg::PipelineParallel, "pp", None, Degree::Pp))
         .child(plan_select(plan, cx, Msg::Sharding, "zero", zero_options, |p| sl::zero_value(p).into(), sl::set_zero))
+        .child(mixed_precision_box(plan, cx))
         .child(offload)
         .child(link(plan, cx, Msg::LinkIntra, "link", LinkKind::IntraNode))
         .child(link(plan, cx, Msg::LinkInter, "inter-link", LinkKind::InterNode))

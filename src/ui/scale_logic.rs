@@ -5,10 +5,10 @@
 //! their texts in the page's language and sizes in its units. Every number comes from
 //! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
-use crate::estimator::config::Plan;
+use crate::estimator::config::{Plan, Precision};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
-use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, Offload, Parallel, ParallelEstimate, Prepared};
+use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, MixedPrecision, MpDtype, Offload, Parallel, ParallelEstimate, Prepared};
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
 use crate::plots::rank_chart::RankChart;
@@ -108,7 +108,25 @@ pub fn set_zero(plan: &mut Plan, value: &str) {
         edit(plan, |p| {
             p.zero = (z > 0 || fsdp).then_some(z);
             p.fsdp = fsdp;
+            if !fsdp {
+                // The policy is FSDP's: other schemes do not take it.
+                p.mixed_precision = None;
+            }
         });
+    }
+}
+
+/// Whether the plan uses FSDP's bf16 `MixedPrecisionPolicy`.
+pub fn mixed_precision_on(plan: &Plan) -> bool {
+    plan.parallel.as_ref().is_some_and(|p| p.mixed_precision.is_some())
+}
+
+/// Turns FSDP's bf16 mixed precision (bf16 compute, fp32 reduction) on or off. The policy keeps
+/// the sharded weights in fp32, so turning it on sets the weights to fp32.
+pub fn set_mixed_precision(plan: &mut Plan, on: bool) {
+    edit(plan, |p| p.mixed_precision = on.then_some(MixedPrecision { param_dtype: MpDtype::Bf16, reduce_dtype: MpDtype::Fp32 }));
+    if on {
+        plan.dtype = Precision::Fp32;
     }
 }
 
@@ -436,6 +454,19 @@ mod tests {
         assert!(zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"), "{zh}");
         let en = per_gpu_rows(&e, Lang::En, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
         assert!(en.contains("1 GPU (1 × 1)") && en.contains("single replica") && !en.contains("-0"), "{en}");
+    }
+
+    #[test]
+    fn mixed_precision_follows_fsdp() {
+        let mut p = Plan { dtype: Precision::Bf16, ..gpt2() };
+        set_degree(&mut p, Degree::Dp, Some(4));
+        set_zero(&mut p, "fsdp");
+        set_mixed_precision(&mut p, true);
+        assert!(mixed_precision_on(&p) && p.dtype == Precision::Fp32, "fp32 master weights");
+        assert!(estimate(&p).is_ok());
+        set_zero(&mut p, "3");
+        assert!(!mixed_precision_on(&p), "ZeRO without FSDP drops the policy");
+        assert!(estimate(&p).is_ok());
     }
 
     #[test]
