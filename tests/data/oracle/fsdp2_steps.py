@@ -5,7 +5,7 @@ local shard (its own storage has the global size), and FSDP's `free_storage`/`al
 (which resize the unsharded parameters' storage instead of dropping it) are reported to it.
 Usage: python fsdp2_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
 "world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False; an optional
-"mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy)."""
+"mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy; "accum": k runs k micro-batches per optimizer step)."""
 import json, os, sys, contextlib
 # The shared oracle harness (`shared/reference/harness/`, beside the clone), or $ORACLE_HARNESS.
 HARNESS = os.environ.get("ORACLE_HARNESS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "reference", "harness"))
@@ -123,10 +123,11 @@ def run(c):
             tr.track(batch, "input")
             for k in (1, 2):
                 tr.set_phase(k, "zero_grad"); opt.zero_grad(set_to_none=True)
-                tr.set_phase(k, "forward")
-                with amp:
-                    loss = wl.loss_fn(model, batch)
-                tr.set_phase(k, "backward"); loss.backward()
+                for _ in range(c.get("accum", 1)):
+                    tr.set_phase(k, "forward")
+                    with amp:
+                        loss = wl.loss_fn(model, batch)
+                    tr.set_phase(k, "backward"); loss.backward()
                 tr.set_phase(k, "optimizer"); opt.step(); del loss
                 tr.set_phase(k, "end")
         TRACKER = None
@@ -141,12 +142,14 @@ with open(OUT, "a") as f:
                 "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "fsdp": True, "zero": c["zero"]}}
         if c.get("ckpt", "none") != "none":
             plan["ckpt"] = c["ckpt"]
+        if c.get("accum", 1) > 1:
+            plan["parallel"]["micro_batches"] = c["accum"]
         if c.get("mp"):
             plan["parallel"]["mixed_precision"] = {"param_dtype": c["mp"]["param"], "reduce_dtype": c["mp"].get("reduce", "fp32")}
             cid_mp = f'/mp-{c["mp"]["param"]}-{c["mp"].get("reduce", "fp32")}'
         else:
             cid_mp = ""
-        cid = f'fsdp2-z{c["zero"]}-w{c["world"]}/{c["model"]}/L{c["seq"]}/b{c["batch"]}/{c["dtype"]}/ckpt-{c.get("ckpt","none")}{cid_mp}'
+        cid = f'fsdp2-z{c["zero"]}-w{c["world"]}/{c["model"]}/L{c["seq"]}/b{c["batch"]}/{c["dtype"]}/ckpt-{c.get("ckpt","none")}{cid_mp}{"/accum" + str(c["accum"]) if c.get("accum", 1) > 1 else ""}'
         rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, "rank": 0, "world_size": c["world"],
                "versions": measure.versions(), "device_faked": True, "process_group": "fake (torch.testing FakeStore)"}
         f.write(json.dumps(rec) + "\n")
