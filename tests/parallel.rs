@@ -658,13 +658,11 @@ proptest! {
 /// the per-GPU estimate within 0.01 % of each.
 #[test]
 fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
-    let mut n = 0;
-    for line in include_str!("data/fsdp2-steps.jsonl").lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = vram_planner::cli::reference::compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    let cases = vram_planner::cli::reference::replay(include_str!("data/fsdp2-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    assert_eq!(cases.len(), 15);
+    for c in cases {
         assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-        n += 1;
     }
-    assert_eq!(n, 15);
 }
 
 /// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations

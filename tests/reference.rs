@@ -48,11 +48,9 @@ fn every_reference_case_within_10_percent_median_within_3() {
 /// (tests/data/PROVENANCE.md): CNNs, ViT, GPT-2, LLaMA with SDPA and eager attention.
 #[test]
 fn autocast_fp16_steps_measured_exactly() {
-    let mut n = 0;
-    for line in include_str!("data/amp-fp16-steps.jsonl").lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = vram_planner::cli::reference::compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    let cases = vram_planner::cli::reference::replay(include_str!("data/amp-fp16-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    assert_eq!(cases.len(), 7);
+    for c in cases {
         assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-        n += 1;
     }
-    assert_eq!(n, 7);
 }

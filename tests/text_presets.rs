@@ -98,13 +98,11 @@ fn further_measured_steps_within_3_percent() {
 
 #[test]
 fn unpadded_batches_measured_within_a_tenth_of_a_percent() {
-    let mut n = 0;
-    for line in UNPADDED.lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    let cases = vram_planner::cli::reference::replay(include_str!("data/unpadded-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    assert_eq!(cases.len(), 13);
+    for c in cases {
         assert!(c.rel_err.abs() < 1e-3, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-        n += 1;
     }
-    assert_eq!(n, 13);
 }
 
 #[test]

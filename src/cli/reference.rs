@@ -129,6 +129,11 @@ fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, s
     Ok((Compared { case_id: id, model: plan.model.clone(), predicted: worst.1, measured: worst.2, rel_err }, out))
 }
 
+/// Compares every record of a JSON-lines text; the first unsupported record is the error.
+pub fn replay(text: &str) -> Result<Vec<Compared>, (String, String)> {
+    text.lines().filter(|l| !l.trim().is_empty()).map(|l| compare_line(l).map(|(c, _)| c)).collect()
+}
+
 /// Median, 90th percentile and maximum of absolute relative errors.
 pub fn summary(errs: &[f64]) -> (f64, f64, f64) {
     let mut a: Vec<f64> = errs.iter().map(|e| e.abs()).collect();

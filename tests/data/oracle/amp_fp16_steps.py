@@ -3,13 +3,9 @@ with the shared oracle harness: its amp_bf16 loop with the autocast dtype switch
 loop has no GradScaler (its `step` reads `found_inf.item()`, which FakeTensorMode cannot); the
 scaler's own state is three one-element tensors."""
 import json, os, sys
-HARNESS = os.environ.get("ORACLE_HARNESS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "reference", "harness"))
-sys.path.insert(0, HARNESS)
-if os.environ.get("ORACLE_FAKECUDA_ACTIVE") != "1":
-    import measure
-    d = measure._fakecuda_dir()
-    env = dict(os.environ, LD_PRELOAD=os.path.join(d, "libfakecuda.so"), LD_LIBRARY_PATH=d, ORACLE_FAKECUDA_ACTIVE="1")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+import oracle_env
+
+oracle_env.enter(__file__)
 import torch
 import measure
 

@@ -7,14 +7,9 @@ Usage: python fsdp2_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4,
 "world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False; an optional
 "mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy; "accum": k runs k micro-batches per optimizer step)."""
 import json, os, sys, contextlib
-# The shared oracle harness (`shared/reference/harness/`, beside the clone), or $ORACLE_HARNESS.
-HARNESS = os.environ.get("ORACLE_HARNESS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "reference", "harness"))
-sys.path.insert(0, HARNESS)
-if os.environ.get("ORACLE_FAKECUDA_ACTIVE") != "1":
-    import measure
-    d = measure._fakecuda_dir()
-    env = dict(os.environ, LD_PRELOAD=os.path.join(d, "libfakecuda.so"), LD_LIBRARY_PATH=d, ORACLE_FAKECUDA_ACTIVE="1")
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+import oracle_env
+
+oracle_env.enter(__file__)
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 import measure

@@ -3,17 +3,9 @@ packed-sequence check returns None (sequential position ids), so the causal mask
 (SDPA is_causal) and grouped-query attention uses enable_gqa. Everything else is the shared
 oracle harness (fake sm_90 CUDA, LiveTracker)."""
 import json, os, sys
-# The shared oracle harness (`shared/reference/harness/`, beside the clone), or $ORACLE_HARNESS.
-HARNESS = os.environ.get("ORACLE_HARNESS", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "..", "shared", "reference", "harness"))
-sys.path.insert(0, HARNESS)
-if os.environ.get("ORACLE_FAKECUDA_ACTIVE") != "1":
-    import measure
-    d = measure._fakecuda_dir()
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = os.path.join(d, "libfakecuda.so")
-    env["LD_LIBRARY_PATH"] = d
-    env["ORACLE_FAKECUDA_ACTIVE"] = "1"
-    os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+import oracle_env
+
+oracle_env.enter(__file__)
 
 import torch
 import transformers.masking_utils as mu
