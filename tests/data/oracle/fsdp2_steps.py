@@ -5,7 +5,8 @@ local shard (its own storage has the global size), and FSDP's `free_storage`/`al
 (which resize the unsharded parameters' storage instead of dropping it) are reported to it.
 Usage: python fsdp2_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
 "world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False; an optional
-"mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy; "accum": k runs k micro-batches per optimizer step)."""
+"mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy; "accum": k runs k micro-batches per optimizer step; "offload": true applies FSDP's
+CPUOffloadPolicy — unpinned, as FakeTensorMode cannot pin; pinning does not change GPU memory)."""
 import json, os, sys, contextlib
 import oracle_env
 
@@ -88,6 +89,10 @@ def mp(c):
     dt = {"bf16": torch.bfloat16, "fp32": torch.float32}
     return {"mp_policy": MixedPrecisionPolicy(param_dtype=dt[m["param"]], reduce_dtype=dt[m.get("reduce", "fp32")])}
 
+def off(c):
+    from torch.distributed.fsdp import CPUOffloadPolicy
+    return {"offload_policy": CPUOffloadPolicy(pin_memory=False)} if c.get("offload") else {}
+
 def run(c):
     global TRACKER
     world = c["world"]
@@ -104,8 +109,8 @@ def run(c):
         reshard = c["zero"] == 3
         layers = model.model.layers if hasattr(model, "model") else model.transformer.h
         for layer in layers:
-            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, **mp(c))
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp(c))
+            fully_shard(layer, mesh=mesh, reshard_after_forward=reshard, **mp(c), **off(c))
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp(c), **off(c))
         params = list(model.parameters())
         opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
         in_dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float32
@@ -137,6 +142,8 @@ with open(OUT, "a") as f:
                 "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "fsdp": True, "zero": c["zero"]}}
         if c.get("ckpt", "none") != "none":
             plan["ckpt"] = c["ckpt"]
+        if c.get("offload"):
+            plan["offload"] = {"optimizer": True, "params": True}
         if c.get("accum", 1) > 1:
             plan["parallel"]["micro_batches"] = c["accum"]
         if c.get("mp"):
