@@ -130,14 +130,15 @@ def run(c):
                     tr.set_phase(k, "backward"); loss.backward()
                 tr.set_phase(k, "optimizer"); opt.step(); del loss
                 tr.set_phase(k, "end")
+        host = tr.live["cpu"]  # what stays in host memory after the step (offload)
         TRACKER = None
         step2 = max(v["peak_r512"] for (k, ph), v in tr.peaks.items() if k == 2)
         phase = [ph for (k, ph), v in tr.peaks.items() if k == 2 and v["peak_r512"] == step2][0]
-    return step2, phase
+    return step2, phase, host
 
 with open(OUT, "a") as f:
     for c in CASES:
-        peak, phase = run(c)
+        peak, phase, host = run(c)
         plan = {"model": c["model"], "seq": c["seq"], "batch": c["batch"], "dtype": c["dtype"], "opt": "adamw",
                 "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "fsdp": True, "zero": c["zero"]}}
         if c.get("ckpt", "none") != "none":
@@ -152,7 +153,7 @@ with open(OUT, "a") as f:
         else:
             cid_mp = ""
         cid = f'fsdp2-z{c["zero"]}-w{c["world"]}/{c["model"]}/L{c["seq"]}/b{c["batch"]}/{c["dtype"]}/ckpt-{c.get("ckpt","none")}{cid_mp}{"/accum" + str(c["accum"]) if c.get("accum", 1) > 1 else ""}'
-        rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, "rank": 0, "world_size": c["world"],
+        rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, **({"host_bytes_end": host} if c.get("offload") else {}), "rank": 0, "world_size": c["world"],
                "versions": measure.versions(), "device_faked": True, "process_group": "fake (torch.testing FakeStore)"}
         f.write(json.dumps(rec) + "\n")
         print(cid, peak, phase, flush=True)
