@@ -349,7 +349,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
         rows.push((Msg::ScalingEfficiency.t(lang), format!("{:.0} %", eff * 100.0)));
     }
     if let Some(o) = &e.offload {
-        rows.push((Msg::Offload.t(lang), o.verdict.clone()));
+        rows.push((Msg::Offload.t(lang), offload_text(e, o, lang)));
     }
     if let Some(f) = e.fits {
         rows.push((Msg::FitsGpu.t(lang), if f { Msg::Yes } else { Msg::No }.t(lang).into()));
@@ -364,6 +364,27 @@ pub fn scheme_text(scheme: &str, lang: Lang) -> String {
         ("single replica", Lang::Zh) => "单副本（无数据并行）".into(),
         _ => scheme.into(),
     }
+}
+
+/// The offload verdict in `lang`: the estimator's sentence in English, the same facts in 中文.
+fn offload_text(e: &ParallelEstimate, o: &crate::estimator::parallel::OffloadReport, lang: Lang) -> String {
+    if lang == Lang::En {
+        return o.verdict.clone();
+    }
+    let link = crate::presets::links::find(o.link).map_or(o.link, |l| l.name);
+    let secs = seconds(o.transfer_seconds_per_step);
+    let mut t = if e.step_seconds.is_none() {
+        format!("经 {link} 每步拷贝 {secs}；选择 GPU 后可与计算时间比较")
+    } else if o.hidden {
+        format!("拷贝（经 {link} 每步 {secs}）可被计算掩盖")
+    } else {
+        let act = if e.layout.offload.activations { "（save_on_cpu 的拷贝在计算流上执行）" } else { "" };
+        format!("经 {link} 每步拷贝 {secs}，其中 {} 无法被计算掩盖{act}", seconds(o.exposed_seconds_per_step))
+    };
+    if o.shared_memory {
+        t.push_str("；主机与 GPU 共用同一内存池，整机总量不会减少");
+    }
+    t
 }
 
 /// A duration with a sensible unit.
@@ -454,6 +475,19 @@ mod tests {
         assert!(zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"), "{zh}");
         let en = per_gpu_rows(&e, Lang::En, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
         assert!(en.contains("1 GPU (1 × 1)") && en.contains("single replica") && !en.contains("-0"), "{en}");
+    }
+
+    #[test]
+    fn the_offload_verdict_reads_in_chinese() {
+        let mut p = Plan { gpu: Some("a100-40".into()), ..gpt2() };
+        set_degree(&mut p, Degree::Dp, Some(4));
+        set_zero(&mut p, "3");
+        set_offload(&mut p, OffloadTarget::Optimizer, true);
+        let e = estimate(&p).unwrap();
+        let row = |lang| per_gpu_rows(&e, lang, Units::Binary).into_iter().find(|(k, _)| *k == Msg::Offload.t(lang)).map(|(_, v)| v).unwrap();
+        let (en, zh) = (row(Lang::En), row(Lang::Zh));
+        assert!(en.contains("copies"), "{en}");
+        assert!(zh.contains("拷贝") && !zh.contains("copies"), "{zh}");
     }
 
     #[test]
