@@ -9,7 +9,7 @@ use super::dom::{h, label, select, value_of, El};
 use super::i18n::{self, Lang, Msg, Units};
 use super::state;
 use super::url;
-use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
 use crate::presets::gpus;
 
 fn field(class: &str) -> El {
@@ -162,52 +162,35 @@ fn picker(p: Planner, id: &str, name: Msg, options: impl Fn(Lang) -> Vec<(String
 const PRECISIONS: [Precision; 5] = [Precision::Fp32, Precision::AmpBf16, Precision::AmpFp16, Precision::Bf16, Precision::Fp16];
 const IMPLS: [OptimizerImpl; 3] = [OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop];
 
-pub fn precision_picker(p: Planner) -> El {
+/// A picker over an enum's values: `name` gives each option's value (the link's word), `label`
+/// its text; `get`/`set` read and write the plan.
+#[allow(clippy::too_many_arguments)]
+fn enum_picker<T: Copy + PartialEq + 'static>(p: Planner, id: &str, msg: Msg, all: &'static [T], name: fn(T) -> &'static str, label: fn(T, Lang) -> &'static str, get: fn(&Plan) -> T, set: fn(&mut Plan, T)) -> El {
     let plan = p.plan;
     picker(
         p,
-        "precision",
-        Msg::Precision,
-        |l| PRECISIONS.iter().map(|x| (x.name().to_string(), i18n::precision_label(*x, l).to_string())).collect(),
-        move || plan.with(|q| q.dtype.name().to_string()),
+        id,
+        msg,
+        move |l| all.iter().map(|&x| (name(x).to_string(), label(x, l).to_string())).collect(),
+        move || plan.with(|q| name(get(q)).to_string()),
         move |v| {
-            if let Some(d) = PRECISIONS.into_iter().find(|x| x.name() == v) {
-                plan.update(|q| q.dtype = d);
+            if let Some(&x) = all.iter().find(|&&x| name(x) == v) {
+                plan.update(|q| set(q, x));
             }
         },
     )
+}
+
+pub fn precision_picker(p: Planner) -> El {
+    enum_picker(p, "precision", Msg::Precision, &PRECISIONS, Precision::name, i18n::precision_label, |q| q.dtype, |q, d| q.dtype = d)
 }
 
 pub fn optimizer_picker(p: Planner) -> El {
-    let plan = p.plan;
-    picker(
-        p,
-        "optimizer",
-        Msg::Optimizer,
-        |l| OptimizerKind::ALL.iter().map(|o| (o.name().to_string(), i18n::optimizer_label(*o, l).to_string())).collect(),
-        move || plan.with(|q| q.opt.name().to_string()),
-        move |v| {
-            if let Some(o) = OptimizerKind::ALL.into_iter().find(|o| o.name() == v) {
-                plan.update(|q| q.opt = o);
-            }
-        },
-    )
+    enum_picker(p, "optimizer", Msg::Optimizer, &OptimizerKind::ALL, OptimizerKind::name, i18n::optimizer_label, |q| q.opt, |q, o| q.opt = o)
 }
 
 pub fn optimizer_impl_picker(p: Planner) -> El {
-    let plan = p.plan;
-    picker(
-        p,
-        "optimizer-impl",
-        Msg::OptimizerImpl,
-        |l| IMPLS.iter().map(|o| (url::optimizer_impl_name(*o).to_string(), i18n::optimizer_impl_label(*o, l).to_string())).collect(),
-        move || plan.with(|q| url::optimizer_impl_name(q.optimizer_impl()).to_string()),
-        move |v| {
-            if let Some(o) = IMPLS.into_iter().find(|o| url::optimizer_impl_name(*o) == v) {
-                plan.update(|q| q.optimizer_impl = Some(o));
-            }
-        },
-    )
+    enum_picker(p, "optimizer-impl", Msg::OptimizerImpl, &IMPLS, url::optimizer_impl_name, i18n::optimizer_impl_label, |q| q.optimizer_impl(), |q, o| q.optimizer_impl = Some(o))
 }
 
 /// Gradient checkpointing: the policies this model accepts, and k for `k segments`.
@@ -274,30 +257,14 @@ pub fn accumulation_input(p: Planner) -> El {
 }
 
 pub fn attention_picker(p: Planner) -> El {
-    let plan = p.plan;
-    picker(
-        p,
-        "attention",
-        Msg::Attention,
-        |l| [AttnImpl::Sdpa, AttnImpl::Eager].iter().map(|a| (url::attn_name(*a).to_string(), i18n::attention_label(*a, l).to_string())).collect(),
-        move || plan.with(|q| url::attn_name(q.attn).to_string()),
-        move |v| plan.update(|q| q.attn = if v == "eager" { AttnImpl::Eager } else { AttnImpl::Sdpa }),
-    )
+    enum_picker(p, "attention", Msg::Attention, &[AttnImpl::Sdpa, AttnImpl::Eager], url::attn_name, i18n::attention_label, |q| q.attn, |q, a| q.attn = a)
 }
 
 /// The GPU catalogue, and a custom capacity in GiB.
 /// Padded (or packed) batch against an unpadded one: whether transformers builds the causal mask
 /// (see `CausalMask`). The choice travels in the link's `x` settings.
 pub fn mask_picker(p: Planner) -> El {
-    let plan = p.plan;
-    picker(
-        p,
-        "causal-mask",
-        Msg::CausalMaskLabel,
-        |l| vec![("materialized".to_string(), Msg::MaskMaterialized.t(l).to_string()), ("skipped".to_string(), Msg::MaskSkipped.t(l).to_string())],
-        move || plan.with(|q| if q.causal_mask == CausalMask::Skipped { "skipped" } else { "materialized" }.to_string()),
-        move |v| plan.update(|q| q.causal_mask = if v == "skipped" { CausalMask::Skipped } else { CausalMask::Materialized }),
-    )
+    enum_picker(p, "causal-mask", Msg::CausalMaskLabel, &[CausalMask::Materialized, CausalMask::Skipped], i18n::causal_mask_name, i18n::causal_mask_label, |q| q.causal_mask, |q, m| q.causal_mask = m)
 }
 
 pub fn gpu_picker(p: Planner) -> El {

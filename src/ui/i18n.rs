@@ -4,7 +4,7 @@
 //! by a name that reads the same in every language, and the functions below build the texts that
 //! carry numbers.
 
-use crate::estimator::config::{AttnImpl, OptimizerImpl, OptimizerKind, Precision};
+use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKind, Precision};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
@@ -427,6 +427,21 @@ pub fn optimizer_impl_label(o: OptimizerImpl, lang: Lang) -> &'static str {
         (OptimizerImpl::Fused, Lang::Zh) => "fused=True（融合）",
         (OptimizerImpl::ForLoop, Lang::En) => "for-loop (foreach=False)",
         (OptimizerImpl::ForLoop, Lang::Zh) => "逐参数循环（foreach=False）",
+    }
+}
+
+/// A causal-mask choice's value in the page's picker (its plan key's word).
+pub fn causal_mask_name(m: CausalMask) -> &'static str {
+    match m {
+        CausalMask::Materialized => "materialized",
+        CausalMask::Skipped => "skipped",
+    }
+}
+
+pub fn causal_mask_label(m: CausalMask, lang: Lang) -> &'static str {
+    match m {
+        CausalMask::Materialized => Msg::MaskMaterialized.t(lang),
+        CausalMask::Skipped => Msg::MaskSkipped.t(lang),
     }
 }
 

@@ -87,31 +87,31 @@ test('moving the batch slider changes the numbers and every chart', async () => 
   check((await planner.batchValue()) === '1', 'slider position 0 is not batch 1');
 });
 
+/** Moves the input-size slider to `index`: its box must show `value`, the peak change and every
+ * chart be redrawn. */
+async function slideSizeAndCheck(control, index, value, what) {
+  await planner.idle();
+  const peak = await planner.peakText();
+  const before = await planner.allChartPixels();
+  await planner.slideSizeTo(index);
+  await until(async () => (await control.locator('input[type=number]').inputValue()) === value, `the ${what} box did not follow the slider`);
+  await until(async () => (await planner.peakText()) !== peak, 'the peak did not change');
+  await until(async () => changed(before, await planner.allChartPixels()).length === CHARTS.length, 'not every chart was redrawn');
+}
+
 test('the resolution slider changes the numbers and the charts (vision model)', async () => {
   await fresh();
   await planner.open(url('model=resnet50&batch=32'));
   check(await planner.resolution.isVisible(), 'no resolution control for a CNN');
   check((await planner.seqLen.count()) === 0 || !(await planner.seqLen.isVisible()), 'a sequence-length control for a CNN');
-  await planner.idle();
-  const peak = await planner.peakText();
-  const before = await planner.allChartPixels();
-  await planner.slideSizeTo(15); // 512 px
-  await until(async () => (await planner.resolution.locator('input[type=number]').inputValue()) === '512', 'the resolution box did not follow the slider');
-  await until(async () => (await planner.peakText()) !== peak, 'the peak did not change');
-  await until(async () => changed(before, await planner.allChartPixels()).length === CHARTS.length, 'not every chart was redrawn');
+  await slideSizeAndCheck(planner.resolution, 15, '512', 'resolution'); // 512 px
 });
 
 test('the sequence-length slider changes the numbers and the charts (text model)', async () => {
   await planner.pick(planner.model, 'gpt2');
   await until(() => planner.seqLen.isVisible(), 'no sequence-length control for GPT-2');
   check(!(await planner.resolution.isVisible().catch(() => false)), 'a resolution control for GPT-2');
-  await planner.idle();
-  const peak = await planner.peakText();
-  const before = await planner.allChartPixels();
-  await planner.slideSizeTo(0); // 128 tokens
-  await until(async () => (await planner.seqLen.locator('input[type=number]').inputValue()) === '128', 'the sequence box did not follow the slider');
-  await until(async () => (await planner.peakText()) !== peak, 'the peak did not change');
-  await until(async () => changed(before, await planner.allChartPixels()).length === CHARTS.length, 'not every chart was redrawn');
+  await slideSizeAndCheck(planner.seqLen, 0, '128', 'sequence'); // 128 tokens
 });
 
 test('controls that do not apply disappear', async () => {
