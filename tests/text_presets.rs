@@ -98,7 +98,7 @@ fn further_measured_steps_within_3_percent() {
 
 #[test]
 fn unpadded_batches_measured_within_a_tenth_of_a_percent() {
-    let cases = vram_planner::cli::reference::replay(include_str!("data/unpadded-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
+    let cases = vram_planner::cli::reference::replay(UNPADDED).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
     assert_eq!(cases.len(), 13);
     for c in cases {
         assert!(c.rel_err.abs() < 1e-3, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);

@@ -19,7 +19,7 @@ use super::suggest;
 use super::url::{self, ChartKind, View};
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
-use crate::presets::gpus::{self, Gpu};
+use crate::presets::gpus::Gpu;
 
 /// The largest batch that fits: from the lines at once, then confirmed by full simulations.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,7 +65,7 @@ impl Planner {
                 wb(|w| {
                     let m = w.model(p);
                     let m = m.as_ref().as_ref().map_err(Clone::clone)?;
-                    let gpu = p.gpu.as_deref().and_then(gpus::find);
+                    let gpu = state::gpu_of(p);
                     let n = m.at(p.batch, gpu.as_ref());
                     match w.exact(p) {
                         Some(Ok(e)) => Ok(n.with_exact(e)),
@@ -78,7 +78,7 @@ impl Planner {
         let max_batch = Memo::new(move |_| {
             version.track();
             base.with(|p| {
-                let gpu = p.gpu.as_deref().and_then(gpus::find)?;
+                let gpu = state::gpu_of(p)?;
                 wb(|w| {
                     if let Some(r) = w.max_batch(p) {
                         return r.as_ref().ok().map(|v| MaxBatch { value: *v, exact: true });
@@ -93,7 +93,7 @@ impl Planner {
     }
 
     pub fn gpu(&self) -> Option<Gpu> {
-        self.plan.with(|p| p.gpu.as_deref().and_then(gpus::find))
+        self.plan.with(|p| state::gpu_of(p))
     }
 
     /// The view settings as they stand (for links).
@@ -118,7 +118,7 @@ impl Planner {
                         p.base.with(|b| {
                             wb(|w| {
                                 let m = w.model(b);
-                                let gpu = b.gpu.as_deref().and_then(gpus::find);
+                                let gpu = state::gpu_of(b);
                                 Arc::new(m.as_ref().as_ref().map(|m| charts::batch_points(m, gpu.as_ref())).unwrap_or_default())
                             })
                         })
@@ -134,7 +134,7 @@ impl Planner {
                             wb(|w| {
                                 let m = w.model(b);
                                 let m = m.as_ref().as_ref().ok()?;
-                                let gpu = b.gpu.as_deref().and_then(gpus::find);
+                                let gpu = state::gpu_of(b);
                                 Some(Arc::new(ChartData::Batch(charts::batch_data((*pts).clone(), n.as_ref(), best, m, gpu.as_ref()))))
                             })
                         })
@@ -146,7 +146,7 @@ impl Planner {
                 move |_| {
                     p.version.track();
                     let n = p.numbers.get().ok();
-                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Length(charts::length_data(plan, n.as_ref(), plan.gpu.as_deref().and_then(gpus::find).as_ref(), &|q| w.numbers(q)))))))
+                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Length(charts::length_data(plan, n.as_ref(), state::gpu_of(plan).as_ref(), &|q| w.numbers(q)))))))
                 },
                 changed,
             ),
@@ -167,7 +167,7 @@ impl Planner {
                         wb(|w| {
                             let m = w.model(b);
                             let m = m.as_ref().as_ref().ok()?;
-                            let gpu = b.gpu.as_deref().and_then(gpus::find);
+                            let gpu = state::gpu_of(b);
                             Some(Arc::new(match kind {
                                 ChartKind::Timeline => ChartData::Timeline(charts::timeline_data(m, batch, gpu.as_ref())),
                                 _ => ChartData::Layers(charts::layers_data(m, batch)),

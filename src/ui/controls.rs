@@ -10,7 +10,6 @@ use super::i18n::{self, Lang, Msg, Units};
 use super::state;
 use super::url;
 use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
-use crate::presets::gpus;
 
 fn field(class: &str) -> El {
     h("div").cls(class)
@@ -289,7 +288,7 @@ pub fn gpu_picker(p: Planner) -> El {
                 choice,
                 move |v| {
                     if v == "custom" {
-                        let gib = plan.with_untracked(|q| q.gpu.as_deref().and_then(gpus::find).map(|g| g.memory.gib())).unwrap_or(24.0);
+                        let gib = plan.with_untracked(|q| state::gpu_of(q).map(|g| g.memory.gib())).unwrap_or(24.0);
                         set_custom(&state::trim_float(gib));
                     } else {
                         plan.update(|q| q.gpu = Some(v));

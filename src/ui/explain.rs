@@ -177,7 +177,7 @@ mod tests {
     use crate::ui::model::BatchModel;
 
     fn numbers(plan: &Plan) -> Numbers {
-        let gpu = plan.gpu.as_deref().and_then(gpus::find);
+        let gpu = crate::ui::state::gpu_of(plan);
         BatchModel::new(plan).unwrap().at(plan.batch, gpu.as_ref())
     }
 
@@ -206,7 +206,7 @@ mod tests {
             let n = numbers(&plan);
             let e = estimate(&plan).unwrap();
             let n = n.with_exact(&e);
-            let rows = rows(&n, &plan, plan.gpu.as_deref().and_then(gpus::find).as_ref(), Lang::En, Units::Binary);
+            let rows = rows(&n, &plan, crate::ui::state::gpu_of(&plan).as_ref(), Lang::En, Units::Binary);
             let sum = |keys: &[&str]| rows.iter().filter(|r| keys.contains(&r.key)).map(|r| r.bytes).sum::<Bytes>();
             let cats = ["params", "buffers", "inputs", "activations", "backward_temps", "gradients", "optimizer_state", "optimizer_temps"];
             assert_eq!(sum(&cats), e.peak_allocated, "{}", plan.model);

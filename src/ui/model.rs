@@ -20,7 +20,7 @@ use crate::estimator::sweep::{max_batch, BatchLines, Point};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{build_graph, estimate, Estimate, MAX_BATCH};
-use crate::presets::gpus::{self, Gpu};
+use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
 /// block hardly tilts the lines, small enough that every size stays far from overflowing.
@@ -341,7 +341,7 @@ impl Workbench {
     pub fn numbers(&self, plan: &Plan) -> Option<Numbers> {
         let m = self.cached(plan)?;
         let m = m.as_ref().as_ref().ok()?;
-        let gpu = plan.gpu.as_deref().and_then(gpus::find);
+        let gpu = crate::ui::state::gpu_of(plan);
         Some(m.at(plan.batch, gpu.as_ref()))
     }
 
@@ -394,7 +394,7 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = p.gpu.as_deref().and_then(gpus::find).map(|g| g.memory);
+                let cap = crate::ui::state::gpu_of(&p).map(|g| g.memory);
                 let r = match cap {
                     Some(cap) => max_batch(&p, cap),
                     None => Ok(None),
@@ -417,6 +417,7 @@ impl Workbench {
 mod tests {
     use super::*;
     use crate::estimator::config::Precision;
+    use crate::presets::gpus;
     use crate::presets::models::MODELS;
 
     fn rel(a: Bytes, b: Bytes) -> f64 {

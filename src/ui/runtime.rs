@@ -10,12 +10,12 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::app::Planner;
+use super::state;
 use super::charts;
 use super::i18n::{Lang, Units};
 use super::model::{Wants, Workbench};
 use super::suggest;
 use crate::estimator::config::Plan;
-use crate::presets::gpus;
 
 thread_local! {
     static WB: RefCell<Workbench> = RefCell::new(Workbench::new());
@@ -61,7 +61,7 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     let info = w.ckpt_info(plan);
     let w = &*w;
     let mut models = Vec::new();
-    let gpu = plan.gpu.as_deref().and_then(gpus::find);
+    let gpu = state::gpu_of(plan);
     if let (Some(g), false) = (gpu, embed) {
         let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
         if over {

@@ -14,7 +14,7 @@ use crate::estimator::units::Bytes;
 use crate::plots::rank_chart::RankChart;
 use crate::plots::zero_chart::ZeroCurve;
 use crate::plots::PanelWords;
-use crate::presets::gpus::{self, Gpu};
+use crate::presets::gpus;
 use crate::presets::links::{LinkKind, LINKS};
 use crate::ui::i18n::{fmt_bytes, Label, Lang, Msg, Units};
 
@@ -190,9 +190,7 @@ pub fn set_link(plan: &mut Plan, kind: LinkKind, id: &str) {
 }
 
 /// The plan's GPU preset (an unknown id reads as none; the estimator reports it).
-pub fn gpu_of(plan: &Plan) -> Option<Gpu> {
-    plan.gpu.as_deref().and_then(gpus::find)
-}
+pub use super::state::gpu_of;
 
 /// The multi-GPU estimate of the plan (a single GPU when it has no `parallel` key).
 pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, EstimateError> {

@@ -196,6 +196,11 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
     }
 }
 
+/// The plan's GPU preset, if it names one.
+pub fn gpu_of(plan: &Plan) -> Option<gpus::Gpu> {
+    plan.gpu.as_deref().and_then(gpus::find)
+}
+
 /// Whether the plan's model is a decoder whose causal mask the batch's padding decides (GPT-2,
 /// LLaMA, Mistral, Qwen2 — not BERT, whose mask is bidirectional, nor vision models).
 pub fn has_causal_mask(plan: &Plan) -> bool {
