@@ -57,7 +57,6 @@ enum Cmd {
     Gpus,
 }
 
-/// Runs the CLI; returns the process exit code.
 /// Writes `text` to stdout. Output piped into a reader that stops early (`| head`) ends the
 /// program quietly, where `print!` would panic on the closed pipe.
 pub(crate) fn emit(text: &str) -> Result<(), String> {
@@ -70,6 +69,7 @@ pub(crate) fn emit(text: &str) -> Result<(), String> {
     }
 }
 
+/// Runs the CLI; returns the process exit code.
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -92,7 +92,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Estimate { config, format } => {
             let plan = read_plan(config)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
-            let par = if plan.parallel.is_some() || plan.offload.is_some() { Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?) } else { None };
+            let par = if plan.is_parallel() { Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?) } else { None };
             match format {
                 Format::Json => emit(&(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref())).map_err(|e| e.to_string())? + "\n"))?,
                 Format::Table => {

@@ -99,22 +99,23 @@ pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String
 /// decode peaks, whichever the estimate misses most.
 fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, serde_json::Value), (String, String)> {
     let plan: Plan = serde_json::from_value(v["plan"].clone()).map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
-    let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
     let measured = |k: &str| v.get(k).and_then(|x| x.as_u64());
     let mut checks = Vec::new();
-    match &est.inference {
-        Some(inf) => {
-            checks.extend(measured("prefill_peak_r512").map(|m| ("prefill", inf.prefill_peak.0, m)));
-            if let (Some(d), Some(m)) = (inf.decode_peak, measured("decode_peak_r512")) {
-                checks.push(("decode", d.0, m));
+    if plan.is_parallel() && plan.mode != crate::estimator::config::Mode::Infer {
+        // A multi-GPU record measures one rank: compare with the per-GPU estimate.
+        let par = crate::estimator::parallel::estimate_parallel(&plan).map_err(|e| (id.clone(), e.to_string()))?;
+        checks.extend(measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)));
+    } else {
+        let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
+        match &est.inference {
+            Some(inf) => {
+                checks.extend(measured("prefill_peak_r512").map(|m| ("prefill", inf.prefill_peak.0, m)));
+                if let (Some(d), Some(m)) = (inf.decode_peak, measured("decode_peak_r512")) {
+                    checks.push(("decode", d.0, m));
+                }
             }
+            None => checks.extend(measured("peak_r512").map(|m| ("step", est.peak_allocated.0, m))),
         }
-        None if plan.parallel.is_some() || plan.offload.is_some() => {
-            // A multi-GPU record measures one rank: compare with the per-GPU estimate.
-            let par = crate::estimator::parallel::estimate_parallel(&plan).map_err(|e| (id.clone(), e.to_string()))?;
-            checks.extend(measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)));
-        }
-        None => checks.extend(measured("peak_r512").map(|m| ("step", est.peak_allocated.0, m))),
     }
     let rel = |(_, p, m): &(&str, u64, u64)| (*p as f64 - *m as f64) / (*m).max(1) as f64;
     let worst = checks.iter().max_by(|a, b| rel(a).abs().total_cmp(&rel(b).abs())).ok_or_else(|| (id.clone(), "the record has no measured peak for this plan".to_string()))?;

@@ -255,6 +255,11 @@ impl Plan {
     pub fn new(model: &str) -> Self {
         Plan { model: model.into(), ..Plan::default() }
     }
+    /// Whether the plan spreads over GPUs or host memory (a `parallel` or `offload` key): the
+    /// per-GPU estimate (`parallel::estimate_parallel`) answers it.
+    pub fn is_parallel(&self) -> bool {
+        self.parallel.is_some() || self.offload.is_some()
+    }
     /// The optimizer implementation that runs: the plan's, else PyTorch's default
     /// (`torch/optim/optimizer.py` `_default_to_fused_or_foreach`): foreach when all parameters
     /// are on CUDA, the per-parameter for-loop on the CPU.

@@ -322,7 +322,7 @@ impl Layout {
             Some(id) => links::find_host(id, gpu).ok_or_else(|| bad(format!("unknown host link '{id}': use pcie4, pcie5, nvlink-c2c or unified")))?,
             None => links::default_host(gpu),
         };
-        if let Some(mp) = p.mixed_precision {
+        if p.mixed_precision.is_some() {
             if !p.fsdp {
                 return Err(bad("mixed_precision is FSDP's MixedPrecisionPolicy: it needs \"fsdp\": true".into()));
             }
@@ -332,7 +332,6 @@ impl Layout {
             if plan.quantization != super::config::Quantization::None || offload.optimizer || offload.params {
                 return Err(bad("mixed_precision with quantized weights or offload is not modelled".into()));
             }
-            let _ = mp;
         }
         if offload.params && zero < 3 {
             return Err(bad("parameter offload (ZeRO-Infinity) fetches each layer's parameters when it runs: it needs zero 3 (or fsdp)".into()));

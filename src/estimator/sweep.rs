@@ -176,8 +176,13 @@ impl BatchLines {
 
     /// The estimate's headline numbers at batch `b`.
     pub fn point(&self, b: u64) -> Point {
+        self.point_at(self.peak_event(b), b)
+    }
+
+    /// [`BatchLines::point`] at an event already known to peak at `b` (`peak_event(b)`).
+    pub fn point_at(&self, ev: usize, b: u64) -> Point {
         let bf = b as f64;
-        let Some(l) = self.lines.get(self.peak_event(b)) else {
+        let Some(l) = self.lines.get(ev) else {
             return Point { x: b, peak_allocated: Bytes::ZERO, device_total: self.fixed, by_category: Vec::new(), recompute_flops: 0.0, forward_flops: 0.0 };
         };
         let by_category: Vec<(Category, Bytes)> = Category::ALL.iter().map(|&c| (c, Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64))).collect();

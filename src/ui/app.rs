@@ -375,7 +375,8 @@ fn embed_card(p: Planner) -> El {
 fn summary(p: Planner) -> El {
     let b = move |x| fmt_bytes(x, p.units.get());
     let num = move |f: fn(&Numbers) -> crate::estimator::units::Bytes| p.numbers.with(|n| n.as_ref().ok().map(f)).map(b).unwrap_or_else(|| "–".into());
-    let verdict = move || {
+    // One computation per change, read by the verdict's class, flag and text.
+    let verdict = Memo::new(move |_| {
         let gpu = p.gpu()?;
         let lang = p.lang.get();
         p.numbers.with(|n| {
@@ -384,7 +385,8 @@ fn summary(p: Planner) -> El {
             let margin = if fits { gpu.memory - n.device_total } else { n.device_total - gpu.memory };
             Some((fits, i18n::verdict(fits, &b(margin), &b(gpu.memory), gpu.name, lang)))
         })
-    };
+    });
+    let verdict = move || verdict.get();
     let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| h("div").child(h("dt").dyn_text(tr(p, label))).child(h("dd").testid(testid).dyn_text(value));
     let max_batch_text = move || match p.max_batch.get() {
         None => "–".to_string(),

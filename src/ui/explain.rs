@@ -77,7 +77,8 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         push("buffers", category_label(Category::Buffers, lang).into(), buffers, f, false);
     }
     push("inputs", category_label(Category::Inputs, lang).into(), n.category(Category::Inputs), scaled(n, Category::Inputs, units, lang), false);
-    let act = tr(lang, format!("saved for backward: {}", scaled(n, Category::Activations, units, lang)), format!("为反向保存：{}", scaled(n, Category::Activations, units, lang)));
+    let saved = scaled(n, Category::Activations, units, lang);
+    let act = tr(lang, format!("saved for backward: {saved}"), format!("为反向保存：{saved}"));
     push("activations", category_label(Category::Activations, lang).into(), n.category(Category::Activations), act, false);
     let bt = tr(
         lang,
@@ -125,7 +126,8 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
 
     let kv = n.category(Category::KvCache);
     if kv.0 > 0 {
-        let f = tr(lang, format!("keys and values of every layer for the context so far: {}", scaled(n, Category::KvCache, units, lang)), format!("各层截至当前上下文的键和值：{}", scaled(n, Category::KvCache, units, lang)));
+        let kv_text = scaled(n, Category::KvCache, units, lang);
+        let f = tr(lang, format!("keys and values of every layer for the context so far: {kv_text}"), format!("各层截至当前上下文的键和值：{kv_text}"));
         push("kv_cache", category_label(Category::KvCache, lang).into(), kv, f, false);
     }
 

@@ -87,13 +87,6 @@ impl Units {
             Units::Decimal => "GB",
         }
     }
-    /// Bytes per axis unit.
-    pub fn axis_divisor(self) -> f64 {
-        match self {
-            Units::Binary => (1u64 << 30) as f64,
-            Units::Decimal => 1e9,
-        }
-    }
 }
 
 /// A size in the chosen units, about three significant digits: "97.5 MiB" or "102 MB".
@@ -380,13 +373,6 @@ pub fn colon(lang: Lang) -> &'static str {
 /// "Cannot estimate this plan: <the estimator's message>" (the message stays as it is).
 pub fn prefixed(prefix: Msg, message: &str, lang: Lang) -> String {
     format!("{}{}{message}", prefix.t(lang), colon(lang))
-}
-
-impl Msg {
-    /// The text in `lang`.
-    pub fn get(self, lang: Lang) -> &'static str {
-        self.t(lang)
-    }
 }
 
 pub fn precision_label(p: Precision, lang: Lang) -> &'static str {

@@ -38,8 +38,6 @@ pub struct BatchModel {
     pub opt_state_bytes: Bytes,
     /// The fixed part the lines include (workspaces and context of the default device).
     fixed: Bytes,
-    pub forward_flops_per_sample: f64,
-    pub recompute_flops_per_sample: f64,
 }
 
 /// The headline numbers of a plan at one batch size on one GPU.
@@ -160,15 +158,13 @@ impl BatchModel {
             grad_bytes: e1.grad_bytes,
             opt_state_bytes: e1.opt_state_bytes,
             fixed: e1.workspaces + e1.context,
-            forward_flops_per_sample: e1.forward_flops / 2.0,
-            recompute_flops_per_sample: e1.recompute_flops / 2.0,
         })
     }
 
     /// The numbers at batch `b` on `gpu`.
     pub fn at(&self, b: u64, gpu: Option<&Gpu>) -> Numbers {
-        let p: Point = self.lines.point(b);
         let ev = self.lines.peak_event(b);
+        let p: Point = self.lines.point_at(ev, b);
         let (workspaces, context) = device_fixed(gpu);
         let segments = p.device_total.saturating_sub(self.fixed);
         let reserved = segments + workspaces;

@@ -38,12 +38,6 @@ pub fn parallel_of(plan: &Plan) -> Parallel {
     plan.parallel.clone().unwrap_or_default()
 }
 
-/// Whether the plan runs on more than one GPU or shards anything: the panel then shows its
-/// multi-GPU estimate.
-pub fn is_parallel(plan: &Plan) -> bool {
-    plan.parallel.is_some() || plan.offload.is_some()
-}
-
 fn edit(plan: &mut Plan, f: impl FnOnce(&mut Parallel)) {
     let mut p = parallel_of(plan);
     f(&mut p);

@@ -363,11 +363,6 @@ pub fn trim_float(v: f64) -> String {
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 
-/// A parameter count in decimal units ("25.6 M").
-pub fn params_text(n: u64) -> String {
-    crate::estimator::units::Elems(n).to_string()
-}
-
 /// Backing-store size of a canvas shown at `css` pixels on a screen with `ratio` device pixels per
 /// CSS pixel, so charts stay sharp on high-DPI screens.
 pub fn backing_size(css: (f64, f64), ratio: f64) -> (u32, u32) {

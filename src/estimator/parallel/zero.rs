@@ -227,7 +227,9 @@ impl<'a> Sharded<'a> {
                 continue;
             }
             let full = rounded(g.storages[t.storage].bytes.0);
-            let bits = if mp.is_some() { 32 } else { t.dtype.bits() };
+            // Under a mixed-precision policy the shards are the model's fp32 master weights
+            // (`Layout::resolve` refuses the policy over other weights).
+            let bits = if mp.is_some() { crate::estimator::units::DType::F32.bits() } else { t.dtype.bits() };
             let shard = rounded((padded_shard_elems(&t.shape, n) * bits).div_ceil(8));
             index_of[ti] = params.len();
             params.push(ParamShard { full, shard, trainable: t.requires_grad, unit: None, arrival: None });
