@@ -24,6 +24,22 @@ impl AnyBackend<'_> {
     }
 }
 
+/// Sizes `canvas`'s backing store to its CSS box `css` × `devicePixelRatio` (sharp on high-DPI
+/// screens) and lets `draw` paint it through this backend, at that scale.
+pub fn paint_canvas(canvas: &web_sys::HtmlCanvasElement, css: (f64, f64), draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, plotters::coord::Shift>, &crate::plots::Theme) -> Result<(), crate::plots::PlotError>) -> Result<(), crate::plots::PlotError> {
+    let (w, h) = super::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
+    if canvas.width() != w {
+        canvas.set_width(w);
+    }
+    if canvas.height() != h {
+        canvas.set_height(h);
+    }
+    let root = AnyBackend::canvas(canvas).ok_or_else(|| crate::plots::PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
+    draw(&root, &crate::plots::Theme { scale: w as f64 / css.0 })?;
+    root.present()?;
+    Ok(())
+}
+
 /// A backend's error as text (canvas and SVG errors differ in type).
 #[derive(Debug)]
 pub struct BackendError(String);

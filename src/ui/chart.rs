@@ -15,7 +15,6 @@ use super::dom::{button, effect, h, table_body, El};
 use super::export;
 use super::i18n::{Lang, Msg, Units};
 use super::runtime;
-use super::state;
 use super::url::ChartKind;
 use crate::plots::{PlotError, Theme};
 
@@ -116,7 +115,7 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             };
             // Always right after a frame, so a redraw never lands between an input and the
             // frame that shows it; a throttled one after the first frame past its interval.
-            let after_frame = move || request_animation_frame(move || set_timeout(run, std::time::Duration::ZERO));
+            let after_frame = move || super::dom::after_frame(Box::new(run));
             let wait = min_gap - (runtime::now() - last_draw.get());
             if wait > 0.0 {
                 set_timeout(after_frame, std::time::Duration::from_millis(wait.ceil() as u64));
@@ -152,13 +151,9 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let (s1, s2, s3) = (save.clone(), save.clone(), save);
     let (t, c) = title(kind);
     // The table is built only while open: a closed one costs nothing per slider step.
-    let head = h("thead").child(h("tr").dyn_children(move || {
-        if !open.get() {
-            return Vec::new();
-        }
-        data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()).headers.iter().map(|x| h("th").attr("scope", "col").text(x)).collect()).unwrap_or_default())
-    }));
-    let body = table_body(move || if open.get() { data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()).rows).unwrap_or_default()) } else { Vec::new() }, false);
+    let table = Memo::new(move |_| if open.get() { data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()))).unwrap_or_default() } else { Default::default() });
+    let head = h("thead").child(h("tr").dyn_children(move || table.with(|t| t.headers.iter().map(|x| h("th").attr("scope", "col").text(x)).collect())));
+    let body = table_body(move || table.with(|t| t.rows.clone()), false);
     let details = h("details").child(h("summary").dyn_text(tr(p, Msg::DataTable))).child(h("table").child(head).child(body));
     let d2 = details.0.clone();
     let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
@@ -202,18 +197,7 @@ fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
 
 /// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
 fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
-    let ratio = window().device_pixel_ratio();
-    let (w, h) = state::backing_size(css, ratio);
-    if canvas.width() != w {
-        canvas.set_width(w);
-    }
-    if canvas.height() != h {
-        canvas.set_height(h);
-    }
-    let root = AnyBackend::canvas(canvas).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
-    data.draw(&root, lang, units, &Theme { scale: w as f64 / css.0 })?;
-    root.present()?;
-    Ok(())
+    super::backend::paint_canvas(canvas, css, &|root, theme| data.draw(root, lang, units, theme))
 }
 
 /// The chart as an SVG document, through the same backend type as the canvas.

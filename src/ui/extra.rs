@@ -51,24 +51,14 @@ pub fn panels(plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) ->
         .0
 }
 
-/// Sizes `canvas`'s backing store to its CSS box × `devicePixelRatio` (charts stay sharp on
-/// high-DPI screens) and lets `draw` paint it through the page's one plotters backend.
+/// Paints `canvas` at its CSS box, measured now (a default size before layout), through
+/// [`super::backend::paint_canvas`].
 pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>) -> Result<(), PlotError> {
     let css = match (canvas.client_width(), canvas.client_height()) {
         (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
         _ => (640.0, 360.0),
     };
-    let (w, h) = super::state::backing_size(css, window().device_pixel_ratio());
-    if canvas.width() != w {
-        canvas.set_width(w);
-    }
-    if canvas.height() != h {
-        canvas.set_height(h);
-    }
-    let root = AnyBackend::canvas(canvas).ok_or_else(|| PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
-    draw(&root, &Theme { scale: w as f64 / css.0 })?;
-    root.present()?;
-    Ok(())
+    super::backend::paint_canvas(canvas, css, draw)
 }
 
 /// A canvas in a figure with its caption, both in the page's language; the figure carries

@@ -51,7 +51,7 @@ fn schedule_pump(p: Planner, delay_ms: f64) {
     if delay_ms > 0.0 {
         set_timeout(move || run_pump(p), Duration::from_millis(delay_ms.ceil() as u64));
     } else {
-        request_animation_frame(move || set_timeout(move || run_pump(p), Duration::ZERO));
+        super::dom::after_frame(Box::new(move || run_pump(p)));
     }
 }
 
