@@ -99,7 +99,7 @@ fn bands_in(points: &[Point], unit: MemUnit, top: f64) -> Vec<Band> {
 /// Draws the chart onto `area` (any backend: canvas on the page, SVG in tests and exports).
 pub fn draw_stacked_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &StackedChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     if data.points.is_empty() {
         return draw_message(area, data.empty, theme);
     }

@@ -70,7 +70,7 @@ impl<'a> CheckpointChart<'a> {
 
 pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &CheckpointChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     if data.points.is_empty() {
         return draw_message(area, data.empty, theme);
     }

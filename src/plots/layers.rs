@@ -41,7 +41,7 @@ fn short(name: &str) -> String {
 
 pub fn draw_layers_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &LayersChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     if data.layers.is_empty() || data.layers.iter().all(|(_, b)| b.0 == 0) {
         return draw_message(area, data.empty, theme);
     }

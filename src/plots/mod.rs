@@ -123,7 +123,7 @@ pub(crate) fn draw_legend<DB: plotters::prelude::DrawingBackend>(
     if entries.is_empty() {
         return Ok(());
     }
-    let font = ("sans-serif", theme.font(12.0)).into_font().color(&theme::INK);
+    let font = theme.sans(12.0).color(&theme::INK);
     let line_h = theme.px(17.0) as i32;
     let pad = theme.px(6.0) as i32;
     let sw = theme.px(14.0) as i32;
@@ -162,7 +162,7 @@ pub(crate) fn draw_message<DB: plotters::prelude::DrawingBackend>(
     use plotters::prelude::*;
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     let (w, h) = area.dim_in_pixel();
-    let style = ("sans-serif", theme.font(14.0)).into_font().color(&theme::MUTED).pos(Pos::new(HPos::Center, VPos::Center));
+    let style = theme.sans(14.0).color(&theme::MUTED).pos(Pos::new(HPos::Center, VPos::Center));
     area.draw(&Text::new(msg.to_string(), (w as i32 / 2, h as i32 / 2), style))?;
     Ok(())
 }
@@ -190,7 +190,7 @@ where
     DB: plotters::prelude::DrawingBackend,
 {
     use plotters::prelude::*;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     mesh.bold_line_style(theme::GRID)
         .light_line_style(theme::GRID.mix(0.4))
         // One minor line between labels: the default ten are hundreds of strokes per redraw.

@@ -65,7 +65,7 @@ impl RankChart {
 /// Draws the chart onto `area` (canvas on the page, SVG in tests).
 pub fn draw_rank_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &RankChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     let w = data.words.as_ref();
     let unit = w.map_or(MemUnit::GIB, |w| w.unit);
     if data.bars.is_empty() {

@@ -39,6 +39,11 @@ impl Theme {
     pub fn font(&self, px: f64) -> f64 {
         px * self.scale
     }
+    /// The charts' one typeface at `px` CSS pixels.
+    pub fn sans(&self, px: f64) -> plotters::style::FontDesc<'static> {
+        use plotters::style::IntoFont;
+        ("sans-serif", self.font(px)).into_font()
+    }
 }
 
 /// One colour per memory category, stable across charts (a colour-blind-safe palette, Okabe–Ito

@@ -107,7 +107,7 @@ fn phase_index(p: Phase) -> usize {
 
 pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &TimelineChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     let cols = &data.columns.live;
     if cols.is_empty() {
         return draw_message(area, data.empty, theme);

@@ -44,7 +44,7 @@ const LINE: [RGBColor; 6] = [
 /// Draws the chart onto `area` (canvas on the page, SVG in tests).
 pub fn draw_zero_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &ZeroChart, theme: &Theme) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
-    let font = |px: f64| ("sans-serif", theme.font(px)).into_font();
+    let font = |px: f64| theme.sans(px);
     let w = data.words;
     let unit = w.map_or(MemUnit::GIB, |w| w.unit);
     let xs = data.curves.iter().flat_map(|c| c.points.iter().map(|p| p.0)).chain(data.current.map(|c| c.0));
