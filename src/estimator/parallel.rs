@@ -223,6 +223,11 @@ fn find_link(id: &str, kind: &str) -> Result<Link, EstimateError> {
 }
 
 impl Layout {
+    /// The precision the units compute in: the plan's, or a mixed-precision policy's param_dtype.
+    pub fn compute_precision(&self, plan: &Plan) -> Precision {
+        self.mixed_precision.map_or(plan.dtype, |m| m.param_dtype.compute())
+    }
+
     /// Resolves and validates the plan's `parallel` and `offload` keys (a single GPU when absent).
     pub fn resolve(plan: &Plan, gpu: Option<&Gpu>) -> Result<Layout, EstimateError> {
         let p = plan.parallel.clone().unwrap_or_default();
@@ -602,11 +607,9 @@ pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, EstimateError> 
     par.sequence_parallel = layout.sequence_parallel;
     bp.parallel = Some(par);
     bp.accumulation = 1;
-    if let Some(mp) = layout.mixed_precision {
-        // Every unit computes in param_dtype: the step runs as a model in that dtype would;
-        // the fp32 shards are accounted by the sharding.
-        bp.dtype = mp.param_dtype.compute();
-    }
+    // Under a mixed-precision policy the step runs as a model in its param_dtype would; the
+    // fp32 shards are accounted by the sharding.
+    bp.dtype = layout.compute_precision(plan);
     let g = super::build_graph(&bp)?;
     tp_check(plan, &g, layout.tp)?;
     prepare_graph(plan, layout, g)
@@ -682,9 +685,7 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
     let workspaces = if sm == 0 { 0 } else { super::device::cublas_workspaces(sm).0 };
     let context = gpu.map(|g| g.context.0).unwrap_or(super::device::DEFAULT_CONTEXT.0);
-    // Under a mixed-precision policy the units compute in its param_dtype.
-    let compute = layout.mixed_precision.map_or(plan.dtype, |m| m.param_dtype.compute());
-    let peak_flops = gpu.map(|g| comm::peak_flops(g, compute) * layout.mfu);
+    let peak_flops = gpu.map(|g| comm::peak_flops(g, layout.compute_precision(plan)) * layout.mfu);
     let m = layout.micro_batches as u64;
     let (pp, v) = (layout.pp, layout.interleave);
 

@@ -191,8 +191,8 @@ pub struct Sharded<'a> {
     /// Next unit whose first op comes after op i (forward prefetch), previous unit before op i.
     next_unit: Vec<Option<usize>>,
     prev_unit: Vec<Option<usize>>,
-    /// Bits of a reduced gradient over bits of an unsharded one (FSDP's `reduce_dtype`).
-    reduce_ratio: (u64, u64),
+    /// FSDP's mixed-precision policy, if any (gradients are reduced in its `reduce_dtype`).
+    mp: Option<super::MixedPrecision>,
 }
 
 /// Live bytes of one rank at one moment: the simulator's categories plus communication buffers.
@@ -339,8 +339,7 @@ impl<'a> Sharded<'a> {
                 prv = Some(u);
             }
         }
-        let reduce_ratio = mp.map_or((1, 1), |m| (m.reduce_dtype.bits(), m.param_dtype.bits()));
-        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit, reduce_ratio }
+        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit, mp }
     }
 
     /// Bytes of the parameters at rest on this rank (shards when they are sharded).
@@ -362,7 +361,10 @@ impl<'a> Sharded<'a> {
         self.reduced_bytes(self.grads_full())
     }
     fn reduced_bytes(&self, unsharded: u64) -> u64 {
-        (unsharded as u128 * self.reduce_ratio.0 as u128 / self.reduce_ratio.1.max(1) as u128) as u64
+        match self.mp {
+            Some(m) => (unsharded as u128 * m.reduce_dtype.bits() as u128 / m.param_dtype.bits() as u128) as u64,
+            None => unsharded,
+        }
     }
     /// Gradient bytes this rank keeps after reduction.
     pub fn grads_at_rest(&self) -> u64 {
