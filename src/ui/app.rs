@@ -52,6 +52,11 @@ pub struct Planner {
 }
 
 impl Planner {
+    /// Which optional controls apply: what does not change when only the batch moves.
+    fn applies(self) -> Memo<state::Applies> {
+        let p = self;
+        Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())))
+    }
     pub fn new(initial: Plan, view: View, lang: Lang, units: Units) -> Self {
         let plan = RwSignal::new(initial);
         let version = RwSignal::new(0u64);
@@ -202,7 +207,7 @@ pub fn App() -> impl IntoView {
         p.idle.set(false);
         runtime::plan_changed(p);
     });
-    let url_timer = StoredValue::new(None::<leptos::leptos_dom::helpers::TimeoutHandle>);
+    let url_update = runtime::Debounce::new(300);
     Effect::new(move |prev: Option<()>| {
         p.plan.track();
         p.lang.track();
@@ -210,11 +215,7 @@ pub fn App() -> impl IntoView {
         if prev.is_none() && notice.with_untracked(|n| n.is_none()) {
             return;
         }
-        if let Some(h) = url_timer.get_value() {
-            h.clear();
-        }
-        let h = set_timeout_with_handle(move || runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view()))), std::time::Duration::from_millis(300));
-        url_timer.set_value(h.ok());
+        url_update.call(move || runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view()))));
     });
     Effect::new(move |_| {
         let (l, u) = (p.lang.get(), p.units.get());
@@ -262,7 +263,7 @@ fn busy(p: Planner, el: El) -> El {
 }
 
 fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
-    let applies = Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())));
+    let applies = p.applies();
     let controls = h("section")
         .cls("controls")
         .dyn_attr("aria-label", move || Some(Msg::PlanSection.t(p.lang.get()).into()))
@@ -306,22 +307,15 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
 /// rewrites texts, nothing is estimated again.
 fn extra_panels(p: Planner) -> El {
     let panel_plan = RwSignal::new(p.plan.get_untracked());
-    let timer = StoredValue::new(None::<leptos::leptos_dom::helpers::TimeoutHandle>);
+    let settle = runtime::Debounce::new(runtime::SETTLE_MS as u64);
     Effect::new(move |_| {
         p.plan.track();
-        if let Some(t) = timer.get_value() {
-            t.clear();
-        }
-        let t = set_timeout_with_handle(
-            move || {
-                let now = p.plan.get_untracked();
-                if panel_plan.with_untracked(|q| *q != now) {
-                    panel_plan.set(now);
-                }
-            },
-            std::time::Duration::from_millis(runtime::SETTLE_MS as u64),
-        );
-        timer.set_value(t.ok());
+        settle.call(move || {
+            let now = p.plan.get_untracked();
+            if panel_plan.with_untracked(|q| *q != now) {
+                panel_plan.set(now);
+            }
+        });
     });
     Effect::new(move |_| {
         panel_plan.with(|q| {
@@ -357,7 +351,7 @@ fn extra_panels(p: Planner) -> El {
 
 /// The compact card for an iframe: the key numbers, the sliders and one chart.
 fn embed_card(p: Planner) -> El {
-    let applies = Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())));
+    let applies = p.applies();
     let name = move || p.plan.with(|q| state::model_options().into_iter().find(|(id, _)| *id == q.model).map_or_else(|| q.model.clone(), |(_, n)| n.to_string()));
     let gpu = move || p.gpu().map(|g| format!(" · {}", g.name)).unwrap_or_default();
     busy(p, h("main").cls("embed-card").testid("embed-card"))

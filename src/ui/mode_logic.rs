@@ -173,10 +173,7 @@ pub fn context_of(plan: &Plan) -> Option<u64> {
     })
 }
 
-/// Reads a token-count box; junk is `None` (the plan is left alone).
-pub fn parse_count(s: &str) -> Option<u64> {
-    s.trim().parse::<u64>().ok()
-}
+pub use super::state::parse_batch as parse_count;
 
 /// What the context chart's sweep depends on: the plan without its context, so editing the
 /// context moves the marker and does not rerun the sweep.

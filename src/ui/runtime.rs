@@ -188,3 +188,24 @@ pub fn set_document_lang(lang: Lang) {
     }
 }
 
+/// Runs the last of a burst of calls once `ms` milliseconds have passed without another: for
+/// work that follows a plan while it is being edited (the link, the panels' settled copy).
+#[derive(Clone, Copy)]
+pub struct Debounce {
+    timer: StoredValue<Option<leptos::leptos_dom::helpers::TimeoutHandle>>,
+    ms: u64,
+}
+
+impl Debounce {
+    pub fn new(ms: u64) -> Self {
+        Debounce { timer: StoredValue::new(None), ms }
+    }
+    pub fn call(self, f: impl FnOnce() + 'static) {
+        if let Some(t) = self.timer.get_value() {
+            t.clear();
+        }
+        let t = set_timeout_with_handle(f, Duration::from_millis(self.ms));
+        self.timer.set_value(t.ok());
+    }
+}
+
