@@ -365,14 +365,13 @@ impl Workbench {
     /// The first missing piece of work, most important first: the plan's model, its exact
     /// estimate (when wanted), its largest batch (when a GPU is chosen), then `wants.models`.
     pub fn next_job(&self, plan: &Plan, wants: &Wants) -> Option<Job> {
-        if self.cached(plan).is_none() {
+        let Some(m) = self.cached(plan) else {
             return Some(Job::Model(model_plan(plan)));
-        }
+        };
         if wants.exact && self.exact(plan).is_none() {
             return Some(Job::Exact(plan.clone()));
         }
-        let valid = self.cached(plan).is_some_and(|m| m.is_ok());
-        if valid && plan.gpu.is_some() && self.max_batch(plan).is_none() {
+        if m.is_ok() && plan.gpu.is_some() && self.max_batch(plan).is_none() {
             return Some(Job::MaxBatch(Plan { batch: 1, ..plan.clone() }));
         }
         wants.models.iter().find(|p| self.cached(p).is_none()).map(|p| Job::Model(model_plan(p)))
