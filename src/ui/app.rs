@@ -330,18 +330,40 @@ fn extra_panels(p: Planner) -> El {
     // held weakly: the listener outlives an unmounted page and must not keep it alive.
     let parent = Owner::current().map(|o| o.downgrade());
     let mounted = StoredValue::new_local(None::<Owner>);
+    // Bumped on every open and close: a chunk that arrives after its section closed (or closed
+    // and opened again) builds nothing.
+    let opened = StoredValue::new_local(0u32);
     let details = h("details").cls("extra").testid("more-panels").child(h("summary").dyn_text(tr(p, Msg::MorePanels))).child(host.clone());
     let el = details.0.clone();
     details.on("toggle", move |_| {
+        opened.update_value(|n| *n += 1);
         if el.has_attribute("open") {
-            if mounted.with_value(|m| m.is_none()) {
-                panel_plan.set(p.plan.get_untracked());
-                let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else { return };
-                let owner = page.child();
-                let panels = owner.with(|| super::extra::panels(panel_plan, p.lang.into(), p.units.into()));
-                let _ = host.0.append_child(&panels);
-                mounted.set_value(Some(owner));
+            if mounted.with_value(|m| m.is_some()) {
+                return;
             }
+            panel_plan.set(p.plan.get_untracked());
+            let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else { return };
+            let owner = page.child();
+            mounted.set_value(Some(owner.clone()));
+            let ticket = opened.get_value();
+            let status = h("p").cls("loading").testid("panels-loading").dyn_text(tr(p, Msg::PanelsLoading));
+            let _ = host.0.append_child(&status.0);
+            let host = host.0.clone();
+            leptos::task::spawn_local(async move {
+                let loaded = super::extra::load_panels().await;
+                if opened.try_get_value() != Some(ticket) {
+                    return;
+                }
+                host.set_text_content(None);
+                let built = match loaded {
+                    Ok(()) => super::extra::panels_under(owner, panel_plan, p.lang.into(), p.units.into()).await,
+                    Err(e) => Err(e),
+                };
+                match built {
+                    Ok(panels) => drop(host.append_child(&panels)),
+                    Err(_) => drop(host.append_child(&h("p").cls("notice").attr("role", "alert").testid("panels-error").dyn_text(tr(p, Msg::ChunkUnavailable)).0)),
+                }
+            });
         } else if let Some(owner) = mounted.try_update_value(Option::take).flatten() {
             owner.cleanup();
             host.0.set_text_content(None);

@@ -51,6 +51,45 @@ pub fn panels(plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) ->
         .0
 }
 
+/// Why [`panels_under`] has no panels: their WebAssembly chunk could not be fetched.
+#[derive(Debug)]
+pub struct ChunkUnavailable;
+
+impl From<wasm_split_helpers::SplitLoaderError> for ChunkUnavailable {
+    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
+        ChunkUnavailable
+    }
+}
+
+/// [`panels`] built under `owner`. In a `split` build (`make dist`) this is a split point: the
+/// panels and all that only they reach (the parallelism, serving and comparison models, their
+/// charts) leave the first load for a chunk fetched the first time the section opens. Err when
+/// that fetch fails (offline before the service worker had cached it).
+#[cfg(feature = "split")]
+#[wasm_split_helpers::wasm_split(panels, fallible)]
+pub fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
+    Ok(owner.with(|| panels(plan, lang, units)))
+}
+
+/// Fetches the panels' chunk (at most once) without building them, so the page can check the
+/// section is still open before it builds them.
+#[cfg(feature = "split")]
+pub async fn load_panels() -> Result<(), ChunkUnavailable> {
+    Ok(__wasm_split_preload_panels_under().await?)
+}
+
+/// [`panels`] built under `owner` (without the `split` feature they are in the one module).
+#[cfg(not(feature = "split"))]
+pub async fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
+    Ok(owner.with(|| panels(plan, lang, units)))
+}
+
+/// Nothing to fetch without the `split` feature.
+#[cfg(not(feature = "split"))]
+pub async fn load_panels() -> Result<(), ChunkUnavailable> {
+    Ok(())
+}
+
 /// Paints `canvas` at its CSS box, measured now (a default size before layout), through
 /// [`super::backend::paint_canvas`].
 pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>) -> Result<(), PlotError> {

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Trunk's post-build hook (Trunk.toml → `make split-wasm`). Trunk has built the page with the
+# `split` feature and run wasm-bindgen on it; this redoes that step on the split wasm:
+#  1. wasm-split-cli moves each split point (src/ui/extra.rs `panels_under`) and everything only
+#     it reaches into its own chunk, leaving the main module and a loader (__wasm_split.js);
+#  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
+#  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html);
+#  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
+#     index.html names them: the loader as a module preload (the main module imports it), each
+#     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
+#     the chunk for offline use in the background.
+set -euo pipefail
+staging="${TRUNK_STAGING_DIR:?runs as the post-build hook of Trunk}"
+profile="${TRUNK_PROFILE:-debug}"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+raw="${CARGO_TARGET_DIR:-$root/target}/wasm32-unknown-unknown/$profile/vram-planner.wasm"
+js="$(ls "$staging"/vram-planner-*.js)"
+name="$(basename "$js" .js)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+
+opt() {
+  if [ "$profile" = release ]; then
+    wasm-opt -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+      --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
+  fi
+}
+hash() { sha256sum "$1" | cut -c1-16; }
+
+wasm-split-cli --out-name "$name" "$raw" "$tmp" >/dev/null
+wasm-bindgen --target web --keep-lld-exports --no-demangle --out-dir "$tmp" --out-name "$name" "$tmp/$name.wasm"
+
+links=""
+for chunk in "$tmp"/split_*.wasm; do
+  opt "$chunk"
+  base="$(basename "$chunk" .wasm)"
+  hashed="$base-$(hash "$chunk").wasm"
+  mv "$chunk" "$staging/$hashed"
+  sed -i "s|\"\./$base\.wasm\"|\"./$hashed\"|" "$tmp/__wasm_split.js"
+  grep -q "\"./$hashed\"" "$tmp/__wasm_split.js" || { echo "split-wasm: the loader does not name $base.wasm" >&2; exit 1; }
+  links="$links<link rel=\"vp-lazy\" href=\"./$hashed\">"
+done
+
+loader="__wasm_split-$(hash "$tmp/__wasm_split.js").js"
+mv "$tmp/__wasm_split.js" "$staging/$loader"
+sed -i "/^import /s|from \"\./__wasm_split\.js\"|from \"./$loader\"|" "$tmp/$name.js"
+grep -q "\"./$loader\"" "$tmp/$name.js" || { echo "split-wasm: $name.js does not import the loader" >&2; exit 1; }
+opt "$tmp/${name}_bg.wasm"
+mv "$tmp/$name.js" "$tmp/${name}_bg.wasm" "$staging/"
+sed -i "s|</head>|<link rel=\"modulepreload\" href=\"./$loader\" crossorigin=\"anonymous\">$links</head>|" "$staging/index.html"
+grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no </head>" >&2; exit 1; }
+echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm; do printf ' + %s' "$f"; done)"
