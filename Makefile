@@ -112,7 +112,7 @@ size: dist
 	while IFS= read -r f; do \
 	  raw=$$(stat -c %s "$$f"); gz=$$(gzip -9 -c "$$f" | wc -c); \
 	  case "$${f#dist/}" in \
-	    split_*) lazy_gz=$$((lazy_gz + gz)); printf '%-44s %10d %10d  (lazy: fetched when its section first opens)\n' "$${f#dist/}" "$$raw" "$$gz";; \
+	    split_*|chunk_*) lazy_gz=$$((lazy_gz + gz)); printf '%-44s %10d %10d  (lazy: fetched on first use)\n' "$${f#dist/}" "$$raw" "$$gz";; \
 	    *) total_raw=$$((total_raw + raw)); total_gz=$$((total_gz + gz)); printf '%-44s %10d %10d\n' "$${f#dist/}" "$$raw" "$$gz";; \
 	  esac; \
 	done < <(find dist -type f | LC_ALL=C sort); \

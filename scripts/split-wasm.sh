@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Trunk's post-build hook (Trunk.toml → `make split-wasm`). Trunk has built the page with the
 # `split` feature and run wasm-bindgen on it; this redoes that step on the split wasm:
-#  1. wasm-split-cli moves each split point (src/ui/extra.rs `panels_under`) and everything only
-#     it reaches into its own chunk, leaving the main module and a loader (__wasm_split.js);
+#  1. wasm-split-cli moves each split point (src/ui/extra.rs `panels_under`, src/ui/chart.rs
+#     `paint` and `svg`) and everything only it reaches into its own chunk (split_<name>.wasm),
+#     code that only split points share into chunk_<n>.wasm (fetched with any of them), leaving
+#     the main module and a loader (__wasm_split.js);
 #  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
 #  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html);
 #  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
@@ -31,7 +33,8 @@ wasm-split-cli --out-name "$name" "$raw" "$tmp" >/dev/null
 wasm-bindgen --target web --keep-lld-exports --no-demangle --out-dir "$tmp" --out-name "$name" "$tmp/$name.wasm"
 
 links=""
-for chunk in "$tmp"/split_*.wasm; do
+for chunk in "$tmp"/split_*.wasm "$tmp"/chunk_*.wasm; do
+  [ -e "$chunk" ] || continue
   opt "$chunk"
   base="$(basename "$chunk" .wasm)"
   hashed="$base-$(hash "$chunk").wasm"
@@ -49,4 +52,4 @@ opt "$tmp/${name}_bg.wasm"
 mv "$tmp/$name.js" "$tmp/${name}_bg.wasm" "$staging/"
 sed -i "s|</head>|<link rel=\"modulepreload\" href=\"./$loader\" crossorigin=\"anonymous\">$links</head>|" "$staging/index.html"
 grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no </head>" >&2; exit 1; }
-echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm; do printf ' + %s' "$f"; done)"
+echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm chunk_*.wasm; do [ -e "$f" ] && printf ' + %s' "$f"; done)"

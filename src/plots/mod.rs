@@ -51,6 +51,15 @@ impl fmt::Display for PlotError {
 
 impl std::error::Error for PlotError {}
 
+/// The charts' WebAssembly chunk could not be fetched (a `split` build, offline before the
+/// service worker had cached it).
+#[cfg(target_arch = "wasm32")]
+impl From<wasm_split_helpers::SplitLoaderError> for PlotError {
+    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
+        PlotError("its code could not be fetched: check the connection and reload the page".into())
+    }
+}
+
 impl<E: std::error::Error + Send + Sync> From<DrawingAreaErrorKind<E>> for PlotError {
     fn from(e: DrawingAreaErrorKind<E>) -> Self {
         PlotError(e.to_string())

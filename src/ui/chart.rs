@@ -3,6 +3,8 @@
 //! alternative; PNG, SVG and CSV downloads (the SVG from the same draw function, through
 //! plotters' SVG backend).
 
+use std::sync::Arc;
+
 use leptos::prelude::*;
 use plotters::prelude::*;
 use wasm_bindgen::JsCast;
@@ -77,14 +79,15 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 }
             };
             let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
-            let drawn = data.with_untracked(|d| match d {
-                Some(d) => {
-                    let _ = el.set_attribute("aria-label", &d.summary(lang, units));
-                    draw(&el, d, lang, units, size)
-                }
-                None => Ok(()),
+            let Some(d) = data.get_untracked() else { return };
+            let _ = el.set_attribute("aria-label", &d.summary(lang, units));
+            let el = el.clone();
+            // Once the charts' chunk is in (the first chart to come into view fetches it),
+            // this completes at once, before the frame.
+            leptos::task::spawn_local(async move {
+                let drawn = paint(el, d, lang, units, size).await;
+                failure.try_set(drawn.err().map(|e| e.to_string()));
             });
-            failure.set(drawn.err().map(|e| e.to_string()));
         })
     };
     let redraw = draw_now.clone();
@@ -93,7 +96,9 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let min_gap = min_interval_ms(p, kind);
     // A chart scrolled out of view is not redrawn while the plan changes; it catches up when it
     // comes back into view.
-    let visible = RwSignal::new(true);
+    // False until the observer's first report: a chart below the fold neither draws nor fetches
+    // the charts' chunk at load.
+    let visible = RwSignal::new(false);
     watch_visibility(&el, visible);
     // What the chart's data depends on, tracked here without computing the data: that happens
     // in the deferred draw.
@@ -130,9 +135,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         match what {
             "svg" => {
                 let (w, h) = css.get_untracked().unwrap_or((800.0, 450.0));
-                if let Some(Ok(s)) = data.with_untracked(|d| d.as_ref().map(|d| svg_of(d, lang, units, (w.round() as u32, h.round() as u32)))) {
-                    runtime::download_text(&name, "image/svg+xml", &s);
-                }
+                let Some(d) = data.get_untracked() else { return };
+                leptos::task::spawn_local(async move {
+                    match svg(d, lang, units, (w.round() as u32, h.round() as u32)).await {
+                        Ok(s) => runtime::download_text(&name, "image/svg+xml", &s),
+                        Err(e) => failure.set(Some(e.to_string())),
+                    }
+                });
             }
             "csv" => {
                 if let Some(t) = data.with_untracked(|d| d.as_ref().map(|d| d.table(lang, units))) {
@@ -141,10 +150,19 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             }
             _ => {
                 // A chart out of view may be behind the plan: draw it now.
-                redraw();
-                if let Ok(url) = el.to_data_url() {
-                    runtime::download_url(&name, &url);
-                }
+                let Some(d) = data.get_untracked() else { return };
+                let Some(size) = css.get_untracked() else { return redraw() };
+                let el = el.clone();
+                leptos::task::spawn_local(async move {
+                    match paint(el.clone(), d, lang, units, size).await {
+                        Ok(()) => {
+                            if let Ok(url) = el.to_data_url() {
+                                runtime::download_url(&name, &url);
+                            }
+                        }
+                        Err(e) => failure.set(Some(e.to_string())),
+                    }
+                });
             }
         }
     });
@@ -172,8 +190,10 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         )
 }
 
-/// Keeps `visible` equal to whether `el` is within the viewport (with a margin, so a chart
-/// about to scroll in is already drawn).
+/// Keeps `visible` equal to whether any of `el` is within the viewport. No margin: a chart
+/// below the fold is neither drawn nor, in a split build, fetches the charts' chunk until it
+/// scrolls in (the first screen — numbers, verdict, breakdown — does not wait for plotters); a
+/// draw takes a few milliseconds, so it lands in the frames that scroll the chart in.
 fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
     use wasm_bindgen::closure::Closure;
     let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
@@ -183,9 +203,7 @@ fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
             }
         }
     });
-    let init = web_sys::IntersectionObserverInit::new();
-    init.set_root_margin("200px");
-    if let Ok(obs) = web_sys::IntersectionObserver::new_with_options(cb.as_ref().unchecked_ref(), &init) {
+    if let Ok(obs) = web_sys::IntersectionObserver::new(cb.as_ref().unchecked_ref()) {
         obs.observe(el);
         cb.forget();
     }
@@ -196,11 +214,37 @@ fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
 }
 
 /// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
+/// In a `split` build (`make dist`) this and [`svg`] are a split point: plotters and the charts'
+/// drawing code are a chunk fetched when the first chart comes near the viewport (below the fold
+/// on a laptop screen), not on first load.
+#[cfg(feature = "split")]
+#[wasm_split_helpers::wasm_split(charts, fallible)]
+fn paint(canvas: HtmlCanvasElement, data: Arc<ChartData>, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
+    draw(&canvas, &data, lang, units, css)
+}
+
+/// The chart as an SVG document, through the same backend type as the canvas (a split point
+/// with [`paint`]).
+#[cfg(feature = "split")]
+#[wasm_split_helpers::wasm_split(charts, fallible)]
+fn svg(data: Arc<ChartData>, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
+    svg_of(&data, lang, units, size)
+}
+
+#[cfg(not(feature = "split"))]
+async fn paint(canvas: HtmlCanvasElement, data: Arc<ChartData>, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
+    draw(&canvas, &data, lang, units, css)
+}
+
+#[cfg(not(feature = "split"))]
+async fn svg(data: Arc<ChartData>, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
+    svg_of(&data, lang, units, size)
+}
+
 fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
     super::backend::paint_canvas(canvas, css, &|root, theme| data.draw(root, lang, units, theme))
 }
 
-/// The chart as an SVG document, through the same backend type as the canvas.
 fn svg_of(data: &ChartData, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
     let mut out = String::new();
     {
