@@ -107,7 +107,12 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             return;
         }
         p.plan.track();
-        p.version.track();
+        // Background jobs (exact numbers, the largest batch, sweeps) change what the batch,
+        // length and checkpoint charts show; the timeline and the per-layer chart follow from
+        // the plan's model alone, built on demand, so a finished job does not redraw them.
+        if !matches!(kind, ChartKind::Timeline | ChartKind::Layers) {
+            p.version.track();
+        }
         p.lang.track();
         p.units.track();
         css.track();

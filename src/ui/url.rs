@@ -298,8 +298,11 @@ pub fn parse_query(query: &str) -> Parsed {
             p.seq = None
         }),
     ];
+    // Each graph is built once: a plan that builds is not built again below.
+    let mut builds = false;
     for (key, set, undo) in fallbacks {
-        if build_graph(&model_plan(plan)).is_ok() {
+        builds = build_graph(&model_plan(plan)).is_ok();
+        if builds {
             break;
         }
         if set(plan) {
@@ -311,8 +314,9 @@ pub fn parse_query(query: &str) -> Parsed {
     if plan.ckpt != Checkpointing::None && !CkptInfo::probe(plan).allows(plan.ckpt) {
         plan.ckpt = Checkpointing::None;
         reject(&mut out.rejected, "ckpt");
+        builds = false;
     }
-    if build_graph(&model_plan(plan)).is_err() {
+    if !builds && build_graph(&model_plan(plan)).is_err() {
         out.plan = state::initial_plan();
         reject(&mut out.rejected, "model");
     }
