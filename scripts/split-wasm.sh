@@ -6,7 +6,8 @@
 #     code that only split points share into chunk_<n>.wasm (fetched with any of them), leaving
 #     the main module and a loader (__wasm_split.js);
 #  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
-#  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html);
+#  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html) and
+#     esbuild minifies the JavaScript (wasm-bindgen's glue and the loader) and the stylesheet;
 #  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
 #     index.html names them: the loader as a module preload (the main module imports it), each
 #     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
@@ -28,6 +29,13 @@ opt() {
   fi
 }
 hash() { sha256sum "$1" | cut -c1-16; }
+# Whitespace and local names only: exported and imported names, which tie the glue to the wasm
+# modules, are kept.
+minify() {
+  if [ "$profile" = release ]; then
+    esbuild "$1" --minify --log-level=warning --outfile="$1.min" && mv "$1.min" "$1"
+  fi
+}
 
 wasm-split-cli --out-name "$name" "$raw" "$tmp" >/dev/null
 wasm-bindgen --target web --keep-lld-exports --no-demangle --out-dir "$tmp" --out-name "$name" "$tmp/$name.wasm"
@@ -44,11 +52,16 @@ for chunk in "$tmp"/split_*.wasm "$tmp"/chunk_*.wasm; do
   links="$links<link rel=\"vp-lazy\" href=\"./$hashed\">"
 done
 
+minify "$tmp/__wasm_split.js"
 loader="__wasm_split-$(hash "$tmp/__wasm_split.js").js"
 mv "$tmp/__wasm_split.js" "$staging/$loader"
 sed -i "/^import /s|from \"\./__wasm_split\.js\"|from \"./$loader\"|" "$tmp/$name.js"
 grep -q "\"./$loader\"" "$tmp/$name.js" || { echo "split-wasm: $name.js does not import the loader" >&2; exit 1; }
+minify "$tmp/$name.js"
 opt "$tmp/${name}_bg.wasm"
+for css in "$staging"/*.css; do
+  [ -e "$css" ] && minify "$css"
+done
 mv "$tmp/$name.js" "$tmp/${name}_bg.wasm" "$staging/"
 sed -i "s|</head>|<link rel=\"modulepreload\" href=\"./$loader\" crossorigin=\"anonymous\">$links</head>|" "$staging/index.html"
 grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no </head>" >&2; exit 1; }

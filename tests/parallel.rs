@@ -2,6 +2,7 @@
 //! all-reduce volume, the Horovod scaling anchor), sharding properties, bad layouts, and
 //! end-to-end per-GPU estimates of ResNet-50 under DDP, ZeRO, pipeline parallelism and offload.
 
+mod common;
 use proptest::prelude::*;
 use vram_planner::estimator::config::{BuildCtx, OptimizerKind, Plan, Precision};
 use vram_planner::estimator::error::EstimateError;
@@ -658,11 +659,7 @@ proptest! {
 /// the per-GPU estimate within 0.01 % of each.
 #[test]
 fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
-    let cases = vram_planner::cli::reference::replay(include_str!("data/fsdp2-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
-    assert_eq!(cases.len(), 17);
-    for c in cases {
-        assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-    }
+    common::assert_replays(include_str!("data/fsdp2-steps.jsonl"), 17, 1e-4);
 }
 
 /// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations

@@ -2,6 +2,7 @@
 //! (see `tests/data/PROVENANCE.md`) is estimated and compared with its measured `peak_r512`.
 //! Every record must be supported, each within 10 %, and the median within 3 %.
 
+mod common;
 use vram_planner::cli::reference::{compare_line, summary};
 
 const DATA: &str = include_str!("data/pytorch-step-memory.jsonl");
@@ -48,9 +49,5 @@ fn every_reference_case_within_10_percent_median_within_3() {
 /// (tests/data/PROVENANCE.md): CNNs, ViT, GPT-2, LLaMA with SDPA and eager attention.
 #[test]
 fn autocast_fp16_steps_measured_exactly() {
-    let cases = vram_planner::cli::reference::replay(include_str!("data/amp-fp16-steps.jsonl")).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
-    assert_eq!(cases.len(), 7);
-    for c in cases {
-        assert!(c.rel_err.abs() < 1e-4, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-    }
+    common::assert_replays(include_str!("data/amp-fp16-steps.jsonl"), 7, 1e-4);
 }

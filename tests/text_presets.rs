@@ -3,6 +3,7 @@
 //! of GPT-2, BERT-base and the two LLaMA shapes within 3 %, `config.json` import errors, and the
 //! estimator's speed on the largest preset.
 
+mod common;
 use proptest::prelude::*;
 use serde_json::json;
 use vram_planner::cli::reference::compare_line;
@@ -98,11 +99,7 @@ fn further_measured_steps_within_3_percent() {
 
 #[test]
 fn unpadded_batches_measured_within_a_tenth_of_a_percent() {
-    let cases = vram_planner::cli::reference::replay(UNPADDED).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
-    assert_eq!(cases.len(), 13);
-    for c in cases {
-        assert!(c.rel_err.abs() < 1e-3, "{}: {} predicted, {} measured", c.case_id, c.predicted, c.measured);
-    }
+    common::assert_replays(UNPADDED, 13, 1e-3);
 }
 
 #[test]

@@ -25,4 +25,8 @@ pub enum EstimateError {
     /// A multi-GPU layout that cannot run (see `estimator::parallel`).
     #[error("invalid parallel layout: {0}")]
     BadLayout(String),
+    /// The page fetches the code of every model but the ResNets on first use (see
+    /// `presets::lazy`); asked for one before that code arrived.
+    #[error("the code for this model has not been fetched yet: check the connection and pick the model again")]
+    CodeNotLoaded,
 }

@@ -203,7 +203,7 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
     if let Some(cfg) = &plan.hf_config {
         ctx.seq = plan.seq.unwrap_or(512);
         set_infer_step(plan, &mut ctx, decode)?;
-        return crate::presets::hf::build_from_config(cfg, &ctx);
+        return crate::presets::lazy::build(crate::presets::lazy::LazyModel::Config(cfg), &ctx);
     }
     let preset = models::find(&plan.model).ok_or_else(|| EstimateError::UnknownModel(plan.model.clone()))?;
     if ctx.tune.mode == Mode::Infer && preset.id == "lstm-lm" {

@@ -962,7 +962,7 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
             }
         }
         for (c, backward, bytes, calls) in by_kind {
-            let what = format!("Megatron {} {:?} per micro-batch", if backward { "backward" } else { "forward" }, c).to_lowercase();
+            let what = format!("Megatron {} {:?} per micro-batch", if backward { "backward" } else { "forward" }, c).to_ascii_lowercase();
             out.push(item("tp", what, c, tp, bytes, calls * m, &l, f64::INFINITY));
         }
     }

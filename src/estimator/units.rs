@@ -178,6 +178,34 @@ pub fn tensor_bytes(numel: Elems, dtype: DType) -> Result<Bytes, EstimateError> 
         .ok_or(EstimateError::TooLarge)
 }
 
+/// Reads a plain non-negative decimal typed by a user ("24", "23.5", ".5"): digits with at most
+/// one point, no sign or exponent, at most 18 significant digits; `None` otherwise.
+///
+/// Why not `str::parse::<f64>`: it links core's correctly rounded parser and its 10 KiB table of
+/// powers of five, incompressible bytes in the page's first load, for the one capacity box. The
+/// result is the same: the mantissa is below 2^63 and, for at most 22 decimals, both it (up to
+/// 2^53) and 10^k are exact doubles, so the one division is correctly rounded (IEEE 754).
+pub fn parse_decimal(s: &str) -> Option<f64> {
+    let (int, frac) = s.split_once('.').unwrap_or((s, ""));
+    if int.len() + frac.len() == 0 || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let digits = int.bytes().chain(frac.bytes()).skip_while(|b| *b == b'0');
+    let mut mantissa: u64 = 0;
+    let mut n = 0;
+    for d in digits {
+        n += 1;
+        if n > 18 {
+            return None;
+        }
+        mantissa = mantissa * 10 + (d - b'0') as u64;
+    }
+    if frac.len() > 22 || mantissa >= 1 << 53 {
+        return None;
+    }
+    Some(mantissa as f64 / 10f64.powi(frac.len() as i32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +233,25 @@ mod tests {
     fn round_to_allocator_blocks() {
         assert_eq!(Bytes(1).round_up(512), Bytes(512));
         assert_eq!(Bytes(1024).round_up(512), Bytes(1024));
+    }
+
+    /// Golden against std's correctly rounded parser, and nonsense refused.
+    #[test]
+    fn decimals_parse_like_std() {
+        for s in ["24", "23.5", "0.1", ".5", "5.", "80.000", "0.3", "141.0", "1048576", "0.000123456789", "9007199254740991", "1234567.891011"] {
+            assert_eq!(parse_decimal(s), Some(s.parse::<f64>().unwrap()), "{s}");
+        }
+        // Any mantissa below 2^53 with up to 22 decimals (a fixed pseudo-random sample).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..20_000 {
+            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            let (m, k) = ((x >> 11) % (1 << 53), (x % 23) as usize);
+            let digits = format!("{m:0>width$}", width = k + 1);
+            let s = format!("{}.{}", &digits[..digits.len() - k], &digits[digits.len() - k..]);
+            assert_eq!(parse_decimal(&s), Some(s.parse::<f64>().unwrap()), "{s}");
+        }
+        for s in ["", ".", "-1", "+1", "1e3", "1.2.3", " 1", "inf", "NaN", "1,5", "12345678901234567890", "0.00000000000000000000001"] {
+            assert_eq!(parse_decimal(s), None, "{s}");
+        }
     }
 }

@@ -56,7 +56,7 @@ pub fn find(id: &str) -> Option<Gpu> {
     if let Some(g) = GPUS.iter().find(|g| g.id == id) {
         return Some(*g);
     }
-    let gib: f64 = id.strip_prefix("custom:")?.parse().ok()?;
+    let gib = crate::estimator::units::parse_decimal(id.strip_prefix("custom:")?)?;
     if !(gib.is_finite() && gib > 0.0 && gib <= 1_048_576.0) {
         return None;
     }

@@ -4,6 +4,7 @@ pub mod cnn;
 pub mod generate;
 pub mod gpus;
 pub mod hf;
+pub mod lazy;
 pub mod links;
 pub mod models;
 pub mod rnn;

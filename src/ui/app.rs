@@ -12,6 +12,7 @@ use super::dom::{button, h, table_body, El};
 use super::explain;
 use super::export;
 use super::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
+use super::json;
 use super::model::{CkptInfo, Numbers};
 use super::runtime::{self, wb};
 use super::state::{self, InputSpec};
@@ -106,10 +107,38 @@ impl Planner {
         View { lang: Some(self.lang.get_untracked()), units: self.units.get_untracked(), embed: self.embed, chart: self.chart }
     }
 
-    /// The link to this plan (the full page, or with `embed` the card).
-    pub fn link(&self, embed: bool) -> String {
+    /// The link to this plan (the full page, or with `embed` the card); Err while it needs the
+    /// JSON code and that has not been fetched.
+    pub fn link(&self, embed: bool) -> Result<String, json::NotLoaded> {
         let v = View { embed, ..self.view() };
-        format!("{}?{}", runtime::base_url(), self.plan.with_untracked(|p| url::to_query(p, &v)))
+        Ok(format!("{}?{}", runtime::base_url(), self.plan.with_untracked(|p| url::to_query(p, &v))?))
+    }
+
+    /// [`Self::link`] for a view: empty while the JSON code is fetched, then the view runs again
+    /// (it tracks `version`, bumped when the code arrives).
+    pub fn live_link(self, embed: bool) -> String {
+        self.version.track();
+        self.link(embed).unwrap_or_else(|_| {
+            self.fetch_json(|p| p.version.update(|v| *v += 1));
+            String::new()
+        })
+    }
+
+    /// Fetches the JSON code, then runs `then` (not if the fetch failed).
+    pub fn fetch_json(self, then: impl FnOnce(Planner) + 'static) {
+        leptos::task::spawn_local(async move {
+            if json::load().await {
+                then(self);
+            }
+        });
+    }
+
+    /// Writes the plan into the address bar (once the JSON code is here, if it needs it).
+    pub fn sync_address(self) {
+        match self.plan.with_untracked(|q| url::to_query(q, &self.view())) {
+            Ok(q) => runtime::replace_query(&q),
+            Err(_) => self.fetch_json(Planner::sync_address),
+        }
     }
 
     /// The data of one chart, recomputed when what it shows changes.
@@ -215,7 +244,7 @@ pub fn App() -> impl IntoView {
         if prev.is_none() && notice.with_untracked(|n| n.is_none()) {
             return;
         }
-        url_update.call(move || runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view()))));
+        url_update.call(move || p.sync_address());
     });
     Effect::new(move |_| {
         let (l, u) = (p.lang.get(), p.units.get());
@@ -380,7 +409,7 @@ fn embed_card(p: Planner) -> El {
         .child(
             h("header")
                 .child(h("strong").dyn_text(name).dyn_text(gpu))
-                .child(h("a").cls("open-full").attr("target", "_blank").attr("rel", "noopener").dyn_attr("href", move || Some(p.link(false))).dyn_text(tr(p, Msg::OpenFull))),
+                .child(h("a").cls("open-full").attr("target", "_blank").attr("rel", "noopener").dyn_attr("href", move || Some(p.live_link(false))).dyn_text(tr(p, Msg::OpenFull))),
         )
         .child(h("div").cls("controls compact").child(controls::batch_input(p)).child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len))))
         .child(summary(p))
@@ -461,7 +490,16 @@ fn breakdown(p: Planner) -> El {
         let exact = p.numbers.with_untracked(|n| n.as_ref().is_ok_and(|n| n.exact));
         p.plan.with_untracked(|q| {
             if json {
-                runtime::download_text(&export::file_name(q, "breakdown", "json"), "application/json", &export::breakdown_json(q, exact, &rows));
+                let name = export::file_name(q, "breakdown", "json");
+                match export::breakdown_json(q, exact, &rows) {
+                    Ok(text) => runtime::download_text(&name, "application/json", &text),
+                    // Fetched on the first JSON download; the rows are those of the click.
+                    Err(_) => p.fetch_json(move |p| {
+                        if let Ok(text) = p.plan.with_untracked(|q| export::breakdown_json(q, exact, &rows)) {
+                            runtime::download_text(&name, "application/json", &text);
+                        }
+                    }),
+                }
             } else {
                 runtime::download_text(&export::file_name(q, "breakdown", "csv"), "text/csv", &export::breakdown_csv(&rows));
             }
@@ -503,12 +541,14 @@ fn suggestions(p: Planner) -> El {
             return Some(Vec::new());
         }
         let info = p.info.get();
+        let (spec, lang, units) = (p.spec.get(), p.lang.get(), p.units.get());
         p.plan.with(|q| {
             wb(|w| {
                 let w = &*w;
                 let numbers_of = |x: &Plan| w.numbers(x);
-                let cands = suggest::candidates(q, &info, gpu.memory, &numbers_of);
-                Some(suggest::evaluate(&current, gpu.memory, &cands, &numbers_of))
+                // Err until the suggestions' code is here (the pump fetches it, then bumps the
+                // version): the list shows "computing".
+                suggest::shown(suggest::Ask::Shown { plan: q, current: &current, info: &info, capacity: gpu.memory, numbers_of: &numbers_of, spec, lang, units }).ok()
             })
         })
     });
@@ -521,15 +561,13 @@ fn suggestions(p: Planner) -> El {
     };
     h("section").cls("suggestions").testid("suggestions").attr("aria-live", "polite").child(h("h2").dyn_text(tr(p, Msg::Suggestions))).child(h("div").later_children(track, move || {
         let lang = p.lang.get();
-        let units = p.units.get();
         let fits = p.numbers.with(|n| n.as_ref().is_ok_and(|n| p.gpu().is_some_and(|g| n.device_total <= g.memory)));
         match list.get() {
+            None if !fits && !suggest::loaded() => vec![h("p").cls("muted").text(Msg::Computing.t(lang))],
             None => vec![h("p").cls("muted").text("–")],
             Some(v) if v.is_empty() && fits => vec![h("p").cls("ok").text(Msg::ItFits.t(lang))],
             Some(v) if v.is_empty() => vec![h("p").cls("muted").text(if p.idle.get() { Msg::NoSuggestion.t(lang) } else { Msg::Computing.t(lang) })],
             Some(v) => {
-                let before = p.plan.get_untracked();
-                let spec = p.spec.get_untracked();
                 vec![h("ol").children(
                     v.into_iter()
                         .take(6)
@@ -537,10 +575,10 @@ fn suggestions(p: Planner) -> El {
                             let plan = s.plan.clone();
                             h("li")
                                 .cls(if s.fits { "fits" } else { "over" })
-                                .child(h("span").cls("title").text(&suggest::title(&s.fix, spec, lang)))
-                                .child(h("span").cls("effect").text(&suggest::effect(&s, units)))
+                                .child(h("span").cls("title").text(&s.title))
+                                .child(h("span").cls("effect").text(&s.effect))
                                 .child(h("span").cls("tag").text(if s.fits { Msg::FitsTag.t(lang) } else { Msg::StillOver.t(lang) }))
-                                .child(h("span").cls("cost").text(&suggest::cost(&s, &before, lang)))
+                                .child(h("span").cls("cost").text(&s.cost))
                                 .child(button("apply-suggestion", move || Msg::Apply.t(lang).into(), move || p.plan.set(plan.clone())))
                         })
                         .collect(),
@@ -556,17 +594,24 @@ fn share(p: Planner) -> El {
     let show_embed = RwSignal::new(false);
     let link = RwSignal::new(String::new());
     let copy = move || {
-        let url = p.link(false);
-        runtime::replace_query(&p.plan.with_untracked(|q| url::to_query(q, &p.view())));
-        link.set(url.clone());
-        runtime::copy_text(url, move |ok| copied.set(Some(ok)));
+        let copy_now = move |p: Planner| {
+            let Ok(url) = p.link(false) else { return copied.set(Some(false)) };
+            p.sync_address();
+            link.set(url.clone());
+            runtime::copy_text(url, move |ok| copied.set(Some(ok)));
+        };
+        if json::loaded() || !p.plan.with_untracked(|q| q.hf_config.is_some() || json::has_extra(q)) {
+            copy_now(p);
+        } else {
+            p.fetch_json(copy_now);
+        }
     };
     let snippet = move || {
         if !show_embed.get() {
             return String::new();
         }
         p.plan.track();
-        let src = p.link(true).replace('&', "&amp;").replace('"', "&quot;");
+        let src = p.live_link(true).replace('&', "&amp;").replace('"', "&quot;");
         format!("<iframe src=\"{src}\" width=\"720\" height=\"640\" style=\"border:0\" title=\"VRAM Planner\" loading=\"lazy\"></iframe>")
     };
     h("section")

@@ -85,8 +85,7 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             // Once the charts' chunk is in (the first chart to come into view fetches it),
             // this completes at once, before the frame.
             leptos::task::spawn_local(async move {
-                let drawn = paint(el, d, lang, units, size).await;
-                failure.try_set(drawn.err().map(|e| e.to_string()));
+                repaint(el, d, lang, units, size, failure).await;
             });
         })
     };
@@ -159,13 +158,10 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 let Some(size) = css.get_untracked() else { return redraw() };
                 let el = el.clone();
                 leptos::task::spawn_local(async move {
-                    match paint(el.clone(), d, lang, units, size).await {
-                        Ok(()) => {
-                            if let Ok(url) = el.to_data_url() {
-                                runtime::download_url(&name, &url);
-                            }
+                    if repaint(el.clone(), d, lang, units, size, failure).await {
+                        if let Ok(url) = el.to_data_url() {
+                            runtime::download_url(&name, &url);
                         }
-                        Err(e) => failure.set(Some(e.to_string())),
                     }
                 });
             }
@@ -214,36 +210,32 @@ fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
     }
 }
 
+/// Paints the chart and shows or clears its error line; true when it drew.
+async fn repaint(el: HtmlCanvasElement, d: Arc<ChartData>, lang: Lang, units: Units, size: (f64, f64), failure: RwSignal<Option<String>>) -> bool {
+    let drawn = paint(el, d, lang, units, size).await;
+    let ok = drawn.is_ok();
+    failure.try_set(drawn.err().map(|e| e.to_string()));
+    ok
+}
+
 fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
     (canvas.client_width() as f64, canvas.client_height() as f64)
 }
 
-/// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
-/// In a `split` build (`make dist`) this and [`svg`] are a split point: plotters and the charts'
-/// drawing code are a chunk fetched when the first chart comes near the viewport (below the fold
-/// on a laptop screen), not on first load.
-#[cfg(feature = "split")]
-#[wasm_split_helpers::wasm_split(charts, fallible)]
-fn paint(canvas: HtmlCanvasElement, data: Arc<ChartData>, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
-    draw(&canvas, &data, lang, units, css)
+split_point! { charts;
+    /// Sizes the canvas's backing store to its CSS box × `devicePixelRatio` and draws the chart.
+    /// A split point with [`svg`]: plotters and the charts' drawing code are a chunk fetched when
+    /// the first chart comes into view (below the fold on a laptop screen), not on first load.
+    fn paint(canvas: HtmlCanvasElement, data: Arc<ChartData>, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
+        draw(&canvas, &data, lang, units, css)
+    }
 }
 
-/// The chart as an SVG document, through the same backend type as the canvas (a split point
-/// with [`paint`]).
-#[cfg(feature = "split")]
-#[wasm_split_helpers::wasm_split(charts, fallible)]
-fn svg(data: Arc<ChartData>, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
-    svg_of(&data, lang, units, size)
-}
-
-#[cfg(not(feature = "split"))]
-async fn paint(canvas: HtmlCanvasElement, data: Arc<ChartData>, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
-    draw(&canvas, &data, lang, units, css)
-}
-
-#[cfg(not(feature = "split"))]
-async fn svg(data: Arc<ChartData>, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
-    svg_of(&data, lang, units, size)
+split_point! { charts;
+    /// The chart as an SVG document, through the same backend type as the canvas.
+    fn svg(data: Arc<ChartData>, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
+        svg_of(&data, lang, units, size)
+    }
 }
 
 fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {

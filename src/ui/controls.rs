@@ -24,10 +24,19 @@ fn set_batch(p: Planner, b: Option<u64>) {
     }
 }
 
+/// Where fetching a model family's code stands.
+#[derive(Clone, Copy, PartialEq)]
+enum Fetch {
+    Done,
+    Loading,
+    Failed,
+}
+
 /// The model picker, grouped by family, and the config.json paste box.
 pub fn model_picker(p: Planner) -> El {
     let plan = p.plan;
     let choice = Memo::new(move |_| plan.with(state::model_choice));
+    let fetch = RwSignal::new(Fetch::Done);
     let groups = h("select").id("model").testid("model").dyn_children(move || {
         let lang = p.lang.get();
         let current = choice.get();
@@ -54,23 +63,73 @@ pub fn model_picker(p: Planner) -> El {
         }
         out
     });
-    let groups = groups.dyn_value(move || choice.get()).on("change", move |ev| {
+    // The builders of all models but the ResNets are fetched on first use (presets::lazy): the plan
+    // changes once they are here, so it never holds a model the page cannot build.
+    let with_code = move |next: Plan| {
+        if crate::presets::lazy::ready_for(&next) {
+            fetch.set(Fetch::Done);
+            plan.set(next);
+            return;
+        }
+        fetch.set(Fetch::Loading);
+        leptos::task::spawn_local(async move {
+            if crate::presets::lazy::load().await {
+                fetch.set(Fetch::Done);
+                plan.set(next);
+            } else {
+                // (The picker goes back to the plan's model: its value tracks `fetch`.)
+                fetch.set(Fetch::Failed);
+            }
+        });
+    };
+    let groups = groups
+        .dyn_value(move || {
+            fetch.track();
+            choice.get()
+        })
+        .on("change", move |ev| {
         let id = value_of(&ev);
         if id != "custom" {
-            plan.update(|q| state::set_model(q, &id));
+            let mut next = plan.get_untracked();
+            state::set_model(&mut next, &id);
+            with_code(next);
         }
     });
     let text = RwSignal::new(String::new());
     let bad = RwSignal::new(false);
     let use_config = move || {
-        let mut q = plan.get_untracked();
-        let ok = text.with_untracked(|t| state::set_config(&mut q, t)).is_ok();
-        bad.set(!ok);
-        if ok {
-            plan.set(q);
+        let apply = move || {
+            let mut q = plan.get_untracked();
+            let ok = text.with_untracked(|t| state::set_config(&mut q, t)).is_ok();
+            bad.set(!ok);
+            if ok {
+                with_code(q);
+            }
+        };
+        if super::json::loaded() {
+            return apply();
         }
+        // The JSON reader is fetched on the first paste.
+        fetch.set(Fetch::Loading);
+        leptos::task::spawn_local(async move {
+            if super::json::load().await {
+                fetch.set(Fetch::Done);
+                apply();
+            } else {
+                fetch.set(Fetch::Failed);
+            }
+        });
     };
-    field("field model").child(label("model", tr(p, Msg::Model))).child(groups).child(
+    let fetch_note = h("p")
+        .cls("loading")
+        .testid("model-code")
+        .attr("role", "status")
+        .show(move || fetch.get() != Fetch::Done)
+        .dyn_text(move || match fetch.get() {
+            Fetch::Failed => Msg::ModelCodeUnavailable.t(p.lang.get()).to_string(),
+            _ => Msg::ModelCodeLoading.t(p.lang.get()).to_string(),
+        });
+    field("field model").child(label("model", tr(p, Msg::Model))).child(groups).child(fetch_note).child(
         h("details")
             .cls("paste")
             .testid("config")

@@ -1,8 +1,6 @@
 //! Downloads of the breakdown: CSV (one row per component, with its formula) and JSON (the plan
 //! and the rows). Cells that a spreadsheet would run as a formula are quoted with a leading `'`.
 
-use serde::Serialize;
-
 use crate::estimator::config::Plan;
 
 use super::charts::Table;
@@ -28,17 +26,10 @@ pub fn breakdown_csv(rows: &[Row]) -> String {
     out
 }
 
-#[derive(Serialize)]
-struct Export<'a> {
-    plan: &'a Plan,
-    /// Whether the numbers come from a full simulation at this batch.
-    exact: bool,
-    rows: &'a [Row],
-}
-
-/// The breakdown as JSON: the plan and its rows (bytes as integers).
-pub fn breakdown_json(plan: &Plan, exact: bool, rows: &[Row]) -> String {
-    serde_json::to_string_pretty(&Export { plan, exact, rows }).unwrap_or_else(|_| "{}".into())
+/// The breakdown as JSON: the plan and its rows (bytes as integers). Err until the JSON code is
+/// fetched ([`super::json::load`]).
+pub fn breakdown_json(plan: &Plan, exact: bool, rows: &[Row]) -> Result<String, super::json::NotLoaded> {
+    super::json::breakdown(plan, exact, rows)
 }
 
 /// A chart's table as CSV.
@@ -83,7 +74,7 @@ mod tests {
         let csv = breakdown_csv(&rows);
         assert!(csv.starts_with("key,component,bytes,formula\nparams,Parameters,"));
         assert_eq!(csv.lines().count(), rows.len() + 1);
-        let json: serde_json::Value = serde_json::from_str(&breakdown_json(&plan, false, &rows)).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&breakdown_json(&plan, false, &rows).unwrap()).unwrap();
         assert_eq!(json["plan"]["model"], "resnet18");
         assert_eq!(json["rows"][0]["key"], "params");
         assert_eq!(json["rows"][0]["bytes"], n.category(crate::estimator::timeline::Category::Params).0);

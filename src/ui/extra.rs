@@ -61,27 +61,26 @@ impl From<wasm_split_helpers::SplitLoaderError> for ChunkUnavailable {
     }
 }
 
-/// [`panels`] built under `owner`. In a `split` build (`make dist`) this is a split point: the
-/// panels and all that only they reach (the parallelism, serving and comparison models, their
-/// charts) leave the first load for a chunk fetched the first time the section opens. Err when
-/// that fetch fails (offline before the service worker had cached it).
-#[cfg(feature = "split")]
-#[wasm_split_helpers::wasm_split(panels, fallible)]
-pub fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
-    Ok(owner.with(|| panels(plan, lang, units)))
+split_point! { panels;
+    /// [`panels`] built under `owner`: the panels and all that only they reach (the parallelism,
+    /// serving and comparison models, their charts) leave the first load for a chunk fetched the
+    /// first time the section opens. Err when that fetch fails (offline before the service worker
+    /// had cached it).
+    pub fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
+        Ok(owner.with(|| panels(plan, lang, units)))
+    }
 }
 
 /// Fetches the panels' chunk (at most once) without building them, so the page can check the
 /// section is still open before it builds them.
 #[cfg(feature = "split")]
 pub async fn load_panels() -> Result<(), ChunkUnavailable> {
-    Ok(__wasm_split_preload_panels_under().await?)
-}
-
-/// [`panels`] built under `owner` (without the `split` feature they are in the one module).
-#[cfg(not(feature = "split"))]
-pub async fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
-    Ok(owner.with(|| panels(plan, lang, units)))
+    __wasm_split_preload_panels_under().await?;
+    // The panels size language models (their plans are their own, not the page's): they need
+    // the lazily fetched builders whatever the page shows.
+    // They also read and write settings as JSON.
+    let ok = crate::presets::lazy::load().await && super::json::load().await;
+    ok.then_some(()).ok_or(ChunkUnavailable)
 }
 
 /// Nothing to fetch without the `split` feature.

@@ -246,6 +246,8 @@ messages! {
     Largest => "largest that fits", "最大可容纳";
     Total => "Total", "合计";
     MorePanels => "Mode, parallelism and comparison", "模式、并行与对比";
+    ModelCodeLoading => "Fetching this model family's code (once)…", "正在获取该模型系列的代码（仅一次）…";
+    ModelCodeUnavailable => "This model's code could not be fetched: check the connection and pick it again.", "无法获取该模型的代码：请检查网络连接后重新选择。";
     PanelsLoading => "Loading this section…", "正在加载此部分…";
     ChunkUnavailable => "This section could not be loaded (it is fetched the first time it opens): check the connection, then close and reopen it.", "无法加载此部分（首次打开时才下载）：请检查网络连接，然后关闭并重新打开。";
     // The mode panel.

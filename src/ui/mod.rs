@@ -9,12 +9,31 @@ pub mod charts;
 pub mod explain;
 pub mod export;
 pub mod i18n;
+pub mod json;
 pub mod model;
 pub mod state;
 pub mod suggest;
 pub mod url;
 pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
 pub mod scale_logic; // ui2: issue #5 parallelism panel logic
+
+/// Declares a split point. In a `split` build (`make dist`) a `#[wasm_split]` function: its code
+/// and all that only it reaches leave the first load for the named chunk, fetched on the first
+/// call. Otherwise an async function with the same body, so callers await both alike. Either way
+/// a failed fetch comes back as the declared error (`From<SplitLoaderError>`).
+#[cfg(target_arch = "wasm32")]
+macro_rules! split_point {
+    ($chunk:ident; $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
+        #[cfg(feature = "split")]
+        $(#[$m])*
+        #[wasm_split_helpers::wasm_split($chunk, fallible)]
+        $vis fn $name($($arg: $ty),*) -> $ret $body
+
+        #[cfg(not(feature = "split"))]
+        $(#[$m])*
+        $vis async fn $name($($arg: $ty),*) -> $ret $body
+    };
+}
 
 #[cfg(target_arch = "wasm32")]
 mod app;
@@ -40,5 +59,24 @@ pub use app::{App, Planner};
 #[cfg(target_arch = "wasm32")]
 pub fn mount() {
     console_error_panic_hook::set_once();
-    leptos::mount::mount_to_body(App);
+    // A link to a model other than a ResNet needs its builder (a chunk of their own in a `split`
+    // build) before the page can judge its plan; the default page does not.
+    // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.
+    let query = runtime::location_query();
+    let (seq, json) = (url::wants_lazy_models(&query), url::wants_json(&query));
+    if (seq && !crate::presets::lazy::loaded()) || (json && !json::loaded()) {
+        leptos::task::spawn_local(async move {
+            // Failed (offline before the service worker cached them): the link's settings are
+            // then reported as unusable and the page opens on its defaults.
+            if seq {
+                crate::presets::lazy::load().await;
+            }
+            if json {
+                json::load().await;
+            }
+            leptos::mount::mount_to_body(App);
+        });
+    } else {
+        leptos::mount::mount_to_body(App);
+    }
 }

@@ -11,6 +11,7 @@
 //! drawn, so input stays responsive while charts fill in.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
 use crate::estimator::config::{Checkpointing, Plan};
@@ -116,9 +117,24 @@ pub fn model_plan(plan: &Plan) -> Plan {
     Plan { batch: 1, gpu: None, ..plan.clone() }
 }
 
-/// Cache key of a plan's model (its JSON without batch and GPU).
-pub fn model_key(plan: &Plan) -> String {
-    serde_json::to_string(&model_plan(plan)).unwrap_or_default()
+/// Cache key of a plan's model: the plan without its batch and GPU, compared whole. Hashed on
+/// the few fields that tell cached models apart (equal keys still hash equal), so a lookup per
+/// slider step costs no serialisation and the page's first load carries no JSON writer for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelKey(Plan);
+
+/// Plans come from validated input: no NaN in them, so equality is reflexive.
+impl Eq for ModelKey {}
+
+impl Hash for ModelKey {
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        let p = &self.0;
+        (&p.model, p.res, p.seq, p.accumulation, p.dtype, p.ckpt).hash(h);
+    }
+}
+
+pub fn model_key(plan: &Plan) -> ModelKey {
+    ModelKey(model_plan(plan))
 }
 
 impl BatchModel {
@@ -288,17 +304,17 @@ pub const CACHE_MODELS: usize = 64;
 /// The cache of models and the other results, and the list of what is still missing.
 #[derive(Default)]
 pub struct Workbench {
-    models: HashMap<String, Rc<Result<BatchModel, EstimateError>>>,
-    order: VecDeque<String>,
-    max_batches: HashMap<String, Result<Option<u64>, EstimateError>>,
+    models: HashMap<ModelKey, Rc<Result<BatchModel, EstimateError>>>,
+    order: VecDeque<ModelKey>,
+    max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, EstimateError>>,
     exact: Option<(Plan, Result<Estimate, EstimateError>)>,
-    ckpt: HashMap<String, CkptInfo>,
+    ckpt: HashMap<ModelKey, CkptInfo>,
     /// Simulations run so far (for tests and the page's diagnostics).
     pub simulations: u64,
 }
 
-fn max_batch_key(plan: &Plan) -> String {
-    format!("{}|{}", model_key(plan), plan.gpu.as_deref().unwrap_or(""))
+fn max_batch_key(plan: &Plan) -> (ModelKey, Option<String>) {
+    (model_key(plan), plan.gpu.clone())
 }
 
 impl Workbench {
@@ -313,11 +329,14 @@ impl Workbench {
         }
         let m = Rc::new(BatchModel::new(plan));
         self.simulations += 2;
-        self.insert(model_key(plan), m.clone());
+        // Not kept: the same plan builds once its code has been fetched.
+        if !matches!(*m, Err(EstimateError::CodeNotLoaded)) {
+            self.insert(model_key(plan), m.clone());
+        }
         m
     }
 
-    fn insert(&mut self, key: String, m: Rc<Result<BatchModel, EstimateError>>) {
+    fn insert(&mut self, key: ModelKey, m: Rc<Result<BatchModel, EstimateError>>) {
         if self.models.insert(key.clone(), m).is_none() {
             self.order.push_back(key);
         }
@@ -358,13 +377,20 @@ impl Workbench {
             return *i;
         }
         let info = CkptInfo::probe(plan);
-        self.ckpt.insert(key, info);
+        if crate::presets::lazy::ready_for(plan) {
+            self.ckpt.insert(key, info);
+        }
         info
     }
 
     /// The first missing piece of work, most important first: the plan's model, its exact
     /// estimate (when wanted), its largest batch (when a GPU is chosen), then `wants.models`.
     pub fn next_job(&self, plan: &Plan, wants: &Wants) -> Option<Job> {
+        // Nothing to run until the plan's code is here (the page fetches it before it sets such
+        // a plan; this only keeps a stray one from spinning).
+        if !crate::presets::lazy::ready_for(plan) {
+            return None;
+        }
         let Some(m) = self.cached(plan) else {
             return Some(Job::Model(model_plan(plan)));
         };
@@ -374,7 +400,7 @@ impl Workbench {
         if m.is_ok() && plan.gpu.is_some() && self.max_batch(plan).is_none() {
             return Some(Job::MaxBatch(Plan { batch: 1, ..plan.clone() }));
         }
-        wants.models.iter().find(|p| self.cached(p).is_none()).map(|p| Job::Model(model_plan(p)))
+        wants.models.iter().find(|p| crate::presets::lazy::ready_for(p) && self.cached(p).is_none()).map(|p| Job::Model(model_plan(p)))
     }
 
     /// Runs one job.
@@ -543,10 +569,12 @@ mod tests {
     #[test]
     fn cache_is_bounded() {
         let mut wb = Workbench::new();
+        let key = |r: u64| model_key(&Plan { res: Some(32 + r), ..Plan::new("resnet50") });
         for r in 0..(CACHE_MODELS as u64 + 5) {
-            wb.insert(format!("k{r}"), Rc::new(Err(EstimateError::TooLarge)));
+            wb.insert(key(r), Rc::new(Err(EstimateError::TooLarge)));
         }
         assert_eq!(wb.models.len(), CACHE_MODELS);
-        assert!(!wb.models.contains_key("k0"));
+        assert!(!wb.models.contains_key(&key(0)));
+        assert!(wb.models.contains_key(&key(CACHE_MODELS as u64 + 4)));
     }
 }

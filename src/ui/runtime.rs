@@ -21,6 +21,9 @@ thread_local! {
     static WB: RefCell<Workbench> = RefCell::new(Workbench::new());
     static PUMP_SCHEDULED: Cell<bool> = const { Cell::new(false) };
     static LAST_CHANGE: Cell<f64> = const { Cell::new(0.0) };
+    static FETCHING_SUGGESTIONS: Cell<bool> = const { Cell::new(false) };
+    /// The page the pump works for (woken when fetched code arrives).
+    static PUMPED: Cell<Option<Planner>> = const { Cell::new(None) };
 }
 
 /// How long the plan must stay unchanged before the exact estimate runs (so dragging a slider
@@ -55,6 +58,22 @@ fn schedule_pump(p: Planner, delay_ms: f64) {
     }
 }
 
+/// Fetches the suggestions' code once; when it is here, what reads the workbench reads it
+/// again and the pump wakes to simulate the candidates.
+fn fetch_suggestions() {
+    if FETCHING_SUGGESTIONS.with(|f| f.replace(true)) {
+        return;
+    }
+    leptos::task::spawn_local(async {
+        let ok = suggest::load().await;
+        FETCHING_SUGGESTIONS.with(|f| f.set(false));
+        if let (true, Some(p)) = (ok, PUMPED.with(Cell::get)) {
+            p.version.update(|v| *v += 1);
+            schedule_pump(p, 0.0);
+        }
+    });
+}
+
 /// What the page wants simulated for `plan`, most visible first: the suggestions' variants
 /// (only when it does not fit), the input-size sweep, the checkpointing sweep.
 pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants {
@@ -65,7 +84,12 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     if let (Some(g), false) = (gpu, embed) {
         let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
         if over {
-            models.extend(suggest::candidates(plan, &info, g.memory, &|p| w.numbers(p)).into_iter().map(|c| c.plan));
+            // The suggestions' code is fetched the first time a plan does not fit; the pump is
+            // woken again once it is here.
+            match suggest::candidate_plans(suggest::Ask::Plans { plan, info: &info, capacity: g.memory, numbers_of: &|p| w.numbers(p) }) {
+                Ok(plans) => models.extend(plans),
+                Err(_) => fetch_suggestions(),
+            }
         }
     }
     models.extend(charts::length_plans(plan));
@@ -79,6 +103,7 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
 /// has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
     PUMP_SCHEDULED.with(|s| s.set(false));
+    PUMPED.with(|x| x.set(Some(p)));
     let Some(plan) = p.plan.try_get_untracked() else { return };
     let quiet = now() - LAST_CHANGE.with(|c| c.get());
     let exact = quiet >= SETTLE_MS;
@@ -93,6 +118,8 @@ fn run_pump(p: Planner) {
             schedule_pump(p, 0.0);
         }
         None if !exact => schedule_pump(p, SETTLE_MS - quiet),
+        // (Not idle while code it needs is on its way.)
+        None if FETCHING_SUGGESTIONS.with(Cell::get) => {}
         None => {
             p.idle.set(true);
         }

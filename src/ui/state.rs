@@ -4,6 +4,7 @@
 
 use crate::estimator::config::{Checkpointing, Plan};
 use crate::estimator::error::EstimateError;
+use crate::estimator::units::parse_decimal;
 use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
 use crate::presets::gpus::{self, GPUS};
 use crate::presets::models::{self, Family, InputKind, MODELS};
@@ -39,7 +40,12 @@ pub fn slider_to_batch(pos: u32) -> u64 {
 
 /// Reads a slider's value (`"734"`); `None` when it is not a position.
 pub fn parse_slider(s: &str) -> Option<u64> {
-    s.trim().parse::<f64>().ok().filter(|p| p.is_finite() && *p >= 0.0).map(|p| slider_to_batch(p.round().min(u32::MAX as f64) as u32))
+    // (A browser writes plain decimals; an exponent is taken too, so an absurd value clamps.)
+    let s = s.trim();
+    let (m, e) = s.split_once(['e', 'E']).unwrap_or((s, "0"));
+    let e: i32 = e.strip_prefix('+').unwrap_or(e).parse().ok()?;
+    let p = parse_decimal(m)? * 10f64.powi(e.clamp(-400, 400));
+    Some(slider_to_batch(p.round().min(u32::MAX as f64) as u32))
 }
 
 /// Reads the batch number box. Any whole number is taken, even 0 or one above the slider's range:
@@ -204,11 +210,11 @@ pub fn gpu_of(plan: &Plan) -> Option<gpus::Gpu> {
 /// Whether the plan's model is a decoder whose causal mask the batch's padding decides (GPT-2,
 /// LLaMA, Mistral, Qwen2 — not BERT, whose mask is bidirectional, nor vision models).
 pub fn has_causal_mask(plan: &Plan) -> bool {
-    let kind = |c: &serde_json::Value| c.get("model_type").and_then(|t| t.as_str()).map(|t| t != "bert");
-    match &plan.hf_config {
-        Some(c) => kind(c).unwrap_or(false),
-        None => models::text_config(&plan.model).and_then(|c| kind(&c)).unwrap_or(false),
-    }
+    let kind = match &plan.hf_config {
+        Some(c) => c.get("model_type").and_then(|t| t.as_str()),
+        None => models::text_model_type(&plan.model),
+    };
+    kind.is_some_and(|t| t != "bert")
 }
 
 /// The checkpointing picker's choices for a model: `(value, English label, Chinese label)`.
@@ -301,7 +307,7 @@ pub fn set_model(plan: &mut Plan, id: &str) {
 /// Uses a pasted `config.json`. Only its JSON shape is checked here; the estimator says what it
 /// cannot model.
 pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), EstimateError> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| EstimateError::BadHfConfig(e.to_string()))?;
+    let v = super::json::parse(text).map_err(|_| EstimateError::CodeNotLoaded)?.map_err(EstimateError::BadHfConfig)?;
     if !v.is_object() {
         return Err(EstimateError::BadHfConfig("a config.json is a JSON object".into()));
     }
@@ -347,12 +353,12 @@ pub fn gpu_choice(plan: &Plan) -> String {
 
 /// The custom capacity in GiB, if the plan has one.
 pub fn custom_gib(plan: &Plan) -> Option<f64> {
-    plan.gpu.as_deref()?.strip_prefix("custom:")?.parse().ok()
+    parse_decimal(plan.gpu.as_deref()?.strip_prefix("custom:")?)
 }
 
 /// A custom capacity as a GPU id (`custom:24`); `None` unless a positive, finite size.
 pub fn custom_gpu(gib: &str) -> Option<String> {
-    let v: f64 = gib.trim().parse().ok()?;
+    let v = parse_decimal(gib.trim())?;
     let id = format!("custom:{}", trim_float(v));
     gpus::find(&id).map(|_| id)
 }

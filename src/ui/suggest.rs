@@ -286,6 +286,66 @@ pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
     parts.join(if zh { "；" } else { "; " })
 }
 
+/// A suggestion as the page lists it: the plan it applies, whether it fits, and its texts.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Shown {
+    pub plan: Plan,
+    pub fits: bool,
+    pub title: String,
+    pub effect: String,
+    pub cost: String,
+}
+
+/// Gives a plan's numbers, `None` while its model is still being simulated.
+pub type NumbersOf<'a> = &'a dyn Fn(&Plan) -> Option<Numbers>;
+
+/// What the page asks of the suggestions' code: it only runs when a plan does not fit, so a
+/// `split` build fetches it then ([`crate::lazy_chunk`]).
+#[derive(Clone, Copy)]
+pub enum Ask<'a> {
+    /// The candidates' plans, for the page to simulate.
+    Plans { plan: &'a Plan, info: &'a CkptInfo, capacity: Bytes, numbers_of: NumbersOf<'a> },
+    /// The ranked suggestions, with their texts.
+    Shown { plan: &'a Plan, current: &'a Numbers, info: &'a CkptInfo, capacity: Bytes, numbers_of: NumbersOf<'a>, spec: InputSpec, lang: Lang, units: Units },
+}
+
+pub enum Answer {
+    Plans(Vec<Plan>),
+    Shown(Vec<Shown>),
+}
+
+fn answer(ask: Ask<'_>) -> Answer {
+    match ask {
+        Ask::Plans { plan, info, capacity, numbers_of } => Answer::Plans(candidates(plan, info, capacity, numbers_of).into_iter().map(|c| c.plan).collect()),
+        Ask::Shown { plan, current, info, capacity, numbers_of, spec, lang, units } => {
+            let cands = candidates(plan, info, capacity, numbers_of);
+            let shown = evaluate(current, capacity, &cands, numbers_of)
+                .into_iter()
+                .map(|s| Shown { title: title(&s.fix, spec, lang), effect: effect(&s, units), cost: cost(&s, plan, lang), fits: s.fits, plan: s.plan })
+                .collect();
+            Answer::Shown(shown)
+        }
+    }
+}
+
+crate::lazy_chunk!(suggestions, suggest_split, suggest_preload, fn answer(Ask<'_>) -> Answer);
+
+/// The candidates' plans (see [`candidates`]); Err until the code is fetched ([`load`]).
+pub fn candidate_plans(ask: Ask<'_>) -> Result<Vec<Plan>, crate::split::NotLoaded> {
+    match call(ask)? {
+        Answer::Plans(p) => Ok(p),
+        Answer::Shown(_) => Ok(Vec::new()),
+    }
+}
+
+/// The ranked suggestions with their texts; Err until the code is fetched ([`load`]).
+pub fn shown(ask: Ask<'_>) -> Result<Vec<Shown>, crate::split::NotLoaded> {
+    match call(ask)? {
+        Answer::Shown(s) => Ok(s),
+        Answer::Plans(_) => Ok(Vec::new()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

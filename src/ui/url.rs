@@ -14,6 +14,7 @@ use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
 use crate::presets::{gpus, models};
 
 use super::i18n::{Lang, Units};
+use super::json;
 use super::model::{model_plan, CkptInfo};
 use super::state::{self, InputSpec};
 
@@ -89,37 +90,6 @@ impl Parsed {
 }
 
 const KEYS: [&str; 17] = ["model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn", "gpu", "lang", "units", "embed", "chart", "x"];
-
-/// The plan's own keys that have a query key of their own (everything else goes in `x`).
-const OWN_KEYS: [&str; 12] = ["model", "hf_config", "batch", "res", "seq", "dtype", "opt", "optimizer_impl", "ckpt", "attn", "accumulation", "gpu"];
-
-/// The longest `x` or `cfg` value read.
-pub const MAX_JSON: usize = 16 * 1024;
-
-/// The plan's settings without a query key of their own that differ from the defaults, as a
-/// JSON object (`None` when all are at their defaults).
-fn extra_settings(plan: &Plan) -> Option<serde_json::Map<String, serde_json::Value>> {
-    let serde_json::Value::Object(mine) = serde_json::to_value(plan).ok()? else { return None };
-    let serde_json::Value::Object(default) = serde_json::to_value(Plan::default()).ok()? else { return None };
-    let extra: serde_json::Map<_, _> = mine.into_iter().filter(|(k, v)| !OWN_KEYS.contains(&k.as_str()) && default.get(k) != Some(v)).collect();
-    (!extra.is_empty()).then_some(extra)
-}
-
-/// `plan` with the settings of an `x` object applied; `None` if they do not make a plan.
-fn with_extra(plan: &Plan, x: &str) -> Option<Plan> {
-    if x.len() > MAX_JSON {
-        return None;
-    }
-    let serde_json::Value::Object(extra) = serde_json::from_str(x).ok()? else { return None };
-    let serde_json::Value::Object(mut base) = serde_json::to_value(plan).ok()? else { return None };
-    for (k, v) in extra {
-        if OWN_KEYS.contains(&k.as_str()) {
-            return None;
-        }
-        base.insert(k, v);
-    }
-    serde_json::from_value(serde_json::Value::Object(base)).ok()
-}
 
 /// Decodes `%XX` escapes and `+`; `None` for a broken escape or bytes that are not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
@@ -200,6 +170,27 @@ fn ckpt(v: &str) -> Option<Checkpointing> {
         return None;
     }
     Checkpointing::parse(v).ok().filter(|c| !matches!(c, Checkpointing::Segments(k) if *k > 4096))
+}
+
+/// Whether the plan a query string asks for needs the builders behind [`crate::presets::lazy`]
+/// (all but the ResNets'): a `cfg`, or a `model` whose builder is deferred. Judged before
+/// [`parse_query`], which builds the plan to check it.
+pub fn wants_lazy_models(query: &str) -> bool {
+    let q = query.strip_prefix('?').unwrap_or(query);
+    q.split('&').take(MAX_PAIRS).any(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        match percent_decode(k).as_deref() {
+            Some("cfg") => true,
+            Some("model") => percent_decode(v).and_then(|m| models::find(&m)).is_some_and(crate::presets::lazy::deferred),
+            _ => false,
+        }
+    })
+}
+
+/// Whether a query string has a `cfg` or an `x`: JSON, read with [`json`]'s code.
+pub fn wants_json(query: &str) -> bool {
+    let q = query.strip_prefix('?').unwrap_or(query);
+    q.split('&').take(MAX_PAIRS).any(|pair| matches!(percent_decode(pair.split_once('=').map_or(pair, |(k, _)| k)).as_deref(), Some("cfg" | "x")))
 }
 
 /// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
@@ -283,8 +274,9 @@ pub fn parse_query(query: &str) -> Parsed {
     }
 
     if let Some(x) = get("x") {
-        match with_extra(plan, x) {
-            Some(p) if build_graph(&model_plan(&p)).is_ok() => *plan = p,
+        // (Not fetched: the page fetches the JSON code before it reads a link with `x`.)
+        match json::apply_extra(plan, x) {
+            Ok(Some(p)) if build_graph(&model_plan(&p)).is_ok() => *plan = p,
             _ => reject(&mut out.rejected, "x"),
         }
     }
@@ -331,10 +323,11 @@ fn reject(list: &mut Vec<&'static str>, key: &'static str) {
 
 /// The query string (without `?`) for a plan and view. Keys that do not apply to the model are
 /// left out; the language, units and embed settings only when they differ from the defaults.
-pub fn to_query(plan: &Plan, view: &View) -> String {
+/// Err while a `cfg` or `x` needs the JSON code and it has not been fetched ([`json::load`]).
+pub fn to_query(plan: &Plan, view: &View) -> Result<String, json::NotLoaded> {
     let mut q: Vec<(&str, String)> = Vec::new();
     match &plan.hf_config {
-        Some(cfg) => q.push(("cfg", serde_json::to_string(cfg).unwrap_or_default())),
+        Some(cfg) => q.push(("cfg", json::config_text(cfg)?)),
         None => q.push(("model", plan.model.clone())),
     }
     q.push(("batch", plan.batch.to_string()));
@@ -359,8 +352,8 @@ pub fn to_query(plan: &Plan, view: &View) -> String {
     if let Some(g) = &plan.gpu {
         q.push(("gpu", g.clone()));
     }
-    if let Some(x) = extra_settings(plan) {
-        q.push(("x", serde_json::Value::Object(x).to_string()));
+    if let Some(x) = json::extra(plan)? {
+        q.push(("x", x));
     }
     if let Some(l) = view.lang.filter(|l| *l != Lang::En) {
         q.push(("lang", l.code().into()));
@@ -374,7 +367,7 @@ pub fn to_query(plan: &Plan, view: &View) -> String {
             q.push(("chart", view.chart.code().into()));
         }
     }
-    q.iter().map(|(k, v)| format!("{k}={}", percent_encode(v))).collect::<Vec<_>>().join("&")
+    Ok(q.iter().map(|(k, v)| format!("{k}={}", percent_encode(v))).collect::<Vec<_>>().join("&"))
 }
 
 #[cfg(test)]
@@ -382,11 +375,25 @@ mod tests {
     use super::*;
 
     fn round_trip(plan: &Plan, view: &View) {
-        let q = to_query(plan, view);
+        let q = to_query(plan, view).unwrap();
         let back = parse_query(&q);
         assert!(!back.has_problems(), "{q}: {:?}", back.rejected);
         assert_eq!(&back.plan, plan, "{q}");
         assert_eq!(&back.view, view, "{q}");
+    }
+
+    #[test]
+    fn json_links_are_told_apart_before_parsing() {
+        for (q, yes) in [("", false), ("?model=gpt2&batch=8", false), ("x=%7B%7D", true), ("?model=gpt2&cfg=%7B%7D", true), ("%78=1", true), ("xx=1", false)] {
+            assert_eq!(wants_json(q), yes, "{q}");
+        }
+    }
+
+    #[test]
+    fn lazy_model_links_are_told_apart_before_parsing() {
+        for (q, yes) in [("", false), ("?model=resnet50&batch=8", false), ("model=unet", true), ("model=wide_resnet50_2", false), ("?model=gpt2", true), ("batch=4&model=llama-3-70b", true), ("model=vit_b_16", true), ("model=lstm-lm", true), ("cfg=%7B%7D", true), ("model=nonsense", false), ("%6Dodel=gpt2", true)] {
+            assert_eq!(wants_lazy_models(q), yes, "{q}");
+        }
     }
 
     #[test]
@@ -422,11 +429,11 @@ mod tests {
         plan.mode = crate::estimator::config::Mode::Finetune;
         plan.lora = Some(serde_json::from_str(r#"{"rank": 16}"#).unwrap());
         plan.quantization = crate::estimator::config::Quantization::Nf4;
-        let q = to_query(&plan, &View::default());
+        let q = to_query(&plan, &View::default()).unwrap();
         assert!(q.contains("&x=%7B"), "{q}");
         round_trip(&plan, &View::default());
         let unpadded = Plan { causal_mask: crate::estimator::config::CausalMask::Skipped, gpu: Some("h100-80".into()), ..Plan::new("gpt2") };
-        assert!(to_query(&unpadded, &View::default()).contains("causal_mask"));
+        assert!(to_query(&unpadded, &View::default()).unwrap().contains("causal_mask"));
         round_trip(&unpadded, &View::default());
         // A hostile or broken `x` is refused whole; what it cannot set is refused too.
         for bad in ["x=%7B%22batch%22%3A5%7D", "x=%7B%22nope%22%3A1%7D", "x=%5B1%5D", "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D"] {

@@ -1,0 +1,96 @@
+//! Every model builder but the ResNets' (language models, pasted config.json files, ViTs, the
+//! LSTM, the other CNNs) behind one seam, so that the page can fetch their code only when a plan
+//! first needs it. A page built with the `split` feature keeps them, and the code that only they
+//! reach (attention, LoRA and quantised linears, the config.json reader, depthwise and
+//! transposed convolutions), in a WebAssembly chunk: the default plan is ResNet-50, so the first
+//! load does without it. Once fetched, calls into
+//! the chunk run synchronously, so the estimator stays synchronous. Every other build (native,
+//! the CLI, tests) links the builders directly and is always ready.
+
+use crate::estimator::config::{BuildCtx, Plan};
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::Graph;
+
+use super::models::{self, Family};
+use super::{cnn, hf, rnn, vit};
+
+/// A model whose builder lives behind the seam.
+#[derive(Clone, Copy, Debug)]
+pub enum LazyModel<'a> {
+    /// A language-model preset, by id.
+    Text(&'static str),
+    /// A pasted Hugging Face config.json.
+    Config(&'a serde_json::Value),
+    Vit(vit::VitConfig),
+    Lstm(rnn::LstmLmConfig),
+    /// A CNN preset other than the ResNets, by id.
+    Cnn(&'static str),
+}
+
+fn build_now(m: LazyModel<'_>, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
+    match m {
+        LazyModel::Text(id) => models::text_preset(id, ctx),
+        LazyModel::Config(cfg) => hf::build_from_config(cfg, ctx),
+        LazyModel::Vit(cfg) => vit::vit(ctx, cfg),
+        LazyModel::Lstm(cfg) => rnn::lstm_lm(ctx, cfg),
+        LazyModel::Cnn(id) => match id {
+            "mobilenet_v2" => cnn::mobilenet_v2(ctx),
+            "mobilenet_v3_small" => cnn::mobilenet_v3(ctx, false),
+            "mobilenet_v3_large" => cnn::mobilenet_v3(ctx, true),
+            "efficientnet_b0" => cnn::efficientnet_b0(ctx),
+            "vgg16" => cnn::vgg16(ctx),
+            "convnext_tiny" => cnn::convnext_tiny(ctx),
+            "plainconv128" => cnn::plainconv128(ctx),
+            "unet" => cnn::unet(ctx),
+            _ => Err(EstimateError::UnknownModel(id.into())),
+        },
+    }
+}
+
+/// Whether a preset's builder is behind the seam: all but the ResNets'.
+pub fn deferred(preset: &models::ModelPreset) -> bool {
+    preset.family != Family::Cnn || !preset.id.contains("resnet")
+}
+
+/// Whether building `plan` needs the code behind the seam.
+pub fn needed_by(plan: &Plan) -> bool {
+    plan.hf_config.is_some() || models::find(&plan.model).is_none_or(deferred)
+}
+
+/// Whether `plan` can be built now (its code is here).
+pub fn ready_for(plan: &Plan) -> bool {
+    loaded() || !needed_by(plan)
+}
+
+crate::lazy_chunk!(models, models_split, models_preload, fn build_op(Request<'_>) -> Result<Graph, EstimateError>);
+
+/// A build request: what to build and with which settings.
+#[derive(Clone, Copy)]
+pub struct Request<'a>(LazyModel<'a>, &'a BuildCtx);
+
+fn build_op(Request(m, ctx): Request<'_>) -> Result<Graph, EstimateError> {
+    build_now(m, ctx)
+}
+
+/// Builds `m` (an error, never a wrong graph, if its code has not been fetched).
+pub fn build(m: LazyModel<'_>, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
+    call(Request(m, ctx)).unwrap_or(Err(EstimateError::CodeNotLoaded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_resnets_do_without_the_seam() {
+        for m in models::MODELS {
+            assert_eq!(needed_by(&Plan::new(m.id)), !m.id.contains("resnet"), "{}", m.id);
+        }
+        let mut pasted = Plan::new("resnet50");
+        pasted.hf_config = Some(serde_json::json!({"model_type": "gpt2"}));
+        assert!(needed_by(&pasted));
+        assert!(needed_by(&Plan::new("no-such-model")));
+        // Natively the builders are linked in: always ready.
+        assert!(ready_for(&Plan::new("gpt2")));
+    }
+}
