@@ -125,7 +125,7 @@ size: dist
 
 # --- tests ---------------------------------------------------------------------------------
 
-test: test-native test-wasm test-e2e
+test: test-native test-wasm test-e2e size
 
 test-native: fetch
 	@echo "==> native: cargo test"

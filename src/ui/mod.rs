@@ -65,7 +65,8 @@ pub fn mount() {
     let query = runtime::location_query();
     let (seq, json) = (url::wants_lazy_models(&query), url::wants_json(&query));
     if (seq && !crate::presets::lazy::loaded()) || (json && !json::loaded()) {
-        leptos::task::spawn_local(async move {
+        // (Leptos's executor starts with the mount: this runs on wasm-bindgen's.)
+        wasm_bindgen_futures::spawn_local(async move {
             // Failed (offline before the service worker cached them): the link's settings are
             // then reported as unusable and the page opens on its defaults.
             if seq {

@@ -464,6 +464,7 @@ test('speed: interactive time and first-load weight', async () => {
   const forPanels = [...fetched].filter((f) => lazy.includes(f) && !forCharts.includes(f));
   check(forPanels.length > 0, `opening the panels fetched no chunk: ${[...fetched].join(', ')}`);
   await ctx.close();
+  check(gz <= 200_000, `the first load is ${(gz / 1000).toFixed(1)} KB gzip: over the 200 KB budget`);
   console.log(`    first load: ${(gz / 1000).toFixed(1)} KB gzip in all, ${first.length} files (budget 200 KB: ${gz <= 200_000 ? 'met' : 'OVER'})`);
   for (const f of first.sort()) console.log(`      ${f.padEnd(44)} ${(gzOf(f) / 1000).toFixed(1).padStart(7)} KB`);
   const kb = (fs) => `${(fs.reduce((sum, f) => sum + gzOf(f), 0) / 1000).toFixed(1)} KB gzip (${fs.join(', ')})`;
