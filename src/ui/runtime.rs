@@ -82,8 +82,11 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     let mut models = Vec::new();
     let gpu = state::gpu_of(plan);
     if let (Some(g), false) = (gpu, embed) {
+        // Only once input has settled: the candidates move with the batch (the largest input
+        // that fits, the accumulation split), so each slider step would ask for new
+        // simulations, and one running when the next input arrives delays its frame.
         let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
-        if over {
+        if over && exact {
             // The suggestions' code is fetched the first time a plan does not fit; the pump is
             // woken again once it is here.
             match suggest::candidate_plans(suggest::Ask::Plans { plan, info: &info, capacity: g.memory, numbers_of: &|p| w.numbers(p) }) {
