@@ -7,7 +7,8 @@
 #     the main module and a loader (__wasm_split.js);
 #  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
 #  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html) and
-#     esbuild minifies the JavaScript (wasm-bindgen's glue and the loader) and the stylesheet;
+#     esbuild minifies the JavaScript (wasm-bindgen's glue, the loader, the service worker) and
+#     the stylesheet;
 #  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
 #     index.html names them: the loader as a module preload (the main module imports it), each
 #     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
@@ -59,8 +60,8 @@ sed -i "/^import /s|from \"\./__wasm_split\.js\"|from \"./$loader\"|" "$tmp/$nam
 grep -q "\"./$loader\"" "$tmp/$name.js" || { echo "split-wasm: $name.js does not import the loader" >&2; exit 1; }
 minify "$tmp/$name.js"
 opt "$tmp/${name}_bg.wasm"
-for css in "$staging"/*.css; do
-  [ -e "$css" ] && minify "$css"
+for f in "$staging"/*.css "$staging/sw.js"; do
+  [ -e "$f" ] && minify "$f"
 done
 mv "$tmp/$name.js" "$tmp/${name}_bg.wasm" "$staging/"
 sed -i "s|</head>|<link rel=\"modulepreload\" href=\"./$loader\" crossorigin=\"anonymous\">$links</head>|" "$staging/index.html"
