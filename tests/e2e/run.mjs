@@ -351,6 +351,28 @@ test('a hostile URL shows the notice, runs nothing and falls back to defaults', 
   await until(async () => (await planner.notice.count()) === 0, 'the notice does not go away');
 });
 
+test('a model whose code cannot be fetched says so and keeps the plan', async () => {
+  // (A service worker would serve the chunk past the route.)
+  await fresh({ serviceWorkers: 'block' });
+  await planner.open(url());
+  await planner.idle();
+  // Offline before the service worker cached it, or a failed request: the models' chunk fails.
+  await planner.page.route(/split_models-[0-9a-f]+\.wasm$/, (r) => r.abort());
+  const peak = await planner.peakText();
+  await planner.pick(planner.model, 'gpt2');
+  const note = planner.page.getByTestId('model-code');
+  await until(async () => /could not be fetched/.test((await note.textContent()) ?? ''), 'no message that the model could not be fetched');
+  check((await planner.model.inputValue()) === 'resnet50', 'the picker did not go back to the plan\'s model');
+  check((await planner.peakText()) === peak, 'the numbers changed without the model');
+  // Once it can be fetched, picking the model again works.
+  await planner.page.unroute(/split_models-[0-9a-f]+\.wasm$/);
+  await planner.pick(planner.model, 'gpt2');
+  await until(async () => (await planner.peakText()) !== peak, 'picking the model again did not load it');
+  check(!(await note.isVisible()), 'the failure message stays after a successful fetch');
+  // The loader reports the aborted request on the console: that one error is expected.
+  problems = problems.filter((p) => !/Failed to fetch|net::ERR_FAILED|split_models/.test(p));
+});
+
 test('exports: breakdown as CSV and JSON, each chart as PNG, SVG and CSV', async () => {
   await fresh({ acceptDownloads: true });
   await planner.open(url('model=resnet18&batch=16'));
