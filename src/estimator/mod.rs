@@ -226,7 +226,10 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             }
         }
     }
-    (preset.build)(&ctx)
+    match preset.build {
+        Some(build) => build(&ctx),
+        None => crate::presets::lazy::build(crate::presets::lazy::LazyModel::Preset(preset), &ctx),
+    }
 }
 
 /// Inference plans of language models: the forward to build (prefill of the prompt, or the last

@@ -3,9 +3,10 @@
 //! first needs it. A page built with the `split` feature keeps them, and the code that only they
 //! reach (attention, LoRA and quantised linears, the config.json reader, depthwise and
 //! transposed convolutions), in a WebAssembly chunk: the default plan is ResNet-50, so the first
-//! load does without it. Once fetched, calls into
-//! the chunk run synchronously, so the estimator stays synchronous. Every other build (native,
-//! the CLI, tests) links the builders directly and is always ready.
+//! load does without it. Once fetched, calls into the chunk run synchronously, so the estimator
+//! stays synchronous. Every other build (native, the CLI, tests) links the builders directly and
+//! is always ready. The catalogue ([`models::MODELS`]) marks a deferred preset by giving it no
+//! builder of its own.
 
 use crate::estimator::config::{BuildCtx, Plan};
 use crate::estimator::error::EstimateError;
@@ -15,41 +16,39 @@ use super::models::{self, Family};
 use super::{cnn, hf, rnn, vit};
 
 /// A model whose builder lives behind the seam.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 pub enum LazyModel<'a> {
-    /// A language-model preset, by id.
-    Text(&'static str),
+    /// A preset whose catalogue entry has no builder of its own ([`models::ModelPreset::build`]).
+    Preset(&'static models::ModelPreset),
     /// A pasted Hugging Face config.json.
     Config(&'a serde_json::Value),
-    Vit(vit::VitConfig),
-    Lstm(rnn::LstmLmConfig),
-    /// A CNN preset other than the ResNets, by id.
-    Cnn(&'static str),
 }
 
 fn build_now(m: LazyModel<'_>, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    match m {
-        LazyModel::Text(id) => models::text_preset(id, ctx),
-        LazyModel::Config(cfg) => hf::build_from_config(cfg, ctx),
-        LazyModel::Vit(cfg) => vit::vit(ctx, cfg),
-        LazyModel::Lstm(cfg) => rnn::lstm_lm(ctx, cfg),
-        LazyModel::Cnn(id) => match id {
-            "mobilenet_v2" => cnn::mobilenet_v2(ctx),
-            "mobilenet_v3_small" => cnn::mobilenet_v3(ctx, false),
-            "mobilenet_v3_large" => cnn::mobilenet_v3(ctx, true),
-            "efficientnet_b0" => cnn::efficientnet_b0(ctx),
-            "vgg16" => cnn::vgg16(ctx),
-            "convnext_tiny" => cnn::convnext_tiny(ctx),
-            "plainconv128" => cnn::plainconv128(ctx),
-            "unet" => cnn::unet(ctx),
-            _ => Err(EstimateError::UnknownModel(id.into())),
-        },
+    let preset = match m {
+        LazyModel::Config(cfg) => return hf::build_from_config(cfg, ctx),
+        LazyModel::Preset(p) => p,
+    };
+    match (preset.family, preset.id) {
+        (Family::Language, id) => models::text_preset(id, ctx),
+        (_, "lstm-lm") => rnn::lstm_lm(ctx, rnn::LSTM_LM),
+        (_, "vit_b_16") => vit::vit(ctx, vit::VIT_B_16),
+        (_, "vit_l_16") => vit::vit(ctx, vit::VIT_L_16),
+        (_, "mobilenet_v2") => cnn::mobilenet_v2(ctx),
+        (_, "mobilenet_v3_small") => cnn::mobilenet_v3(ctx, false),
+        (_, "mobilenet_v3_large") => cnn::mobilenet_v3(ctx, true),
+        (_, "efficientnet_b0") => cnn::efficientnet_b0(ctx),
+        (_, "vgg16") => cnn::vgg16(ctx),
+        (_, "convnext_tiny") => cnn::convnext_tiny(ctx),
+        (_, "plainconv128") => cnn::plainconv128(ctx),
+        (_, "unet") => cnn::unet(ctx),
+        (_, id) => Err(EstimateError::UnknownModel(id.into())),
     }
 }
 
-/// Whether a preset's builder is behind the seam: all but the ResNets'.
+/// Whether a preset's builder is behind the seam: the catalogue gives it none of its own.
 pub fn deferred(preset: &models::ModelPreset) -> bool {
-    preset.family != Family::Cnn || !preset.id.contains("resnet")
+    preset.build.is_none()
 }
 
 /// Whether building `plan` needs the code behind the seam.
@@ -90,7 +89,11 @@ mod tests {
         pasted.hf_config = Some(serde_json::json!({"model_type": "gpt2"}));
         assert!(needed_by(&pasted));
         assert!(needed_by(&Plan::new("no-such-model")));
-        // Natively the builders are linked in: always ready.
+        // Every deferred preset has a builder behind the seam (natively linked in: always ready).
+        for m in models::MODELS.iter().filter(|m| deferred(m)) {
+            let ctx = BuildCtx::new(2, 64, 128, crate::estimator::config::Precision::Fp32);
+            assert!(!matches!(build(LazyModel::Preset(m), &ctx), Err(EstimateError::UnknownModel(_))), "{}", m.id);
+        }
         assert!(ready_for(&Plan::new("gpt2")));
     }
 }

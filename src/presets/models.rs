@@ -4,8 +4,7 @@ use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 
-use super::lazy::{self, LazyModel};
-use super::{hf, rnn, vision, vit};
+use super::{hf, vision};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -43,7 +42,9 @@ pub struct ModelPreset {
     pub input: InputKind,
     /// Exact parameter count (torchvision / transformers), checked against the built graph.
     pub params: u64,
-    pub build: fn(&BuildCtx) -> Result<Graph, EstimateError>,
+    /// The builder, when the page's first load carries it (the ResNets: the default plan is
+    /// ResNet-50). `None`: [`super::lazy`] builds it, from code the page fetches on first use.
+    pub build: Option<fn(&BuildCtx) -> Result<Graph, EstimateError>>,
 }
 
 const fn tokens(default_seq: u64, max_seq: Option<u64>) -> InputKind {
@@ -55,38 +56,38 @@ const fn img(default_res: u64, min_res: u64) -> InputKind {
 }
 
 pub static MODELS: &[ModelPreset] = &[
-    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 32), params: 11_689_512, build: |c| vision::resnet(c, [2, 2, 2, 2], false, 64) },
-    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 32), params: 21_797_672, build: |c| vision::resnet(c, [3, 4, 6, 3], false, 64) },
-    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 32), params: 25_557_032, build: |c| vision::resnet(c, [3, 4, 6, 3], true, 64) },
-    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 32), params: 44_549_160, build: |c| vision::resnet(c, [3, 4, 23, 3], true, 64) },
-    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 32), params: 60_192_808, build: |c| vision::resnet(c, [3, 8, 36, 3], true, 64) },
-    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 32), params: 68_883_240, build: |c| vision::resnet(c, [3, 4, 6, 3], true, 128) },
-    ModelPreset { id: "vit_b_16", name: "ViT-B/16", family: Family::VisionTransformer, input: img(224, 16), params: 86_567_656, build: |c| lazy::build(LazyModel::Vit(vit::VIT_B_16), c) },
-    ModelPreset { id: "vit_l_16", name: "ViT-L/16", family: Family::VisionTransformer, input: img(224, 16), params: 304_326_632, build: |c| lazy::build(LazyModel::Vit(vit::VIT_L_16), c) },
-    ModelPreset { id: "lstm-lm", name: "2-layer LSTM LM (h512, vocab 10k)", family: Family::Rnn, input: tokens(512, None), params: 14_452_496, build: |c| lazy::build(LazyModel::Lstm(rnn::LSTM_LM), c) },
-    ModelPreset { id: "mobilenet_v2", name: "MobileNetV2", family: Family::Cnn, input: img(224, 1), params: 3_504_872, build: |c| lazy::build(LazyModel::Cnn("mobilenet_v2"), c) },
-    ModelPreset { id: "mobilenet_v3_small", name: "MobileNetV3-Small", family: Family::Cnn, input: img(224, 1), params: 2_542_856, build: |c| lazy::build(LazyModel::Cnn("mobilenet_v3_small"), c) },
-    ModelPreset { id: "mobilenet_v3_large", name: "MobileNetV3-Large", family: Family::Cnn, input: img(224, 1), params: 5_483_032, build: |c| lazy::build(LazyModel::Cnn("mobilenet_v3_large"), c) },
-    ModelPreset { id: "efficientnet_b0", name: "EfficientNet-B0", family: Family::Cnn, input: img(224, 1), params: 5_288_548, build: |c| lazy::build(LazyModel::Cnn("efficientnet_b0"), c) },
-    ModelPreset { id: "vgg16", name: "VGG-16", family: Family::Cnn, input: img(224, 32), params: 138_357_544, build: |c| lazy::build(LazyModel::Cnn("vgg16"), c) },
-    ModelPreset { id: "convnext_tiny", name: "ConvNeXt-T", family: Family::Cnn, input: img(224, 32), params: 28_589_128, build: |c| lazy::build(LazyModel::Cnn("convnext_tiny"), c) },
-    ModelPreset { id: "plainconv128", name: "Plain conv net (128 ch, full resolution)", family: Family::Cnn, input: img(512, 1), params: 595_850, build: |c| lazy::build(LazyModel::Cnn("plainconv128"), c) },
-    ModelPreset { id: "unet", name: "U-Net", family: Family::Cnn, input: img(512, 16), params: 31_037_698, build: |c| lazy::build(LazyModel::Cnn("unet"), c) },
-    ModelPreset { id: "gpt2", name: "GPT-2 (124M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 124_439_808, build: |c| lazy::build(LazyModel::Text("gpt2"), c) },
-    ModelPreset { id: "gpt2-medium", name: "GPT-2 Medium (355M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 354_823_168, build: |c| lazy::build(LazyModel::Text("gpt2-medium"), c) },
-    ModelPreset { id: "gpt2-large", name: "GPT-2 Large (774M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 774_030_080, build: |c| lazy::build(LazyModel::Text("gpt2-large"), c) },
-    ModelPreset { id: "gpt2-xl", name: "GPT-2 XL (1.5B)", family: Family::Language, input: tokens(1024, Some(1024)), params: 1_557_611_200, build: |c| lazy::build(LazyModel::Text("gpt2-xl"), c) },
-    ModelPreset { id: "bert-base", name: "BERT-base (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 109_514_298, build: |c| lazy::build(LazyModel::Text("bert-base"), c) },
-    ModelPreset { id: "bert-large", name: "BERT-large (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 335_174_458, build: |c| lazy::build(LazyModel::Text("bert-large"), c) },
-    ModelPreset { id: "llama-small", name: "LLaMA small (h1024 × 8)", family: Family::Language, input: tokens(1024, None), params: 168_313_856, build: |c| lazy::build(LazyModel::Text("llama-small"), c) },
-    ModelPreset { id: "llama-7b", name: "LLaMA 7B", family: Family::Language, input: tokens(2048, None), params: 6_738_415_616, build: |c| lazy::build(LazyModel::Text("llama-7b"), c) },
-    ModelPreset { id: "llama-2-7b", name: "Llama 2 7B", family: Family::Language, input: tokens(4096, None), params: 6_738_415_616, build: |c| lazy::build(LazyModel::Text("llama-2-7b"), c) },
-    ModelPreset { id: "llama-2-13b", name: "Llama 2 13B", family: Family::Language, input: tokens(4096, None), params: 13_015_864_320, build: |c| lazy::build(LazyModel::Text("llama-2-13b"), c) },
-    ModelPreset { id: "llama-2-70b", name: "Llama 2 70B", family: Family::Language, input: tokens(4096, None), params: 68_976_648_192, build: |c| lazy::build(LazyModel::Text("llama-2-70b"), c) },
-    ModelPreset { id: "llama-3-8b", name: "Llama 3 8B", family: Family::Language, input: tokens(8192, None), params: 8_030_261_248, build: |c| lazy::build(LazyModel::Text("llama-3-8b"), c) },
-    ModelPreset { id: "llama-3-70b", name: "Llama 3 70B", family: Family::Language, input: tokens(8192, None), params: 70_553_706_496, build: |c| lazy::build(LazyModel::Text("llama-3-70b"), c) },
-    ModelPreset { id: "mistral-7b", name: "Mistral 7B", family: Family::Language, input: tokens(4096, None), params: 7_241_732_096, build: |c| lazy::build(LazyModel::Text("mistral-7b"), c) },
-    ModelPreset { id: "qwen2-0.5b", name: "Qwen2 0.5B", family: Family::Language, input: tokens(2048, None), params: 494_032_768, build: |c| lazy::build(LazyModel::Text("qwen2-0.5b"), c) },
+    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 32), params: 11_689_512, build: Some(|c| vision::resnet(c, [2, 2, 2, 2], false, 64)) },
+    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 32), params: 21_797_672, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], false, 64)) },
+    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 32), params: 25_557_032, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 64)) },
+    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 32), params: 44_549_160, build: Some(|c| vision::resnet(c, [3, 4, 23, 3], true, 64)) },
+    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 32), params: 60_192_808, build: Some(|c| vision::resnet(c, [3, 8, 36, 3], true, 64)) },
+    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 32), params: 68_883_240, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 128)) },
+    ModelPreset { id: "vit_b_16", name: "ViT-B/16", family: Family::VisionTransformer, input: img(224, 16), params: 86_567_656, build: None },
+    ModelPreset { id: "vit_l_16", name: "ViT-L/16", family: Family::VisionTransformer, input: img(224, 16), params: 304_326_632, build: None },
+    ModelPreset { id: "lstm-lm", name: "2-layer LSTM LM (h512, vocab 10k)", family: Family::Rnn, input: tokens(512, None), params: 14_452_496, build: None },
+    ModelPreset { id: "mobilenet_v2", name: "MobileNetV2", family: Family::Cnn, input: img(224, 1), params: 3_504_872, build: None },
+    ModelPreset { id: "mobilenet_v3_small", name: "MobileNetV3-Small", family: Family::Cnn, input: img(224, 1), params: 2_542_856, build: None },
+    ModelPreset { id: "mobilenet_v3_large", name: "MobileNetV3-Large", family: Family::Cnn, input: img(224, 1), params: 5_483_032, build: None },
+    ModelPreset { id: "efficientnet_b0", name: "EfficientNet-B0", family: Family::Cnn, input: img(224, 1), params: 5_288_548, build: None },
+    ModelPreset { id: "vgg16", name: "VGG-16", family: Family::Cnn, input: img(224, 32), params: 138_357_544, build: None },
+    ModelPreset { id: "convnext_tiny", name: "ConvNeXt-T", family: Family::Cnn, input: img(224, 32), params: 28_589_128, build: None },
+    ModelPreset { id: "plainconv128", name: "Plain conv net (128 ch, full resolution)", family: Family::Cnn, input: img(512, 1), params: 595_850, build: None },
+    ModelPreset { id: "unet", name: "U-Net", family: Family::Cnn, input: img(512, 16), params: 31_037_698, build: None },
+    ModelPreset { id: "gpt2", name: "GPT-2 (124M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 124_439_808, build: None },
+    ModelPreset { id: "gpt2-medium", name: "GPT-2 Medium (355M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 354_823_168, build: None },
+    ModelPreset { id: "gpt2-large", name: "GPT-2 Large (774M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 774_030_080, build: None },
+    ModelPreset { id: "gpt2-xl", name: "GPT-2 XL (1.5B)", family: Family::Language, input: tokens(1024, Some(1024)), params: 1_557_611_200, build: None },
+    ModelPreset { id: "bert-base", name: "BERT-base (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 109_514_298, build: None },
+    ModelPreset { id: "bert-large", name: "BERT-large (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 335_174_458, build: None },
+    ModelPreset { id: "llama-small", name: "LLaMA small (h1024 × 8)", family: Family::Language, input: tokens(1024, None), params: 168_313_856, build: None },
+    ModelPreset { id: "llama-7b", name: "LLaMA 7B", family: Family::Language, input: tokens(2048, None), params: 6_738_415_616, build: None },
+    ModelPreset { id: "llama-2-7b", name: "Llama 2 7B", family: Family::Language, input: tokens(4096, None), params: 6_738_415_616, build: None },
+    ModelPreset { id: "llama-2-13b", name: "Llama 2 13B", family: Family::Language, input: tokens(4096, None), params: 13_015_864_320, build: None },
+    ModelPreset { id: "llama-2-70b", name: "Llama 2 70B", family: Family::Language, input: tokens(4096, None), params: 68_976_648_192, build: None },
+    ModelPreset { id: "llama-3-8b", name: "Llama 3 8B", family: Family::Language, input: tokens(8192, None), params: 8_030_261_248, build: None },
+    ModelPreset { id: "llama-3-70b", name: "Llama 3 70B", family: Family::Language, input: tokens(8192, None), params: 70_553_706_496, build: None },
+    ModelPreset { id: "mistral-7b", name: "Mistral 7B", family: Family::Language, input: tokens(4096, None), params: 7_241_732_096, build: None },
+    ModelPreset { id: "qwen2-0.5b", name: "Qwen2 0.5B", family: Family::Language, input: tokens(2048, None), params: 494_032_768, build: None },
 ];
 
 /// The `config.json` of a language-model preset: the published configs' architecture fields

@@ -114,9 +114,10 @@ impl Planner {
         Ok(format!("{}?{}", runtime::base_url(), self.plan.with_untracked(|p| url::to_query(p, &v))?))
     }
 
-    /// [`Self::link`] for a view: empty while the JSON code is fetched, then the view runs again
-    /// (it tracks `version`, bumped when the code arrives).
+    /// [`Self::link`] for a view, which follows the plan: empty while the JSON code is fetched,
+    /// then the view runs again (it tracks `version`, bumped when the code arrives).
     pub fn live_link(self, embed: bool) -> String {
+        self.plan.track();
         self.version.track();
         self.link(embed).unwrap_or_else(|_| {
             self.fetch_json(|p| p.version.update(|v| *v += 1));
@@ -125,7 +126,7 @@ impl Planner {
     }
 
     /// Fetches the JSON code, then runs `then` (not if the fetch failed).
-    pub fn fetch_json(self, then: impl FnOnce(Planner) + 'static) {
+    fn fetch_json(self, then: impl FnOnce(Planner) + 'static) {
         leptos::task::spawn_local(async move {
             if json::load().await {
                 then(self);
@@ -133,12 +134,21 @@ impl Planner {
         });
     }
 
+    /// Hands what `make` gives to `then`: now, or once the JSON code `make` needs is fetched.
+    pub fn with_json<T: 'static>(self, make: impl Fn(Planner) -> Result<T, json::NotLoaded> + 'static, then: impl FnOnce(Planner, T) + 'static) {
+        match make(self) {
+            Ok(v) => then(self, v),
+            Err(_) => self.fetch_json(move |p| {
+                if let Ok(v) = make(p) {
+                    then(p, v);
+                }
+            }),
+        }
+    }
+
     /// Writes the plan into the address bar (once the JSON code is here, if it needs it).
     pub fn sync_address(self) {
-        match self.plan.with_untracked(|q| url::to_query(q, &self.view())) {
-            Ok(q) => runtime::replace_query(&q),
-            Err(_) => self.fetch_json(Planner::sync_address),
-        }
+        self.with_json(|p| p.plan.with_untracked(|q| url::to_query(q, &p.view())), |_, q| runtime::replace_query(&q));
     }
 
     /// The data of one chart, recomputed when what it shows changes.
@@ -490,16 +500,9 @@ fn breakdown(p: Planner) -> El {
         let exact = p.numbers.with_untracked(|n| n.as_ref().is_ok_and(|n| n.exact));
         p.plan.with_untracked(|q| {
             if json {
+                // (The JSON code is fetched on the first download; the rows are the click's.)
                 let name = export::file_name(q, "breakdown", "json");
-                match export::breakdown_json(q, exact, &rows) {
-                    Ok(text) => runtime::download_text(&name, "application/json", &text),
-                    // Fetched on the first JSON download; the rows are those of the click.
-                    Err(_) => p.fetch_json(move |p| {
-                        if let Ok(text) = p.plan.with_untracked(|q| export::breakdown_json(q, exact, &rows)) {
-                            runtime::download_text(&name, "application/json", &text);
-                        }
-                    }),
-                }
+                p.with_json(move |p| p.plan.with_untracked(|q| export::breakdown_json(q, exact, &rows)), move |_, text| runtime::download_text(&name, "application/json", &text));
             } else {
                 runtime::download_text(&export::file_name(q, "breakdown", "csv"), "text/csv", &export::breakdown_csv(&rows));
             }
@@ -594,23 +597,19 @@ fn share(p: Planner) -> El {
     let show_embed = RwSignal::new(false);
     let link = RwSignal::new(String::new());
     let copy = move || {
-        let copy_now = move |p: Planner| {
-            let Ok(url) = p.link(false) else { return copied.set(Some(false)) };
-            p.sync_address();
-            link.set(url.clone());
-            runtime::copy_text(url, move |ok| copied.set(Some(ok)));
-        };
-        if json::loaded() || !p.plan.with_untracked(|q| q.hf_config.is_some() || json::has_extra(q)) {
-            copy_now(p);
-        } else {
-            p.fetch_json(copy_now);
-        }
+        p.with_json(
+            |p| p.link(false),
+            move |p, url| {
+                p.sync_address();
+                link.set(url.clone());
+                runtime::copy_text(url, move |ok| copied.set(Some(ok)));
+            },
+        )
     };
     let snippet = move || {
         if !show_embed.get() {
             return String::new();
         }
-        p.plan.track();
         let src = p.live_link(true).replace('&', "&amp;").replace('"', "&quot;");
         format!("<iframe src=\"{src}\" width=\"720\" height=\"640\" style=\"border:0\" title=\"VRAM Planner\" loading=\"lazy\"></iframe>")
     };

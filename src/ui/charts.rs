@@ -452,7 +452,7 @@ mod tests {
         let info = wb.ckpt_info(plan);
         let mut models = length_plans(plan);
         models.extend(ckpt_plans(plan, &info));
-        wb.run_all(plan, &Wants { exact: false, models });
+        wb.run_all(plan, &Wants { exact: false, models, ..Default::default() });
         (wb, info)
     }
 

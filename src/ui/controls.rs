@@ -32,6 +32,19 @@ enum Fetch {
     Failed,
 }
 
+/// Awaits `load` (a chunk's fetch) with `fetch` showing it, then runs `then` if it succeeded.
+fn fetch_then(fetch: RwSignal<Fetch>, load: impl std::future::Future<Output = bool> + 'static, then: impl FnOnce() + 'static) {
+    fetch.set(Fetch::Loading);
+    leptos::task::spawn_local(async move {
+        if load.await {
+            fetch.set(Fetch::Done);
+            then();
+        } else {
+            fetch.set(Fetch::Failed);
+        }
+    });
+}
+
 /// The model picker, grouped by family, and the config.json paste box.
 pub fn model_picker(p: Planner) -> El {
     let plan = p.plan;
@@ -69,18 +82,10 @@ pub fn model_picker(p: Planner) -> El {
         if crate::presets::lazy::ready_for(&next) {
             fetch.set(Fetch::Done);
             plan.set(next);
-            return;
+        } else {
+            // (On failure the picker goes back to the plan's model: its value tracks `fetch`.)
+            fetch_then(fetch, crate::presets::lazy::load(), move || plan.set(next));
         }
-        fetch.set(Fetch::Loading);
-        leptos::task::spawn_local(async move {
-            if crate::presets::lazy::load().await {
-                fetch.set(Fetch::Done);
-                plan.set(next);
-            } else {
-                // (The picker goes back to the plan's model: its value tracks `fetch`.)
-                fetch.set(Fetch::Failed);
-            }
-        });
     };
     let groups = groups
         .dyn_value(move || {
@@ -107,18 +112,11 @@ pub fn model_picker(p: Planner) -> El {
             }
         };
         if super::json::loaded() {
-            return apply();
+            apply();
+        } else {
+            // The JSON reader is fetched on the first paste.
+            fetch_then(fetch, super::json::load(), apply);
         }
-        // The JSON reader is fetched on the first paste.
-        fetch.set(Fetch::Loading);
-        leptos::task::spawn_local(async move {
-            if super::json::load().await {
-                fetch.set(Fetch::Done);
-                apply();
-            } else {
-                fetch.set(Fetch::Failed);
-            }
-        });
     };
     let fetch_note = h("p")
         .cls("loading")

@@ -20,10 +20,10 @@ pub const MAX_JSON: usize = 16 * 1024;
 
 pub use crate::split::NotLoaded;
 
-/// Whether `plan` has settings without a query key of their own away from their defaults, i.e.
-/// whether its link needs an `x` (no JSON involved: the page asks on every change).
-pub fn has_extra(plan: &Plan) -> bool {
-    let own_only = Plan {
+/// `plan` with only the settings that have a query key of their own ([`OWN_KEYS`]); the rest at
+/// their defaults.
+fn own_only(plan: &Plan) -> Plan {
+    Plan {
         model: plan.model.clone(),
         hf_config: plan.hf_config.clone(),
         batch: plan.batch,
@@ -37,8 +37,13 @@ pub fn has_extra(plan: &Plan) -> bool {
         accumulation: plan.accumulation,
         gpu: plan.gpu.clone(),
         ..Plan::default()
-    };
-    own_only != *plan
+    }
+}
+
+/// Whether `plan` has settings without a query key of their own away from their defaults, i.e.
+/// whether its link needs an `x` (no JSON involved: the page asks on every change).
+pub fn has_extra(plan: &Plan) -> bool {
+    own_only(plan) != *plan
 }
 
 /// The settings of [`has_extra`] as a JSON object (`None` when there are none).
@@ -121,10 +126,11 @@ fn run(op: Op<'_>) -> Out {
     }
 }
 
+/// The fields in which `plan` differs from [`own_only`] of it.
 fn extra_settings(plan: &Plan) -> Option<Map<String, Value>> {
     let Value::Object(mine) = serde_json::to_value(plan).ok()? else { return None };
-    let Value::Object(default) = serde_json::to_value(Plan::default()).ok()? else { return None };
-    let extra: Map<_, _> = mine.into_iter().filter(|(k, v)| !OWN_KEYS.contains(&k.as_str()) && default.get(k) != Some(v)).collect();
+    let Value::Object(base) = serde_json::to_value(own_only(plan)).ok()? else { return None };
+    let extra: Map<_, _> = mine.into_iter().filter(|(k, v)| base.get(k) != Some(v)).collect();
     (!extra.is_empty()).then_some(extra)
 }
 
@@ -146,6 +152,21 @@ crate::lazy_chunk!(json, json_split, json_preload, fn run(Op<'_>) -> Out);
 mod tests {
     use super::*;
     use crate::estimator::config::{CausalMask, Checkpointing, Precision};
+
+    /// `own_only` keeps exactly the fields named in `OWN_KEYS`.
+    #[test]
+    fn own_only_keeps_the_own_keys() {
+        let mut plan = Plan::new("gpt2");
+        plan.causal_mask = CausalMask::Skipped;
+        plan.lora = Some(serde_json::from_str(r#"{"rank": 16}"#).unwrap());
+        plan.batch = 7;
+        plan.gpu = Some("h100-80".into());
+        let (all, own, default) = (serde_json::to_value(&plan).unwrap(), serde_json::to_value(own_only(&plan)).unwrap(), serde_json::to_value(Plan::default()).unwrap());
+        for (k, v) in own.as_object().unwrap() {
+            let expected = if OWN_KEYS.contains(&k.as_str()) { &all[k] } else { &default[k] };
+            assert_eq!(v, expected, "{k}");
+        }
+    }
 
     /// `has_extra` (field by field) agrees with what the JSON writer finds.
     #[test]

@@ -296,6 +296,8 @@ pub struct Wants {
     pub exact: bool,
     /// Plans whose models the charts and suggestions need, in priority order.
     pub models: Vec<Plan>,
+    /// The suggestions' candidates are wanted but their code has not been fetched yet.
+    pub suggestions_code: bool,
 }
 
 /// How many models the cache keeps (a 70B model's lines take about a megabyte).
@@ -329,8 +331,8 @@ impl Workbench {
         }
         let m = Rc::new(BatchModel::new(plan));
         self.simulations += 2;
-        // Not kept: the same plan builds once its code has been fetched.
-        if !matches!(*m, Err(EstimateError::CodeNotLoaded)) {
+        // Not kept without its code: the same plan builds once that has been fetched.
+        if crate::presets::lazy::ready_for(plan) {
             self.insert(model_key(plan), m.clone());
         }
         m
@@ -548,7 +550,7 @@ mod tests {
         assert_eq!(wb.simulations, sims, "another batch or GPU re-simulated");
         assert!(matches!(wb.next_job(&plan, &Wants::default()), Some(Job::MaxBatch(_))));
         let other = Plan { dtype: Precision::AmpBf16, ..plan.clone() };
-        let wants = Wants { exact: true, models: vec![other.clone()] };
+        let wants = Wants { exact: true, models: vec![other.clone()], ..Default::default() };
         wb.run_all(&plan, &wants);
         assert!(wb.exact(&plan).is_some() && wb.max_batch(&plan).is_some() && wb.cached(&other).is_some());
         assert_eq!(wb.next_job(&plan, &wants), None);

@@ -22,8 +22,6 @@ thread_local! {
     static PUMP_SCHEDULED: Cell<bool> = const { Cell::new(false) };
     static LAST_CHANGE: Cell<f64> = const { Cell::new(0.0) };
     static FETCHING_SUGGESTIONS: Cell<bool> = const { Cell::new(false) };
-    /// The page the pump works for (woken when fetched code arrives).
-    static PUMPED: Cell<Option<Planner>> = const { Cell::new(None) };
 }
 
 /// How long the plan must stay unchanged before the exact estimate runs (so dragging a slider
@@ -60,14 +58,14 @@ fn schedule_pump(p: Planner, delay_ms: f64) {
 
 /// Fetches the suggestions' code once; when it is here, what reads the workbench reads it
 /// again and the pump wakes to simulate the candidates.
-fn fetch_suggestions() {
+fn fetch_suggestions(p: Planner) {
     if FETCHING_SUGGESTIONS.with(|f| f.replace(true)) {
         return;
     }
-    leptos::task::spawn_local(async {
+    leptos::task::spawn_local(async move {
         let ok = suggest::load().await;
         FETCHING_SUGGESTIONS.with(|f| f.set(false));
-        if let (true, Some(p)) = (ok, PUMPED.with(Cell::get)) {
+        if ok {
             p.version.update(|v| *v += 1);
             schedule_pump(p, 0.0);
         }
@@ -80,6 +78,7 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     let info = w.ckpt_info(plan);
     let w = &*w;
     let mut models = Vec::new();
+    let mut suggestions_code = false;
     let gpu = state::gpu_of(plan);
     if let (Some(g), false) = (gpu, embed) {
         // Only once input has settled: the candidates move with the batch (the largest input
@@ -87,11 +86,10 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
         // simulations, and one running when the next input arrives delays its frame.
         let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
         if over && exact {
-            // The suggestions' code is fetched the first time a plan does not fit; the pump is
-            // woken again once it is here.
+            // The suggestions' code is fetched the first time a plan does not fit.
             match suggest::candidate_plans(suggest::Ask::Plans { plan, info: &info, capacity: g.memory, numbers_of: &|p| w.numbers(p) }) {
                 Ok(plans) => models.extend(plans),
-                Err(_) => fetch_suggestions(),
+                Err(_) => suggestions_code = true,
             }
         }
     }
@@ -99,21 +97,23 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     if !embed {
         models.extend(charts::ckpt_plans(plan, &info));
     }
-    Wants { exact, models }
+    Wants { exact, models, suggestions_code }
 }
 
 /// One job, then the next one in a later task; when only the exact estimate is left and input
 /// has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
     PUMP_SCHEDULED.with(|s| s.set(false));
-    PUMPED.with(|x| x.set(Some(p)));
     let Some(plan) = p.plan.try_get_untracked() else { return };
     let quiet = now() - LAST_CHANGE.with(|c| c.get());
     let exact = quiet >= SETTLE_MS;
-    let job = wb(|w| {
+    let (job, suggestions_code) = wb(|w| {
         let wants = wanted(w, &plan, p.embed, exact);
-        w.next_job(&plan, &wants)
+        (w.next_job(&plan, &wants), wants.suggestions_code)
     });
+    if suggestions_code {
+        fetch_suggestions(p);
+    }
     match job {
         Some(job) => {
             wb(|w| w.run(job));

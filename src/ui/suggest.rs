@@ -360,7 +360,7 @@ mod tests {
         // As the page does: list, simulate what is missing, list again until nothing is.
         loop {
             let cands = candidates(plan, &info, cap, &|p| wb.numbers(p));
-            let wants = Wants { exact: false, models: cands.iter().map(|c| c.plan.clone()).collect() };
+            let wants = Wants { exact: false, models: cands.iter().map(|c| c.plan.clone()).collect(), ..Default::default() };
             match wb.next_job(plan, &wants) {
                 Some(j) => wb.run(j),
                 None => break,

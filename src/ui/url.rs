@@ -172,25 +172,30 @@ fn ckpt(v: &str) -> Option<Checkpointing> {
     Checkpointing::parse(v).ok().filter(|c| !matches!(c, Checkpointing::Segments(k) if *k > 4096))
 }
 
+/// A query string's pairs (without its `?`), at most [`MAX_PAIRS`]: the decoded key (`None` for
+/// a broken escape) and the raw value.
+fn pairs(query: &str) -> impl Iterator<Item = (Option<String>, &str)> {
+    let q = query.strip_prefix('?').unwrap_or(query);
+    q.split('&').filter(|p| !p.is_empty()).take(MAX_PAIRS).map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (percent_decode(k), v)
+    })
+}
+
 /// Whether the plan a query string asks for needs the builders behind [`crate::presets::lazy`]
 /// (all but the ResNets'): a `cfg`, or a `model` whose builder is deferred. Judged before
 /// [`parse_query`], which builds the plan to check it.
 pub fn wants_lazy_models(query: &str) -> bool {
-    let q = query.strip_prefix('?').unwrap_or(query);
-    q.split('&').take(MAX_PAIRS).any(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        match percent_decode(k).as_deref() {
-            Some("cfg") => true,
-            Some("model") => percent_decode(v).and_then(|m| models::find(&m)).is_some_and(crate::presets::lazy::deferred),
-            _ => false,
-        }
+    pairs(query).any(|(k, v)| match k.as_deref() {
+        Some("cfg") => true,
+        Some("model") => percent_decode(v).and_then(|m| models::find(&m)).is_some_and(crate::presets::lazy::deferred),
+        _ => false,
     })
 }
 
 /// Whether a query string has a `cfg` or an `x`: JSON, read with [`json`]'s code.
 pub fn wants_json(query: &str) -> bool {
-    let q = query.strip_prefix('?').unwrap_or(query);
-    q.split('&').take(MAX_PAIRS).any(|pair| matches!(percent_decode(pair.split_once('=').map_or(pair, |(k, _)| k)).as_deref(), Some("cfg" | "x")))
+    pairs(query).any(|(k, _)| matches!(k.as_deref(), Some("cfg" | "x")))
 }
 
 /// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
@@ -204,9 +209,8 @@ pub fn parse_query(query: &str) -> Parsed {
     }
     let mut seen: Vec<&'static str> = Vec::new();
     let mut values: Vec<(&'static str, String)> = Vec::new();
-    for pair in q.split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        let key = percent_decode(k).and_then(|k| KEYS.iter().copied().find(|known| *known == k));
+    for (k, v) in pairs(q) {
+        let key = k.and_then(|k| KEYS.iter().copied().find(|known| *known == k));
         let Some(key) = key else {
             out.unknown += 1;
             continue;
