@@ -23,9 +23,10 @@ name="$(basename "$js" .js)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
+# WASM_OPT_EXTRA=-g keeps function names, for a profile of the release build.
 opt() {
   if [ "$profile" = release ]; then
-    wasm-opt -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+    wasm-opt -Oz ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
   fi
 }

@@ -46,6 +46,9 @@ fn min_interval_ms(p: Planner, kind: ChartKind) -> f64 {
     }
 }
 
+/// The longest the chart a slider moves waits for an idle moment (three frames).
+const PRIMARY_WAIT_MS: u32 = 2000;
+
 /// One chart: its canvas, caption, data table and downloads.
 pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let data = p.chart_data(kind);
@@ -59,9 +62,9 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let open = RwSignal::new(false);
     let failure = RwSignal::new(None::<String>);
     let retries = std::rc::Rc::new(std::cell::Cell::new(0u32));
-    // Drawing happens after the next frame (the numbers the user moves show first), once per
-    // frame however many changes arrive: a slider dragged at 60 Hz redraws each chart once per
-    // frame, right after it.
+    // Drawing happens once the page is idle after the next frame (the numbers the user moves
+    // show first), once however many changes arrive meanwhile: a slider dragged at 60 Hz redraws
+    // the batch chart in each frame's idle time.
     let draw_now: std::rc::Rc<dyn Fn()> = {
         let el = el.clone();
         std::rc::Rc::new(move || {
@@ -122,14 +125,15 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 last.set(runtime::now());
                 d();
             };
-            // Always right after a frame, so a redraw never lands between an input and the
-            // frame that shows it; a throttled one after the first frame past its interval.
-            let after_frame = move || super::dom::after_frame(Box::new(run));
-            let wait = min_gap - (runtime::now() - last_draw.get());
-            if wait > 0.0 {
-                set_timeout(after_frame, std::time::Duration::from_millis(wait.ceil() as u64));
+            // Once the page is idle (after the frame that shows the numbers, and never ahead of
+            // an input that is waiting); the moved chart within a few frames even on a page kept
+            // busy, the throttled ones past their interval.
+            if min_gap == 0.0 {
+                super::dom::when_idle(PRIMARY_WAIT_MS, Box::new(run));
             } else {
-                after_frame();
+                let wait = min_gap - (runtime::now() - last_draw.get());
+                let idle = move || super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(run));
+                set_timeout(idle, std::time::Duration::from_millis(wait.max(0.0).ceil() as u64));
             }
         }
     }));

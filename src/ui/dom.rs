@@ -128,8 +128,8 @@ impl El {
         }));
         self
     }
-    /// Children rebuilt after the next frame whenever what `track` reads changes (at most once
-    /// per frame): for secondary content that must not delay a slider's numbers.
+    /// Children rebuilt once the page is idle whenever what `track` reads changes (at most once
+    /// per idle period): for secondary content that must not delay a slider's numbers.
     pub fn later_children(self, track: impl Fn() + 'static, build: impl Fn() -> Vec<El> + 'static) -> El {
         self.bind_later(Box::new(track), std::rc::Rc::new(build))
     }
@@ -142,7 +142,7 @@ impl El {
                 return;
             }
             let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
-            after_frame(Box::new(move || {
+            when_idle(IDLE_WAIT_MS, Box::new(move || {
                 pending.set(false);
                 let kids = untrack(|| build());
                 el.set_text_content(None);
@@ -170,6 +170,29 @@ impl El {
 pub fn after_frame(f: Box<dyn FnOnce()>) {
     request_animation_frame(move || set_timeout(f, std::time::Duration::ZERO));
 }
+
+/// Runs `f` once the main thread is idle (`requestIdleCallback`): after the frame is drawn, and
+/// after any input event, timer or message already queued, or after `max_wait_ms` at the latest.
+/// Work that follows an input but is not its numbers (the charts, background simulations, the
+/// suggestions list) goes here so an input that arrives while it waits is handled first: in a
+/// task right after a frame (what [`after_frame`] gives) it would run ahead of that input.
+/// Browsers without `requestIdleCallback` (Safari before 18.4) get [`after_frame`].
+pub fn when_idle(max_wait_ms: u32, f: Box<dyn FnOnce()>) {
+    let w = window();
+    let ric = js_sys::Reflect::get(&w, &"requestIdleCallback".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+    match ric {
+        Some(ric) => {
+            let opts = js_sys::Object::new();
+            let _ = js_sys::Reflect::set(&opts, &"timeout".into(), &max_wait_ms.into());
+            let _ = ric.call2(&w, &Closure::once_into_js(f), &opts);
+        }
+        None => after_frame(f),
+    }
+}
+
+/// How long secondary work may wait for an idle moment: a page kept busy still shows it a few
+/// times a second.
+pub const IDLE_WAIT_MS: u32 = 2000;
 
 /// The value of the element an event came from (input, select, textarea).
 pub fn value_of(ev: &Event) -> String {
@@ -219,44 +242,67 @@ fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, S
         .on("change", move |ev| pick(value_of(&ev)))
 }
 
-/// A table body kept equal to `rows()`: cells are updated in place while the shape stays the
-/// same (a slider step changes numbers, not rows), rebuilt otherwise. With `row_headers` the
-/// first cell of each row is a `th scope=row`.
+/// A `<tbody>` that follows `rows` (the first cell of each a row header if `row_headers`),
+/// updating only the cells whose text changed: a slider step rewrites a few numbers, not the
+/// table.
 pub fn table_body(rows: impl Fn() -> Vec<Vec<String>> + 'static, row_headers: bool) -> El {
+    table_body_erased(Box::new(move || (rows(), Vec::new())), row_headers)
+}
+
+/// [`table_body`] whose rows also say which of them are subtotals (class `total`).
+pub fn table_body_marked(rows: impl Fn() -> (Vec<Vec<String>>, Vec<bool>) + 'static, row_headers: bool) -> El {
     table_body_erased(Box::new(rows), row_headers)
 }
 
-fn table_body_erased(rows: Box<dyn Fn() -> Vec<Vec<String>>>, row_headers: bool) -> El {
+type Rows = (Vec<Vec<String>>, Vec<bool>);
+
+fn table_body_erased(rows: Box<dyn Fn() -> Rows>, row_headers: bool) -> El {
     let body = h("tbody");
     let el = body.0.clone();
-    effect(Box::new(move || {
-        let rows = rows();
-        let trs = el.children();
-        let same = trs.length() as usize == rows.len() && rows.iter().enumerate().all(|(i, r)| trs.item(i as u32).is_some_and(|tr| tr.children().length() as usize == r.len()));
-        if same {
-            for (i, r) in rows.iter().enumerate() {
-                let Some(tr) = trs.item(i as u32) else { continue };
-                let cells = tr.children();
-                for (j, c) in r.iter().enumerate() {
-                    if let Some(cell) = cells.item(j as u32) {
-                        if cell.text_content().as_deref() != Some(c.as_str()) {
-                            cell.set_text_content(Some(c));
+    // The previous rows are compared in Rust: reading each cell's text back from the DOM would
+    // cost a string conversion per cell per step.
+    Effect::new(move |prev: Option<Rows>| {
+        let (cells, marks) = rows();
+        let mark = |tr: &Element, i: usize| {
+            let _ = if marks.get(i).copied().unwrap_or(false) { tr.set_attribute("class", "total") } else { tr.remove_attribute("class") };
+        };
+        let same_shape = prev.as_ref().is_some_and(|(p, _)| p.len() == cells.len() && p.iter().zip(&cells).all(|(a, b)| a.len() == b.len()));
+        match prev {
+            Some((old, old_marks)) if same_shape => {
+                let trs = el.children();
+                for (i, (was, now)) in old.iter().zip(&cells).enumerate() {
+                    let Some(tr) = trs.item(i as u32) else { continue };
+                    if old_marks.get(i) != marks.get(i) {
+                        mark(&tr, i);
+                    }
+                    if was == now {
+                        continue;
+                    }
+                    let tds = tr.children();
+                    for (j, (a, b)) in was.iter().zip(now).enumerate() {
+                        if a != b {
+                            if let Some(cell) = tds.item(j as u32) {
+                                cell.set_text_content(Some(b));
+                            }
                         }
                     }
                 }
             }
-            return;
-        }
-        el.set_text_content(None);
-        for r in rows {
-            let tr = h("tr");
-            for (j, c) in r.iter().enumerate() {
-                let cell = if j == 0 && row_headers { h("th").attr("scope", "row") } else { h("td") };
-                let _ = tr.0.append_child(&cell.text(c).0);
+            _ => {
+                el.set_text_content(None);
+                for (i, r) in cells.iter().enumerate() {
+                    let tr = h("tr");
+                    mark(&tr.0, i);
+                    for (j, c) in r.iter().enumerate() {
+                        let cell = if j == 0 && row_headers { h("th").attr("scope", "row") } else { h("td") };
+                        let _ = tr.0.append_child(&cell.text(c).0);
+                    }
+                    let _ = el.append_child(&tr.0);
+                }
             }
-            let _ = el.append_child(&tr.0);
         }
-    }));
+        (cells, marks)
+    });
     body
 }
 

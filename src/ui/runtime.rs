@@ -43,16 +43,17 @@ pub fn plan_changed(p: Planner) {
     schedule_pump(p, 0.0);
 }
 
-/// Runs the pump after the next frame is drawn (`requestAnimationFrame`, then a task), or after
-/// `delay_ms`.
+/// Runs the pump once the page is idle (after the frame is drawn and any queued input), now or
+/// after `delay_ms`: a job may take longer than a frame, and it must not run ahead of an input.
 fn schedule_pump(p: Planner, delay_ms: f64) {
     if PUMP_SCHEDULED.with(|s| s.replace(true)) {
         return;
     }
+    let run = move || super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(move || run_pump(p)));
     if delay_ms > 0.0 {
-        set_timeout(move || run_pump(p), Duration::from_millis(delay_ms.ceil() as u64));
+        set_timeout(run, Duration::from_millis(delay_ms.ceil() as u64));
     } else {
-        super::dom::after_frame(Box::new(move || run_pump(p)));
+        run();
     }
 }
 
