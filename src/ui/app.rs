@@ -99,7 +99,7 @@ impl Planner {
     }
 
     pub fn gpu(&self) -> Option<Gpu> {
-        self.plan.with(|p| state::gpu_of(p))
+        self.base.with(|p| state::gpu_of(p))
     }
 
     /// The view settings as they stand (for links).
@@ -420,7 +420,7 @@ fn extra_panels(p: Planner) -> El {
 /// The compact card for an iframe: the key numbers, the sliders and one chart.
 fn embed_card(p: Planner) -> El {
     let applies = p.applies();
-    let name = move || p.plan.with(|q| state::model_options().into_iter().find(|(id, _)| *id == q.model).map_or_else(|| q.model.clone(), |(_, n)| n.to_string()));
+    let name = move || p.base.with(|q| state::model_options().into_iter().find(|(id, _)| *id == q.model).map_or_else(|| q.model.clone(), |(_, n)| n.to_string()));
     let gpu = move || p.gpu().map(|g| format!(" · {}", g.name)).unwrap_or_default();
     busy(p, h("main").cls("embed-card").testid("embed-card"))
         .child(

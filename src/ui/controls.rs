@@ -48,7 +48,7 @@ fn fetch_then(fetch: RwSignal<Fetch>, load: impl std::future::Future<Output = bo
 /// The model picker, grouped by family, and the config.json paste box.
 pub fn model_picker(p: Planner) -> El {
     let plan = p.plan;
-    let choice = Memo::new(move |_| plan.with(state::model_choice));
+    let choice = Memo::new(move |_| p.base.with(state::model_choice));
     let fetch = RwSignal::new(Fetch::Done);
     let groups = h("select").id("model").testid("model").dyn_children(move || {
         let lang = p.lang.get();
@@ -170,7 +170,7 @@ pub fn batch_input(p: Planner) -> El {
 /// Resolution (vision) or sequence length (text): a slider over round sizes and a number box.
 pub fn size_input(p: Planner) -> El {
     let plan = p.plan;
-    let size = move || plan.with(state::input_size);
+    let size = move || p.base.with(state::input_size);
     let positions = Memo::new(move |_| p.spec.get().positions());
     let image = move || p.spec.with(|s| s.is_image());
     let text = move || if image() { Msg::Resolution.t(p.lang.get()) } else { Msg::SeqLen.t(p.lang.get()) }.to_string();
@@ -228,7 +228,7 @@ fn enum_picker<T: Copy + PartialEq + 'static>(p: Planner, id: &str, msg: Msg, al
         id,
         msg,
         move |l| all.iter().map(|&x| (name(x).to_string(), label(x, l).to_string())).collect(),
-        move || plan.with(|q| name(get(q)).to_string()),
+        move || p.base.with(|q| name(get(q)).to_string()),
         move |v| {
             if let Some(&x) = all.iter().find(|&&x| name(x) == v) {
                 plan.update(|q| set(q, x));
@@ -252,7 +252,7 @@ pub fn optimizer_impl_picker(p: Planner) -> El {
 /// Gradient checkpointing: the policies this model accepts, and k for `k segments`.
 pub fn checkpoint_picker(p: Planner) -> El {
     let plan = p.plan;
-    let k = move || match plan.with(|q| q.ckpt) {
+    let k = move || match p.base.with(|q| q.ckpt) {
         Checkpointing::Segments(k) => Some(k),
         _ => None,
     };
@@ -270,7 +270,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
                         let lang = p.lang.get();
                         p.info.with(|i| state::ckpt_choices(i).into_iter().map(|(v, en, zh)| (v.to_string(), if lang == Lang::Zh { zh } else { en }.to_string())).collect())
                     },
-                    move || plan.with(|q| state::ckpt_choice(q.ckpt).to_string()),
+                    move || p.base.with(|q| state::ckpt_choice(q.ckpt).to_string()),
                     move |v| plan.update(|q| q.ckpt = state::ckpt_from_choice(&v, q.ckpt)),
                 ))
                 .child(
@@ -303,7 +303,7 @@ pub fn accumulation_input(p: Planner) -> El {
             .attr("min", "1")
             .attr("step", "1")
             .attr("inputmode", "numeric")
-            .dyn_value(move || plan.with(|q| q.accumulation.to_string()))
+            .dyn_value(move || p.base.with(|q| q.accumulation.to_string()))
             .on("change", move |ev| {
                 if let Some(v) = state::parse_uint(&value_of(&ev)) {
                     plan.update(|q| q.accumulation = state::clamp_accumulation(v));
@@ -325,7 +325,7 @@ pub fn mask_picker(p: Planner) -> El {
 
 pub fn gpu_picker(p: Planner) -> El {
     let plan = p.plan;
-    let choice = move || plan.with(state::gpu_choice);
+    let choice = move || p.base.with(state::gpu_choice);
     let set_custom = move |v: &str| {
         if let Some(id) = state::custom_gpu(v) {
             plan.update(|q| q.gpu = Some(id));
@@ -360,7 +360,7 @@ pub fn gpu_picker(p: Planner) -> El {
                     .testid("custom-capacity")
                     .show(move || choice() == "custom")
                     .dyn_attr("aria-label", move || Some(Msg::CustomCapacity.t(p.lang.get()).into()))
-                    .dyn_value(move || plan.with(|q| state::custom_gib(q).map(state::trim_float).unwrap_or_default()))
+                    .dyn_value(move || p.base.with(|q| state::custom_gib(q).map(state::trim_float).unwrap_or_default()))
                     .on("change", move |ev| set_custom(&value_of(&ev))),
             ),
     )

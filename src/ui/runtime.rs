@@ -221,22 +221,53 @@ pub fn set_document_lang(lang: Lang) {
 
 /// Runs the last of a burst of calls once `ms` milliseconds have passed without another: for
 /// work that follows a plan while it is being edited (the link, the panels' settled copy).
+/// One timer per burst: a call replaces the pending work and moves the deadline, and the timer,
+/// when it fires early, sleeps on to the deadline, so a slider step costs no timer of its own.
 #[derive(Clone, Copy)]
 pub struct Debounce {
-    timer: StoredValue<Option<leptos::leptos_dom::helpers::TimeoutHandle>>,
-    ms: u64,
+    state: StoredValue<DebounceState, LocalStorage>,
+    ms: f64,
+}
+
+#[derive(Default)]
+struct DebounceState {
+    pending: Option<Box<dyn FnOnce()>>,
+    deadline: f64,
+    armed: bool,
 }
 
 impl Debounce {
     pub fn new(ms: u64) -> Self {
-        Debounce { timer: StoredValue::new(None), ms }
+        Debounce { state: StoredValue::new_local(DebounceState::default()), ms: ms as f64 }
     }
     pub fn call(self, f: impl FnOnce() + 'static) {
-        if let Some(t) = self.timer.get_value() {
-            t.clear();
+        let deadline = now() + self.ms;
+        let arm = self.state.try_update_value(|s| {
+            s.pending = Some(Box::new(f));
+            s.deadline = deadline;
+            !std::mem::replace(&mut s.armed, true)
+        });
+        if arm == Some(true) {
+            self.arm(self.ms);
         }
-        let t = set_timeout_with_handle(f, Duration::from_millis(self.ms));
-        self.timer.set_value(t.ok());
+    }
+    fn arm(self, ms: f64) {
+        set_timeout(move || self.fire(), Duration::from_millis(ms.max(0.0).ceil() as u64));
+    }
+    fn fire(self) {
+        let t = now();
+        let due = self.state.try_update_value(|s| {
+            if t < s.deadline {
+                return Err(s.deadline - t);
+            }
+            s.armed = false;
+            Ok(s.pending.take())
+        });
+        match due {
+            Some(Err(wait)) => self.arm(wait),
+            Some(Ok(Some(f))) => f(),
+            _ => {}
+        }
     }
 }
 
