@@ -46,9 +46,6 @@ fn min_interval_ms(p: Planner, kind: ChartKind) -> f64 {
     }
 }
 
-/// The longest the chart a slider moves waits for an idle moment (three frames).
-const PRIMARY_WAIT_MS: u32 = 2000;
-
 /// One chart: its canvas, caption, data table and downloads.
 pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let data = p.chart_data(kind);
@@ -126,10 +123,9 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 d();
             };
             // Once the page is idle (after the frame that shows the numbers, and never ahead of
-            // an input that is waiting); the moved chart within a few frames even on a page kept
-            // busy, the throttled ones past their interval.
+            // an input that is waiting); the throttled ones past their interval.
             if min_gap == 0.0 {
-                super::dom::when_idle(PRIMARY_WAIT_MS, Box::new(run));
+                super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(run));
             } else {
                 let wait = min_gap - (runtime::now() - last_draw.get());
                 let idle = move || super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(run));
