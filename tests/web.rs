@@ -29,8 +29,8 @@ async fn sleep(ms: i32) {
     wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
 }
 
-/// Lets Leptos run its effects, the browser lay out, and the charts draw (they draw right after
-/// the next frame): a few frames' worth of time, then a tick.
+/// Lets Leptos run its effects, the browser lay out, and the charts draw (they draw once the page
+/// is idle after the next frame): a few frames' worth of time, then a tick.
 async fn settle() {
     sleep(80).await;
     leptos::task::tick().await;
@@ -130,6 +130,41 @@ async fn typing_a_batch_changes_the_peak_and_the_slider() {
     let after = text(&host, "peak");
     assert_ne!(before, after, "peak did not change");
     assert_eq!(input_in(&host, "batch", "range").value(), "800", "slider did not follow the number box");
+}
+
+/// The breakdown's rows as (subtotal mark, text) with their `tr` elements.
+fn breakdown_rows(host: &HtmlElement) -> Vec<(Element, bool, String)> {
+    let trs = by_test_id(host, "breakdown").query_selector_all("tbody tr").unwrap();
+    (0..trs.length())
+        .map(|i| {
+            let tr: Element = trs.item(i).unwrap().unchecked_into();
+            let total = tr.get_attribute("class").is_some_and(|c| c.split(' ').any(|x| x == "total"));
+            let text = tr.text_content().unwrap_or_default();
+            (tr, total, text)
+        })
+        .collect()
+}
+
+#[wasm_bindgen_test]
+async fn the_breakdown_follows_a_batch_step_in_place_and_keeps_its_subtotals_marked() {
+    let (host, _app) = mount_app();
+    settle().await;
+    let before = breakdown_rows(&host);
+    let marks: Vec<bool> = before.iter().map(|r| r.1).collect();
+    assert!(marks.iter().filter(|&&t| t).count() >= 3, "the allocated peak, reserved and device total rows are not marked: {marks:?}");
+    set_value(&input_in(&host, "batch", "number"), "96", "input");
+    settle().await;
+    let after = breakdown_rows(&host);
+    assert_eq!(after.len(), before.len(), "a batch step changed the rows");
+    assert!(before.iter().zip(&after).all(|(a, b)| a.0.is_same_node(Some(&b.0))), "a batch step rebuilt the rows instead of updating their cells");
+    assert_eq!(after.iter().map(|r| r.1).collect::<Vec<_>>(), marks, "the subtotal marks moved");
+    assert!(before.iter().zip(&after).any(|(a, b)| a.2 != b.2), "no row followed the batch");
+    // Another model: its rows still mark their subtotals.
+    pick(&select_in(&host, "model"), "resnet18");
+    settle().await;
+    let other = breakdown_rows(&host);
+    assert!(other.iter().filter(|r| r.1).count() >= 3, "another model's rows lost their subtotal marks");
+    assert!(other.iter().filter(|r| r.1).all(|r| !r.2.is_empty()));
 }
 
 #[wasm_bindgen_test]
