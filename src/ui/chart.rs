@@ -64,22 +64,26 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     // the batch chart in each frame's idle time.
     let draw_now: std::rc::Rc<dyn Fn()> = {
         let el = el.clone();
+        // (A draw waits for idle time, up to seconds on a busy page: the page may have been
+        // unmounted meanwhile, so every read is a `try_`.)
         std::rc::Rc::new(move || {
-            let size = match css.get_untracked() {
+            let Some(css_now) = css.try_get_untracked() else { return };
+            let size = match css_now {
                 Some(s) => s,
                 None => {
                     let s = measure(&el);
                     if s.0 > 0.0 {
-                        css.set(Some(s));
+                        css.try_set(Some(s));
                     } else if retries.replace(retries.get() + 1) < 120 {
                         // Not laid out yet (just mounted, or hidden): look again next frame.
-                        request_animation_frame(move || css.set(None));
+                        request_animation_frame(move || {
+                            let _ = css.try_set(None);
+                        });
                     }
                     return;
                 }
             };
-            let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
-            let Some(d) = data.get_untracked() else { return };
+            let (Some(lang), Some(units), Some(Some(d))) = (p.lang.try_get_untracked(), p.units.try_get_untracked(), data.try_get_untracked()) else { return };
             let _ = el.set_attribute("aria-label", &d.summary(lang, units));
             let el = el.clone();
             // Once the charts' chunk is in (the first chart to come into view fetches it),

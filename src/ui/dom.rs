@@ -136,6 +136,9 @@ impl El {
     fn bind_later(self, track: Box<dyn Fn()>, build: std::rc::Rc<dyn Fn() -> Vec<El>>) -> El {
         let el = self.0.clone();
         let pending = std::rc::Rc::new(std::cell::Cell::new(false));
+        // Disposed with the element's owner: a rebuild that comes due after an unmount (idle
+        // time can be seconds away) builds nothing.
+        let alive = StoredValue::new(());
         effect(Box::new(move || {
             track();
             if pending.replace(true) {
@@ -144,6 +147,9 @@ impl El {
             let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
             when_idle(IDLE_WAIT_MS, Box::new(move || {
                 pending.set(false);
+                if alive.try_get_value().is_none() {
+                    return;
+                }
                 let kids = untrack(|| build());
                 el.set_text_content(None);
                 for k in kids {
