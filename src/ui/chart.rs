@@ -127,14 +127,8 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 d();
             };
             // Once the page is idle (after the frame that shows the numbers, and never ahead of
-            // an input that is waiting); the throttled ones past their interval.
-            if min_gap == 0.0 {
-                super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(run));
-            } else {
-                let wait = min_gap - (runtime::now() - last_draw.get());
-                let idle = move || super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(run));
-                set_timeout(idle, std::time::Duration::from_millis(wait.max(0.0).ceil() as u64));
-            }
+            // an input that is waiting); a throttled chart no sooner than its interval allows.
+            super::dom::when_idle_after(min_gap - (runtime::now() - last_draw.get()), Box::new(run));
         }
     }));
     let save = std::rc::Rc::new(move |what: &'static str| {

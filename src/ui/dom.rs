@@ -145,7 +145,7 @@ impl El {
                 return;
             }
             let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
-            when_idle(IDLE_WAIT_MS, Box::new(move || {
+            when_idle(Box::new(move || {
                 pending.set(false);
                 if alive.try_get_value().is_none() {
                     return;
@@ -178,21 +178,37 @@ pub fn after_frame(f: Box<dyn FnOnce()>) {
 }
 
 /// Runs `f` once the main thread is idle (`requestIdleCallback`): after the frame is drawn, and
-/// after any input event, timer or message already queued, or after `max_wait_ms` at the latest.
-/// Work that follows an input but is not its numbers (the charts, background simulations, the
-/// suggestions list) goes here so an input that arrives while it waits is handled first: in a
-/// task right after a frame (what [`after_frame`] gives) it would run ahead of that input.
-/// Browsers without `requestIdleCallback` (Safari before 18.4) get [`after_frame`].
-pub fn when_idle(max_wait_ms: u32, f: Box<dyn FnOnce()>) {
-    let w = window();
-    let ric = js_sys::Reflect::get(&w, &"requestIdleCallback".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
-    match ric {
-        Some(ric) => {
-            let opts = js_sys::Object::new();
-            let _ = js_sys::Reflect::set(&opts, &"timeout".into(), &max_wait_ms.into());
-            let _ = ric.call2(&w, &Closure::once_into_js(f), &opts);
+/// after any input event, timer or message already queued, or after [`IDLE_WAIT_MS`] at the
+/// latest. Work that follows an input but is not its numbers (the charts, background
+/// simulations, the suggestions list) goes here so an input that arrives while it waits is
+/// handled first: in a task right after a frame (what [`after_frame`] gives) it would run ahead
+/// of that input. Browsers without `requestIdleCallback` (Safari before 18.4) get [`after_frame`].
+pub fn when_idle(f: Box<dyn FnOnce()>) {
+    thread_local! {
+        // Looked up once: the charts ask on every slider step.
+        static RIC: Option<(js_sys::Function, js_sys::Object)> = {
+            let ric = js_sys::Reflect::get(&window(), &"requestIdleCallback".into()).ok().and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+            ric.map(|f| {
+                let opts = js_sys::Object::new();
+                let _ = js_sys::Reflect::set(&opts, &"timeout".into(), &IDLE_WAIT_MS.into());
+                (f, opts)
+            })
+        };
+    }
+    RIC.with(|ric| match ric {
+        Some((ric, opts)) => {
+            let _ = ric.call2(&window(), &Closure::once_into_js(f), opts);
         }
         None => after_frame(f),
+    })
+}
+
+/// [`when_idle`], no sooner than `delay_ms` from now (a throttle's or a settle's wait).
+pub fn when_idle_after(delay_ms: f64, f: Box<dyn FnOnce()>) {
+    if delay_ms > 0.0 {
+        set_timeout(move || when_idle(f), std::time::Duration::from_millis(delay_ms.ceil() as u64));
+    } else {
+        when_idle(f);
     }
 }
 

@@ -49,12 +49,7 @@ fn schedule_pump(p: Planner, delay_ms: f64) {
     if PUMP_SCHEDULED.with(|s| s.replace(true)) {
         return;
     }
-    let run = move || super::dom::when_idle(super::dom::IDLE_WAIT_MS, Box::new(move || run_pump(p)));
-    if delay_ms > 0.0 {
-        set_timeout(run, Duration::from_millis(delay_ms.ceil() as u64));
-    } else {
-        run();
-    }
+    super::dom::when_idle_after(delay_ms, Box::new(move || run_pump(p)));
 }
 
 /// Fetches the suggestions' code once; when it is here, what reads the workbench reads it
