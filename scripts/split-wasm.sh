@@ -12,7 +12,7 @@
 #  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
 #     index.html names them: the loader as a module preload (the main module imports it), each
 #     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
-#     the chunk for offline use in the background.
+#     the chunk for offline use in the background; the page's module script is made `async`.
 set -euo pipefail
 staging="${TRUNK_STAGING_DIR:?runs as the post-build hook of Trunk}"
 profile="${TRUNK_PROFILE:-debug}"
@@ -67,4 +67,9 @@ done
 mv "$tmp/$name.js" "$tmp/${name}_bg.wasm" "$staging/"
 sed -i "s|</head>|<link rel=\"modulepreload\" href=\"./$loader\" crossorigin=\"anonymous\">$links</head>|" "$staging/index.html"
 grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no </head>" >&2; exit 1; }
+# Trunk's module script waits for the parser and the stylesheet; `async`, it starts the wasm as
+# soon as its code is here. The page mounts on <body>: should the code come before the parser
+# has reached it (cached, on a slow parse), it waits for the document first.
+sed -i 's|<script type="module">|<script type="module" async>if (!document.body) await new Promise((r) => addEventListener("DOMContentLoaded", r, { once: true }));|' "$staging/index.html"
+grep -q '<script type="module" async>' "$staging/index.html" || { echo "split-wasm: index.html has no module script to start early" >&2; exit 1; }
 echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm chunk_*.wasm; do [ -e "$f" ] && printf ' + %s' "$f"; done)"

@@ -332,8 +332,24 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(suggestions(p))
         .child(breakdown(p))
         .child(share(p));
-    let charts = h("section").cls("charts").children(ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
-    let extra = extra_panels(p);
+    // Below the first screen: the charts and the extra panels are built in a task after the
+    // frame that paints the numbers, so that frame comes sooner. Under the page's owner, so they
+    // are disposed with it.
+    let charts = h("section").cls("charts");
+    // (`display: contents`: the panels inside stay the page grid's item.)
+    let extra = h("div").cls("slot");
+    let owner = Owner::current();
+    let (charts_slot, extra_slot) = (charts.clone(), extra.clone());
+    super::dom::after_frame(Box::new(move || {
+        let build = move || {
+            charts_slot.children(ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
+            extra_slot.child(extra_panels(p));
+        };
+        match owner {
+            Some(o) => o.with(build),
+            None => build(),
+        }
+    }));
     h("div")
         .child(
             h("header")

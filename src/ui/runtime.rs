@@ -132,23 +132,35 @@ fn storage() -> Option<web_sys::Storage> {
     window().local_storage().ok().flatten()
 }
 
+/// A remembered choice as `index.html`'s first script read it from storage (`window.vpLang`,
+/// `window.vpUnits`) while the wasm was still downloading: a page's first `localStorage` access
+/// opens the storage area synchronously (about 4 ms here), which would otherwise sit on the path
+/// to the first numbers.
+fn remembered(global: &str) -> Option<String> {
+    js_sys::Reflect::get(&window(), &global.into()).ok()?.as_string()
+}
+
 /// The language: the link's, else the remembered one, else the browser's.
 pub fn initial_lang(from_url: Option<Lang>) -> Lang {
-    from_url.or_else(|| storage().and_then(|s| s.get_item(LANG_KEY).ok().flatten()).and_then(|v| Lang::parse(&v))).unwrap_or_else(|| Lang::from_browser(&window().navigator().language().unwrap_or_default()))
+    from_url.or_else(|| remembered("vpLang").and_then(|v| Lang::parse(&v))).unwrap_or_else(|| Lang::from_browser(&window().navigator().language().unwrap_or_default()))
 }
 
 pub fn initial_units(from_url: Units, url_has_units: bool) -> Units {
     if url_has_units {
         return from_url;
     }
-    storage().and_then(|s| s.get_item(UNITS_KEY).ok().flatten()).and_then(|v| Units::parse(&v)).unwrap_or(from_url)
+    remembered("vpUnits").and_then(|v| Units::parse(&v)).unwrap_or(from_url)
 }
 
+/// Remembers the language and units once the page is idle: storage is synchronous, and the
+/// first numbers must not wait for it.
 pub fn remember(lang: Lang, units: Units) {
-    if let Some(s) = storage() {
-        let _ = s.set_item(LANG_KEY, lang.code());
-        let _ = s.set_item(UNITS_KEY, units.code());
-    }
+    super::dom::when_idle(Box::new(move || {
+        if let Some(s) = storage() {
+            let _ = s.set_item(LANG_KEY, lang.code());
+            let _ = s.set_item(UNITS_KEY, units.code());
+        }
+    }));
 }
 
 /// The page's query string as loaded.

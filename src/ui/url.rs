@@ -285,6 +285,11 @@ pub fn parse_query(query: &str) -> Parsed {
         }
     }
 
+    // The page's defaults build (tested below): a link that leaves the plan at them (no query,
+    // or only view settings) skips the checks that build the model's graph, at start-up.
+    if *plan == state::initial_plan() {
+        return out;
+    }
     // Settings that are each valid but do not go together with the model fall back one by one.
     let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
         ("ckpt", |p| p.ckpt != Checkpointing::None, |p| p.ckpt = Checkpointing::None),
@@ -462,6 +467,11 @@ mod tests {
             assert_eq!(p.plan, state::initial_plan());
             assert!(!p.has_problems(), "{q:?}");
         }
+        // parse_query skips its build checks for the defaults: they must build, and the page's
+        // start-up check of the checkpointing policy must accept them.
+        let d = state::initial_plan();
+        assert!(build_graph(&model_plan(&d)).is_ok());
+        assert!(CkptInfo::probe(&d).allows(d.ckpt));
     }
 
     #[test]
