@@ -59,6 +59,8 @@ pub use app::{App, Planner};
 #[cfg(target_arch = "wasm32")]
 pub fn mount() {
     console_error_panic_hook::set_once();
+    // The wasm's start: the end-to-end run splits the interactive time at this mark.
+    runtime::mark("vram-planner:start");
     // A link to a model other than a ResNet needs its builder (a chunk of their own in a `split`
     // build) before the page can judge its plan; the default page does not.
     // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.

@@ -438,17 +438,28 @@ test('speed: slider input to next frame on llama-3-70b at sequence length 8192, 
 });
 
 test('speed: interactive time and first-load weight', async () => {
+  // A fresh context (no cache, no service worker) per load. 20 loads, so the p95 is the 19th
+  // (nearest rank), not the slowest one. The first load after the browser starts also pays for
+  // the browser's own start-up; one such load comes first and is not counted.
   const times = [];
-  for (let i = 0; i < 7; i++) {
+  const starts = [];
+  for (let i = 0; i <= 20; i++) {
     const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, serviceWorkers: 'block' });
     const page = await ctx.newPage();
     watch(page);
     await page.goto(url());
-    times.push(await interactiveTime(page));
+    const t = await interactiveTime(page);
+    const start = await page.evaluate(() => performance.getEntriesByName('vram-planner:start')[0]?.startTime);
+    if (i > 0) {
+      times.push(t);
+      starts.push(start);
+    }
     await ctx.close();
   }
   const t = stats(times);
   console.log(`    interactive (navigation → numbers shown, controls live): ${fmt(t)}  [budget ≤ 250 ms: ${t.p95 <= 250 ? 'met' : 'OVER'}]`);
+  check(starts.every((s) => s > 0), 'the page did not mark the start of its wasm (vram-planner:start)');
+  console.log(`      of which navigation → wasm start: ${fmt(stats(starts))}; wasm start → numbers shown: ${fmt(stats(times.map((x, i) => x - starts[i])))}`);
   // The weight is what a first visit fetches before the page is interactive and idle, at this
   // 1280×900 viewport, where the charts start below the fold: the responses it got, each file
   // gzipped at level 9 (GitHub Pages compresses; this server does not). Lazily fetched chunks
