@@ -1,7 +1,9 @@
 // A tiny static server for dist/, mounted under a sub-path as GitHub Pages serves a project
-// site (https://user.github.io/vram-planner/). Only GET/HEAD of files inside the root.
+// site (https://user.github.io/vram-planner/). Only GET/HEAD of files inside the root. Like Pages
+// it sends text and wasm gzipped to a browser that accepts it.
 import { createServer } from 'node:http';
 import { readFile, stat } from 'node:fs/promises';
+import { gzipSync } from 'node:zlib';
 import { extname, join, normalize, resolve, sep } from 'node:path';
 
 const TYPES = {
@@ -32,10 +34,13 @@ export async function serve(root, base = '/vram-planner/') {
     if (file !== top && !file.startsWith(top + sep)) return send(res, 403, 'forbidden');
     try {
       if ((await stat(file)).isDirectory()) file = join(file, 'index.html');
-      const body = await readFile(file);
+      const type = TYPES[extname(file)] ?? 'application/octet-stream';
+      const gzip = /\bgzip\b/.test(req.headers['accept-encoding'] ?? '') && !type.startsWith('image/png');
+      const body = gzip ? await gzipped(file) : await readFile(file);
       send(res, 200, req.method === 'HEAD' ? '' : body, {
-        'content-type': TYPES[extname(file)] ?? 'application/octet-stream',
+        'content-type': type,
         'cache-control': 'no-cache',
+        ...(gzip ? { 'content-encoding': 'gzip', vary: 'accept-encoding' } : {}),
       });
     } catch {
       send(res, 404, 'not found');
@@ -52,6 +57,15 @@ export async function serve(root, base = '/vram-planner/') {
         server.closeAllConnections();
       }),
   };
+}
+
+/** A file gzipped (level 6, as servers use on the fly), kept while the file is unchanged. */
+const zipped = new Map();
+async function gzipped(file) {
+  const { mtimeMs, size } = await stat(file);
+  const key = `${file}:${mtimeMs}:${size}`;
+  if (!zipped.has(key)) zipped.set(key, gzipSync(await readFile(file), { level: 6 }));
+  return zipped.get(key);
 }
 
 function send(res, status, body, headers = {}) {
