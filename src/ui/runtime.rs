@@ -125,6 +125,8 @@ fn run_pump(p: Planner) {
     }
 }
 
+// index.html reads the same two keys before the wasm starts (the e2e test of the remembered
+// language fails if they part).
 const LANG_KEY: &str = "vram-planner.lang";
 const UNITS_KEY: &str = "vram-planner.units";
 
