@@ -264,3 +264,21 @@ async fn every_chart_has_a_data_table() {
         assert!(until(3000, || rows() > 0).await, "{id}: no table rows");
     }
 }
+
+/// The page starts in the language and units that index.html's first script read from storage
+/// (`window.vpLang`, `window.vpUnits`), so it need not touch storage before its first numbers.
+#[wasm_bindgen_test]
+async fn the_remembered_language_and_units_open_the_page() {
+    let w = window();
+    js_sys::Reflect::set(&w, &"vpLang".into(), &"zh".into()).unwrap();
+    js_sys::Reflect::set(&w, &"vpUnits".into(), &"gb".into()).unwrap();
+    let (host, app) = mount_app();
+    settle().await;
+    let (peak, units) = (text(&host, "peak"), select_in(&host, "units").value());
+    let _ = js_sys::Reflect::delete_property(&w, &"vpLang".into());
+    let _ = js_sys::Reflect::delete_property(&w, &"vpUnits".into());
+    drop(app);
+    assert!(peak.starts_with("已分配峰值："), "{peak}");
+    assert_eq!(units, "gb");
+    assert!(peak.ends_with("GB"), "{peak}");
+}
