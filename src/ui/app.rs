@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use super::chart::chart_view;
 use super::charts::{self, ChartData};
 use super::controls;
-use super::dom::{button, h, table_body_marked, El};
+use super::dom::{button, h, table_body_marked, El, Row};
 use super::explain;
 use super::export;
 use super::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
@@ -332,24 +332,10 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(suggestions(p))
         .child(breakdown(p))
         .child(share(p));
-    // Below the first screen: the charts and the extra panels are built in a task after the
-    // frame that paints the numbers, so that frame comes sooner. Under the page's owner, so they
-    // are disposed with it.
-    let charts = h("section").cls("charts");
-    // (`display: contents`: the panels inside stay the page grid's item.)
-    let extra = h("div").cls("slot");
-    let owner = Owner::current();
-    let (charts_slot, extra_slot) = (charts.clone(), extra.clone());
-    super::dom::after_frame(Box::new(move || {
-        let build = move || {
-            charts_slot.children(ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
-            extra_slot.child(extra_panels(p));
-        };
-        match owner {
-            Some(o) => o.with(build),
-            None => build(),
-        }
-    }));
+    // Below the first screen: built in the task after the frame that paints the numbers, so
+    // that frame comes sooner. (`display: contents`: the panels stay the page grid's item.)
+    let charts = h("section").cls("charts").children_after_frame(move || ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
+    let extra = h("div").cls("slot").children_after_frame(move || vec![extra_panels(p)]);
     h("div")
         .child(
             h("header")
@@ -534,7 +520,7 @@ fn breakdown(p: Planner) -> El {
     };
     let th = |m: Msg, class: &str| h("th").attr("scope", "col").cls(class).dyn_text(tr(p, m));
     // Subtotal rows stand out (class `total`).
-    let body = table_body_marked(move || rows.with(|r| (r.iter().map(|r| vec![r.label.clone(), fmt_bytes(r.bytes, p.units.get()), r.formula.clone()]).collect(), r.iter().map(|r| r.total).collect())), true);
+    let body = table_body_marked(move || rows.with(|r| r.iter().map(|r| Row { cells: vec![r.label.clone(), fmt_bytes(r.bytes, p.units.get()), r.formula.clone()], total: r.total }).collect()), true);
     h("section")
         .cls("breakdown")
         .child(h("h2").dyn_text(tr(p, Msg::Breakdown)))

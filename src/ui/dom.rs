@@ -134,29 +134,26 @@ impl El {
         self.bind_later(Box::new(track), std::rc::Rc::new(build))
     }
     fn bind_later(self, track: Box<dyn Fn()>, build: std::rc::Rc<dyn Fn() -> Vec<El>>) -> El {
-        let el = self.0.clone();
+        let later = Later::new(&self.0);
         let pending = std::rc::Rc::new(std::cell::Cell::new(false));
-        // Disposed with the element's owner: a rebuild that comes due after an unmount (idle
-        // time can be seconds away) builds nothing.
-        let alive = StoredValue::new(());
         effect(Box::new(move || {
             track();
             if pending.replace(true) {
                 return;
             }
-            let (el, build, pending) = (el.clone(), build.clone(), pending.clone());
+            let (later, build, pending) = (later.clone(), build.clone(), pending.clone());
             when_idle(Box::new(move || {
                 pending.set(false);
-                if alive.try_get_value().is_none() {
-                    return;
-                }
-                let kids = untrack(|| build());
-                el.set_text_content(None);
-                for k in kids {
-                    let _ = el.append_child(&k.0);
-                }
+                later.fill(|| build());
             }));
         }));
+        self
+    }
+    /// Children built once, in the task after the next frame: for what is below the first
+    /// screen, so the frame that paints the numbers comes sooner.
+    pub fn children_after_frame(self, build: impl FnOnce() -> Vec<El> + 'static) -> El {
+        let later = Later::new(&self.0);
+        after_frame(Box::new(move || later.fill(build)));
         self
     }
     /// Listens to `event`.
@@ -169,6 +166,41 @@ impl El {
         // The listener lives as long as the element; the page never removes listeners.
         cb.forget();
         self
+    }
+}
+
+/// Where children built in a later task go. They are built under an owner of their own, a child
+/// of the one in force when the element was built, so their effects are disposed with the page
+/// and when the next build replaces them (a later task runs outside any owner: effects created
+/// there would otherwise live on).
+#[derive(Clone)]
+struct Later {
+    el: Element,
+    /// The page's owner, held weakly: a build due after an unmount (idle time can be seconds
+    /// away) finds it gone and builds nothing, as does one of an element built outside any owner.
+    parent: Option<WeakOwner>,
+    /// The current build's owner, kept by the page's (an owner is disposed when its last handle
+    /// drops).
+    built: StoredValue<Option<Owner>, LocalStorage>,
+}
+
+impl Later {
+    fn new(el: &Element) -> Self {
+        Later { el: el.clone(), parent: Owner::current().map(|o| o.downgrade()), built: StoredValue::new_local(None) }
+    }
+    fn fill(&self, build: impl FnOnce() -> Vec<El>) {
+        let Some(parent) = self.parent.as_ref().and_then(WeakOwner::upgrade) else { return };
+        let Some(old) = self.built.try_update_value(Option::take) else { return };
+        if let Some(old) = old {
+            old.cleanup();
+        }
+        let owner = parent.child();
+        let kids = owner.with(|| untrack(build));
+        self.built.set_value(Some(owner));
+        self.el.set_text_content(None);
+        for k in kids {
+            let _ = self.el.append_child(&k.0);
+        }
     }
 }
 
@@ -270,40 +302,41 @@ fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, S
 /// updating only the cells whose text changed: a slider step rewrites a few numbers, not the
 /// table.
 pub fn table_body(rows: impl Fn() -> Vec<Vec<String>> + 'static, row_headers: bool) -> El {
-    table_body_erased(Box::new(move || (rows(), Vec::new())), row_headers)
+    table_body_erased(Box::new(move || rows().into_iter().map(|cells| Row { cells, total: false }).collect()), row_headers)
 }
 
-/// [`table_body`] whose rows also say which of them are subtotals (class `total`).
-pub fn table_body_marked(rows: impl Fn() -> (Vec<Vec<String>>, Vec<bool>) + 'static, row_headers: bool) -> El {
+/// A table row: its cells' texts, and whether it is a subtotal (class `total`).
+pub struct Row {
+    pub cells: Vec<String>,
+    pub total: bool,
+}
+
+/// [`table_body`] whose rows say which of them are subtotals.
+pub fn table_body_marked(rows: impl Fn() -> Vec<Row> + 'static, row_headers: bool) -> El {
     table_body_erased(Box::new(rows), row_headers)
 }
 
-type Rows = (Vec<Vec<String>>, Vec<bool>);
-
-fn table_body_erased(rows: Box<dyn Fn() -> Rows>, row_headers: bool) -> El {
+fn table_body_erased(rows: Box<dyn Fn() -> Vec<Row>>, row_headers: bool) -> El {
     let body = h("tbody");
     let el = body.0.clone();
+    let mark = |tr: &Element, total: bool| {
+        let _ = if total { tr.set_attribute("class", "total") } else { tr.remove_attribute("class") };
+    };
     // The previous rows are compared in Rust: reading each cell's text back from the DOM would
     // cost a string conversion per cell per step.
-    Effect::new(move |prev: Option<Rows>| {
-        let (cells, marks) = rows();
-        let mark = |tr: &Element, i: usize| {
-            let _ = if marks.get(i).copied().unwrap_or(false) { tr.set_attribute("class", "total") } else { tr.remove_attribute("class") };
-        };
-        let same_shape = prev.as_ref().is_some_and(|(p, _)| p.len() == cells.len() && p.iter().zip(&cells).all(|(a, b)| a.len() == b.len()));
+    Effect::new(move |prev: Option<Vec<Row>>| {
+        let now = rows();
+        let same_shape = prev.as_ref().is_some_and(|p| p.len() == now.len() && p.iter().zip(&now).all(|(a, b)| a.cells.len() == b.cells.len()));
         match prev {
-            Some((old, old_marks)) if same_shape => {
+            Some(old) if same_shape => {
                 let trs = el.children();
-                for (i, (was, now)) in old.iter().zip(&cells).enumerate() {
+                for (i, (was, row)) in old.iter().zip(&now).enumerate() {
                     let Some(tr) = trs.item(i as u32) else { continue };
-                    if old_marks.get(i) != marks.get(i) {
-                        mark(&tr, i);
-                    }
-                    if was == now {
-                        continue;
+                    if was.total != row.total {
+                        mark(&tr, row.total);
                     }
                     let tds = tr.children();
-                    for (j, (a, b)) in was.iter().zip(now).enumerate() {
+                    for (j, (a, b)) in was.cells.iter().zip(&row.cells).enumerate() {
                         if a != b {
                             if let Some(cell) = tds.item(j as u32) {
                                 cell.set_text_content(Some(b));
@@ -314,10 +347,10 @@ fn table_body_erased(rows: Box<dyn Fn() -> Rows>, row_headers: bool) -> El {
             }
             _ => {
                 el.set_text_content(None);
-                for (i, r) in cells.iter().enumerate() {
+                for row in &now {
                     let tr = h("tr");
-                    mark(&tr.0, i);
-                    for (j, c) in r.iter().enumerate() {
+                    mark(&tr.0, row.total);
+                    for (j, c) in row.cells.iter().enumerate() {
                         let cell = if j == 0 && row_headers { h("th").attr("scope", "row") } else { h("td") };
                         let _ = tr.0.append_child(&cell.text(c).0);
                     }
@@ -325,7 +358,7 @@ fn table_body_erased(rows: Box<dyn Fn() -> Rows>, row_headers: bool) -> El {
                 }
             }
         }
-        (cells, marks)
+        now
     });
     body
 }
