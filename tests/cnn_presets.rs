@@ -154,6 +154,36 @@ fn extra_oracle_cases_within_3_percent() {
     assert!(failures.is_empty(), "off by more than 3 %:\n{}", failures.join("\n"));
 }
 
+/// ResNets under `checkpoint_sequential` over their residual blocks (√N, 2 and 8 segments),
+/// measured with the shared harness (`tests/data/PROVENANCE.md`): the segments' recomputation is
+/// modelled op by op, so these are held to 0.1 %.
+#[test]
+fn resnet_segment_cases_within_a_tenth_of_a_percent() {
+    let text = include_str!("data/resnet-segments-steps.jsonl");
+    let mut n = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
+        n += 1;
+    }
+    assert_eq!(n, 6);
+}
+
+#[test]
+fn resnet_segments_follow_checkpoint_sequential() {
+    let mut p = plan("resnet50", 224, 2);
+    p.ckpt = Checkpointing::Sqrt;
+    assert_eq!(build_graph(&p).unwrap().segments, 3, "√16 = 4 segments, the last one not checkpointed");
+    p.ckpt = Checkpointing::Segments(16);
+    assert_eq!(build_graph(&p).unwrap().segments, 15);
+    p.ckpt = Checkpointing::Segments(17);
+    let e = build_graph(&p).unwrap_err().to_string();
+    assert!(e.contains("between 1 and 16 segments"), "{e}");
+    // A segment spans stages: 2 segments of ResNet-50 put layer1..layer3.1 (8 blocks) in one.
+    p.ckpt = Checkpointing::Segments(2);
+    assert_eq!(build_graph(&p).unwrap().segments, 1);
+}
+
 /// The simulation replays these models almost byte for byte; a drift above 0.5 % means an op's
 /// modelling changed.
 #[test]

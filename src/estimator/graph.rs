@@ -248,6 +248,19 @@ impl Graph {
         r
     }
 
+    /// Opens a checkpointed region that `end_region` closes, for `checkpoint_sequential`
+    /// segments that cross module boundaries (a ResNet's residual blocks run over its four
+    /// stages), where one closure cannot hold the segment. Inside a region it does nothing.
+    pub fn begin_region(&mut self) {
+        if self.current_segment.is_none() {
+            self.current_segment = Some(self.segments);
+            self.segments += 1;
+        }
+    }
+    pub fn end_region(&mut self) {
+        self.current_segment = None;
+    }
+
     fn new_storage(&mut self, shape: &[u64], dtype: DType, kind: StorageKind) -> Result<StorageId, EstimateError> {
         let bytes = tensor_bytes(Elems::of_shape(shape)?, dtype)?;
         self.storages.push(Storage { bytes, kind });

@@ -5,6 +5,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
 use crate::estimator::units::DType;
+use crate::presets::cnn::{sequential_segments, sqrt_segments};
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -28,6 +29,8 @@ pub fn conv_bn(g: &mut Graph, x: TensorId, c: Conv, act: Option<Act>) -> Result<
 
 /// ResNet (He et al. 2016) as in `torchvision/models/resnet.py`: `layers` blocks per stage,
 /// `bottleneck` blocks with expansion 4, `width_per_group` 64 (128 for wide_resnet50_2).
+/// Checkpointing: `stage` wraps each of `layer1..4`, `block` each residual block (the shared
+/// harness's `apply_vision_ckpt`), `sqrt` and `Segments(k)` segment the blocks in order.
 pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_group: u64) -> Built {
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
@@ -36,6 +39,15 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
     h = g.act(h, Act::Relu, true)?;
     h = g.max_pool2d(h, 3, 2, 1)?;
     let exp = if bottleneck { 4 } else { 1 };
+    // `sqrt` and `Segments(k)`: `checkpoint_sequential` over the residual blocks in order
+    // (`nn.Sequential(*layer1, *layer2, *layer3, *layer4)`), the stem run before it.
+    let blocks = layers.iter().sum::<u64>() as usize;
+    let seq = match ctx.ckpt {
+        Checkpointing::Sqrt => sequential_segments(blocks, sqrt_segments(blocks))?,
+        Checkpointing::Segments(k) => sequential_segments(blocks, k as usize)?,
+        _ => Vec::new(),
+    };
+    let mut gb = 0;
     let mut inplanes = 64;
     for (si, &n) in layers.iter().enumerate() {
         let planes = 64u64 << si;
@@ -48,6 +60,9 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                     let stride = if bi == 0 { stage_stride } else { 1 };
                     let block_ckpt = ctx.ckpt == Checkpointing::Block;
                     let cin = inplanes;
+                    if seq.iter().any(|r| r.start == gb) {
+                        g.begin_region();
+                    }
                     h = g.scoped(bi.to_string(), |g| {
                         g.checkpointed(block_ckpt, |g| {
                             let identity = h;
@@ -81,6 +96,10 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                             g.act(o, Act::Relu, true)
                         })
                     })?;
+                    gb += 1;
+                    if seq.iter().any(|r| r.end == gb) {
+                        g.end_region();
+                    }
                     inplanes = planes * exp;
                 }
                 Ok::<_, EstimateError>(h)

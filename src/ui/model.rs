@@ -529,7 +529,7 @@ mod tests {
     fn ckpt_probe_knows_each_family() {
         let info = |id: &str| CkptInfo::probe(&Plan::new(id));
         let r = info("resnet50");
-        assert_eq!((r.stages, r.blocks, r.segments), (4, 16, false));
+        assert_eq!((r.stages, r.blocks, r.segments), (4, 16, true));
         let g = info("gpt2");
         assert_eq!((g.stages > 0, g.blocks, g.segments), (true, 12, true));
         let l = info("lstm-lm");

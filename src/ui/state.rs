@@ -474,7 +474,7 @@ mod tests {
     #[test]
     fn ckpt_choices_per_model() {
         let names = |id: &str| ckpt_choices(&CkptInfo::probe(&Plan::new(id))).into_iter().map(|c| c.0).collect::<Vec<_>>();
-        assert_eq!(names("resnet50"), ["none", "stage", "block"]);
+        assert_eq!(names("resnet50"), ["none", "stage", "block", "sqrt", "k"]);
         assert_eq!(names("gpt2"), ["none", "block", "sqrt", "k"]);
         assert_eq!(names("lstm-lm"), ["none"]);
         assert_eq!(ckpt_from_choice("k", Checkpointing::Segments(5)), Checkpointing::Segments(5));

@@ -504,7 +504,7 @@ mod tests {
             ("cfg=%7B%22model_type%22%3A%22%3Cb%3E%22%7D&model=%3Cscript%3E", "model"),
             ("batch=8&batch=9", "batch"),
             ("model=gpt2&seq=999999", "seq"),
-            ("model=resnet50&ckpt=sqrt", "ckpt"),
+            ("model=unet&ckpt=sqrt", "ckpt"),
         ];
         for (q, key) in cases {
             let p = parse_query(q);

@@ -1,0 +1,51 @@
+"""ResNets under `checkpoint_sequential` (`sqrt` and `kN` segments), measured with the shared
+oracle harness (`measure.run_case`, fake CUDA, two steps, each storage rounded to 512 B). The
+shared `apply_vision_ckpt` takes only `stage` and `block` for ResNets; here `sqrt` and `kN`
+segment the residual blocks in order, `nn.Sequential(*layer1, *layer2, *layer3, *layer4)`, with
+the stem run before it and the pool and classifier after, as vram-planner's ResNet builder does.
+
+    python resnet_segments.py OUT.jsonl '[{"model": "resnet50", "res": 224, "batch": 32, "dtype": "fp32", "opt": "adam", "ckpt": "sqrt"}]'
+"""
+import json, math, sys
+import oracle_env
+
+oracle_env.enter(__file__)
+import torch.nn as nn
+import measure
+import models
+
+_shared = models.apply_vision_ckpt
+
+
+def apply_vision_ckpt(name, model, mode):
+    if not name.startswith("resnet") or mode not in ("sqrt",) and not mode.startswith("k"):
+        return _shared(name, model, mode)
+    layers = ("layer1", "layer2", "layer3", "layer4")
+    blocks = nn.Sequential(*[b for ln in layers for b in getattr(model, ln)])
+    n = len(blocks)
+    seg = max(1, round(math.sqrt(n))) if mode == "sqrt" else int(mode[1:])
+    # The blocks move into layer1 in their order, so the parameters (and the optimizer's
+    # foreach lists) keep torchvision's order; layer2..4 become identities.
+    model.layer1 = models.CkptSequential(blocks, seg)
+    for ln in layers[1:]:
+        setattr(model, ln, nn.Identity())
+    return f"checkpoint_sequential(nn.Sequential(*layer1..layer4 blocks), {seg} segments, use_reentrant=False) over its {n} residual blocks"
+
+
+models.apply_vision_ckpt = apply_vision_ckpt
+
+out, specs = sys.argv[1], json.loads(sys.argv[2])
+import torch
+
+torch.cuda.init()
+fake_dev = torch.cuda.get_device_name(0) + f" sm_{''.join(map(str, torch.cuda.get_device_capability(0)))}"
+with open(out, "a") as f:
+    for s in specs:
+        s.setdefault("mode", "fake"); s.setdefault("device", "cuda")
+        # The record as the harness's own main loop writes it.
+        rec = {"case_id": measure.case_id(s), **s, "device_faked": True, "fake_cuda_device": fake_dev,
+               "versions": measure.versions(), "method": measure.METHOD}
+        rec.update(measure.run_case(s))
+        rec["ok"] = True
+        f.write(json.dumps(rec) + "\n")
+        print(rec["case_id"], rec["peak_r512"], rec["ckpt_desc"], flush=True)
