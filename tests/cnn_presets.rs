@@ -193,3 +193,20 @@ fn reference_cases_stay_tight() {
         assert!(failures.is_empty(), "off by more than 0.5 %:\n{}", failures.join("\n"));
     }
 }
+
+/// A checkpointing policy is either applied (the tape has checkpointed regions) or refused with
+/// a message: never silently dropped, which would report the uncheckpointed peak as if it were
+/// checkpointed (as ResNets once did with `sqrt`).
+#[test]
+fn every_model_applies_or_refuses_each_checkpointing_policy() {
+    for m in models::MODELS {
+        for ck in [Checkpointing::Stage, Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(2)] {
+            let mut p = Plan::new(m.id);
+            p.batch = 1;
+            p.ckpt = ck;
+            if let Ok(g) = build_graph(&p) {
+                assert!(g.segments > 0, "{} {ck:?} builds with nothing checkpointed", m.id);
+            }
+        }
+    }
+}
