@@ -472,7 +472,7 @@ fn summary(p: Planner) -> El {
     let device = move || format!("{} {}", num(|n| n.device_total), p.gpu().map(|g| i18n::of_capacity(&b(g.memory), p.lang.get())).unwrap_or_default());
     h("div")
         .cls("summary")
-        .child(h("p").cls("peak").testid("peak").attr("aria-live", "polite").dyn_text(move || {
+        .child(h("p").cls("peak").testid("peak").attr("elementtiming", "peak").attr("aria-live", "polite").dyn_text(move || {
             let l = p.lang.get();
             format!("{}{}{}", Msg::Peak.t(l), colon(l), num(|n| n.peak))
         }))

@@ -81,6 +81,27 @@ export async function interactiveTime(page) {
   );
 }
 
+/**
+ * When the peak's text first reached the screen: its Element Timing entry's `renderTime`, the
+ * presentation time of the frame that first painted it (the page marks the element with
+ * `elementtiming="peak"`). It comes after `vram-planner:ready` by the first frame's style, layout
+ * and paint on the main thread and its raster and display by the compositor.
+ */
+export async function onScreenTime(page) {
+  return page.evaluate(
+    () =>
+      new Promise((done) => {
+        new PerformanceObserver((list, obs) => {
+          const e = list.getEntries().find((x) => x.identifier === 'peak');
+          if (e) {
+            obs.disconnect();
+            done(e.renderTime || e.loadTime);
+          }
+        }).observe({ type: 'element', buffered: true });
+      }),
+  );
+}
+
 /** Slider positions that sweep back and forth over `lo..hi`, `n` of them. */
 export function sweepPositions(lo, hi, n) {
   const out = [];
