@@ -329,13 +329,13 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .cls("results")
         .dyn_attr("aria-label", move || Some(Msg::ResultsSection.t(p.lang.get()).into()))
         .child(summary(p))
-        .child(suggestions(p))
-        .child(breakdown(p))
-        .child(share(p));
+        // The frame that paints the summary comes sooner without them: on a slow machine the
+        // browser's layout and raster of that first frame take longer than building it.
+        .child(h("div").cls("slot").children_after_frame(Box::new(move || vec![suggestions(p), breakdown(p), share(p)])));
     // Below the first screen: built in the task after the frame that paints the numbers, so
     // that frame comes sooner. (`display: contents`: the panels stay the page grid's item.)
-    let charts = h("section").cls("charts").children_after_frame(move || ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect());
-    let extra = h("div").cls("slot").children_after_frame(move || vec![extra_panels(p)]);
+    let charts = h("section").cls("charts").children_after_frame(Box::new(move || ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect()));
+    let extra = h("div").cls("slot").children_after_frame(Box::new(move || vec![extra_panels(p)]));
     h("div")
         .child(
             h("header")

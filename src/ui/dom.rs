@@ -144,14 +144,14 @@ impl El {
             let (later, build, pending) = (later.clone(), build.clone(), pending.clone());
             when_idle(Box::new(move || {
                 pending.set(false);
-                later.fill(|| build());
+                later.fill(Box::new(|| build()));
             }));
         }));
         self
     }
     /// Children built once, in the task after the next frame: for what is below the first
     /// screen, so the frame that paints the numbers comes sooner.
-    pub fn children_after_frame(self, build: impl FnOnce() -> Vec<El> + 'static) -> El {
+    pub fn children_after_frame(self, build: Box<dyn FnOnce() -> Vec<El>>) -> El {
         let later = Later::new(&self.0);
         after_frame(Box::new(move || later.fill(build)));
         self
@@ -188,7 +188,8 @@ impl Later {
     fn new(el: &Element) -> Self {
         Later { el: el.clone(), parent: Owner::current().map(|o| o.downgrade()), built: StoredValue::new_local(None) }
     }
-    fn fill(&self, build: impl FnOnce() -> Vec<El>) {
+    // Not generic: one copy serves every caller (the wasm's first load is on a byte budget).
+    fn fill(&self, build: Box<dyn FnOnce() -> Vec<El> + '_>) {
         let Some(parent) = self.parent.as_ref().and_then(WeakOwner::upgrade) else { return };
         let Some(old) = self.built.try_update_value(Option::take) else { return };
         if let Some(old) = old {
