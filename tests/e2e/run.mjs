@@ -446,11 +446,11 @@ test('speed: interactive time and first-load weight', async () => {
   // A fresh context (no cache, no service worker) per load. 20 loads, so the p95 is the 19th
   // (nearest rank), not the slowest one. The first load after the browser starts also pays for
   // the browser's own start-up; one such load comes first and is not counted.
-  // Interactive: the numbers in the page with every control live, at the first animation
-  // frame that paints them (vram-planner:ready). Their pixels come later, once the browser has
-  // styled, laid out, rasterised and displayed that frame: the peak's Element Timing entry says
-  // when. To tell the page's share of that from the browser's, the same first screen is then
-  // served as static HTML (its DOM at that moment, no script) and timed the same way.
+  // Interactive: the numbers on screen with every control live. The controls are live from the
+  // first animation frame that paints the numbers (vram-planner:ready); the pixels come once the
+  // browser has styled, laid out, rasterised and displayed that frame, which the peak's Element
+  // Timing entry dates. To tell the page's share from the browser's, the same first screen is
+  // then served as static HTML (its DOM at that moment, no script) and timed the same way.
   const loads = async (at, n, watched = true) => {
     const out = { ready: [], start: [], shown: [] };
     for (let i = 0; i <= n; i++) {
@@ -470,12 +470,11 @@ test('speed: interactive time and first-load weight', async () => {
     return out;
   };
   const live = await loads(url(), 20);
-  const t = stats(live.ready);
-  console.log(`    interactive (navigation → numbers in the page, controls live: the frame that paints them begins): ${fmt(t)}  [budget ≤ 250 ms: ${t.p95 <= 250 ? 'met' : 'OVER'}]`);
+  const t = stats(live.shown);
+  console.log(`    interactive (navigation → numbers on screen, every control live; the peak's Element Timing): ${fmt(t)}  [budget ≤ 250 ms: ${t.p95 <= 250 ? 'met' : 'OVER'}]`);
   check(live.start.every((s) => s > 0), 'the page did not mark the start of its wasm (vram-planner:start)');
   check(live.shown.every((s, i) => s >= live.ready[i]), 'the numbers reached the screen before the frame that paints them began');
-  console.log(`      of which navigation → wasm start: ${fmt(stats(live.start))}; wasm start → numbers in the page: ${fmt(stats(live.ready.map((x, i) => x - live.start[i])))}`);
-  console.log(`    numbers on screen (the peak's Element Timing: that frame styled, laid out, rasterised, displayed): ${fmt(stats(live.shown))}`);
+  console.log(`      of which navigation → wasm start: ${fmt(stats(live.start))}; wasm start → numbers in the page, controls live (the frame that paints them begins): ${fmt(stats(live.ready.map((x, i) => x - live.start[i])))}; that frame styled, laid out, rasterised and displayed: ${fmt(stats(live.shown.map((x, i) => x - live.ready[i])))}`);
   {
     const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 }, serviceWorkers: 'block' });
     const page = await ctx.newPage();
