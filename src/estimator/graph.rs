@@ -237,28 +237,29 @@ impl Graph {
 
     /// Runs `f` as one checkpointed region (`torch.utils.checkpoint`, non-reentrant) when `on`.
     pub fn checkpointed<R>(&mut self, on: bool, f: impl FnOnce(&mut Graph) -> R) -> R {
-        if !on || self.current_segment.is_some() {
-            return f(self);
-        }
-        let seg = self.segments;
-        self.segments += 1;
-        self.current_segment = Some(seg);
+        let opened = on && self.begin_region();
         let r = f(self);
-        self.current_segment = None;
+        self.end_region(opened);
         r
     }
 
-    /// Opens a checkpointed region that `end_region` closes, for `checkpoint_sequential`
-    /// segments that cross module boundaries (a ResNet's residual blocks run over its four
-    /// stages), where one closure cannot hold the segment. Inside a region it does nothing.
-    pub fn begin_region(&mut self) {
-        if self.current_segment.is_none() {
-            self.current_segment = Some(self.segments);
-            self.segments += 1;
+    /// Opens a checkpointed region; returns whether it did (inside a region it does nothing:
+    /// the outer one already holds these ops). [`Graph::end_region`] with that answer closes it.
+    /// For `checkpoint_sequential` segments that cross module boundaries (a ResNet's residual
+    /// blocks run over its four stages), where one closure cannot hold the segment.
+    pub fn begin_region(&mut self) -> bool {
+        if self.current_segment.is_some() {
+            return false;
         }
+        self.current_segment = Some(self.segments);
+        self.segments += 1;
+        true
     }
-    pub fn end_region(&mut self) {
-        self.current_segment = None;
+    /// Closes the region [`Graph::begin_region`] opened, if it opened one.
+    pub fn end_region(&mut self, opened: bool) {
+        if opened {
+            self.current_segment = None;
+        }
     }
 
     fn new_storage(&mut self, shape: &[u64], dtype: DType, kind: StorageKind) -> Result<StorageId, EstimateError> {

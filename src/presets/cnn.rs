@@ -41,14 +41,23 @@ pub fn sqrt_segments(n: usize) -> usize {
     ((n as f64).sqrt().round() as usize).max(1)
 }
 
+/// The runs of children `checkpoint_sequential` checkpoints under `sqrt` or `Segments(k)` over
+/// `n` children; `None` for the other policies.
+pub fn checkpoint_sequential_ranges(ckpt: Checkpointing, n: usize) -> Result<Option<Vec<std::ops::Range<usize>>>, EstimateError> {
+    Ok(match ckpt {
+        Checkpointing::Sqrt => Some(sequential_segments(n, sqrt_segments(n))?),
+        Checkpointing::Segments(k) => Some(sequential_segments(n, k as usize)?),
+        _ => None,
+    })
+}
+
 /// Runs `model.features` (an `nn.Sequential` of `children`) under the plan's checkpointing.
 fn features(g: &mut Graph, ctx: &BuildCtx, x: TensorId, children: Vec<Child<'_>>) -> R {
     let n = children.len();
     let ckpt_ranges: Vec<std::ops::Range<usize>> = match ctx.ckpt {
         Checkpointing::None => Vec::new(),
         Checkpointing::Block => (0..n).map(|i| i..i + 1).collect(),
-        Checkpointing::Sqrt => sequential_segments(n, sqrt_segments(n))?,
-        Checkpointing::Segments(k) => sequential_segments(n, k as usize)?,
+        Checkpointing::Sqrt | Checkpointing::Segments(_) => checkpoint_sequential_ranges(ctx.ckpt, n)?.unwrap_or_default(),
         Checkpointing::Stage => {
             return Err(EstimateError::Unsupported(
                 "stage checkpointing applies to ResNets; use block, sqrt or a number of segments".into(),

@@ -5,7 +5,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
 use crate::estimator::units::DType;
-use crate::presets::cnn::{sequential_segments, sqrt_segments};
+use crate::presets::cnn::checkpoint_sequential_ranges;
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -42,12 +42,9 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
     // `sqrt` and `Segments(k)`: `checkpoint_sequential` over the residual blocks in order
     // (`nn.Sequential(*layer1, *layer2, *layer3, *layer4)`), the stem run before it.
     let blocks = layers.iter().sum::<u64>() as usize;
-    let seq = match ctx.ckpt {
-        Checkpointing::Sqrt => sequential_segments(blocks, sqrt_segments(blocks))?,
-        Checkpointing::Segments(k) => sequential_segments(blocks, k as usize)?,
-        _ => Vec::new(),
-    };
+    let seq = checkpoint_sequential_ranges(ctx.ckpt, blocks)?.unwrap_or_default();
     let mut gb = 0;
+    let mut opened = false;
     let mut inplanes = 64;
     for (si, &n) in layers.iter().enumerate() {
         let planes = 64u64 << si;
@@ -61,7 +58,7 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                     let block_ckpt = ctx.ckpt == Checkpointing::Block;
                     let cin = inplanes;
                     if seq.iter().any(|r| r.start == gb) {
-                        g.begin_region();
+                        opened = g.begin_region();
                     }
                     h = g.scoped(bi.to_string(), |g| {
                         g.checkpointed(block_ckpt, |g| {
@@ -98,7 +95,7 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                     })?;
                     gb += 1;
                     if seq.iter().any(|r| r.end == gb) {
-                        g.end_region();
+                        g.end_region(opened);
                     }
                     inplanes = planes * exp;
                 }

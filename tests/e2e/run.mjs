@@ -450,7 +450,8 @@ test('speed: interactive time and first-load weight', async () => {
   // first animation frame that paints the numbers (vram-planner:ready); the pixels come once the
   // browser has styled, laid out, rasterised and displayed that frame, which the peak's Element
   // Timing entry dates. To tell the page's share from the browser's, the same first screen is
-  // then served as static HTML (its DOM at that moment, no script) and timed the same way.
+  // then served as static HTML (its DOM as the first frame holds it: no script, none of what is
+  // built after that frame) and timed the same way.
   const loads = async (at, n, watched = true) => {
     const out = { ready: [], start: [], shown: [] };
     for (let i = 0; i <= n; i++) {

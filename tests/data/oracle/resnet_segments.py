@@ -18,7 +18,7 @@ _shared = models.apply_vision_ckpt
 
 
 def apply_vision_ckpt(name, model, mode):
-    if not name.startswith("resnet") or mode not in ("sqrt",) and not mode.startswith("k"):
+    if not name.startswith("resnet") or not (mode == "sqrt" or mode.startswith("k")):
         return _shared(name, model, mode)
     layers = ("layer1", "layer2", "layer3", "layer4")
     blocks = nn.Sequential(*[b for ln in layers for b in getattr(model, ln)])
