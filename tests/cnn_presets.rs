@@ -5,7 +5,7 @@
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::build_graph;
 use vram_planner::estimator::config::{Checkpointing, Plan};
-use vram_planner::presets::cnn::{sequential_segments, sqrt_segments};
+use vram_planner::estimator::checkpoint::{sequential_segments, sqrt_segments};
 use vram_planner::presets::models::{self, Family, InputKind};
 
 /// `sum(p.numel() for p in model.parameters())` of torchvision 0.29.2 / `harness/models.py`.
@@ -70,11 +70,11 @@ fn unet_needs_a_multiple_of_16() {
 #[test]
 fn checkpoint_sequential_segments() {
     // checkpoint_sequential(features, k): k - 1 checkpointed runs of len // k, the rest plain.
-    assert_eq!(sequential_segments(17, 4).unwrap(), vec![0..4, 4..8, 8..12]);
-    assert_eq!(sequential_segments(31, 6).unwrap(), vec![0..5, 5..10, 10..15, 15..20, 20..25]);
-    assert_eq!(sequential_segments(9, 1).unwrap(), vec![]);
-    assert!(sequential_segments(9, 10).is_err());
-    assert!(sequential_segments(9, 0).is_err());
+    assert_eq!(sequential_segments(17, 4, "blocks").unwrap(), vec![0..4, 4..8, 8..12]);
+    assert_eq!(sequential_segments(31, 6, "blocks").unwrap(), vec![0..5, 5..10, 10..15, 15..20, 20..25]);
+    assert_eq!(sequential_segments(9, 1, "blocks").unwrap(), vec![]);
+    assert!(sequential_segments(9, 10, "blocks").is_err());
+    assert!(sequential_segments(9, 0, "blocks").is_err());
     assert_eq!(sqrt_segments(17), 4);
     assert_eq!(sqrt_segments(13), 4);
     assert_eq!(sqrt_segments(9), 3);
@@ -208,5 +208,24 @@ fn every_model_applies_or_refuses_each_checkpointing_policy() {
                 assert!(g.segments > 0, "{} {ck:?} builds with nothing checkpointed", m.id);
             }
         }
+    }
+}
+
+/// `checkpoint_sequential` with more segments than children is an error in PyTorch (its `range`
+/// step is zero): every model that takes k segments refuses one more than each of its blocks
+/// gets, instead of quietly cutting fewer.
+#[test]
+fn every_model_refuses_more_segments_than_it_has_blocks() {
+    for m in models::MODELS {
+        let plan = |ckpt| Plan { batch: 1, ckpt, ..Plan::new(m.id) };
+        let Ok(block) = build_graph(&plan(Checkpointing::Block)) else { continue };
+        if build_graph(&plan(Checkpointing::Segments(2))).is_err() {
+            continue; // no checkpoint_sequential for this model
+        }
+        let n = block.segments as u32;
+        let fits = build_graph(&plan(Checkpointing::Segments(n)));
+        assert!(fits.is_ok(), "{}: {n} segments over {n} blocks: {:?}", m.id, fits.err());
+        let e = build_graph(&plan(Checkpointing::Segments(n + 1))).err().unwrap_or_else(|| panic!("{}: {} segments over {n} blocks built", m.id, n + 1));
+        assert!(e.to_string().contains(&format!("between 1 and {n} segments")), "{}: {e}", m.id);
     }
 }

@@ -10,6 +10,7 @@
 //! assert!(e.peak_allocated.gib() > 0.1);
 //! ```
 
+pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod error;

@@ -8,6 +8,7 @@
 //! `Segments(k)` run `torch.utils.checkpoint.checkpoint_sequential(model.features, k)`; for the
 //! custom nets `block` wraps each conv block.
 
+use crate::estimator::checkpoint;
 use crate::estimator::config::{BuildCtx, Checkpointing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
@@ -21,43 +22,13 @@ type R = Result<TensorId, EstimateError>;
 /// One child of an `nn.Sequential`, applied to its input.
 type Child<'a> = Box<dyn FnOnce(&mut Graph, TensorId) -> R + 'a>;
 
-/// The segments `checkpoint_sequential(functions, segments)` checkpoints
-/// (`torch/utils/checkpoint.py`): `segments - 1` runs of `len // segments` children each; the
-/// remaining children (the last segment) run without checkpointing, because its output must
-/// carry the graph. More segments than children makes PyTorch's `range` step zero (an error).
-pub fn sequential_segments(n: usize, segments: usize) -> Result<Vec<std::ops::Range<usize>>, EstimateError> {
-    if segments == 0 || segments > n {
-        return Err(EstimateError::Unsupported(format!(
-            "checkpoint_sequential needs between 1 and {n} segments for this model's {n} feature blocks, got {segments}"
-        )));
-    }
-    let size = n / segments;
-    Ok((0..segments - 1).map(|s| s * size..(s + 1) * size).collect())
-}
-
-/// `round(sqrt(n))` segments, at least one (the harness's `sqrt` mode; Python's `round` never
-/// meets a tie here, since √n is never k + ½ for an integer n).
-pub fn sqrt_segments(n: usize) -> usize {
-    ((n as f64).sqrt().round() as usize).max(1)
-}
-
-/// The runs of children `checkpoint_sequential` checkpoints under `sqrt` or `Segments(k)` over
-/// `n` children; `None` for the other policies.
-pub fn checkpoint_sequential_ranges(ckpt: Checkpointing, n: usize) -> Result<Option<Vec<std::ops::Range<usize>>>, EstimateError> {
-    Ok(match ckpt {
-        Checkpointing::Sqrt => Some(sequential_segments(n, sqrt_segments(n))?),
-        Checkpointing::Segments(k) => Some(sequential_segments(n, k as usize)?),
-        _ => None,
-    })
-}
-
 /// Runs `model.features` (an `nn.Sequential` of `children`) under the plan's checkpointing.
 fn features(g: &mut Graph, ctx: &BuildCtx, x: TensorId, children: Vec<Child<'_>>) -> R {
     let n = children.len();
     let ckpt_ranges: Vec<std::ops::Range<usize>> = match ctx.ckpt {
         Checkpointing::None => Vec::new(),
         Checkpointing::Block => (0..n).map(|i| i..i + 1).collect(),
-        Checkpointing::Sqrt | Checkpointing::Segments(_) => checkpoint_sequential_ranges(ctx.ckpt, n)?.unwrap_or_default(),
+        Checkpointing::Sqrt | Checkpointing::Segments(_) => checkpoint::sequential_ranges(ctx.ckpt, n, "feature blocks")?.unwrap_or_default(),
         Checkpointing::Stage => {
             return Err(EstimateError::Unsupported(
                 "stage checkpointing applies to ResNets; use block, sqrt or a number of segments".into(),

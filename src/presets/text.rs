@@ -11,7 +11,8 @@
 //! presets are configs too, so both paths share this builder. Generation ([`super::generate`])
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
-use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Checkpointing, Device};
+use crate::estimator::checkpoint;
+use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
@@ -105,30 +106,11 @@ impl TextConfig {
     }
 }
 
-/// Layer ranges and whether each is one checkpointed region. `Block` (HF
-/// `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform stack has no
-/// stages, so `Stage` means the same. `Sqrt`/`Segments(k)` follow
-/// `torch.utils.checkpoint.checkpoint_sequential` over the layers: `k - 1` checkpointed chunks of
-/// `L / k` layers, the rest run normally.
-fn layer_groups(layers: u64, ckpt: Checkpointing) -> Vec<(std::ops::Range<u64>, bool)> {
-    let chunks = |k: u64| {
-        let k = k.clamp(1, layers.max(1));
-        let size = layers / k;
-        let mut g: Vec<_> = (0..k - 1).map(|j| (j * size..(j + 1) * size, true)).collect();
-        g.push(((k - 1) * size..layers, false));
-        g
-    };
-    match ckpt {
-        Checkpointing::None => vec![(0..layers, false)],
-        Checkpointing::Block | Checkpointing::Stage => (0..layers).map(|i| (i..i + 1, true)).collect(),
-        Checkpointing::Sqrt => chunks((layers as f64).sqrt().round() as u64),
-        Checkpointing::Segments(k) => chunks(k as u64),
-    }
-}
-
 /// Runs `layer` over all layers, wrapping the checkpointed groups.
 fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut h: TensorId, mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>) -> Result<TensorId, EstimateError> {
-    for (range, ck) in layer_groups(cfg.layers, ctx.ckpt) {
+    // `Block` (HF `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform
+    // stack has no stages, so `Stage` means the same.
+    for (range, ck) in checkpoint::runs(ctx.ckpt, cfg.layers as usize, "layers", true)? {
         h = g.checkpointed(ck, |g| {
             let mut h = h;
             for i in range {

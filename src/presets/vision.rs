@@ -5,7 +5,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
 use crate::estimator::units::DType;
-use crate::presets::cnn::checkpoint_sequential_ranges;
+use crate::estimator::checkpoint;
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -42,7 +42,7 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
     // `sqrt` and `Segments(k)`: `checkpoint_sequential` over the residual blocks in order
     // (`nn.Sequential(*layer1, *layer2, *layer3, *layer4)`), the stem run before it.
     let blocks = layers.iter().sum::<u64>() as usize;
-    let seq = checkpoint_sequential_ranges(ctx.ckpt, blocks)?.unwrap_or_default();
+    let seq = checkpoint::sequential_ranges(ctx.ckpt, blocks, "residual blocks")?.unwrap_or_default();
     let mut gb = 0;
     let mut opened = false;
     let mut inplanes = 64;

@@ -3,7 +3,8 @@
 //! `vit_l_16`, op by op, with `nn.MultiheadAttention` in training mode as
 //! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`.
 
-use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
+use crate::estimator::checkpoint;
+use crate::estimator::config::{AttnImpl, BuildCtx, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
@@ -69,11 +70,12 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     h = g.scoped("encoder", |g| {
         let pos = g.scoped("pos_embedding", |g| g.param(vec![1, s, d]))?;
         let mut h = g.seq_add(h, pos)?;
-        let groups = checkpoint_groups(ctx.ckpt, cfg.layers)?;
-        for (first, count, ckpt) in groups {
+        // `block`: each layer alone (the reference harness wraps every `EncoderBlock`); a ViT
+        // has no stages.
+        for (layers, ckpt) in checkpoint::runs(ctx.ckpt, cfg.layers as usize, "encoder layers", false)? {
             h = g.checkpointed(ckpt, |g| {
                 let mut h = h;
-                for i in first..first + count {
+                for i in layers {
                     h = g.scoped(format!("layers.encoder_layer_{i}"), |g| encoder_block(g, h, ctx, cfg))?;
                 }
                 Ok::<_, EstimateError>(h)
@@ -91,27 +93,6 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     // The logits are an argument of `F.cross_entropy` until it returns.
     g.seq_hold(&[logits]);
     Ok(g)
-}
-
-/// Encoder layers grouped into checkpointed runs: `(first layer, count, checkpointed)`.
-/// `block`: each layer alone (the reference harness wraps every `EncoderBlock`); `sqrt` and `k`
-/// segments follow `torch.utils.checkpoint.checkpoint_sequential`, whose last segment runs
-/// without checkpointing.
-fn checkpoint_groups(ckpt: Checkpointing, layers: u64) -> Result<Vec<(u64, u64, bool)>, EstimateError> {
-    let segments = |k: u64| {
-        let k = k.clamp(1, layers);
-        let size = layers / k;
-        let mut v: Vec<(u64, u64, bool)> = (0..k - 1).map(|i| (i * size, size, true)).collect();
-        v.push(((k - 1) * size, layers - (k - 1) * size, false));
-        v
-    };
-    Ok(match ckpt {
-        Checkpointing::None => vec![(0, layers, false)],
-        Checkpointing::Block => (0..layers).map(|i| (i, 1, true)).collect(),
-        Checkpointing::Sqrt => segments(((layers as f64).sqrt().round() as u64).max(1)),
-        Checkpointing::Segments(k) => segments(k as u64),
-        Checkpointing::Stage => return Err(EstimateError::Unsupported("a vision transformer has no stages to checkpoint: use block, sqrt or a number of segments".into())),
-    })
 }
 
 /// `EncoderBlock.forward`: `x = ln_1(input); x = self_attention(x, x, x); x = x + input;

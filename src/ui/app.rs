@@ -256,9 +256,13 @@ pub fn App() -> impl IntoView {
         }
         url_update.call(move || p.sync_address());
     });
-    Effect::new(move |_| {
+    // Only a choice made on this page is remembered: not the browser's language at the first
+    // visit (a later change of the browser's would then be ignored), nor a shared link's.
+    Effect::new(move |prev: Option<()>| {
         let (l, u) = (p.lang.get(), p.units.get());
-        runtime::remember(l, u);
+        if prev.is_some() {
+            runtime::remember(l, u);
+        }
         runtime::set_document_lang(l);
     });
     // Once, in the first frame that paints the numbers: the effects that put them in the page

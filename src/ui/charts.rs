@@ -30,8 +30,7 @@ pub fn length_plans(plan: &Plan) -> Vec<Plan> {
 
 /// round(√N) as `checkpoint_sequential`'s `sqrt` mode uses it.
 pub fn sqrt_k(blocks: u64) -> u64 {
-    // The same √N rule `checkpoint_sequential` segments take in the CNN builders.
-    crate::presets::cnn::sqrt_segments(blocks as usize) as u64
+    crate::estimator::checkpoint::sqrt_segments(blocks as usize) as u64
 }
 
 /// The policies the checkpoint chart compares, as `(k, policy)`: k segments of

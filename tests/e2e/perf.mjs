@@ -87,18 +87,25 @@ export async function interactiveTime(page) {
  * `elementtiming="peak"`). It comes after `vram-planner:ready` by the first frame's style, layout
  * and paint on the main thread and its raster and display by the compositor.
  */
-export async function onScreenTime(page) {
+export async function onScreenTime(page, timeoutMs = 20_000) {
   return page.evaluate(
-    () =>
-      new Promise((done) => {
+    (timeoutMs) =>
+      new Promise((done, fail) => {
+        if (!PerformanceObserver.supportedEntryTypes?.includes('element')) {
+          fail(new Error('this browser has no Element Timing: the numbers on screen cannot be dated'));
+          return;
+        }
+        const timer = setTimeout(() => fail(new Error(`the peak (elementtiming="peak") was not painted within ${timeoutMs} ms`)), timeoutMs);
         new PerformanceObserver((list, obs) => {
           const e = list.getEntries().find((x) => x.identifier === 'peak');
           if (e) {
             obs.disconnect();
+            clearTimeout(timer);
             done(e.renderTime || e.loadTime);
           }
         }).observe({ type: 'element', buffered: true });
       }),
+    timeoutMs,
   );
 }
 

@@ -299,6 +299,16 @@ test('the language switch shows Chinese, and the choice is remembered', async ()
   check((await planner.peakText()).startsWith('已分配峰值'), 'the language was not remembered');
   await planner.pick(planner.lang, 'en');
   await until(async () => (await planner.peakText()).startsWith('Allocated peak'), 'back to English');
+  // A link's language is shown, not remembered: only a choice made on the page is.
+  const stored = () => planner.page.evaluate(() => localStorage.getItem('vram-planner.lang'));
+  await until(async () => (await stored()) === 'en', 'the choice of English was not stored');
+  await planner.open(url('lang=zh'));
+  await planner.idle();
+  check((await planner.peakText()).startsWith('已分配峰值'), 'the link\'s language is not shown');
+  check((await stored()) === 'en', `opening a link with lang=zh stored ${await stored()}`);
+  await planner.page.goto(url());
+  await planner.ready();
+  check((await planner.peakText()).startsWith('Allocated peak'), 'a link with lang=zh changed the remembered language');
 });
 
 test('units switch between GiB and GB', async () => {
