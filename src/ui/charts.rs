@@ -237,6 +237,16 @@ fn categories(lang: Lang) -> [&'static str; Category::COUNT] {
     Category::ALL.map(|c| category_label(c, lang))
 }
 
+/// The checkpoint chart's label of the plan's own policy. Every stage is not k segments of
+/// `checkpoint_sequential` (each stage is wrapped, the last one too, and the stages differ in
+/// size), so where it is drawn at k = the number of stages it says which policy it is.
+pub fn ckpt_current_label(c: Checkpointing, lang: Lang) -> &'static str {
+    match c {
+        Checkpointing::Stage => zh(lang, "your choice: every stage", "当前选择：每个阶段"),
+        _ => zh(lang, "your choice", "当前选择"),
+    }
+}
+
 fn zh(lang: Lang, en: &'static str, zh: &'static str) -> &'static str {
     if lang == Lang::Zh {
         zh
@@ -307,7 +317,7 @@ impl ChartData {
                 c.y2_desc = zh(lang, "Extra compute (%)", "额外计算量（%）");
                 c.series = [Msg::Peak.t(lang), zh(lang, "Activation memory", "激活显存"), zh(lang, "Extra compute", "额外计算量")];
                 c.block_label = Msg::EveryBlock.t(lang);
-                c.current_label = zh(lang, "your choice", "当前选择").into();
+                c.current_label = ckpt_current_label(d.current_policy, lang).into();
                 c.saving = self.ckpt_saving(lang, units).unwrap_or_default();
                 c.empty = if d.pending > 0 { Msg::Loading.t(lang) } else { zh(lang, "This model has no checkpointing to compare", "此模型没有可比较的检查点方案") };
                 draw_checkpoint_chart(area, &c, theme)
@@ -453,6 +463,22 @@ mod tests {
         models.extend(ckpt_plans(plan, &info));
         wb.run_all(plan, &Wants { exact: false, models, ..Default::default() });
         (wb, info)
+    }
+
+    #[test]
+    fn every_stage_is_drawn_as_itself_not_as_four_segments() {
+        // ResNet-50 has 4 stages: "every stage" sits at k = 4 with its own peak, which is not
+        // that of 4 checkpoint_sequential segments, so the marker names the policy.
+        let stage = Plan { ckpt: Checkpointing::Stage, ..Plan::new("resnet50") };
+        let (mut wb, info) = setup(&stage);
+        let own = wb.model(&stage).as_ref().as_ref().unwrap().at(stage.batch, None);
+        let d = ckpt_data(&stage, &info, Some(&own), &|p| wb.numbers(p));
+        let four = d.points.iter().find(|p| p.k == 4).expect("k = 4 on the axis");
+        let current = d.current.expect("the plan's own point");
+        assert_eq!(current.k, 4);
+        assert_ne!(current.peak, four.peak, "every stage drawn with the numbers of 4 segments");
+        assert_eq!(ckpt_current_label(d.current_policy, Lang::En), "your choice: every stage");
+        assert_eq!(ckpt_current_label(Checkpointing::Segments(4), Lang::En), "your choice");
     }
 
     #[test]
