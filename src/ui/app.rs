@@ -266,7 +266,9 @@ pub fn App() -> impl IntoView {
         runtime::set_document_lang(l);
     });
     // Once, in the first frame that paints the numbers: the effects that put them in the page
-    // (and the rest of the mount) have run by then, so the mark is when a user sees them.
+    // (and the rest of the mount) have run by then, so every control is live from this mark. The
+    // pixels come later, once the browser has laid out, rasterised and displayed that frame
+    // (the e2e run dates them by the peak's Element Timing entry).
     // Not per slider step: a mark costs time and memory.
     Effect::new(move |marked: Option<bool>| {
         if marked == Some(true) {
