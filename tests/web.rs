@@ -222,7 +222,7 @@ async fn the_verdict_follows_the_gpu() {
     pick(&select_in(&host, "gpu"), "t4");
     settle().await;
     assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("false"), "{}", text(&host, "verdict"));
-    assert!(text(&host, "device-total").contains("of 15.0 GiB"), "{}", text(&host, "device-total"));
+    assert!(text(&host, "device-total").contains("of 14.6 GiB"), "{}", text(&host, "device-total"));
 }
 
 #[wasm_bindgen_test]
