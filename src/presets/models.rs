@@ -56,12 +56,12 @@ const fn img(default_res: u64, min_res: u64) -> InputKind {
 }
 
 pub static MODELS: &[ModelPreset] = &[
-    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 32), params: 11_689_512, build: Some(|c| vision::resnet(c, [2, 2, 2, 2], false, 64)) },
-    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 32), params: 21_797_672, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], false, 64)) },
-    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 32), params: 25_557_032, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 64)) },
-    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 32), params: 44_549_160, build: Some(|c| vision::resnet(c, [3, 4, 23, 3], true, 64)) },
-    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 32), params: 60_192_808, build: Some(|c| vision::resnet(c, [3, 8, 36, 3], true, 64)) },
-    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 32), params: 68_883_240, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 128)) },
+    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 1), params: 11_689_512, build: Some(|c| vision::resnet(c, [2, 2, 2, 2], false, 64)) },
+    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 1), params: 21_797_672, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], false, 64)) },
+    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 1), params: 25_557_032, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 64)) },
+    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 1), params: 44_549_160, build: Some(|c| vision::resnet(c, [3, 4, 23, 3], true, 64)) },
+    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 1), params: 60_192_808, build: Some(|c| vision::resnet(c, [3, 8, 36, 3], true, 64)) },
+    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 1), params: 68_883_240, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 128)) },
     ModelPreset { id: "vit_b_16", name: "ViT-B/16", family: Family::VisionTransformer, input: img(224, 16), params: 86_567_656, build: None },
     ModelPreset { id: "vit_l_16", name: "ViT-L/16", family: Family::VisionTransformer, input: img(224, 16), params: 304_326_632, build: None },
     ModelPreset { id: "lstm-lm", name: "2-layer LSTM LM (h512, vocab 10k)", family: Family::Rnn, input: tokens(512, None), params: 14_452_496, build: None },
