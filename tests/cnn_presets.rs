@@ -169,18 +169,19 @@ fn resnet_segment_cases_within_a_tenth_of_a_percent() {
     assert_eq!(n, 6);
 }
 
-/// ResNets at 1–24 px, which PyTorch runs (every ResNet convolution and its max pool are
-/// padded), measured with the shared harness (`tests/data/PROVENANCE.md`): exact, as at 224.
+/// Every image model at the smallest resolution it takes (ResNets at 1–24 px: every ResNet
+/// convolution and its max pool are padded), measured with the shared harness
+/// (`tests/data/PROVENANCE.md`): exact, as at 224.
 #[test]
-fn resnets_below_32_pixels_match_pytorch() {
-    let text = include_str!("data/resnet-small-res-steps.jsonl");
+fn smallest_resolutions_match_pytorch() {
+    let text = include_str!("data/small-res-steps.jsonl");
     let mut n = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
         assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
         n += 1;
     }
-    assert_eq!(n, 4);
+    assert_eq!(n, 10);
 }
 
 #[test]
