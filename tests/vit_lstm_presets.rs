@@ -186,6 +186,20 @@ fn resolution_not_divisible_by_the_patch_is_an_error() {
     assert!(estimate(&p).is_ok(), "one patch plus the class token is a valid ViT");
 }
 
+/// ViTs under `checkpoint_sequential` over their encoder layers (√N, 4 and 12 segments, uneven
+/// segments of ViT-L/16), measured with the same harness (`data/PROVENANCE.md`,
+/// `vit-segments-steps.jsonl`): the recomputation is modelled op by op, so within 0.1 %.
+#[test]
+fn vit_segment_cases_within_a_tenth_of_a_percent() {
+    let mut n = 0;
+    for line in include_str!("data/vit-segments-steps.jsonl").lines().filter(|l| !l.trim().is_empty()) {
+        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
+        n += 1;
+    }
+    assert_eq!(n, 6);
+}
+
 #[test]
 fn vit_checkpointing_policies() {
     let peak = |ckpt: Checkpointing| {

@@ -1,0 +1,142 @@
+"""One rank of a PyTorch DistributedDataParallel (DDP) training step, measured with the shared
+oracle harness: fake sm_90 CUDA, FakeTensorMode, and torch's fake process group (`FakeStore`) for
+a world of N ranks in one process. The model is wrapped in `torch.nn.parallel.
+DistributedDataParallel` (default `bucket_cap_mb=25`, `broadcast_buffers=True`) while the
+harness's tracker is already running, so the C++ reducer's flat gradient buckets are counted as
+the storages they are (its all-reduce is a no-op on the fake group). The loop is the harness's
+(two steps, `zero_grad(set_to_none=True)`, forward, backward, foreach optimizer step); the
+reducer rebuilds its buckets in gradient-ready order at step 2's forward, and step 2's peak is
+the one recorded. Storages allocated while DDP is constructed and in its pre-forward (where the
+reducer rebuilds its buckets) are labelled `ddp` in the tracker's breakdown.
+Usage: python ddp_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
+"opt": "adamw", "world": 8}]' OUT.jsonl  (vision models take "res" instead of "seq"; an optional
+"bucket_view": true sets `gradient_as_bucket_view=True`; "dtype" is fp32, bf16 or amp_bf16 as in
+the harness). The peak's breakdown by category is printed to stderr."""
+import json, sys, contextlib
+import oracle_env
+
+oracle_env.enter(__file__)
+import torch, torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.nn.parallel import DistributedDataParallel as DDP
+import measure
+from models import build
+from tracker import LiveTracker as _LT, PHASE_CATEGORY
+from torch.utils._pytree import tree_flatten
+
+
+class LiveTracker(_LT):
+    """The harness's tracker, with a category override for what DDP's reducer allocates."""
+    cat_override = None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.n_ops += 1
+        cat = self.cat_override or PHASE_CATEGORY.get(self.phase, "other")
+        for x in tree_flatten(out)[0]:
+            if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+                self._add_storage(x.untyped_storage(), self._devtype(x), cat)
+        self._check_peak()
+        return out
+
+
+TRACKER = None
+
+
+class TrackedDDP(DDP):
+    """DDP whose pre-forward (the reducer's one bucket rebuild, the buffer broadcast) allocates
+    under the tracker category `ddp`."""
+    def _pre_forward(self, *args, **kwargs):
+        tr = TRACKER
+        if tr is not None:
+            tr.cat_override = "ddp"
+        try:
+            return super()._pre_forward(*args, **kwargs)
+        finally:
+            if tr is not None:
+                tr.cat_override = None
+
+
+def allreduce_hook(group, bucket):
+    """What DDP's built-in C++ hook does (`AllReduceCommHook::runHook`: divide the flat bucket
+    in place, all-reduce it in place, return it), as a Python comm hook: the fake group's work
+    carries no future value, which the built-in hook's result parsing asserts on."""
+    t = bucket.buffer()
+    t.div_(dist.get_world_size(group))
+    dist.all_reduce(t, group=group)
+    fut = torch.futures.Future()
+    fut.set_result(t)
+    return fut
+
+
+CASES = json.loads(sys.argv[1])
+OUT = sys.argv[2]
+world = max(c["world"] for c in CASES)
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+
+
+def run(c):
+    global TRACKER
+    group = dist.new_group(list(range(c["world"]))) if c["world"] != world else None
+    spec = {"model": c["model"], "seq": c.get("seq"), "res": c.get("res"), "batch": c["batch"], "dtype": c["dtype"],
+            "opt": c.get("opt", "adamw"), "ckpt": c.get("ckpt", "none"), "attn": "sdpa", "mode": "fake", "device": "cuda"}
+    with measure.fake_mode():
+        torch.manual_seed(0)
+        with torch.device("cuda"), measure._fake_safe_init(True):
+            wl = build(spec)
+        model = wl.model
+        if c["dtype"] == "bf16":
+            measure.convert_dtype(model, torch.bfloat16)
+        model.train()
+        params = measure.unique_params(model)
+        in_dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float32
+        batch = wl.make_batch("cuda", in_dtype, spec["batch"])
+        amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if c["dtype"] == "amp_bf16" else contextlib.nullcontext()
+        tr = LiveTracker("cuda")
+        TRACKER = tr
+        with tr:
+            tr.track(params, "param")
+            tr.track(list(model.buffers()), "buffer")
+            tr.track(batch, "input")
+            tr.install_grad_hooks(params)
+            tr.cat_override = "ddp"
+            ddp = TrackedDDP(model, process_group=group, gradient_as_bucket_view=bool(c.get("bucket_view")),
+                             init_sync=False)  # the init-time shape check reads tensor data
+            ddp.register_comm_hook(group, allreduce_hook)
+            tr.cat_override = None
+            opt = measure.make_optimizer(spec["opt"], params, "cuda")
+            for k in (1, 2):
+                tr.set_phase(k, "zero_grad"); opt.zero_grad(set_to_none=True)
+                tr.set_phase(k, "forward")
+                with amp:
+                    loss = wl.loss_fn(ddp, batch)
+                tr.set_phase(k, "backward"); loss.backward()
+                tr.set_phase(k, "optimizer"); opt.step()
+                tr.relabel(measure.opt_state_tensors(opt), "opt_state")
+                del loss
+                tr.set_phase(k, "end")
+        TRACKER = None
+        s2 = {ph: v for (k, ph), v in tr.peaks.items() if k == 2}
+        step2 = max(v["peak_r512"] for v in s2.values())
+        phase = [ph for ph, v in s2.items() if v["peak_r512"] == step2][0]
+        print(json.dumps({ph: {"peak_r512": v["peak_r512"], "breakdown": v["breakdown"]} for ph, v in s2.items()}), file=sys.stderr, flush=True)
+        del ddp
+    return step2, phase
+
+
+with open(OUT, "a") as f:
+    for c in CASES:
+        peak, phase = run(c)
+        opt = c.get("opt", "adamw")
+        plan = {"model": c["model"], **({"res": c["res"]} if "res" in c else {"seq": c["seq"]}), "batch": c["batch"], "dtype": c["dtype"], "opt": opt,
+                "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "zero": 0}}
+        if c.get("bucket_view"):
+            plan["parallel"]["gradient_as_bucket_view"] = True
+        if c.get("ckpt", "none") != "none":
+            plan["ckpt"] = c["ckpt"]
+        size = f'r{c["res"]}' if "res" in c else f'L{c["seq"]}'
+        cid = f'ddp-w{c["world"]}/{c["model"]}/{size}/b{c["batch"]}/{c["dtype"]}/{opt}/ckpt-{c.get("ckpt", "none")}{"/bucket-view" if c.get("bucket_view") else ""}'
+        rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, "rank": 0, "world_size": c["world"],
+               "versions": measure.versions(), "device_faked": True, "process_group": "fake (torch.testing FakeStore)"}
+        f.write(json.dumps(rec) + "\n")
+        print(cid, peak, phase, flush=True)
