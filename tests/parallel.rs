@@ -662,6 +662,13 @@ fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
     common::assert_replays(include_str!("data/fsdp2-steps.jsonl"), 17, 1e-4);
 }
 
+/// One DDP rank (`ddp-steps.jsonl`): the single-GPU step plus the reducer's gradient buckets,
+/// with and without `gradient_as_bucket_view`, a CNN and two language models.
+#[test]
+fn ddp_ranks_measured_within_a_hundredth_of_a_percent() {
+    common::assert_replays(include_str!("data/ddp-steps.jsonl"), 7, 1e-4);
+}
+
 /// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations
 /// — between pure bf16 and fp32 — and refused where it does not apply.
 #[test]

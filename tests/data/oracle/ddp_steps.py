@@ -7,7 +7,12 @@ the storages they are (its all-reduce is a no-op on the fake group). The loop is
 (two steps, `zero_grad(set_to_none=True)`, forward, backward, foreach optimizer step); the
 reducer rebuilds its buckets in gradient-ready order at step 2's forward, and step 2's peak is
 the one recorded. Storages allocated while DDP is constructed and in its pre-forward (where the
-reducer rebuilds its buckets) are labelled `ddp` in the tracker's breakdown.
+reducer rebuilds its buckets) are labelled `ddp` in the tracker's breakdown. Four things a fake
+device/group cannot do are worked around, none allocating on the device: `init_sync=False` (the
+init-time parameter-shape check reads tensor data; the one-off initial broadcast is skipped), a
+Python comm hook doing what the built-in C++ all-reduce hook does (in place; the fake group's
+work has no future value), a no-op stand-in for DDP's C++ logger (it reads CUDA event timings),
+and real CPU int32 tensors for the bucket indices the reducer broadcasts when it rebuilds.
 Usage: python ddp_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
 "opt": "adamw", "world": 8}]' OUT.jsonl  (vision models take "res" instead of "seq"; an optional
 "bucket_view": true sets `gradient_as_bucket_view=True`; "dtype" is fp32, bf16 or amp_bf16 as in
@@ -23,6 +28,8 @@ import measure
 from models import build
 from tracker import LiveTracker as _LT, PHASE_CATEGORY
 from torch.utils._pytree import tree_flatten
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch._subclasses.fake_tensor import FakeTensor
 
 
 class LiveTracker(_LT):
@@ -43,6 +50,23 @@ class LiveTracker(_LT):
 TRACKER = None
 
 
+class _RealIndices(TorchDispatchMode):
+    """While the reducer rebuilds its buckets it broadcasts the new bucket indices from rank 0
+    (`Reducer::sync_bucket_indices`) through CPU int32 tensors that it fills and reads in C++;
+    under FakeTensorMode they would have no data. Those few tensors are made real (CPU, untracked)
+    and the copies between them and their device twin are skipped (rank 0's indices are
+    authoritative; the fake group's broadcast moves nothing)."""
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.ops.aten.empty.memory_format and kwargs.get("dtype") == torch.int32 \
+                and torch.device(kwargs.get("device") or "cpu").type == "cpu":
+            with _disable_current_modes():
+                return func(*args, **kwargs)
+        if func is torch.ops.aten.copy_.default and not all(isinstance(a, FakeTensor) for a in args[:2]):
+            return args[0]
+        return func(*args, **kwargs)
+
+
 class TrackedDDP(DDP):
     """DDP whose pre-forward (the reducer's one bucket rebuild, the buffer broadcast) allocates
     under the tracker category `ddp`."""
@@ -51,7 +75,8 @@ class TrackedDDP(DDP):
         if tr is not None:
             tr.cat_override = "ddp"
         try:
-            return super()._pre_forward(*args, **kwargs)
+            with _RealIndices():
+                return super()._pre_forward(*args, **kwargs)
         finally:
             if tr is not None:
                 tr.cat_override = None
@@ -67,6 +92,13 @@ def allreduce_hook(group, bucket):
     fut = torch.futures.Future()
     fut.set_result(t)
     return fut
+
+
+class _NoLogger:
+    """Stands in for DDP's C++ `dist.Logger`, whose runtime statistics read CUDA event timings
+    (cudaEventElapsedTime), which the fake device cannot give; it allocates no tensors."""
+    def __getattr__(self, name):
+        return lambda *a, **k: None
 
 
 CASES = json.loads(sys.argv[1])
@@ -103,6 +135,7 @@ def run(c):
             ddp = TrackedDDP(model, process_group=group, gradient_as_bucket_view=bool(c.get("bucket_view")),
                              init_sync=False)  # the init-time shape check reads tensor data
             ddp.register_comm_hook(group, allreduce_hook)
+            ddp.logger = _NoLogger()
             tr.cat_override = None
             opt = measure.make_optimizer(spec["opt"], params, "cuda")
             for k in (1, 2):
