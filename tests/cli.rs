@@ -78,7 +78,7 @@ fn search_lists_layouts_that_fit() {
 
 #[test]
 fn reference_replays_both_record_formats() {
-    for file in ["pytorch-step-memory.jsonl", "finetune-infer-steps.jsonl", "unpadded-steps.jsonl", "fsdp2-steps.jsonl", "ddp-steps.jsonl"] {
+    for file in ["pytorch-step-memory.jsonl", "finetune-infer-steps.jsonl", "unpadded-steps.jsonl", "fsdp2-steps.jsonl", "ddp-steps.jsonl", "zero1-steps.jsonl"] {
         let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
         let out = run(&["reference", &path], "");
         assert!(out.status.success(), "{}", text(&out.stderr));

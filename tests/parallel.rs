@@ -669,6 +669,13 @@ fn ddp_ranks_measured_within_a_hundredth_of_a_percent() {
     common::assert_replays(include_str!("data/ddp-steps.jsonl"), 7, 1e-4);
 }
 
+/// One ZeRO-1 rank (`zero1-steps.jsonl`): DDP plus `ZeroRedundancyOptimizer`, whose greedy
+/// partition leaves each rank the optimizer state of its share of the parameters.
+#[test]
+fn zero1_ranks_measured_within_a_hundredth_of_a_percent() {
+    common::assert_replays(include_str!("data/zero1-steps.jsonl"), 5, 1e-4);
+}
+
 /// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations
 /// — between pure bf16 and fp32 — and refused where it does not apply.
 #[test]

@@ -16,7 +16,17 @@ and real CPU int32 tensors for the bucket indices the reducer broadcasts when it
 Usage: python ddp_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4, "dtype": "bf16",
 "opt": "adamw", "world": 8}]' OUT.jsonl  (vision models take "res" instead of "seq"; an optional
 "bucket_view": true sets `gradient_as_bucket_view=True`; "dtype" is fp32, bf16 or amp_bf16 as in
-the harness). The peak's breakdown by category is printed to stderr."""
+the harness; an optional "zero": 1 adds ZeRO stage 1, below). The peak's breakdown by category is
+printed to stderr.
+ZeRO stage 1 ("zero": 1, case ids `zero1-wN/...`, plan `"parallel": {..., "zero": 1}`) is PyTorch's
+`torch.distributed.optim.ZeroRedundancyOptimizer(params, optimizer_class=C, **kw)` over the same
+DDP model, with C and kw those of the harness's `measure.make_optimizer` (foreach forced; checked
+against it on a throwaway CPU tensor) and its defaults `parameters_as_bucket_view=False`,
+`overlap_with_ddp=False`: parameters are split greedily, largest first, to the least-loaded rank
+(`_partition_parameters`); rank 0's local optimizer (`.optim`, whose state is the one labelled
+`opt_state`) steps only its share, then every parameter is `dist.broadcast` in place from its
+owner (`_sync_params`), which moves nothing and allocates nothing on the fake group. It needed no
+workaround beyond DDP's four."""
 import json, sys, contextlib
 import oracle_env
 
@@ -24,6 +34,7 @@ oracle_env.enter(__file__)
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.distributed.optim import ZeroRedundancyOptimizer
 import measure
 from models import build
 from tracker import LiveTracker as _LT, PHASE_CATEGORY
@@ -101,6 +112,22 @@ class _NoLogger:
         return lambda *a, **k: None
 
 
+def zero_optimizer_args(name):
+    """The optimizer class and keyword arguments `measure.make_optimizer` uses (foreach forced on
+    CUDA, as there), for `ZeroRedundancyOptimizer(params, optimizer_class=cls, **kw)`; checked
+    against the harness's own choice on a throwaway CPU tensor so the two cannot drift apart."""
+    fe = True
+    cls, kw = {"sgd": (torch.optim.SGD, dict(lr=0.01, foreach=fe)),
+               "sgd_momentum": (torch.optim.SGD, dict(lr=0.01, momentum=0.9, foreach=fe)),
+               "adam": (torch.optim.Adam, dict(lr=1e-3, foreach=fe)),
+               "adamw": (torch.optim.AdamW, dict(lr=1e-3, weight_decay=0.01, foreach=fe))}[name]
+    with _disable_current_modes():
+        ref = measure.make_optimizer(name, [torch.nn.Parameter(torch.zeros(1))], "cuda")
+        mine = cls([torch.nn.Parameter(torch.zeros(1))], **kw)
+    assert type(ref) is cls and ref.defaults == mine.defaults, (ref.defaults, mine.defaults)
+    return cls, kw
+
+
 CASES = json.loads(sys.argv[1])
 OUT = sys.argv[2]
 world = max(c["world"] for c in CASES)
@@ -137,7 +164,13 @@ def run(c):
             ddp.register_comm_hook(group, allreduce_hook)
             ddp.logger = _NoLogger()
             tr.cat_override = None
-            opt = measure.make_optimizer(spec["opt"], params, "cuda")
+            if c.get("zero", 0) == 1:
+                cls, kw = zero_optimizer_args(spec["opt"])
+                opt = ZeroRedundancyOptimizer(params, optimizer_class=cls, process_group=group, **kw)
+                local = opt.optim  # this rank's optimizer over its partition; it holds the state
+            else:
+                opt = measure.make_optimizer(spec["opt"], params, "cuda")
+                local = opt
             for k in (1, 2):
                 tr.set_phase(k, "zero_grad"); opt.zero_grad(set_to_none=True)
                 tr.set_phase(k, "forward")
@@ -145,7 +178,7 @@ def run(c):
                     loss = wl.loss_fn(ddp, batch)
                 tr.set_phase(k, "backward"); loss.backward()
                 tr.set_phase(k, "optimizer"); opt.step()
-                tr.relabel(measure.opt_state_tensors(opt), "opt_state")
+                tr.relabel(measure.opt_state_tensors(local), "opt_state")
                 del loss
                 tr.set_phase(k, "end")
         TRACKER = None
@@ -162,13 +195,13 @@ with open(OUT, "a") as f:
         peak, phase = run(c)
         opt = c.get("opt", "adamw")
         plan = {"model": c["model"], **({"res": c["res"]} if "res" in c else {"seq": c["seq"]}), "batch": c["batch"], "dtype": c["dtype"], "opt": opt,
-                "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "zero": 0}}
+                "parallel": {"gpus_per_node": c["world"], "dp": c["world"], "zero": c.get("zero", 0)}}
         if c.get("bucket_view"):
             plan["parallel"]["gradient_as_bucket_view"] = True
         if c.get("ckpt", "none") != "none":
             plan["ckpt"] = c["ckpt"]
         size = f'r{c["res"]}' if "res" in c else f'L{c["seq"]}'
-        cid = f'ddp-w{c["world"]}/{c["model"]}/{size}/b{c["batch"]}/{c["dtype"]}/{opt}/ckpt-{c.get("ckpt", "none")}{"/bucket-view" if c.get("bucket_view") else ""}'
+        cid = f'{"zero1" if c.get("zero", 0) == 1 else "ddp"}-w{c["world"]}/{c["model"]}/{size}/b{c["batch"]}/{c["dtype"]}/{opt}/ckpt-{c.get("ckpt", "none")}{"/bucket-view" if c.get("bucket_view") else ""}'
         rec = {"case_id": cid, "kind": "train", "plan": plan, "peak_r512": peak, "peak_phase": phase, "rank": 0, "world_size": c["world"],
                "versions": measure.versions(), "device_faked": True, "process_group": "fake (torch.testing FakeStore)"}
         f.write(json.dumps(rec) + "\n")
