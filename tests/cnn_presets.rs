@@ -2,6 +2,8 @@
 //! smallest resolution each builds at, checkpointing segment rules, and every measured reference
 //! case of the CNNs added here within 3 %.
 
+mod common;
+
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::build_graph;
 use vram_planner::estimator::config::{Checkpointing, Plan};
@@ -159,14 +161,7 @@ fn extra_oracle_cases_within_3_percent() {
 /// modelled op by op, so these are held to 0.1 %.
 #[test]
 fn resnet_segment_cases_within_a_tenth_of_a_percent() {
-    let text = include_str!("data/resnet-segments-steps.jsonl");
-    let mut n = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
-        n += 1;
-    }
-    assert_eq!(n, 6);
+    common::assert_replays(include_str!("data/resnet-segments-steps.jsonl"), 6, 1e-3);
 }
 
 /// Every image model at the smallest resolution it takes (ResNets at 1–24 px: every ResNet
@@ -174,14 +169,7 @@ fn resnet_segment_cases_within_a_tenth_of_a_percent() {
 /// (`tests/data/PROVENANCE.md`): exact, as at 224.
 #[test]
 fn smallest_resolutions_match_pytorch() {
-    let text = include_str!("data/small-res-steps.jsonl");
-    let mut n = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
-        n += 1;
-    }
-    assert_eq!(n, 10);
+    common::assert_replays(include_str!("data/small-res-steps.jsonl"), 10, 1e-3);
 }
 
 #[test]

@@ -16,6 +16,8 @@
 //! the peak, with SGD; ViT-B/16 in pure bf16, under autocast, with per-block checkpointing, at
 //! 384 px with momentum SGD).
 
+mod common;
+
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Plan, Precision};
 use vram_planner::estimator::error::EstimateError;
@@ -191,13 +193,7 @@ fn resolution_not_divisible_by_the_patch_is_an_error() {
 /// `vit-segments-steps.jsonl`): the recomputation is modelled op by op, so within 0.1 %.
 #[test]
 fn vit_segment_cases_within_a_tenth_of_a_percent() {
-    let mut n = 0;
-    for line in include_str!("data/vit-segments-steps.jsonl").lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        assert!(c.rel_err.abs() <= 0.001, "{}: {:+.3} %", c.case_id, 100.0 * c.rel_err);
-        n += 1;
-    }
-    assert_eq!(n, 6);
+    common::assert_replays(include_str!("data/vit-segments-steps.jsonl"), 6, 1e-3);
 }
 
 #[test]

@@ -27,7 +27,7 @@ against it on a throwaway CPU tensor) and its defaults `parameters_as_bucket_vie
 `opt_state`) steps only its share, then every parameter is `dist.broadcast` in place from its
 owner (`_sync_params`), which moves nothing and allocates nothing on the fake group. It needed no
 workaround beyond DDP's four."""
-import json, sys, contextlib
+import json, sys
 import oracle_env
 
 oracle_env.enter(__file__)
@@ -36,7 +36,6 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.distributed.optim import ZeroRedundancyOptimizer
 import measure
-from models import build
 from tracker import LiveTracker as _LT, PHASE_CATEGORY
 from torch.utils._pytree import tree_flatten
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
@@ -140,17 +139,10 @@ def run(c):
     spec = {"model": c["model"], "seq": c.get("seq"), "res": c.get("res"), "batch": c["batch"], "dtype": c["dtype"],
             "opt": c.get("opt", "adamw"), "ckpt": c.get("ckpt", "none"), "attn": "sdpa", "mode": "fake", "device": "cuda"}
     with measure.fake_mode():
-        torch.manual_seed(0)
-        with torch.device("cuda"), measure._fake_safe_init(True):
-            wl = build(spec)
+        wl = oracle_env.build_model(spec)
         model = wl.model
-        if c["dtype"] == "bf16":
-            measure.convert_dtype(model, torch.bfloat16)
-        model.train()
         params = measure.unique_params(model)
-        in_dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float32
-        batch = wl.make_batch("cuda", in_dtype, spec["batch"])
-        amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if c["dtype"] == "amp_bf16" else contextlib.nullcontext()
+        batch, amp = oracle_env.batch_and_autocast(wl, spec)
         tr = LiveTracker("cuda")
         TRACKER = tr
         with tr:

@@ -7,14 +7,13 @@ Usage: python fsdp2_steps.py '[{"model": "llama-small", "seq": 1024, "batch": 4,
 "world": 8, "zero": 3}]' OUT.jsonl  (zero 3: reshard_after_forward=True, 2: False; an optional
 "mp": {"param": "bf16", "reduce": "fp32"} applies FSDP's MixedPrecisionPolicy; "accum": k runs k micro-batches per optimizer step; "offload": true applies FSDP's
 CPUOffloadPolicy — unpinned, as FakeTensorMode cannot pin; pinning does not change GPU memory)."""
-import json, os, sys, contextlib
+import json, os, sys
 import oracle_env
 
 oracle_env.enter(__file__)
 import torch, torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 import measure
-from models import build
 from tracker import LiveTracker as _LT
 from torch.distributed.tensor import DTensor
 from torch.utils._pytree import tree_map
@@ -99,13 +98,8 @@ def run(c):
     mesh = init_device_mesh("cuda", (world,))
     spec = {"model": c["model"], "seq": c["seq"], "batch": c["batch"], "dtype": c["dtype"], "opt": "adamw", "ckpt": c.get("ckpt", "none"), "attn": "sdpa", "mode": "fake", "device": "cuda"}
     with measure.fake_mode():
-        torch.manual_seed(0)
-        with torch.device("cuda"), measure._fake_safe_init(True):
-            wl = build(spec)
+        wl = oracle_env.build_model(spec)
         model = wl.model
-        if c["dtype"] == "bf16":
-            measure.convert_dtype(model, torch.bfloat16)
-        model.train()
         reshard = c["zero"] == 3
         layers = model.model.layers if hasattr(model, "model") else model.transformer.h
         for layer in layers:
@@ -113,9 +107,7 @@ def run(c):
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard, **mp(c), **off(c))
         params = list(model.parameters())
         opt = torch.optim.AdamW(params, lr=1e-3, foreach=True)
-        in_dtype = torch.bfloat16 if c["dtype"] == "bf16" else torch.float32
-        batch = wl.make_batch("cuda", in_dtype, spec["batch"])
-        amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if c["dtype"] == "amp_bf16" else contextlib.nullcontext()
+        batch, amp = oracle_env.batch_and_autocast(wl, spec)
         tr = LiveTracker("cuda")
         TRACKER = tr
         with tr:

@@ -17,3 +17,32 @@ def enter(script):
         d = measure._fakecuda_dir()
         env = dict(os.environ, LD_PRELOAD=os.path.join(d, "libfakecuda.so"), LD_LIBRARY_PATH=d, ORACLE_FAKECUDA_ACTIVE="1")
         os.execve(sys.executable, [sys.executable, os.path.abspath(script)] + sys.argv[1:], env)
+
+
+def build_model(spec):
+    """The harness's workload for `spec` on the fake CUDA device, built the way `measure.py`
+    builds it (seeded, fake-safe init, converted to bf16 for `"dtype": "bf16"`, in training
+    mode). Call inside `measure.fake_mode()`."""
+    import torch
+    import measure
+    from models import build
+
+    torch.manual_seed(0)
+    with torch.device("cuda"), measure._fake_safe_init(True):
+        wl = build(spec)
+    if spec["dtype"] == "bf16":
+        measure.convert_dtype(wl.model, torch.bfloat16)
+    wl.model.train()
+    return wl
+
+
+def batch_and_autocast(wl, spec):
+    """The workload's batch on the fake device (bf16 inputs for a bf16 model) and the forward's
+    autocast context (bf16 for `"dtype": "amp_bf16"`, else none), as `measure.py` uses them."""
+    import contextlib
+    import torch
+
+    in_dtype = torch.bfloat16 if spec["dtype"] == "bf16" else torch.float32
+    batch = wl.make_batch("cuda", in_dtype, spec["batch"])
+    amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if spec["dtype"] == "amp_bf16" else contextlib.nullcontext()
+    return batch, amp
