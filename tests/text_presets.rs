@@ -47,6 +47,14 @@ fn small_plan(model: &str) -> Plan {
     p
 }
 
+/// Language models under `checkpoint_sequential`-style segments over their layers (none, √N, 4
+/// and 12 segments of GPT-2, √8 of LLaMA-small), measured with the shared harness
+/// (`data/PROVENANCE.md`, `text-segments-steps.jsonl`): within 0.1 %.
+#[test]
+fn text_segment_cases_within_a_tenth_of_a_percent() {
+    common::assert_replays(include_str!("data/text-segments-steps.jsonl"), 7, 1e-3);
+}
+
 #[test]
 fn every_language_preset_has_the_exact_parameter_count() {
     for &(id, n) in PARAMS {
