@@ -46,3 +46,28 @@ def batch_and_autocast(wl, spec):
     batch = wl.make_batch("cuda", in_dtype, spec["batch"])
     amp = torch.autocast(device_type="cuda", dtype=torch.bfloat16) if spec["dtype"] == "amp_bf16" else contextlib.nullcontext()
     return batch, amp
+
+
+def write_harness_records(out, specs, finish=None):
+    """Runs each case of `specs` with the harness's `measure.run_case` (fake CUDA, two steps) and
+    appends its record to `out` as the harness's own main loop writes it; `finish(spec, record)`
+    may add to the record. One line per case on stdout: id, peak, each step's peak phase."""
+    import json
+    import torch
+    import measure
+
+    torch.cuda.init()
+    fake_dev = torch.cuda.get_device_name(0) + f" sm_{''.join(map(str, torch.cuda.get_device_capability(0)))}"
+    with open(out, "a") as f:
+        for s in specs:
+            s.setdefault("mode", "fake")
+            s.setdefault("device", "cuda")
+            rec = {"case_id": measure.case_id(s), **s, "device_faked": True, "fake_cuda_device": fake_dev,
+                   "versions": measure.versions(), "method": measure.METHOD}
+            rec.update(measure.run_case(s))
+            rec["ok"] = True
+            if finish:
+                finish(s, rec)
+            f.write(json.dumps(rec) + "\n")
+            print(rec["case_id"], rec["peak_r512"], rec["steps"]["1"]["peak_step_phase"], rec["steps"]["2"]["peak_step_phase"],
+                  rec["ckpt_desc"], flush=True)

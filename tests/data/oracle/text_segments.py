@@ -153,18 +153,11 @@ def shared_hf_config(name):
 
 
 out, specs = sys.argv[1], json.loads(sys.argv[2])
-torch.cuda.init()
-fake_dev = torch.cuda.get_device_name(0) + f" sm_{''.join(map(str, torch.cuda.get_device_capability(0)))}"
-with open(out, "a") as f:
-    for s in specs:
-        s.setdefault("mode", "fake"); s.setdefault("device", "cuda")
-        # The record as the harness's own main loop writes it.
-        rec = {"case_id": measure.case_id(s), **s, "device_faked": True, "fake_cuda_device": fake_dev,
-               "versions": measure.versions(), "method": measure.METHOD}
-        rec.update(measure.run_case(s))
-        rec["ok"] = True
-        if s["model"] in models.HF_MODELS and (cfg := shared_hf_config(s["model"])) is not None:
-            rec["hf_config"] = cfg
-        f.write(json.dumps(rec) + "\n")
-        print(rec["case_id"], rec["peak_r512"], rec["steps"]["1"]["peak_step_phase"], rec["steps"]["2"]["peak_step_phase"],
-              rec["ckpt_desc"], flush=True)
+
+
+def add_hf_config(s, rec):
+    if s["model"] in models.HF_MODELS and (cfg := shared_hf_config(s["model"])) is not None:
+        rec["hf_config"] = cfg
+
+
+oracle_env.write_harness_records(out, specs, add_hf_config)
