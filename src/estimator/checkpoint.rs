@@ -51,7 +51,7 @@ pub fn runs(ckpt: Checkpointing, n: usize, children: &str, stage_is_block: bool)
         Checkpointing::Block => Ok((0..n).map(|i| (i..i + 1, true)).collect()),
         Checkpointing::Stage if stage_is_block => Ok((0..n).map(|i| (i..i + 1, true)).collect()),
         Checkpointing::Stage => Err(EstimateError::Unsupported(format!(
-            "this model's {children} form no stages to checkpoint: use block, sqrt or a number of segments"
+            "stage checkpointing applies to ResNets (layer1..4); this model's {children} form no stages: use block, sqrt or a number of segments"
         ))),
         Checkpointing::Sqrt | Checkpointing::Segments(_) => {
             let ranges = sequential_ranges(ckpt, n, children)?.unwrap_or_default();

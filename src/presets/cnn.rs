@@ -25,33 +25,20 @@ type Child<'a> = Box<dyn FnOnce(&mut Graph, TensorId) -> R + 'a>;
 /// Runs `model.features` (an `nn.Sequential` of `children`) under the plan's checkpointing.
 fn features(g: &mut Graph, ctx: &BuildCtx, x: TensorId, children: Vec<Child<'_>>) -> R {
     let n = children.len();
-    let ckpt_ranges: Vec<std::ops::Range<usize>> = match ctx.ckpt {
-        Checkpointing::None => Vec::new(),
-        Checkpointing::Block => (0..n).map(|i| i..i + 1).collect(),
-        Checkpointing::Sqrt | Checkpointing::Segments(_) => checkpoint::sequential_ranges(ctx.ckpt, n, "feature blocks")?.unwrap_or_default(),
-        Checkpointing::Stage => {
-            return Err(EstimateError::Unsupported(
-                "stage checkpointing applies to ResNets; use block, sqrt or a number of segments".into(),
-            ))
-        }
-    };
+    let runs = checkpoint::runs(ctx.ckpt, n, "feature blocks", false)?;
     g.push("features");
     let mut queue = children.into_iter().enumerate();
     let mut h = x;
-    let mut i = 0;
     let r = (|| {
-        while i < n {
-            let end = ckpt_ranges.iter().find(|r| r.start == i).map(|r| r.end);
-            let stop = end.unwrap_or(i + 1);
-            let chunk: Vec<(usize, Child<'_>)> = queue.by_ref().take(stop - i).collect();
-            h = g.checkpointed(end.is_some(), |g| {
+        for (run, ckpt) in runs {
+            let chunk: Vec<(usize, Child<'_>)> = queue.by_ref().take(run.len()).collect();
+            h = g.checkpointed(ckpt, |g| {
                 let mut h = h;
                 for (j, f) in chunk {
                     h = g.scoped(j.to_string(), |g| f(g, h))?;
                 }
                 Ok::<_, EstimateError>(h)
             })?;
-            i = stop;
         }
         Ok(h)
     })();
