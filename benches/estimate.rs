@@ -21,7 +21,11 @@ fn time<F: FnMut()>(name: &str, reps: u32, mut f: F) {
     samples.sort();
     let med = samples[samples.len() / 2];
     let p95 = samples[(samples.len() * 95 / 100).min(samples.len() - 1)];
-    println!("{name:<52} median {:>9.3} ms   p95 {:>9.3} ms   ({reps} runs)", med.as_secs_f64() * 1e3, p95.as_secs_f64() * 1e3);
+    println!(
+        "{name:<52} median {:>9.3} ms   p95 {:>9.3} ms   ({reps} runs)",
+        med.as_secs_f64() * 1e3,
+        p95.as_secs_f64() * 1e3
+    );
 }
 
 fn main() {
@@ -48,9 +52,13 @@ fn main() {
             std::hint::black_box(estimate(&plan).unwrap());
         });
         let xs = log_points(1, 4096, 64);
-        time(&format!("{name}: batch sweep, {} points", xs.len()), 5, || {
-            std::hint::black_box(sweep(&plan, Axis::Batch, &xs));
-        });
+        time(
+            &format!("{name}: batch sweep, {} points", xs.len()),
+            5,
+            || {
+                std::hint::black_box(sweep(&plan, Axis::Batch, &xs));
+            },
+        );
         time(&format!("{name}: largest batch on 80 GiB"), 5, || {
             std::hint::black_box(max_batch(&plan, Bytes(80 << 30)).unwrap());
         });

@@ -5,8 +5,19 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner")).args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("start the CLI");
-    child.stdin.take().unwrap().write_all(stdin.as_bytes()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the CLI");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -21,7 +32,14 @@ fn estimate_prints_json_with_the_issue_keys() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["trainable_params"], 16_777_216);
-    for k in ["params_bytes", "grads_bytes", "optimizer_state_bytes", "activations_bytes", "peak_allocated_bytes", "device_total_bytes"] {
+    for k in [
+        "params_bytes",
+        "grads_bytes",
+        "optimizer_state_bytes",
+        "activations_bytes",
+        "peak_allocated_bytes",
+        "device_total_bytes",
+    ] {
         assert!(v["per_gpu"][k].as_u64().is_some(), "per_gpu.{k} missing");
     }
     assert!(v["communication"]["bytes_per_step"].as_u64().unwrap() > 0);
@@ -30,7 +48,10 @@ fn estimate_prints_json_with_the_issue_keys() {
 
 #[test]
 fn the_table_names_the_verdict() {
-    let out = run(&["estimate"], r#"{"model":"resnet50","batch":64,"gpu":"t4"}"#);
+    let out = run(
+        &["estimate"],
+        r#"{"model":"resnet50","batch":64,"gpu":"t4"}"#,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = text(&out.stdout);
     assert!(t.contains("peak allocated") && t.contains("T4"), "{t}");
@@ -43,34 +64,65 @@ fn bad_input_exits_non_zero_with_a_message() {
         (r#"{"model":"resnet50","batchsize":8}"#, "batchsize"),
         (r#"{"model":"no-such-model"}"#, "no-such-model"),
         (r#"{"model":"resnet50","batch":0}"#, "batch"),
-        (r#"{"model":"llama-2-7b","parallel":{"tp":3,"gpus_per_node":3}}"#, "tp"),
+        (
+            r#"{"model":"llama-2-7b","parallel":{"tp":3,"gpus_per_node":3}}"#,
+            "tp",
+        ),
     ] {
         let out = run(&["estimate"], plan);
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{plan}: {err}");
-        assert!(err.starts_with("error: ") && err.contains(says), "{plan}: {err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{plan}: {err}"
+        );
         assert!(!err.contains("panicked"), "{plan}: {err}");
     }
     let out = run(&["estimate", "--config", "/no/such/plan.json"], "");
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("/no/such/plan.json"));
     let out = run(&["frobnicate"], "");
-    assert_eq!(out.status.code(), Some(2), "an unknown command is a usage error");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "an unknown command is a usage error"
+    );
 }
 
 #[test]
 fn a_reader_that_stops_early_is_not_a_crash() {
     // `vram-planner models | head -1`: the pipe closes before the tool has written everything.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner")).arg("reference").arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/pytorch-step-memory.jsonl")).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
+        .arg("reference")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/pytorch-step-memory.jsonl"
+        ))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
     drop(child.stdout.take());
     let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "exit {:?}: {}", out.status.code(), text(&out.stderr));
-    assert!(!text(&out.stderr).contains("panicked"), "{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "exit {:?}: {}",
+        out.status.code(),
+        text(&out.stderr)
+    );
+    assert!(
+        !text(&out.stderr).contains("panicked"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
 fn search_lists_layouts_that_fit() {
-    let out = run(&["search", "--max-gpus", "16"], r#"{"model":"gpt2","batch":64,"seq":1024,"gpu":"a100-40"}"#);
+    let out = run(
+        &["search", "--max-gpus", "16"],
+        r#"{"model":"gpt2","batch":64,"seq":1024,"gpu":"a100-40"}"#,
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert!(!v.as_array().unwrap().is_empty());
@@ -78,7 +130,14 @@ fn search_lists_layouts_that_fit() {
 
 #[test]
 fn reference_replays_both_record_formats() {
-    for file in ["pytorch-step-memory.jsonl", "finetune-infer-steps.jsonl", "unpadded-steps.jsonl", "fsdp2-steps.jsonl", "ddp-steps.jsonl", "zero1-steps.jsonl"] {
+    for file in [
+        "pytorch-step-memory.jsonl",
+        "finetune-infer-steps.jsonl",
+        "unpadded-steps.jsonl",
+        "fsdp2-steps.jsonl",
+        "ddp-steps.jsonl",
+        "zero1-steps.jsonl",
+    ] {
         let path = format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"));
         let out = run(&["reference", &path], "");
         assert!(out.status.success(), "{}", text(&out.stderr));
@@ -86,6 +145,9 @@ fn reference_replays_both_record_formats() {
         let v: serde_json::Value = serde_json::from_str(&last).unwrap();
         assert_eq!(v["summary"]["unsupported"], 0, "{file}: {last}");
         assert!(v["summary"]["cases"].as_u64().unwrap() > 0);
-        assert!(v["summary"]["max_abs_rel_err"].as_f64().unwrap() < 0.05, "{file}: {last}");
+        assert!(
+            v["summary"]["max_abs_rel_err"].as_f64().unwrap() < 0.05,
+            "{file}: {last}"
+        );
     }
 }

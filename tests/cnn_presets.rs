@@ -6,8 +6,8 @@ mod common;
 
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::build_graph;
-use vram_planner::estimator::config::{Checkpointing, Plan};
 use vram_planner::estimator::checkpoint::{sequential_segments, sqrt_segments};
+use vram_planner::estimator::config::{Checkpointing, Plan};
 use vram_planner::presets::models::{self, Family, InputKind};
 
 /// `sum(p.numel() for p in model.parameters())` of torchvision 0.29.2 / `harness/models.py`.
@@ -29,7 +29,16 @@ const PARAMS: &[(&str, u64)] = &[
 ];
 
 /// Models whose reference cases this test holds to 3 %.
-const CHECKED: &[&str] = &["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny", "plainconv128", "unet"];
+const CHECKED: &[&str] = &[
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+    "vgg16",
+    "convnext_tiny",
+    "plainconv128",
+    "unet",
+];
 
 fn plan(model: &str, res: u64, batch: u64) -> Plan {
     let mut p = Plan::new(model);
@@ -44,21 +53,36 @@ fn exact_param_counts() {
         let m = models::find(id).unwrap_or_else(|| panic!("{id} is not registered"));
         assert_eq!(m.family, Family::Cnn, "{id}");
         assert_eq!(m.params, n, "{id}: registry count");
-        let InputKind::Image { default_res, .. } = m.input else { panic!("{id} takes images") };
+        let InputKind::Image { default_res, .. } = m.input else {
+            panic!("{id} takes images")
+        };
         let g = build_graph(&plan(id, default_res, 2)).unwrap();
         assert_eq!(g.param_count(), n, "{id}: built graph");
     }
-    let cnns = models::MODELS.iter().filter(|m| m.family == Family::Cnn).count();
+    let cnns = models::MODELS
+        .iter()
+        .filter(|m| m.family == Family::Cnn)
+        .count();
     assert_eq!(cnns, PARAMS.len(), "every CNN preset has its count here");
 }
 
 #[test]
 fn min_res_is_the_smallest_that_builds() {
     for m in models::MODELS.iter().filter(|m| m.family == Family::Cnn) {
-        let InputKind::Image { min_res, .. } = m.input else { continue };
-        assert!(build_graph(&plan(m.id, min_res, 1)).is_ok(), "{} builds at {min_res}", m.id);
+        let InputKind::Image { min_res, .. } = m.input else {
+            continue;
+        };
+        assert!(
+            build_graph(&plan(m.id, min_res, 1)).is_ok(),
+            "{} builds at {min_res}",
+            m.id
+        );
         if min_res > 1 {
-            assert!(build_graph(&plan(m.id, min_res - 1, 1)).is_err(), "{} is refused below {min_res}", m.id);
+            assert!(
+                build_graph(&plan(m.id, min_res - 1, 1)).is_err(),
+                "{} is refused below {min_res}",
+                m.id
+            );
         }
     }
 }
@@ -72,8 +96,14 @@ fn unet_needs_a_multiple_of_16() {
 #[test]
 fn checkpoint_sequential_segments() {
     // checkpoint_sequential(features, k): k - 1 checkpointed runs of len // k, the rest plain.
-    assert_eq!(sequential_segments(17, 4, "blocks").unwrap(), vec![0..4, 4..8, 8..12]);
-    assert_eq!(sequential_segments(31, 6, "blocks").unwrap(), vec![0..5, 5..10, 10..15, 15..20, 20..25]);
+    assert_eq!(
+        sequential_segments(17, 4, "blocks").unwrap(),
+        vec![0..4, 4..8, 8..12]
+    );
+    assert_eq!(
+        sequential_segments(31, 6, "blocks").unwrap(),
+        vec![0..5, 5..10, 10..15, 15..20, 20..25]
+    );
     assert_eq!(sequential_segments(9, 1, "blocks").unwrap(), vec![]);
     assert!(sequential_segments(9, 10, "blocks").is_err());
     assert!(sequential_segments(9, 0, "blocks").is_err());
@@ -86,8 +116,19 @@ fn checkpoint_sequential_segments() {
 
 #[test]
 fn checkpointing_modes_build_or_explain() {
-    for id in ["mobilenet_v2", "mobilenet_v3_small", "mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny"] {
-        for ck in [Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(2)] {
+    for id in [
+        "mobilenet_v2",
+        "mobilenet_v3_small",
+        "mobilenet_v3_large",
+        "efficientnet_b0",
+        "vgg16",
+        "convnext_tiny",
+    ] {
+        for ck in [
+            Checkpointing::Block,
+            Checkpointing::Sqrt,
+            Checkpointing::Segments(2),
+        ] {
             let mut p = plan(id, 224, 2);
             p.ckpt = ck;
             let g = build_graph(&p).unwrap_or_else(|e| panic!("{id} {ck:?}: {e}"));
@@ -97,7 +138,10 @@ fn checkpointing_modes_build_or_explain() {
         p.ckpt = Checkpointing::Stage;
         assert!(build_graph(&p).is_err(), "{id}: stage is a ResNet mode");
         p.ckpt = Checkpointing::Segments(100);
-        assert!(build_graph(&p).is_err(), "{id}: more segments than children");
+        assert!(
+            build_graph(&p).is_err(),
+            "{id}: more segments than children"
+        );
     }
     for id in ["plainconv128", "unet"] {
         let mut p = plan(id, 64, 2);
@@ -110,12 +154,22 @@ fn checkpointing_modes_build_or_explain() {
 
 #[test]
 fn checkpointing_saves_memory() {
-    for id in ["mobilenet_v3_large", "efficientnet_b0", "vgg16", "convnext_tiny", "mobilenet_v2"] {
+    for id in [
+        "mobilenet_v3_large",
+        "efficientnet_b0",
+        "vgg16",
+        "convnext_tiny",
+        "mobilenet_v2",
+    ] {
         let p = plan(id, 224, 32);
-        let none = vram_planner::estimator::estimate(&p).unwrap().peak_allocated;
+        let none = vram_planner::estimator::estimate(&p)
+            .unwrap()
+            .peak_allocated;
         let mut q = p.clone();
         q.ckpt = Checkpointing::Sqrt;
-        let sqrt = vram_planner::estimator::estimate(&q).unwrap().peak_allocated;
+        let sqrt = vram_planner::estimator::estimate(&q)
+            .unwrap()
+            .peak_allocated;
         assert!(sqrt < none, "{id}: sqrt {sqrt} < none {none}");
     }
 }
@@ -144,7 +198,11 @@ fn compare_file(text: &str, tol: f64) -> (usize, Vec<String>) {
 fn reference_cases_within_3_percent() {
     let (n, failures) = compare_file(include_str!("data/pytorch-step-memory.jsonl"), 0.03);
     assert_eq!(n, 63, "CUDA reference cases of the models added here");
-    assert!(failures.is_empty(), "off by more than 3 %:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "off by more than 3 %:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// MobileNetV2, ConvNeXt-T and the checkpointing modes the shared set lacks, measured with the
@@ -153,7 +211,11 @@ fn reference_cases_within_3_percent() {
 fn extra_oracle_cases_within_3_percent() {
     let (n, failures) = compare_file(include_str!("data/cnn-extra-step-memory.jsonl"), 0.03);
     assert_eq!(n, 22);
-    assert!(failures.is_empty(), "off by more than 3 %:\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "off by more than 3 %:\n{}",
+        failures.join("\n")
+    );
 }
 
 /// ResNets under `checkpoint_sequential` over their residual blocks (√N, 2 and 8 segments),
@@ -176,7 +238,11 @@ fn smallest_resolutions_match_pytorch() {
 fn resnet_segments_follow_checkpoint_sequential() {
     let mut p = plan("resnet50", 224, 2);
     p.ckpt = Checkpointing::Sqrt;
-    assert_eq!(build_graph(&p).unwrap().segments, 3, "√16 = 4 segments, the last one not checkpointed");
+    assert_eq!(
+        build_graph(&p).unwrap().segments,
+        3,
+        "√16 = 4 segments, the last one not checkpointed"
+    );
     p.ckpt = Checkpointing::Segments(16);
     assert_eq!(build_graph(&p).unwrap().segments, 15);
     p.ckpt = Checkpointing::Segments(17);
@@ -191,9 +257,16 @@ fn resnet_segments_follow_checkpoint_sequential() {
 /// modelling changed.
 #[test]
 fn reference_cases_stay_tight() {
-    for text in [include_str!("data/pytorch-step-memory.jsonl"), include_str!("data/cnn-extra-step-memory.jsonl")] {
+    for text in [
+        include_str!("data/pytorch-step-memory.jsonl"),
+        include_str!("data/cnn-extra-step-memory.jsonl"),
+    ] {
         let (_, failures) = compare_file(text, 0.005);
-        assert!(failures.is_empty(), "off by more than 0.5 %:\n{}", failures.join("\n"));
+        assert!(
+            failures.is_empty(),
+            "off by more than 0.5 %:\n{}",
+            failures.join("\n")
+        );
     }
 }
 
@@ -203,12 +276,21 @@ fn reference_cases_stay_tight() {
 #[test]
 fn every_model_applies_or_refuses_each_checkpointing_policy() {
     for m in models::MODELS {
-        for ck in [Checkpointing::Stage, Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(2)] {
+        for ck in [
+            Checkpointing::Stage,
+            Checkpointing::Block,
+            Checkpointing::Sqrt,
+            Checkpointing::Segments(2),
+        ] {
             let mut p = Plan::new(m.id);
             p.batch = 1;
             p.ckpt = ck;
             if let Ok(g) = build_graph(&p) {
-                assert!(g.segments > 0, "{} {ck:?} builds with nothing checkpointed", m.id);
+                assert!(
+                    g.segments > 0,
+                    "{} {ck:?} builds with nothing checkpointed",
+                    m.id
+                );
             }
         }
     }
@@ -220,15 +302,33 @@ fn every_model_applies_or_refuses_each_checkpointing_policy() {
 #[test]
 fn every_model_refuses_more_segments_than_it_has_blocks() {
     for m in models::MODELS {
-        let plan = |ckpt| Plan { batch: 1, ckpt, ..Plan::new(m.id) };
-        let Ok(block) = build_graph(&plan(Checkpointing::Block)) else { continue };
+        let plan = |ckpt| Plan {
+            batch: 1,
+            ckpt,
+            ..Plan::new(m.id)
+        };
+        let Ok(block) = build_graph(&plan(Checkpointing::Block)) else {
+            continue;
+        };
         if build_graph(&plan(Checkpointing::Segments(2))).is_err() {
             continue; // no checkpoint_sequential for this model
         }
         let n = block.segments as u32;
         let fits = build_graph(&plan(Checkpointing::Segments(n)));
-        assert!(fits.is_ok(), "{}: {n} segments over {n} blocks: {:?}", m.id, fits.err());
-        let e = build_graph(&plan(Checkpointing::Segments(n + 1))).err().unwrap_or_else(|| panic!("{}: {} segments over {n} blocks built", m.id, n + 1));
-        assert!(e.to_string().contains(&format!("between 1 and {n} segments")), "{}: {e}", m.id);
+        assert!(
+            fits.is_ok(),
+            "{}: {n} segments over {n} blocks: {:?}",
+            m.id,
+            fits.err()
+        );
+        let e = build_graph(&plan(Checkpointing::Segments(n + 1)))
+            .err()
+            .unwrap_or_else(|| panic!("{}: {} segments over {n} blocks built", m.id, n + 1));
+        assert!(
+            e.to_string()
+                .contains(&format!("between 1 and {n} segments")),
+            "{}: {e}",
+            m.id
+        );
     }
 }

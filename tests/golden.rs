@@ -10,11 +10,19 @@ use vram_planner::estimator::units::{tensor_bytes, Bytes, DType, Elems};
 #[track_caller]
 fn assert_close(got: f64, want: f64, rel_tol: f64) {
     let err = (got - want).abs() / want;
-    assert!(err <= rel_tol, "got {got}, want {want} (rel err {err:.4} > {rel_tol})");
+    assert!(
+        err <= rel_tol,
+        "got {got}, want {want} (rel err {err:.4} > {rel_tol})"
+    );
 }
 
 fn opts(opt: OptimizerKind) -> StepOptions {
-    StepOptions { optimizer: opt, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1, device: Default::default() }
+    StepOptions {
+        optimizer: opt,
+        optimizer_impl: OptimizerImpl::Foreach,
+        accumulation: 1,
+        device: Default::default(),
+    }
 }
 
 /// One 128-channel 512×512 fp32 feature map at batch 64 is exactly 8 GiB.
@@ -40,9 +48,16 @@ fn zero_paper_16_bytes_per_param_for_adam() {
     let mut o = opts(OptimizerKind::Adam);
     o.optimizer_impl = OptimizerImpl::Fused;
     let r = simulate(&g, &o);
-    let opt_event = r.timeline.events.iter().find(|e| e.phase == vram_planner::estimator::timeline::Phase::Optimizer).unwrap();
+    let opt_event = r
+        .timeline
+        .events
+        .iter()
+        .find(|e| e.phase == vram_planner::estimator::timeline::Phase::Optimizer)
+        .unwrap();
     use vram_planner::estimator::timeline::Category::*;
-    let model_states = opt_event.live.get(Params).0 + opt_event.live.get(Gradients).0 + opt_event.live.get(OptimizerState).0;
+    let model_states = opt_event.live.get(Params).0
+        + opt_event.live.get(Gradients).0
+        + opt_event.live.get(OptimizerState).0;
     assert_close(model_states as f64 / n as f64, 16.0, 1e-3);
 }
 
@@ -63,7 +78,12 @@ fn korthikanti_gpt_layer_activations() {
     let first_layer_op = g.ops.len();
     let ln1 = g.layer_norm("ln1", x, true).unwrap();
     let qkv = g.linear("qkv", ln1, h, 3 * h, true).unwrap();
-    let qkv = g.split(qkv, vec![vec![b * a, s, hn], vec![b * a, hn, s], vec![b * a, s, hn]]).unwrap();
+    let qkv = g
+        .split(
+            qkv,
+            vec![vec![b * a, s, hn], vec![b * a, hn, s], vec![b * a, s, hn]],
+        )
+        .unwrap();
     let (q, k, v) = (qkv[0], qkv[1], qkv[2]);
     let scores = g.matmul(q, k).unwrap();
     let probs = g.softmax(scores).unwrap();
@@ -83,7 +103,9 @@ fn korthikanti_gpt_layer_activations() {
     let logits = g.view(out, vec![s * b, h]).unwrap();
     g.cross_entropy(logits, target).unwrap();
     let r = simulate(&g, &opts(OptimizerKind::Sgd));
-    let layer: u64 = r.saved_after_forward[first_layer_op..last_layer_op].iter().sum();
+    let layer: u64 = r.saved_after_forward[first_layer_op..last_layer_op]
+        .iter()
+        .sum();
     let want = (s * b * h) as f64 * (34.0 + 5.0 * (a * s) as f64 / h as f64);
     // The only extras: layer-norm mean/rstd (fp32, s·b each) and 512-B block rounding.
     assert_close(layer as f64, want, 0.005);
@@ -107,7 +129,11 @@ fn chen_sqrt_n_segments_minimise_activation_memory() {
                 .checkpointed(k.is_some(), |g| {
                     let mut x = x;
                     for l in 0..per {
-                        x = g.scoped(format!("l{}", seg * per + l), |g| g.act(x, Act::Gelu, false)).unwrap();
+                        x = g
+                            .scoped(format!("l{}", seg * per + l), |g| {
+                                g.act(x, Act::Gelu, false)
+                            })
+                            .unwrap();
                     }
                     Ok::<_, ()>(x)
                 })
@@ -117,16 +143,30 @@ fn chen_sqrt_n_segments_minimise_activation_memory() {
         g.cross_entropy(logits, y).unwrap();
         let r = simulate(&g, &opts(OptimizerKind::Sgd));
         use vram_planner::estimator::timeline::Category::*;
-        r.timeline.events.iter().map(|e| e.live.get(Activations).0 + e.live.get(BackwardTemps).0).max().unwrap()
+        r.timeline
+            .events
+            .iter()
+            .map(|e| e.live.get(Activations).0 + e.live.get(BackwardTemps).0)
+            .max()
+            .unwrap()
     };
     let none = peak_acts(None);
-    let by_k: Vec<(u64, u64)> = [1, 2, 4, 8, 16].iter().map(|&k| (k, peak_acts(Some(k)))).collect();
+    let by_k: Vec<(u64, u64)> = [1, 2, 4, 8, 16]
+        .iter()
+        .map(|&k| (k, peak_acts(Some(k))))
+        .collect();
     let best = by_k.iter().min_by_key(|(_, m)| *m).unwrap().0;
-    assert_eq!(best, 4, "√16 = 4 segments should use the least memory: {by_k:?}");
+    assert_eq!(
+        best, 4,
+        "√16 = 4 segments should use the least memory: {by_k:?}"
+    );
     let unit = (rows * width * 4) as f64;
     // √N checkpointing keeps about 2√N = 8 layer outputs instead of N = 16 (plus gradients).
     let at4 = by_k.iter().find(|(k, _)| *k == 4).unwrap().1 as f64;
-    assert!(at4 < none as f64 * 0.75, "sqrt checkpointing saves memory: {at4} vs {none}");
+    assert!(
+        at4 < none as f64 * 0.75,
+        "sqrt checkpointing saves memory: {at4} vs {none}"
+    );
     assert_close((none as f64 - at4) / unit, (n - 2 * 4) as f64, 0.3);
 }
 
@@ -138,7 +178,13 @@ fn upsample_saves_nothing_and_allocates_its_output() {
     let mut g = Graph::new(Precision::Fp32);
     let x0 = g.input(vec![2, 4, 8, 8], DType::F32).unwrap();
     let y = g.input(vec![2], DType::I64).unwrap();
-    let x = g.conv2d("c", x0, vram_planner::estimator::ops::Conv::new(4, 4, 1, 1, 0)).unwrap();
+    let x = g
+        .conv2d(
+            "c",
+            x0,
+            vram_planner::estimator::ops::Conv::new(4, 4, 1, 1, 0),
+        )
+        .unwrap();
     let u = g.upsample2d(x, 2, false).unwrap();
     assert_eq!(g.shape(u), vec![2, 4, 16, 16]);
     assert!(g.ops.last().unwrap().saved.is_empty());

@@ -10,8 +10,13 @@ use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
 use vram_planner::estimator::optimizer::OptimizerImpl;
 use vram_planner::estimator::parallel::comm::{ring_bytes, Collective};
-use vram_planner::estimator::parallel::megatron::{first_stage_activation_bytes, layer_activation_bytes, Scheme};
-use vram_planner::estimator::parallel::zero::{ddp_buckets, greedy_partition, paper_model_states, shard_elems, DDP_BUCKET_CAP, DDP_FIRST_BUCKET};
+use vram_planner::estimator::parallel::megatron::{
+    first_stage_activation_bytes, layer_activation_bytes, Scheme,
+};
+use vram_planner::estimator::parallel::zero::{
+    ddp_buckets, greedy_partition, paper_model_states, shard_elems, DDP_BUCKET_CAP,
+    DDP_FIRST_BUCKET,
+};
 use vram_planner::estimator::parallel::*;
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::DType;
@@ -20,7 +25,10 @@ use vram_planner::estimator::{estimate, Estimate};
 #[track_caller]
 fn assert_close(got: f64, want: f64, rel_tol: f64) {
     let err = (got - want).abs() / want.abs();
-    assert!(err <= rel_tol, "got {got}, want {want} (rel err {err:.4} > {rel_tol})");
+    assert!(
+        err <= rel_tol,
+        "got {got}, want {want} (rel err {err:.4} > {rel_tol})"
+    );
 }
 
 fn plan_with(model: &str, batch: u64, par: Parallel) -> Plan {
@@ -32,7 +40,11 @@ fn plan_with(model: &str, batch: u64, par: Parallel) -> Plan {
 }
 
 fn dp(n: u64, zero: u8) -> Parallel {
-    Parallel { gpus_per_node: Some(n), zero: Some(zero), ..Default::default() }
+    Parallel {
+        gpus_per_node: Some(n),
+        zero: Some(zero),
+        ..Default::default()
+    }
 }
 
 // ------------------------------------------------------------------ ZeRO paper
@@ -45,7 +57,10 @@ fn zero_paper_figure_1() {
     let want = [120.0, 31.4, 16.6, 1.9];
     for (stage, &w) in want.iter().enumerate() {
         let gb = paper_model_states(7.5e9, 64.0, 12.0, stage as u8) / 1e9;
-        assert!((gb - w).abs() < 0.05, "stage {stage}: {gb:.3} GB, paper {w} GB");
+        assert!(
+            (gb - w).abs() < 0.05,
+            "stage {stage}: {gb:.3} GB, paper {w} GB"
+        );
     }
 }
 
@@ -55,8 +70,16 @@ fn zero_paper_figure_1() {
 /// padded shards from stage 2, hence the tolerance).
 #[test]
 fn zero_stages_shard_the_simulated_model_states() {
-    let single = estimate(&Plan { batch: 8, ..Plan::new("resnet50") }).unwrap();
-    let (p, g, o) = (single.param_bytes.0 as f64, single.grad_bytes.0 as f64, single.opt_state_bytes.0 as f64);
+    let single = estimate(&Plan {
+        batch: 8,
+        ..Plan::new("resnet50")
+    })
+    .unwrap();
+    let (p, g, o) = (
+        single.param_bytes.0 as f64,
+        single.grad_bytes.0 as f64,
+        single.opt_state_bytes.0 as f64,
+    );
     let n = 8.0;
     for zero in 0..4u8 {
         let e = estimate_parallel(&plan_with("resnet50", 8, dp(8, zero))).unwrap();
@@ -64,7 +87,19 @@ fn zero_stages_shard_the_simulated_model_states() {
         let at = |k: &str| r.breakdown.iter().find(|(n, _)| n == k).unwrap().1 as f64;
         // Model states at rest (what the optimizer step sees).
         let prep = prepare(&plan_with("resnet50", 8, dp(8, zero)), &e.layout).unwrap();
-        let sh = zero::Sharded::new(&prep.pieces[0], zero::Sharding { dp: 8, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2, None);
+        let sh = zero::Sharded::new(
+            &prep.pieces[0],
+            zero::Sharding {
+                dp: 8,
+                zero,
+                fsdp: false,
+                bucket_view: false,
+                offload_optimizer: false,
+                offload_params: false,
+            },
+            2,
+            None,
+        );
         let want_o = if zero >= 1 { o / n } else { o };
         let want_g = if zero >= 2 { g / n } else { g };
         let want_p = if zero >= 3 { p / n } else { p };
@@ -84,17 +119,48 @@ fn zero_stages_shard_the_simulated_model_states() {
 fn korthikanti_table_2_rows() {
     let (s, b, h, a, t) = (2048u64, 1u64, 12288u64, 96u64, 8u64);
     let sbh = (s * b * h) as f64;
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::None), 114.0 * sbh, 1e-12);
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::Tensor), 23.0 * sbh, 1e-12);
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequence), 14.25 * sbh, 1e-12);
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::TensorSelective), 13.0 * sbh, 1e-12);
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequenceSelective), 4.25 * sbh, 1e-12);
-    assert_close(layer_activation_bytes(s, b, h, a, t, Scheme::Full), 2.0 * sbh, 1e-12);
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::None),
+        114.0 * sbh,
+        1e-12,
+    );
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::Tensor),
+        23.0 * sbh,
+        1e-12,
+    );
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequence),
+        14.25 * sbh,
+        1e-12,
+    );
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::TensorSelective),
+        13.0 * sbh,
+        1e-12,
+    );
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequenceSelective),
+        4.25 * sbh,
+        1e-12,
+    );
+    assert_close(
+        layer_activation_bytes(s, b, h, a, t, Scheme::Full),
+        2.0 * sbh,
+        1e-12,
+    );
 }
 
 /// A Megatron GPT layer (`[s, b, h]`, 16-bit, fused QKV, explicit attention, dropout 0.1) built
 /// with the tensor-parallel hook. Returns the tape and the op range of the layer.
-fn megatron_layer(s: u64, b: u64, h: u64, a: u64, t: u64, sp: bool) -> (Graph, std::ops::Range<usize>) {
+fn megatron_layer(
+    s: u64,
+    b: u64,
+    h: u64,
+    a: u64,
+    t: u64,
+    sp: bool,
+) -> (Graph, std::ops::Range<usize>) {
     let mut ctx = BuildCtx::new(b, 224, s, Precision::Fp16);
     ctx.tp = t;
     ctx.sequence_parallel = sp;
@@ -110,8 +176,19 @@ fn megatron_layer(s: u64, b: u64, h: u64, a: u64, t: u64, sp: bool) -> (Graph, s
     let x = g.linear("pre", x0, h, h, false).unwrap();
     let first = g.ops.len();
     let ln1 = g.layer_norm("ln1", x, true).unwrap();
-    let qkv = g.column_parallel_linear("qkv", ln1, h, 3 * h, true).unwrap();
-    let qkv = g.split(qkv, vec![vec![b * heads, s, hn], vec![b * heads, hn, s], vec![b * heads, s, hn]]).unwrap();
+    let qkv = g
+        .column_parallel_linear("qkv", ln1, h, 3 * h, true)
+        .unwrap();
+    let qkv = g
+        .split(
+            qkv,
+            vec![
+                vec![b * heads, s, hn],
+                vec![b * heads, hn, s],
+                vec![b * heads, s, hn],
+            ],
+        )
+        .unwrap();
     let scores = g.matmul(qkv[0], qkv[1]).unwrap();
     let probs = g.softmax(scores).unwrap();
     let probs = g.dropout(probs, 0.1).unwrap();
@@ -121,7 +198,9 @@ fn megatron_layer(s: u64, b: u64, h: u64, a: u64, t: u64, sp: bool) -> (Graph, s
     let o = g.dropout(o, 0.1).unwrap();
     let r1 = g.add(o, x, false).unwrap();
     let ln2 = g.layer_norm("ln2", r1, true).unwrap();
-    let f1 = g.column_parallel_linear("fc1", ln2, h, 4 * h, true).unwrap();
+    let f1 = g
+        .column_parallel_linear("fc1", ln2, h, 4 * h, true)
+        .unwrap();
     let f1 = g.act(f1, Act::Gelu, false).unwrap();
     let f2 = g.row_parallel_linear("fc2", f1, 4 * h, h, true).unwrap();
     let f2 = g.dropout(f2, 0.1).unwrap();
@@ -133,7 +212,12 @@ fn megatron_layer(s: u64, b: u64, h: u64, a: u64, t: u64, sp: bool) -> (Graph, s
 }
 
 fn layer_saved(g: &Graph, r: std::ops::Range<usize>) -> f64 {
-    let o = StepOptions { optimizer: OptimizerKind::Sgd, optimizer_impl: OptimizerImpl::Foreach, accumulation: 1, device: Default::default() };
+    let o = StepOptions {
+        optimizer: OptimizerKind::Sgd,
+        optimizer_impl: OptimizerImpl::Foreach,
+        accumulation: 1,
+        device: Default::default(),
+    };
     simulate(g, &o).saved_after_forward[r].iter().sum::<u64>() as f64
 }
 
@@ -145,10 +229,18 @@ fn tensor_parallel_hook_matches_korthikanti_table_2() {
     let (s, b, h, a) = (512u64, 2u64, 1024u64, 16u64);
     for t in [1u64, 2, 4, 8] {
         let (g, r) = megatron_layer(s, b, h, a, t, false);
-        assert_close(layer_saved(&g, r), layer_activation_bytes(s, b, h, a, t, Scheme::Tensor), 0.005);
+        assert_close(
+            layer_saved(&g, r),
+            layer_activation_bytes(s, b, h, a, t, Scheme::Tensor),
+            0.005,
+        );
         if t > 1 {
             let (g, r) = megatron_layer(s, b, h, a, t, true);
-            assert_close(layer_saved(&g, r), layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequence), 0.005);
+            assert_close(
+                layer_saved(&g, r),
+                layer_activation_bytes(s, b, h, a, t, Scheme::TensorSequence),
+                0.005,
+            );
         }
     }
 }
@@ -163,13 +255,24 @@ fn tensor_parallel_collectives_per_layer() {
     let (g, r) = megatron_layer(s, b, h, a, t, false);
     let sbh2 = s * b * h * 2;
     let in_layer: Vec<_> = g.tp.comm.iter().filter(|c| r.contains(&c.op)).collect();
-    let ar_f = in_layer.iter().filter(|c| !c.backward && c.collective == Collective::AllReduce).count();
-    let ar_b = in_layer.iter().filter(|c| c.backward && c.collective == Collective::AllReduce).count();
+    let ar_f = in_layer
+        .iter()
+        .filter(|c| !c.backward && c.collective == Collective::AllReduce)
+        .count();
+    let ar_b = in_layer
+        .iter()
+        .filter(|c| c.backward && c.collective == Collective::AllReduce)
+        .count();
     assert_eq!((ar_f, ar_b), (2, 2));
     assert!(in_layer.iter().all(|c| c.bytes == sbh2));
     let (g, r) = megatron_layer(s, b, h, a, t, true);
     let in_layer: Vec<_> = g.tp.comm.iter().filter(|c| r.contains(&c.op)).collect();
-    let count = |bw: bool, k: Collective| in_layer.iter().filter(|c| c.backward == bw && c.collective == k).count();
+    let count = |bw: bool, k: Collective| {
+        in_layer
+            .iter()
+            .filter(|c| c.backward == bw && c.collective == k)
+            .count()
+    };
     assert_eq!(count(false, Collective::AllGather), 2);
     assert_eq!(count(false, Collective::ReduceScatter), 2);
     assert_eq!(count(true, Collective::ReduceScatter), 2);
@@ -185,7 +288,11 @@ fn tp_must_divide_the_heads() {
     let mut g = Graph::new(Precision::Bf16);
     g.set_tensor_parallel(&ctx);
     let e = g.tp_attention_heads(16, 16).unwrap_err();
-    assert!(e.to_string().contains("does not divide the 16 attention heads"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("does not divide the 16 attention heads"),
+        "{e}"
+    );
     ctx.tp = 16;
     g.set_tensor_parallel(&ctx);
     // 8 key/value heads are replicated over 16 ranks (grouped-query attention).
@@ -210,7 +317,10 @@ fn gpt_stack_tp(layers: u64, s: u64, b: u64, h: u64, a: u64, t: u64) -> Graph {
             .scoped(format!("h.{l}"), |g| {
                 let ln1 = g.layer_norm("ln1", x, true)?;
                 let qkv = g.column_parallel_linear("qkv", ln1, h, 3 * h, true)?;
-                let qkv = g.split(qkv, vec![vec![b * a, s, hn], vec![b * a, hn, s], vec![b * a, s, hn]])?;
+                let qkv = g.split(
+                    qkv,
+                    vec![vec![b * a, s, hn], vec![b * a, hn, s], vec![b * a, s, hn]],
+                )?;
                 let sc = g.matmul(qkv[0], qkv[1])?;
                 let p = g.softmax(sc)?;
                 let c = g.matmul(p, qkv[2])?;
@@ -240,13 +350,21 @@ fn stack_plan(pp: u64, v: u64, m: u32) -> Plan {
     let mut p = Plan::new("gpt-stack");
     p.dtype = Precision::Fp16;
     p.opt = OptimizerKind::Sgd;
-    p.parallel = Some(Parallel { pp, interleave: v, micro_batches: Some(m), ..Default::default() });
+    p.parallel = Some(Parallel {
+        pp,
+        interleave: v,
+        micro_batches: Some(m),
+        ..Default::default()
+    });
     p
 }
 
 fn stack_estimate(pp: u64, v: u64, m: u32) -> ParallelEstimate {
     let plan = stack_plan(pp, v, m);
-    estimate_parallel_with(&plan, |layout| prepare_graph(&plan, layout, gpt_stack(16, 256, 2, 256, 4))).unwrap()
+    estimate_parallel_with(&plan, |layout| {
+        prepare_graph(&plan, layout, gpt_stack(16, 256, 2, 256, 4))
+    })
+    .unwrap()
 }
 
 /// 1F1B (Narayanan et al. 2021, §2.2.1): stage i keeps min(p − i, m) micro-batches in flight, so
@@ -274,8 +392,15 @@ fn interleaved_schedule_first_stage_factor() {
     // in flight: 4 stage-units for 1F1B, 11 half-stage units (5.5) interleaved.
     assert_eq!(inter.ranks[0].micro_batches_in_flight, 11);
     let per_layer = 1.0;
-    let want = first_stage_activation_bytes(per_layer, 16, p, v) / first_stage_activation_bytes(per_layer, 16, p, 1);
-    assert_close(inter.ranks[0].micro_batches_in_flight as f64 / v as f64 / plain.ranks[0].micro_batches_in_flight as f64, want, 1e-9);
+    let want = first_stage_activation_bytes(per_layer, 16, p, v)
+        / first_stage_activation_bytes(per_layer, 16, p, 1);
+    assert_close(
+        inter.ranks[0].micro_batches_in_flight as f64
+            / v as f64
+            / plain.ranks[0].micro_batches_in_flight as f64,
+        want,
+        1e-9,
+    );
     assert!(inter.per_gpu.activations_bytes > plain.per_gpu.activations_bytes);
 }
 
@@ -287,11 +412,25 @@ fn three_d_parallelism() {
     let mut plan = Plan::new("gpt-stack");
     plan.dtype = Precision::AmpBf16;
     plan.gpu = Some("h100-80".into());
-    let par = |tp: u64| Parallel { gpus_per_node: Some(8), tp, pp: 2, zero: Some(1), micro_batches: Some(4), ..Default::default() };
+    let par = |tp: u64| Parallel {
+        gpus_per_node: Some(8),
+        tp,
+        pp: 2,
+        zero: Some(1),
+        micro_batches: Some(4),
+        ..Default::default()
+    };
     plan.parallel = Some(par(2));
-    let e3 = estimate_parallel_with(&plan, |l| prepare_graph(&plan, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))).unwrap();
+    let e3 = estimate_parallel_with(&plan, |l| {
+        prepare_graph(&plan, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))
+    })
+    .unwrap();
     assert_eq!((e3.layout.dp, e3.layout.tp, e3.layout.pp), (2, 2, 2));
-    let schemes: Vec<&str> = e3.ranks.iter().flat_map(|_| e3.communication.iter().map(|c| c.scheme)).collect();
+    let schemes: Vec<&str> = e3
+        .ranks
+        .iter()
+        .flat_map(|_| e3.communication.iter().map(|c| c.scheme))
+        .collect();
     for s in ["dp", "zero", "tp", "pp"] {
         assert!(schemes.contains(&s), "{s} missing: {schemes:?}");
     }
@@ -299,20 +438,52 @@ fn three_d_parallelism() {
     plan.parallel = Some(par(1));
     let mut p2 = plan.clone();
     p2.parallel.as_mut().unwrap().gpus_per_node = Some(4);
-    let e1 = estimate_parallel_with(&p2, |l| prepare_graph(&p2, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))).unwrap();
+    let e1 = estimate_parallel_with(&p2, |l| {
+        prepare_graph(&p2, l, gpt_stack_tp(8, 512, 2, 512, 8, l.tp))
+    })
+    .unwrap();
     let ratio = e3.ranks[0].memory.params_bytes as f64 / e1.ranks[0].memory.params_bytes as f64;
-    assert!(ratio > 0.5 && ratio < 0.6, "tp 2 holds about half the parameters: {ratio}");
+    assert!(
+        ratio > 0.5 && ratio < 0.6,
+        "tp 2 holds about half the parameters: {ratio}"
+    );
     assert!(e3.per_gpu.activations_bytes < e1.per_gpu.activations_bytes);
 }
 
 /// Stages split the parameters with balanced counts and together hold every one of them.
 #[test]
 fn stages_partition_the_parameters() {
-    let e = estimate_parallel(&plan_with("resnet50", 8, Parallel { gpus_per_node: Some(4), pp: 4, micro_batches: Some(4), ..Default::default() })).unwrap();
+    let e = estimate_parallel(&plan_with(
+        "resnet50",
+        8,
+        Parallel {
+            gpus_per_node: Some(4),
+            pp: 4,
+            micro_batches: Some(4),
+            ..Default::default()
+        },
+    ))
+    .unwrap();
     let total: u64 = e.ranks.iter().map(|r| r.memory.params_bytes).sum();
-    let single = estimate(&Plan { batch: 8, ..Plan::new("resnet50") }).unwrap();
-    assert_close(total as f64, single.category(vram_planner::estimator::timeline::Category::Params).0 as f64, 0.001);
-    assert_eq!(e.ranks.iter().map(|r| r.micro_batches_in_flight).collect::<Vec<_>>(), vec![4, 3, 2, 1]);
+    let single = estimate(&Plan {
+        batch: 8,
+        ..Plan::new("resnet50")
+    })
+    .unwrap();
+    assert_close(
+        total as f64,
+        single
+            .category(vram_planner::estimator::timeline::Category::Params)
+            .0 as f64,
+        0.001,
+    );
+    assert_eq!(
+        e.ranks
+            .iter()
+            .map(|r| r.micro_batches_in_flight)
+            .collect::<Vec<_>>(),
+        vec![4, 3, 2, 1]
+    );
     // The pipeline sends each micro-batch's boundary activation and receives its gradient.
     let pp = e.communication.iter().find(|c| c.scheme == "pp").unwrap();
     assert!(pp.bytes_sent > 0);
@@ -328,18 +499,34 @@ fn ring_all_reduce_volume() {
         let s = 1u64 << 30;
         let want = 2.0 * (n - 1) as f64 / n as f64 * s as f64;
         assert_close(ring_bytes(Collective::AllReduce, n, s), want, 1e-12);
-        assert_close(ring_bytes(Collective::ReduceScatter, n, s) + ring_bytes(Collective::AllGather, n, s), want, 1e-12);
+        assert_close(
+            ring_bytes(Collective::ReduceScatter, n, s) + ring_bytes(Collective::AllGather, n, s),
+            want,
+            1e-12,
+        );
     }
     // DDP on ResNet-50: each GPU sends 2(N−1)/N of its gradients per step.
     let n = 8u64;
     let e = estimate_parallel(&plan_with("resnet50", 32, dp(n, 0))).unwrap();
-    let single = estimate(&Plan { batch: 32, ..Plan::new("resnet50") }).unwrap();
+    let single = estimate(&Plan {
+        batch: 32,
+        ..Plan::new("resnet50")
+    })
+    .unwrap();
     let ar = e.communication.iter().find(|c| c.scheme == "dp").unwrap();
-    assert_close(ar.bytes_sent as f64, 2.0 * (n - 1) as f64 / n as f64 * single.grad_bytes.0 as f64, 0.001);
+    assert_close(
+        ar.bytes_sent as f64,
+        2.0 * (n - 1) as f64 / n as f64 * single.grad_bytes.0 as f64,
+        0.001,
+    );
     // ZeRO-3 moves 1.5× DDP's volume (Rajbhandari et al. 2020, §7.2.2): two parameter
     // all-gathers and one gradient reduce-scatter.
     let z3 = estimate_parallel(&plan_with("resnet50", 32, dp(n, 3))).unwrap();
-    assert_close(z3.comm_bytes_per_step as f64 / e.comm_bytes_per_step as f64, 1.5, 0.01);
+    assert_close(
+        z3.comm_bytes_per_step as f64 / e.comm_bytes_per_step as f64,
+        1.5,
+        0.01,
+    );
 }
 
 /// Horovod with NCCL (Sergeev & Del Balso 2018, arXiv:1802.05799, Fig. 6; Horovod
@@ -449,40 +636,156 @@ fn err_of(p: &Plan) -> String {
 
 #[test]
 fn bad_layouts_say_what_is_wrong() {
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { gpus_per_node: Some(8), dp: Some(4), ..Default::default() }));
-    assert!(msg.contains("more GPUs") && msg.contains("than the layout uses") && msg.contains("set dp = 8"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { gpus_per_node: Some(4), dp: Some(8), ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            gpus_per_node: Some(8),
+            dp: Some(4),
+            ..Default::default()
+        },
+    ));
+    assert!(
+        msg.contains("more GPUs")
+            && msg.contains("than the layout uses")
+            && msg.contains("set dp = 8"),
+        "{msg}"
+    );
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            gpus_per_node: Some(4),
+            dp: Some(8),
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("needs more GPUs"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { tp: 2, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            tp: 2,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("no attention heads"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { pp: 64, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            pp: 64,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("deeper than the layers"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { zero: Some(4), ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            zero: Some(4),
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("zero must be 0, 1, 2 or 3"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { fsdp: true, zero: Some(1), ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            fsdp: true,
+            zero: Some(1),
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("FSDP"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { gpus_per_node: Some(6), pp: 4, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            gpus_per_node: Some(6),
+            pp: 4,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("not a multiple of tp·pp"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { sequence_parallel: true, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            sequence_parallel: true,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("needs tp > 1"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { pp: 2, interleave: 2, micro_batches: Some(3), ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            pp: 2,
+            interleave: 2,
+            micro_batches: Some(3),
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("multiple of pp"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { interleave: 2, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            interleave: 2,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("needs pipeline parallelism"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { intra_link: Some("warp".into()), ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            intra_link: Some("warp".into()),
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("unknown intra-node link 'warp'"), "{msg}");
-    let msg = err_of(&plan_with("resnet50", 2, Parallel { tp: 0, ..Default::default() }));
+    let msg = err_of(&plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            tp: 0,
+            ..Default::default()
+        },
+    ));
     assert!(msg.contains("parallel.tp must be at least 1"), "{msg}");
     let mut p = plan_with("resnet50", 2, dp(2, 1));
-    p.offload = Some(Offload { params: true, ..Default::default() });
+    p.offload = Some(Offload {
+        params: true,
+        ..Default::default()
+    });
     assert!(err_of(&p).contains("needs zero 3"));
-    let mut p = plan_with("resnet50", 2, Parallel { micro_batches: Some(4), ..Default::default() });
+    let mut p = plan_with(
+        "resnet50",
+        2,
+        Parallel {
+            micro_batches: Some(4),
+            ..Default::default()
+        },
+    );
     p.accumulation = 2;
     assert!(err_of(&p).contains("disagree"));
     // Unknown keys are refused, as everywhere in a plan.
-    let bad: Result<Plan, _> = serde_json::from_str(r#"{"model": "resnet50", "parallel": {"dp": 2, "zeroo": 1}}"#);
+    let bad: Result<Plan, _> =
+        serde_json::from_str(r#"{"model": "resnet50", "parallel": {"dp": 2, "zeroo": 1}}"#);
     assert!(bad.is_err());
-    assert!(matches!(estimate_parallel(&plan_with("resnet50", 2, Parallel { tp: 2, ..Default::default() })), Err(EstimateError::BadLayout(_))));
+    assert!(matches!(
+        estimate_parallel(&plan_with(
+            "resnet50",
+            2,
+            Parallel {
+                tp: 2,
+                ..Default::default()
+            }
+        )),
+        Err(EstimateError::BadLayout(_))
+    ));
 }
 
 // ------------------------------------------------------------------ ResNet-50 end to end
@@ -500,8 +803,16 @@ fn resnet50(batch: u64) -> Estimate {
 fn ddp_buckets_duplicate_the_gradients() {
     let single = resnet50(32);
     let e = estimate_parallel(&plan_with("resnet50", 32, dp(8, 0))).unwrap();
-    assert_close(e.per_gpu.comm_buffer_bytes as f64, single.grad_bytes.0 as f64, 0.01);
-    assert_close(e.per_gpu.peak_allocated_bytes as f64, (single.peak_allocated.0 + e.per_gpu.comm_buffer_bytes) as f64, 0.01);
+    assert_close(
+        e.per_gpu.comm_buffer_bytes as f64,
+        single.grad_bytes.0 as f64,
+        0.01,
+    );
+    assert_close(
+        e.per_gpu.peak_allocated_bytes as f64,
+        (single.peak_allocated.0 + e.per_gpu.comm_buffer_bytes) as f64,
+        0.01,
+    );
     let mut par = dp(8, 0);
     par.gradient_as_bucket_view = true;
     let v = estimate_parallel(&plan_with("resnet50", 32, par)).unwrap();
@@ -515,9 +826,25 @@ fn ddp_buckets_duplicate_the_gradients() {
 /// Each ZeRO stage holds less per GPU than the one before; FSDP keeps the root unit gathered.
 #[test]
 fn zero_stages_reduce_the_per_gpu_peak() {
-    let peaks: Vec<u64> = (0..4).map(|z| estimate_parallel(&plan_with("resnet50", 4, dp(8, z))).unwrap().per_gpu.peak_allocated_bytes).collect();
+    let peaks: Vec<u64> = (0..4)
+        .map(|z| {
+            estimate_parallel(&plan_with("resnet50", 4, dp(8, z)))
+                .unwrap()
+                .per_gpu
+                .peak_allocated_bytes
+        })
+        .collect();
     assert!(peaks.windows(2).all(|w| w[1] < w[0]), "{peaks:?}");
-    let fsdp = estimate_parallel(&plan_with("resnet50", 4, Parallel { gpus_per_node: Some(8), fsdp: true, ..Default::default() })).unwrap();
+    let fsdp = estimate_parallel(&plan_with(
+        "resnet50",
+        4,
+        Parallel {
+            gpus_per_node: Some(8),
+            fsdp: true,
+            ..Default::default()
+        },
+    ))
+    .unwrap();
     assert_eq!(fsdp.layout.zero, 3);
     assert!(fsdp.per_gpu.peak_allocated_bytes >= peaks[3]);
     assert!(fsdp.per_gpu.peak_allocated_bytes < peaks[2] + (1 << 20) * 200);
@@ -529,26 +856,49 @@ fn zero_stages_reduce_the_per_gpu_peak() {
 fn offload_saves_gpu_memory_and_costs_host_memory() {
     let base = estimate_parallel(&plan_with("resnet50", 32, dp(8, 2))).unwrap();
     let mut p = plan_with("resnet50", 32, dp(8, 2));
-    p.offload = Some(Offload { optimizer: true, ..Default::default() });
+    p.offload = Some(Offload {
+        optimizer: true,
+        ..Default::default()
+    });
     let o = estimate_parallel(&p).unwrap();
     let off = o.offload.as_ref().unwrap();
     assert!(o.per_gpu.optimizer_state_bytes == 0);
     assert!(off.gpu_bytes_saved > 0 && off.host_bytes > 0 && off.transfer_bytes_per_step > 0);
     assert!(o.host_bytes >= base.per_gpu.optimizer_state_bytes);
     assert!(!off.verdict.is_empty());
-    p.offload = Some(Offload { activations: true, link: Some("pcie4".into()), ..Default::default() });
+    p.offload = Some(Offload {
+        activations: true,
+        link: Some("pcie4".into()),
+        ..Default::default()
+    });
     let a = estimate_parallel(&p).unwrap();
-    assert!(a.per_gpu.activations_bytes < base.per_gpu.activations_bytes / 2, "{} vs {}", a.per_gpu.activations_bytes, base.per_gpu.activations_bytes);
+    assert!(
+        a.per_gpu.activations_bytes < base.per_gpu.activations_bytes / 2,
+        "{} vs {}",
+        a.per_gpu.activations_bytes,
+        base.per_gpu.activations_bytes
+    );
     let off = a.offload.as_ref().unwrap();
     assert!(!off.hidden, "save_on_cpu copies run on the compute stream");
     assert!(off.host_bytes > 1 << 30);
     // Grace Hopper's NVLink-C2C moves the same bytes ~14× faster than PCIe 4.
-    p.offload = Some(Offload { activations: true, link: Some("nvlink-c2c".into()), ..Default::default() });
+    p.offload = Some(Offload {
+        activations: true,
+        link: Some("nvlink-c2c".into()),
+        ..Default::default()
+    });
     let c2c = estimate_parallel(&p).unwrap();
-    assert!(c2c.offload.as_ref().unwrap().transfer_seconds_per_step * 10.0 < off.transfer_seconds_per_step);
+    assert!(
+        c2c.offload.as_ref().unwrap().transfer_seconds_per_step * 10.0
+            < off.transfer_seconds_per_step
+    );
     // Parameter offload needs stage 3 and removes the parameter shards from the GPU.
     let mut p = plan_with("resnet50", 32, dp(8, 3));
-    p.offload = Some(Offload { params: true, optimizer: true, ..Default::default() });
+    p.offload = Some(Offload {
+        params: true,
+        optimizer: true,
+        ..Default::default()
+    });
     let z = estimate_parallel(&p).unwrap();
     assert!(z.host_bytes > 0);
 }
@@ -559,7 +909,13 @@ fn search_finds_the_cheapest_fitting_layouts() {
     let mut p = Plan::new("resnet50");
     p.batch = 256;
     p.gpu = Some("t4".into());
-    let opts = search::SearchOptions { max_gpus: 8, gpus_per_node: 8, top: 5, zero_stages: vec![0, 3], offload: false };
+    let opts = search::SearchOptions {
+        max_gpus: 8,
+        gpus_per_node: 8,
+        top: 5,
+        zero_stages: vec![0, 3],
+        offload: false,
+    };
     let found = search::search(&p, &opts).unwrap();
     assert!(!found.is_empty());
     assert!(found.windows(2).all(|w| w[0].gpus <= w[1].gpus));
@@ -575,7 +931,11 @@ fn search_finds_the_cheapest_fitting_layouts() {
     p.batch = 8;
     p.gpu = Some("custom:0.75".into());
     let found = search::search(&p, &opts).unwrap();
-    assert!(found[0].gpus > 1 && found[0].zero == 3, "{:?}", found.first().map(|c| (c.gpus, c.zero)));
+    assert!(
+        found[0].gpus > 1 && found[0].zero == 3,
+        "{:?}",
+        found.first().map(|c| (c.gpus, c.zero))
+    );
 }
 
 /// Several column-parallel GEMMs reading one activation (Hugging Face's separate q/k/v) share one
@@ -590,14 +950,28 @@ fn one_collective_per_shared_input() {
         let mut g = Graph::new(Precision::Bf16);
         g.set_tensor_parallel(&ctx);
         g.tp_attention_heads(4, 4).unwrap();
-        let x0 = g.input(vec![2, g.tp_seq(64).unwrap(), 128], DType::BF16).unwrap();
+        let x0 = g
+            .input(vec![2, g.tp_seq(64).unwrap(), 128], DType::BF16)
+            .unwrap();
         let x = g.linear("pre", x0, 128, 128, false).unwrap();
         for leaf in ["q", "k", "v"] {
             g.column_parallel_linear(leaf, x, 128, 128, false).unwrap();
         }
-        let n = |bw: bool, c: Collective| g.tp.comm.iter().filter(|r| r.backward == bw && r.collective == c).count();
+        let n = |bw: bool, c: Collective| {
+            g.tp.comm
+                .iter()
+                .filter(|r| r.backward == bw && r.collective == c)
+                .count()
+        };
         if sp {
-            assert_eq!((n(false, Collective::AllGather), n(true, Collective::ReduceScatter), n(true, Collective::AllGather)), (1, 1, 1));
+            assert_eq!(
+                (
+                    n(false, Collective::AllGather),
+                    n(true, Collective::ReduceScatter),
+                    n(true, Collective::AllGather)
+                ),
+                (1, 1, 1)
+            );
         } else {
             assert_eq!(n(true, Collective::AllReduce), 1);
         }
@@ -612,7 +986,14 @@ fn cli_json_has_the_scale_out_keys() {
     p.gpu = Some("h100-80".into());
     let e = estimate(&p).unwrap();
     let check = |v: &serde_json::Value| {
-        for k in ["params_bytes", "grads_bytes", "optimizer_state_bytes", "activations_bytes", "peak_allocated_bytes", "device_total_bytes"] {
+        for k in [
+            "params_bytes",
+            "grads_bytes",
+            "optimizer_state_bytes",
+            "activations_bytes",
+            "peak_allocated_bytes",
+            "device_total_bytes",
+        ] {
             assert!(v["per_gpu"][k].is_u64(), "per_gpu.{k}: {}", v["per_gpu"]);
         }
         assert!(v["host_bytes"].is_u64());
@@ -623,7 +1004,10 @@ fn cli_json_has_the_scale_out_keys() {
     };
     let single = vram_planner::cli::estimate_json(&p, &e);
     check(&single);
-    assert_eq!(single["per_gpu"]["peak_allocated_bytes"], single["peak_allocated_bytes"]);
+    assert_eq!(
+        single["per_gpu"]["peak_allocated_bytes"],
+        single["peak_allocated_bytes"]
+    );
     p.parallel = Some(dp(8, 3));
     let par = estimate_parallel(&p).unwrap();
     let v = vram_planner::cli::estimate_json_with(&p, &e, Some(&par));
@@ -681,15 +1065,28 @@ fn zero1_ranks_measured_within_a_hundredth_of_a_percent() {
 #[test]
 fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
     let plan = |dtype: &str, mp: bool| {
-        let mp = if mp { r#","mixed_precision":{"param_dtype":"bf16"}"# } else { "" };
+        let mp = if mp {
+            r#","mixed_precision":{"param_dtype":"bf16"}"#
+        } else {
+            ""
+        };
         serde_json::from_str::<Plan>(&format!(r#"{{"model":"llama-small","seq":1024,"batch":4,"dtype":"{dtype}","opt":"adamw","gpu":"h100-80","parallel":{{"gpus_per_node":8,"dp":8,"fsdp":true{mp}}}}}"#)).unwrap()
     };
     let peak = |p: &Plan| estimate_parallel(p).unwrap().per_gpu;
-    let (bf16, fp32, mixed) = (peak(&plan("bf16", false)), peak(&plan("fp32", false)), peak(&plan("fp32", true)));
-    assert!(bf16.peak_allocated_bytes < mixed.peak_allocated_bytes && mixed.peak_allocated_bytes < fp32.peak_allocated_bytes);
+    let (bf16, fp32, mixed) = (
+        peak(&plan("bf16", false)),
+        peak(&plan("fp32", false)),
+        peak(&plan("fp32", true)),
+    );
+    assert!(
+        bf16.peak_allocated_bytes < mixed.peak_allocated_bytes
+            && mixed.peak_allocated_bytes < fp32.peak_allocated_bytes
+    );
     // The shards are fp32 (2 bytes more per parameter and rank than bf16 ones), the gathered
     // units and the activations bf16.
-    let count = vram_planner::estimator::estimate(&plan("bf16", false)).unwrap().param_count;
+    let count = vram_planner::estimator::estimate(&plan("bf16", false))
+        .unwrap()
+        .param_count;
     // (Each shard is padded and rounded to 512 B on its own: a few KiB of slack.)
     let extra = (mixed.params_bytes - bf16.params_bytes) as f64;
     assert!((extra - (count / 8 * 2) as f64).abs() < 16384.0, "{extra}");
@@ -697,13 +1094,28 @@ fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
     assert_eq!(mixed.activations_bytes, bf16.activations_bytes);
     // It computes in bf16: its step takes the bf16 throughput, not the fp32 one.
     let step = |p: &Plan| estimate_parallel(p).unwrap().step_seconds.unwrap();
-    let (s_bf16, s_fp32, s_mixed) = (step(&plan("bf16", false)), step(&plan("fp32", false)), step(&plan("fp32", true)));
-    assert!(s_mixed < 1.2 * s_bf16 && s_mixed < s_fp32 / 2.0, "{s_bf16} {s_mixed} {s_fp32}");
+    let (s_bf16, s_fp32, s_mixed) = (
+        step(&plan("bf16", false)),
+        step(&plan("fp32", false)),
+        step(&plan("fp32", true)),
+    );
+    assert!(
+        s_mixed < 1.2 * s_bf16 && s_mixed < s_fp32 / 2.0,
+        "{s_bf16} {s_mixed} {s_fp32}"
+    );
     for (bad, says) in [
-        (r#"{"model":"llama-small","dtype":"fp32","parallel":{"dp":2,"gpus_per_node":2,"zero":3,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fsdp"),
-        (r#"{"model":"llama-small","dtype":"amp_bf16","parallel":{"dp":2,"gpus_per_node":2,"fsdp":true,"mixed_precision":{"param_dtype":"bf16"}}}"#, "fp32"),
+        (
+            r#"{"model":"llama-small","dtype":"fp32","parallel":{"dp":2,"gpus_per_node":2,"zero":3,"mixed_precision":{"param_dtype":"bf16"}}}"#,
+            "fsdp",
+        ),
+        (
+            r#"{"model":"llama-small","dtype":"amp_bf16","parallel":{"dp":2,"gpus_per_node":2,"fsdp":true,"mixed_precision":{"param_dtype":"bf16"}}}"#,
+            "fp32",
+        ),
     ] {
-        let err = estimate_parallel(&serde_json::from_str::<Plan>(bad).unwrap()).unwrap_err().to_string();
+        let err = estimate_parallel(&serde_json::from_str::<Plan>(bad).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(says), "{err}");
     }
 }
@@ -714,12 +1126,19 @@ fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
 #[test]
 fn fsdp2_offload_host_memory_measured() {
     let mut n = 0;
-    for line in include_str!("data/fsdp2-steps.jsonl").lines().filter(|l| l.contains("host_bytes_end")) {
+    for line in include_str!("data/fsdp2-steps.jsonl")
+        .lines()
+        .filter(|l| l.contains("host_bytes_end"))
+    {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         let plan: Plan = serde_json::from_value(r["plan"].clone()).unwrap();
         let host = estimate_parallel(&plan).unwrap().host_bytes as f64;
         let measured = r["host_bytes_end"].as_u64().unwrap() as f64;
-        assert!((host - measured).abs() / measured < 1e-3, "{}: {host} estimated, {measured} measured", r["case_id"]);
+        assert!(
+            (host - measured).abs() / measured < 1e-3,
+            "{}: {host} estimated, {measured} measured",
+            r["case_id"]
+        );
         n += 1;
     }
     assert_eq!(n, 2);

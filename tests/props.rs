@@ -13,7 +13,13 @@ fn model() -> impl Strategy<Value = &'static str> {
 }
 
 fn precision() -> impl Strategy<Value = Precision> {
-    prop_oneof![Just(Precision::Fp32), Just(Precision::AmpBf16), Just(Precision::AmpFp16), Just(Precision::Bf16), Just(Precision::Fp16)]
+    prop_oneof![
+        Just(Precision::Fp32),
+        Just(Precision::AmpBf16),
+        Just(Precision::AmpFp16),
+        Just(Precision::Bf16),
+        Just(Precision::Fp16)
+    ]
 }
 
 fn optimizer() -> impl Strategy<Value = OptimizerKind> {
@@ -21,7 +27,13 @@ fn optimizer() -> impl Strategy<Value = OptimizerKind> {
 }
 
 fn ckpt() -> impl Strategy<Value = Checkpointing> {
-    prop_oneof![Just(Checkpointing::None), Just(Checkpointing::Stage), Just(Checkpointing::Block), Just(Checkpointing::Sqrt), (1u32..8).prop_map(Checkpointing::Segments)]
+    prop_oneof![
+        Just(Checkpointing::None),
+        Just(Checkpointing::Stage),
+        Just(Checkpointing::Block),
+        Just(Checkpointing::Sqrt),
+        (1u32..8).prop_map(Checkpointing::Segments)
+    ]
 }
 
 /// A small plan for `id` with its input size scaled by `size` (0..4).
@@ -29,7 +41,9 @@ fn small_plan(id: &str, batch: u64, size: u64) -> Plan {
     let mut p = Plan::new(id);
     p.batch = batch;
     match MODELS.iter().find(|m| m.id == id).unwrap().input {
-        InputKind::Image { min_res, .. } => p.res = Some((min_res.max(32) + 32 * size).div_ceil(16) * 16),
+        InputKind::Image { min_res, .. } => {
+            p.res = Some((min_res.max(32) + 32 * size).div_ceil(16) * 16)
+        }
         InputKind::Tokens { .. } => p.seq = Some(32 + 32 * size),
     }
     p
@@ -117,7 +131,10 @@ fn absurd_sizes_are_reported_not_wrapped() {
     p.batch = 1 << 30;
     p.res = Some(16_384);
     match estimate(&p) {
-        Ok(e) => assert!(e.peak_allocated.gib() > 1e6, "a huge plan must give a huge number"),
+        Ok(e) => assert!(
+            e.peak_allocated.gib() > 1e6,
+            "a huge plan must give a huge number"
+        ),
         Err(e) => assert!(!e.to_string().is_empty()),
     }
     p.batch = 0;

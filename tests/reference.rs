@@ -11,7 +11,14 @@ fn family(model: &str) -> &'static str {
     match model {
         m if m.starts_with("vit") => "ViT",
         "lstm-lm" => "LSTM",
-        m if m.starts_with("gpt2") || m.starts_with("bert") || m.starts_with("llama") || m.starts_with("mistral") || m.starts_with("qwen") => "language models",
+        m if m.starts_with("gpt2")
+            || m.starts_with("bert")
+            || m.starts_with("llama")
+            || m.starts_with("mistral")
+            || m.starts_with("qwen") =>
+        {
+            "language models"
+        }
         _ => "CNN",
     }
 }
@@ -26,9 +33,18 @@ fn every_reference_case_within_10_percent_median_within_3() {
         match compare_line(line) {
             Ok((c, _)) => {
                 errs.push(c.rel_err);
-                by_family.entry(family(&c.model)).or_default().push(c.rel_err);
+                by_family
+                    .entry(family(&c.model))
+                    .or_default()
+                    .push(c.rel_err);
                 if c.rel_err.abs() > 0.10 {
-                    failures.push(format!("{}: predicted {} measured {} ({:+.1} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err));
+                    failures.push(format!(
+                        "{}: predicted {} measured {} ({:+.1} %)",
+                        c.case_id,
+                        c.predicted,
+                        c.measured,
+                        100.0 * c.rel_err
+                    ));
                 }
             }
             Err((id, why)) => unsupported.push(format!("{id}: {why}")),
@@ -36,12 +52,33 @@ fn every_reference_case_within_10_percent_median_within_3() {
     }
     for (f, e) in &by_family {
         let (med, p90, max) = summary(e);
-        println!("{f:<16} {:>3} cases  median {:.2} %  p90 {:.2} %  max {:.2} %", e.len(), 100.0 * med, 100.0 * p90, 100.0 * max);
+        println!(
+            "{f:<16} {:>3} cases  median {:.2} %  p90 {:.2} %  max {:.2} %",
+            e.len(),
+            100.0 * med,
+            100.0 * p90,
+            100.0 * max
+        );
     }
     let (med, p90, max) = summary(&errs);
-    println!("{:<16} {:>3} cases  median {:.2} %  p90 {:.2} %  max {:.2} %", "all", errs.len(), 100.0 * med, 100.0 * p90, 100.0 * max);
-    assert!(unsupported.is_empty(), "unsupported records:\n{}", unsupported.join("\n"));
-    assert!(failures.is_empty(), "cases off by more than 10 %:\n{}", failures.join("\n"));
+    println!(
+        "{:<16} {:>3} cases  median {:.2} %  p90 {:.2} %  max {:.2} %",
+        "all",
+        errs.len(),
+        100.0 * med,
+        100.0 * p90,
+        100.0 * max
+    );
+    assert!(
+        unsupported.is_empty(),
+        "unsupported records:\n{}",
+        unsupported.join("\n")
+    );
+    assert!(
+        failures.is_empty(),
+        "cases off by more than 10 %:\n{}",
+        failures.join("\n")
+    );
     assert!(med <= 0.03, "median error {:.2} % above 3 %", 100.0 * med);
 }
 

@@ -82,15 +82,29 @@ fn every_measured_step_of_the_language_models_within_3_percent() {
         if !text_model(v["model"].as_str().unwrap_or("")) {
             continue;
         }
-        assert!(v.get("hf_config").is_some(), "language records carry their config");
+        assert!(
+            v.get("hf_config").is_some(),
+            "language records carry their config"
+        );
         let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
         n += 1;
-        assert!(c.rel_err.abs() <= 0.03, "{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err);
+        assert!(
+            c.rel_err.abs() <= 0.03,
+            "{}: predicted {} measured {} ({:+.2} %)",
+            c.case_id,
+            c.predicted,
+            c.measured,
+            100.0 * c.rel_err
+        );
         if c.rel_err.abs() > worst.0 {
             worst = (c.rel_err.abs(), c.case_id);
         }
     }
-    println!("{n} language-model steps, worst {:.4} % ({})", 100.0 * worst.0, worst.1);
+    println!(
+        "{n} language-model steps, worst {:.4} % ({})",
+        100.0 * worst.0,
+        worst.1
+    );
     assert!(n >= 48, "expected the GPT-2/BERT/LLaMA records, found {n}");
 }
 
@@ -99,7 +113,14 @@ fn further_measured_steps_within_3_percent() {
     let mut n = 0;
     for line in EXTRA.lines().filter(|l| !l.trim().is_empty()) {
         let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        assert!(c.rel_err.abs() <= 0.03, "{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err);
+        assert!(
+            c.rel_err.abs() <= 0.03,
+            "{}: predicted {} measured {} ({:+.2} %)",
+            c.case_id,
+            c.predicted,
+            c.measured,
+            100.0 * c.rel_err
+        );
         n += 1;
     }
     assert_eq!(n, 13);
@@ -116,25 +137,43 @@ fn an_unpadded_batch_skips_the_mask_and_the_repeated_heads() {
     padded.seq = Some(8192);
     padded.batch = 1;
     padded.dtype = Precision::Bf16;
-    let unpadded = Plan { causal_mask: CausalMask::Skipped, ..padded.clone() };
+    let unpadded = Plan {
+        causal_mask: CausalMask::Skipped,
+        ..padded.clone()
+    };
     let (a, b) = (estimate(&padded).unwrap(), estimate(&unpadded).unwrap());
     // Per layer: the [1, 1, 8192, 8192] bf16 float mask SDPA keeps (128 MiB) and k, v repeated
     // from 8 to 32 heads (2 × 48 MiB more than the grouped ones), over 32 layers.
     let saved = a.peak_allocated.0 - b.peak_allocated.0;
     assert!(saved > 6 << 30 && saved < 8 << 30, "{saved}");
     // Eager attention builds its mask whatever the batch.
-    let eager = |p: &Plan| estimate(&Plan { attn: AttnImpl::Eager, seq: Some(1024), ..p.clone() }).unwrap().peak_allocated;
+    let eager = |p: &Plan| {
+        estimate(&Plan {
+            attn: AttnImpl::Eager,
+            seq: Some(1024),
+            ..p.clone()
+        })
+        .unwrap()
+        .peak_allocated
+    };
     assert_eq!(eager(&padded), eager(&unpadded));
     // The key round-trips through a plan's JSON and is left out at its default.
     let json = serde_json::to_value(&unpadded).unwrap();
     assert_eq!(json["causal_mask"], "skipped");
-    assert!(serde_json::to_value(&padded).unwrap().get("causal_mask").is_none());
+    assert!(serde_json::to_value(&padded)
+        .unwrap()
+        .get("causal_mask")
+        .is_none());
     assert_eq!(serde_json::from_value::<Plan>(json).unwrap(), unpadded);
 }
 
 #[test]
 fn presets_and_config_import_build_the_same_model() {
-    for line in DATA.lines().filter(|l| l.contains("\"model\": \"gpt2\"") || l.contains("\"model\": \"llama-small\"")).take(4) {
+    for line in DATA
+        .lines()
+        .filter(|l| l.contains("\"model\": \"gpt2\"") || l.contains("\"model\": \"llama-small\""))
+        .take(4)
+    {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let model = v["model"].as_str().unwrap();
         let mut from_cfg = small_plan(model);
@@ -181,12 +220,18 @@ fn learned_positions_limit_the_sequence() {
     let mut p = small_plan("custom");
     p.hf_config = Some(json!({"model_type": "gpt2", "n_layer": 1, "n_positions": 64}));
     p.seq = Some(65);
-    assert!(matches!(estimate(&p), Err(EstimateError::SequenceTooLong { max: 64, .. })));
+    assert!(matches!(
+        estimate(&p),
+        Err(EstimateError::SequenceTooLong { max: 64, .. })
+    ));
     p.seq = Some(64);
     assert!(estimate(&p).is_ok());
     let mut b = Plan::new("bert-base");
     b.seq = Some(513);
-    assert!(matches!(estimate(&b), Err(EstimateError::SequenceTooLong { .. })));
+    assert!(matches!(
+        estimate(&b),
+        Err(EstimateError::SequenceTooLong { .. })
+    ));
     // Rotary positions have no limit.
     let mut l = small_plan("llama-small");
     l.seq = Some(32_768);
@@ -201,10 +246,16 @@ fn grouped_query_attention_and_tied_embeddings_cost_what_they_should() {
     let full = with_config(base.clone()).unwrap();
     let grouped = with_config(gqa).unwrap();
     // k_proj and v_proj shrink by 4× in each of the 2 layers.
-    assert_eq!(full.param_count - grouped.param_count, 2 * 2 * 256 * (256 - 64));
+    assert_eq!(
+        full.param_count - grouped.param_count,
+        2 * 2 * 256 * (256 - 64)
+    );
     let mut tied = base;
     tied["tie_word_embeddings"] = json!(true);
-    assert_eq!(full.param_count - with_config(tied).unwrap().param_count, 1000 * 256);
+    assert_eq!(
+        full.param_count - with_config(tied).unwrap().param_count,
+        1000 * 256
+    );
 }
 
 #[test]

@@ -63,11 +63,23 @@ fn presets_are_registered_in_their_families() {
     for id in ["vit_b_16", "vit_l_16"] {
         let m = models::find(id).unwrap();
         assert_eq!(m.family, Family::VisionTransformer);
-        assert_eq!(m.input, InputKind::Image { default_res: 224, min_res: 16 });
+        assert_eq!(
+            m.input,
+            InputKind::Image {
+                default_res: 224,
+                min_res: 16
+            }
+        );
     }
     let m = models::find("lstm-lm").unwrap();
     assert_eq!(m.family, Family::Rnn);
-    assert_eq!(m.input, InputKind::Tokens { default_seq: 512, max_seq: None });
+    assert_eq!(
+        m.input,
+        InputKind::Tokens {
+            default_seq: 512,
+            max_seq: None
+        }
+    );
 }
 
 fn check_within(data: &str, tol: f64) -> usize {
@@ -82,10 +94,21 @@ fn check_within(data: &str, tol: f64) -> usize {
         let (c, _) = compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
         n += 1;
         if c.rel_err.abs() > tol {
-            bad.push(format!("{}: predicted {} measured {} ({:+.2} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err));
+            bad.push(format!(
+                "{}: predicted {} measured {} ({:+.2} %)",
+                c.case_id,
+                c.predicted,
+                c.measured,
+                100.0 * c.rel_err
+            ));
         }
     }
-    assert!(bad.is_empty(), "off by more than {:.0} %:\n{}", 100.0 * tol, bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "off by more than {:.0} %:\n{}",
+        100.0 * tol,
+        bad.join("\n")
+    );
     n
 }
 
@@ -95,16 +118,31 @@ fn check_cpu_within(data: &str, tol: f64) -> usize {
     let mut bad = Vec::new();
     for line in data.lines().filter(|l| !l.trim().is_empty()) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if !matches!(v["model"].as_str(), Some("vit_b_16" | "vit_l_16" | "lstm-lm")) || v["device"] != "cpu" {
+        if !matches!(
+            v["model"].as_str(),
+            Some("vit_b_16" | "vit_l_16" | "lstm-lm")
+        ) || v["device"] != "cpu"
+        {
             continue;
         }
         let (c, _) = compare_line(line).unwrap_or_else(|(id, why)| panic!("{id}: {why}"));
         n += 1;
         if c.rel_err.abs() > tol {
-            bad.push(format!("{}: predicted {} measured {} ({:+.4} %)", c.case_id, c.predicted, c.measured, 100.0 * c.rel_err));
+            bad.push(format!(
+                "{}: predicted {} measured {} ({:+.4} %)",
+                c.case_id,
+                c.predicted,
+                c.measured,
+                100.0 * c.rel_err
+            ));
         }
     }
-    assert!(bad.is_empty(), "off by more than {} %:\n{}", 100.0 * tol, bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "off by more than {} %:\n{}",
+        100.0 * tol,
+        bad.join("\n")
+    );
     n
 }
 
@@ -127,12 +165,24 @@ fn cpu_kernels_are_the_cpu_ones() {
     p.device = Device::Cpu;
     let g = build_graph(&p).unwrap();
     // One oneDNN op per layer; no per-step cells, no cuDNN.
-    assert_eq!(g.ops.iter().filter(|o| o.kind == "mkldnn_rnn_layer").count(), 2);
-    assert!(!g.ops.iter().any(|o| matches!(o.kind, "lstm_cell" | "cudnn_rnn")));
+    assert_eq!(
+        g.ops
+            .iter()
+            .filter(|o| o.kind == "mkldnn_rnn_layer")
+            .count(),
+        2
+    );
+    assert!(!g
+        .ops
+        .iter()
+        .any(|o| matches!(o.kind, "lstm_cell" | "cudnn_rnn")));
     let mut p = plan("vit_b_16", 2);
     p.device = Device::Cpu;
     let g = build_graph(&p).unwrap();
-    assert_eq!(g.ops.iter().filter(|o| o.kind == "sdpa_flash_cpu").count(), 12);
+    assert_eq!(
+        g.ops.iter().filter(|o| o.kind == "sdpa_flash_cpu").count(),
+        12
+    );
     // PyTorch's default optimizer implementation: foreach on CUDA, the for-loop on the CPU.
     assert_eq!(p.optimizer_impl(), OptimizerImpl::ForLoop);
     p.device = Device::Cuda;
@@ -146,11 +196,17 @@ fn cpu_lstm_refuses_what_does_not_run_there() {
     p.device = Device::Cpu;
     assert!(estimate(&p).is_ok());
     p.cudnn = Some(false);
-    assert!(estimate(&p).is_ok(), "cudnn: false changes nothing on the CPU");
+    assert!(
+        estimate(&p).is_ok(),
+        "cudnn: false changes nothing on the CPU"
+    );
     p.cudnn = Some(true);
     match estimate(&p) {
         Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn"), "{msg}"),
-        other => panic!("expected an error, got {:?}", other.map(|e| e.peak_allocated)),
+        other => panic!(
+            "expected an error, got {:?}",
+            other.map(|e| e.peak_allocated)
+        ),
     }
     p.cudnn = None;
     p.dtype = Precision::Fp16;
@@ -163,7 +219,11 @@ fn cpu_lstm_refuses_what_does_not_run_there() {
 
 #[test]
 fn every_reference_case_within_3_percent() {
-    assert_eq!(check_within(REFERENCE, 0.03), 21, "the reference set holds 12 ViT-B/16 and 9 LSTM CUDA cases");
+    assert_eq!(
+        check_within(REFERENCE, 0.03),
+        21,
+        "the reference set holds 12 ViT-B/16 and 9 LSTM CUDA cases"
+    );
 }
 
 #[test]
@@ -177,15 +237,26 @@ fn resolution_not_divisible_by_the_patch_is_an_error() {
         let mut p = plan("vit_b_16", 2);
         p.res = Some(res);
         match estimate(&p) {
-            Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("divisible by 16"), "{msg}"),
-            other => panic!("res {res}: expected an error, got {:?}", other.map(|e| e.peak_allocated)),
+            Err(EstimateError::Unsupported(msg)) => {
+                assert!(msg.contains("divisible by 16"), "{msg}")
+            }
+            other => panic!(
+                "res {res}: expected an error, got {:?}",
+                other.map(|e| e.peak_allocated)
+            ),
         }
     }
     let mut p = plan("vit_l_16", 2);
     p.res = Some(8);
-    assert!(matches!(estimate(&p), Err(EstimateError::ResolutionTooSmall { .. })));
+    assert!(matches!(
+        estimate(&p),
+        Err(EstimateError::ResolutionTooSmall { .. })
+    ));
     p.res = Some(16);
-    assert!(estimate(&p).is_ok(), "one patch plus the class token is a valid ViT");
+    assert!(
+        estimate(&p).is_ok(),
+        "one patch plus the class token is a valid ViT"
+    );
 }
 
 /// ViTs under `checkpoint_sequential` over their encoder layers (√N, 4 and 12 segments, uneven
@@ -207,15 +278,26 @@ fn vit_checkpointing_policies() {
     let block = peak(Checkpointing::Block).unwrap();
     let sqrt = peak(Checkpointing::Sqrt).unwrap();
     let k4 = peak(Checkpointing::Segments(4)).unwrap();
-    assert!(block < none && sqrt < none && k4 < none, "{block} {sqrt} {k4} < {none}");
+    assert!(
+        block < none && sqrt < none && k4 < none,
+        "{block} {sqrt} {k4} < {none}"
+    );
     // One segment is `checkpoint_sequential`'s un-checkpointed last segment: no saving.
     assert_eq!(peak(Checkpointing::Segments(1)).unwrap(), none);
-    assert!(matches!(peak(Checkpointing::Stage), Err(EstimateError::Unsupported(_))));
+    assert!(matches!(
+        peak(Checkpointing::Stage),
+        Err(EstimateError::Unsupported(_))
+    ));
 }
 
 #[test]
 fn lstm_cudnn_builds_for_every_precision_and_grows_with_the_batch() {
-    for dtype in [Precision::Fp32, Precision::AmpBf16, Precision::AmpFp16, Precision::Bf16] {
+    for dtype in [
+        Precision::Fp32,
+        Precision::AmpBf16,
+        Precision::AmpFp16,
+        Precision::Bf16,
+    ] {
         let peak = |batch: u64| {
             let mut p = plan("lstm-lm", batch);
             p.seq = Some(256);
@@ -224,7 +306,10 @@ fn lstm_cudnn_builds_for_every_precision_and_grows_with_the_batch() {
             estimate(&p).expect("cudnn LSTM estimates").peak_allocated.0
         };
         let (a, b) = (peak(8), peak(32));
-        assert!(b > a, "{dtype:?}: batch 32 ({b}) must need more than batch 8 ({a})");
+        assert!(
+            b > a,
+            "{dtype:?}: batch 32 ({b}) must need more than batch 8 ({a})"
+        );
     }
     // cuDNN keeps one reserve per layer instead of the native cell's per-step gates, hidden and
     // cell states and weight copies: it needs less at a long sequence.
@@ -248,7 +333,10 @@ fn lstm_default_sequence_and_cudnn() {
     p.cudnn = Some(false);
     let g = build_graph(&p).unwrap();
     // Default sequence 512, two layers: one fused cell per step and layer.
-    assert_eq!(g.ops.iter().filter(|o| o.kind == "lstm_cell").count(), 2 * 512);
+    assert_eq!(
+        g.ops.iter().filter(|o| o.kind == "lstm_cell").count(),
+        2 * 512
+    );
 }
 
 #[test]
@@ -258,10 +346,16 @@ fn native_lstm_refuses_sequences_it_cannot_unroll() {
     p.seq = Some(vram_planner::presets::rnn::MAX_NATIVE_STEPS + 1);
     match estimate(&p) {
         Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn: true"), "{msg}"),
-        other => panic!("expected an error, got {:?}", other.map(|e| e.peak_allocated)),
+        other => panic!(
+            "expected an error, got {:?}",
+            other.map(|e| e.peak_allocated)
+        ),
     }
     p.cudnn = Some(true);
-    assert!(estimate(&p).is_ok(), "the cuDNN RNN is one op at any length");
+    assert!(
+        estimate(&p).is_ok(),
+        "the cuDNN RNN is one op at any length"
+    );
 }
 
 #[test]

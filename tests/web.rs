@@ -9,7 +9,9 @@ use leptos::prelude::*;
 use vram_planner::ui::App;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
-use web_sys::{Element, Event, EventInit, HtmlCanvasElement, HtmlElement, HtmlInputElement, HtmlSelectElement};
+use web_sys::{
+    Element, Event, EventInit, HtmlCanvasElement, HtmlElement, HtmlInputElement, HtmlSelectElement,
+};
 
 wasm_bindgen_test_configure!(run_in_browser);
 
@@ -24,7 +26,9 @@ fn mount_app() -> (HtmlElement, impl Drop) {
 
 async fn sleep(ms: i32) {
     let promise = js_sys::Promise::new(&mut |resolve, _| {
-        window().set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms).unwrap();
+        window()
+            .set_timeout_with_callback_and_timeout_and_arguments_0(&resolve, ms)
+            .unwrap();
     });
     wasm_bindgen_futures::JsFuture::from(promise).await.unwrap();
 }
@@ -49,7 +53,8 @@ async fn until(ms: i32, mut probe: impl FnMut() -> bool) -> bool {
 }
 
 fn find(host: &HtmlElement, id: &str) -> Option<Element> {
-    host.query_selector(&format!("[data-testid='{id}']")).unwrap()
+    host.query_selector(&format!("[data-testid='{id}']"))
+        .unwrap()
 }
 
 #[track_caller]
@@ -62,7 +67,11 @@ fn text(host: &HtmlElement, id: &str) -> String {
 }
 
 fn input_in(host: &HtmlElement, id: &str, kind: &str) -> HtmlInputElement {
-    by_test_id(host, id).query_selector(&format!("input[type={kind}]")).unwrap().expect("input").unchecked_into()
+    by_test_id(host, id)
+        .query_selector(&format!("input[type={kind}]"))
+        .unwrap()
+        .expect("input")
+        .unchecked_into()
 }
 
 /// The `select` that is, or is inside, the element with test id `id`.
@@ -71,7 +80,10 @@ fn select_in(host: &HtmlElement, id: &str) -> HtmlSelectElement {
     if el.tag_name() == "SELECT" {
         el.unchecked_into()
     } else {
-        el.query_selector("select").unwrap().expect("select").unchecked_into()
+        el.query_selector("select")
+            .unwrap()
+            .expect("select")
+            .unchecked_into()
     }
 }
 
@@ -84,7 +96,8 @@ fn set_value(el: &HtmlInputElement, value: &str, event: &str) {
 fn fire(el: &web_sys::EventTarget, event: &str) {
     let init = EventInit::new();
     init.set_bubbles(true);
-    el.dispatch_event(&Event::new_with_event_init_dict(event, &init).unwrap()).unwrap();
+    el.dispatch_event(&Event::new_with_event_init_dict(event, &init).unwrap())
+        .unwrap();
 }
 
 fn pick(select: &HtmlSelectElement, value: &str) {
@@ -94,7 +107,8 @@ fn pick(select: &HtmlSelectElement, value: &str) {
 }
 
 fn shown(host: &HtmlElement, id: &str) -> bool {
-    find(host, id).is_some_and(|e| !e.has_attribute("hidden") && e.closest("[hidden]").unwrap().is_none())
+    find(host, id)
+        .is_some_and(|e| !e.has_attribute("hidden") && e.closest("[hidden]").unwrap().is_none())
 }
 
 #[wasm_bindgen_test]
@@ -102,21 +116,64 @@ async fn page_shows_the_numbers_and_draws_every_chart() {
     let (host, _app) = mount_app();
     settle().await;
     let peak = text(&host, "peak");
-    assert!(peak.starts_with("Allocated peak: ") && peak.ends_with("iB"), "peak text: {peak:?}");
-    assert!(find(&host, "error").is_none(), "error shown for the default plan");
+    assert!(
+        peak.starts_with("Allocated peak: ") && peak.ends_with("iB"),
+        "peak text: {peak:?}"
+    );
+    assert!(
+        find(&host, "error").is_none(),
+        "error shown for the default plan"
+    );
     for id in ["reserved", "device-total", "max-batch"] {
-        assert!(text(&host, id).contains(char::is_numeric), "{id}: {:?}", text(&host, id));
+        assert!(
+            text(&host, id).contains(char::is_numeric),
+            "{id}: {:?}",
+            text(&host, id)
+        );
     }
-    assert!(text(&host, "verdict").starts_with("Fits on RTX 4090"), "verdict: {:?}", text(&host, "verdict"));
-    assert!(by_test_id(&host, "breakdown").query_selector_all("tbody tr").unwrap().length() >= 10, "breakdown rows");
-    assert!(text(&host, "breakdown").contains("25.6 M params × 4 B = 97.5 MiB"), "the parameters' formula");
+    assert!(
+        text(&host, "verdict").starts_with("Fits on RTX 4090"),
+        "verdict: {:?}",
+        text(&host, "verdict")
+    );
+    assert!(
+        by_test_id(&host, "breakdown")
+            .query_selector_all("tbody tr")
+            .unwrap()
+            .length()
+            >= 10,
+        "breakdown rows"
+    );
+    assert!(
+        text(&host, "breakdown").contains("25.6 M params × 4 B = 97.5 MiB"),
+        "the parameters' formula"
+    );
     let ratio = window().device_pixel_ratio();
-    for id in ["chart-batch", "chart-length", "chart-checkpoint", "chart-timeline", "chart-layers"] {
-        let canvas: HtmlCanvasElement = by_test_id(&host, id).query_selector("canvas").unwrap().expect("canvas").unchecked_into();
+    for id in [
+        "chart-batch",
+        "chart-length",
+        "chart-checkpoint",
+        "chart-timeline",
+        "chart-layers",
+    ] {
+        let canvas: HtmlCanvasElement = by_test_id(&host, id)
+            .query_selector("canvas")
+            .unwrap()
+            .expect("canvas")
+            .unchecked_into();
         // Charts out of view are not redrawn: bring each into view.
         canvas.scroll_into_view();
-        let drawn = until(3000, || canvas.client_width() > 0 && canvas.width() == (canvas.client_width() as f64 * ratio).round() as u32).await;
-        assert!(drawn, "{id}: backing store {} is not CSS width {} × devicePixelRatio", canvas.width(), canvas.client_width());
+        let drawn = until(3000, || {
+            canvas.client_width() > 0
+                && canvas.width() == (canvas.client_width() as f64 * ratio).round() as u32
+        })
+        .await;
+        assert!(
+            drawn,
+            "{id}: backing store {} is not CSS width {} × devicePixelRatio",
+            canvas.width(),
+            canvas.client_width()
+        );
     }
 }
 
@@ -129,16 +186,24 @@ async fn typing_a_batch_changes_the_peak_and_the_slider() {
     settle().await;
     let after = text(&host, "peak");
     assert_ne!(before, after, "peak did not change");
-    assert_eq!(input_in(&host, "batch", "range").value(), "800", "slider did not follow the number box");
+    assert_eq!(
+        input_in(&host, "batch", "range").value(),
+        "800",
+        "slider did not follow the number box"
+    );
 }
 
 /// The breakdown's rows as (subtotal mark, text) with their `tr` elements.
 fn breakdown_rows(host: &HtmlElement) -> Vec<(Element, bool, String)> {
-    let trs = by_test_id(host, "breakdown").query_selector_all("tbody tr").unwrap();
+    let trs = by_test_id(host, "breakdown")
+        .query_selector_all("tbody tr")
+        .unwrap();
     (0..trs.length())
         .map(|i| {
             let tr: Element = trs.item(i).unwrap().unchecked_into();
-            let total = tr.get_attribute("class").is_some_and(|c| c.split(' ').any(|x| x == "total"));
+            let total = tr
+                .get_attribute("class")
+                .is_some_and(|c| c.split(' ').any(|x| x == "total"));
             let text = tr.text_content().unwrap_or_default();
             (tr, total, text)
         })
@@ -151,19 +216,38 @@ async fn the_breakdown_follows_a_batch_step_in_place_and_keeps_its_subtotals_mar
     settle().await;
     let before = breakdown_rows(&host);
     let marks: Vec<bool> = before.iter().map(|r| r.1).collect();
-    assert!(marks.iter().filter(|&&t| t).count() >= 3, "the allocated peak, reserved and device total rows are not marked: {marks:?}");
+    assert!(
+        marks.iter().filter(|&&t| t).count() >= 3,
+        "the allocated peak, reserved and device total rows are not marked: {marks:?}"
+    );
     set_value(&input_in(&host, "batch", "number"), "96", "input");
     settle().await;
     let after = breakdown_rows(&host);
     assert_eq!(after.len(), before.len(), "a batch step changed the rows");
-    assert!(before.iter().zip(&after).all(|(a, b)| a.0.is_same_node(Some(&b.0))), "a batch step rebuilt the rows instead of updating their cells");
-    assert_eq!(after.iter().map(|r| r.1).collect::<Vec<_>>(), marks, "the subtotal marks moved");
-    assert!(before.iter().zip(&after).any(|(a, b)| a.2 != b.2), "no row followed the batch");
+    assert!(
+        before
+            .iter()
+            .zip(&after)
+            .all(|(a, b)| a.0.is_same_node(Some(&b.0))),
+        "a batch step rebuilt the rows instead of updating their cells"
+    );
+    assert_eq!(
+        after.iter().map(|r| r.1).collect::<Vec<_>>(),
+        marks,
+        "the subtotal marks moved"
+    );
+    assert!(
+        before.iter().zip(&after).any(|(a, b)| a.2 != b.2),
+        "no row followed the batch"
+    );
     // Another model: its rows still mark their subtotals.
     pick(&select_in(&host, "model"), "resnet18");
     settle().await;
     let other = breakdown_rows(&host);
-    assert!(other.iter().filter(|r| r.1).count() >= 3, "another model's rows lost their subtotal marks");
+    assert!(
+        other.iter().filter(|r| r.1).count() >= 3,
+        "another model's rows lost their subtotal marks"
+    );
     assert!(other.iter().filter(|r| r.1).all(|r| !r.2.is_empty()));
 }
 
@@ -190,7 +274,10 @@ async fn an_invalid_batch_shows_the_estimators_message() {
     assert!(!text(&host, "peak").contains("iB"), "a peak is still shown");
     set_value(&input_in(&host, "batch", "number"), "8", "input");
     settle().await;
-    assert!(find(&host, "error").is_none(), "error stays after a valid batch");
+    assert!(
+        find(&host, "error").is_none(),
+        "error stays after a valid batch"
+    );
 }
 
 #[wasm_bindgen_test]
@@ -198,17 +285,33 @@ async fn picking_another_model_changes_the_peak_and_the_controls() {
     let (host, _app) = mount_app();
     settle().await;
     let picker = select_in(&host, "model");
-    assert!(picker.query_selector_all("optgroup").unwrap().length() >= 4, "models are not grouped by family");
+    assert!(
+        picker.query_selector_all("optgroup").unwrap().length() >= 4,
+        "models are not grouped by family"
+    );
     let before = text(&host, "peak");
-    assert!(shown(&host, "resolution") && !shown(&host, "attention"), "a CNN shows a resolution and no attention kernel");
+    assert!(
+        shown(&host, "resolution") && !shown(&host, "attention"),
+        "a CNN shows a resolution and no attention kernel"
+    );
     pick(&picker, "gpt2");
     settle().await;
-    assert_ne!(text(&host, "peak"), before, "peak did not change with the model");
-    assert!(find(&host, "resolution").is_none() && shown(&host, "seq-len"), "GPT-2 shows a sequence length, not a resolution");
+    assert_ne!(
+        text(&host, "peak"),
+        before,
+        "peak did not change with the model"
+    );
+    assert!(
+        find(&host, "resolution").is_none() && shown(&host, "seq-len"),
+        "GPT-2 shows a sequence length, not a resolution"
+    );
     assert!(shown(&host, "attention"), "GPT-2 has an attention kernel");
     pick(&select_in(&host, "model"), "lstm-lm");
     settle().await;
-    assert!(!shown(&host, "checkpointing") && !shown(&host, "attention"), "the LSTM has neither checkpointing nor attention");
+    assert!(
+        !shown(&host, "checkpointing") && !shown(&host, "attention"),
+        "the LSTM has neither checkpointing nor attention"
+    );
 }
 
 #[wasm_bindgen_test]
@@ -218,11 +321,29 @@ async fn the_verdict_follows_the_gpu() {
     set_value(&input_in(&host, "batch", "number"), "256", "input");
     pick(&select_in(&host, "gpu"), "a100-80");
     settle().await;
-    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("true"), "{}", text(&host, "verdict"));
+    assert_eq!(
+        by_test_id(&host, "verdict")
+            .get_attribute("data-fits")
+            .as_deref(),
+        Some("true"),
+        "{}",
+        text(&host, "verdict")
+    );
     pick(&select_in(&host, "gpu"), "t4");
     settle().await;
-    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("false"), "{}", text(&host, "verdict"));
-    assert!(text(&host, "device-total").contains("of 14.6 GiB"), "{}", text(&host, "device-total"));
+    assert_eq!(
+        by_test_id(&host, "verdict")
+            .get_attribute("data-fits")
+            .as_deref(),
+        Some("false"),
+        "{}",
+        text(&host, "verdict")
+    );
+    assert!(
+        text(&host, "device-total").contains("of 14.6 GiB"),
+        "{}",
+        text(&host, "device-total")
+    );
 }
 
 #[wasm_bindgen_test]
@@ -230,11 +351,31 @@ async fn a_suggestion_applies_with_one_click() {
     let (host, _app) = mount_app();
     settle().await;
     set_value(&input_in(&host, "batch", "number"), "512", "input");
-    let apply = || host.query_selector("[data-testid='suggestions'] [data-testid='apply-suggestion']").unwrap();
-    assert!(until(20_000, || apply().is_some()).await, "no suggestion for a plan that does not fit: {}", text(&host, "suggestions"));
-    assert_eq!(by_test_id(&host, "verdict").get_attribute("data-fits").as_deref(), Some("false"));
+    let apply = || {
+        host.query_selector("[data-testid='suggestions'] [data-testid='apply-suggestion']")
+            .unwrap()
+    };
+    assert!(
+        until(20_000, || apply().is_some()).await,
+        "no suggestion for a plan that does not fit: {}",
+        text(&host, "suggestions")
+    );
+    assert_eq!(
+        by_test_id(&host, "verdict")
+            .get_attribute("data-fits")
+            .as_deref(),
+        Some("false")
+    );
     apply().unwrap().unchecked_into::<HtmlElement>().click();
-    assert!(until(5000, || by_test_id(&host, "verdict").get_attribute("data-fits").as_deref() == Some("true")).await, "the first suggestion did not make it fit: {}", text(&host, "verdict"));
+    assert!(
+        until(5000, || by_test_id(&host, "verdict")
+            .get_attribute("data-fits")
+            .as_deref()
+            == Some("true"))
+        .await,
+        "the first suggestion did not make it fit: {}",
+        text(&host, "verdict")
+    );
 }
 
 #[wasm_bindgen_test]
@@ -243,9 +384,20 @@ async fn the_language_switch_shows_chinese() {
     settle().await;
     pick(&select_in(&host, "lang"), "zh");
     settle().await;
-    assert!(text(&host, "peak").starts_with("已分配峰值："), "{}", text(&host, "peak"));
-    assert!(text(&host, "verdict").starts_with("可以放入"), "{}", text(&host, "verdict"));
-    assert!(text(&host, "breakdown").contains("个参数"), "breakdown not translated");
+    assert!(
+        text(&host, "peak").starts_with("已分配峰值："),
+        "{}",
+        text(&host, "peak")
+    );
+    assert!(
+        text(&host, "verdict").starts_with("可以放入"),
+        "{}",
+        text(&host, "verdict")
+    );
+    assert!(
+        text(&host, "breakdown").contains("个参数"),
+        "breakdown not translated"
+    );
     pick(&select_in(&host, "lang"), "en");
     settle().await;
     assert!(text(&host, "peak").starts_with("Allocated peak"));
@@ -255,7 +407,13 @@ async fn the_language_switch_shows_chinese() {
 async fn every_chart_has_a_data_table() {
     let (host, _app) = mount_app();
     settle().await;
-    for id in ["chart-batch", "chart-length", "chart-checkpoint", "chart-timeline", "chart-layers"] {
+    for id in [
+        "chart-batch",
+        "chart-length",
+        "chart-checkpoint",
+        "chart-timeline",
+        "chart-layers",
+    ] {
         let fig = by_test_id(&host, id);
         let details = fig.query_selector("details").unwrap().expect("details");
         details.set_attribute("open", "").unwrap();

@@ -13,7 +13,11 @@ use crate::estimator::{estimate, Estimate};
 use crate::presets::{gpus, models};
 
 #[derive(Parser)]
-#[command(name = "vram-planner", version, about = "Plans GPU memory for one deep-learning training step")]
+#[command(
+    name = "vram-planner",
+    version,
+    about = "Plans GPU memory for one deep-learning training step"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -92,9 +96,17 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Estimate { config, format } => {
             let plan = read_plan(config)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
-            let par = if plan.is_parallel() { Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?) } else { None };
+            let par = if plan.is_parallel() {
+                Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
             match format {
-                Format::Json => emit(&(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref())).map_err(|e| e.to_string())? + "\n"))?,
+                Format::Json => emit(
+                    &(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref()))
+                        .map_err(|e| e.to_string())?
+                        + "\n"),
+                )?,
                 Format::Table => {
                     emit(&table(&plan, &est))?;
                     if let Some(p) = &par {
@@ -104,9 +116,21 @@ fn run(cmd: Cmd) -> Result<(), String> {
             }
             Ok(())
         }
-        Cmd::Search { config, max_gpus, gpus_per_node, top, offload } => {
+        Cmd::Search {
+            config,
+            max_gpus,
+            gpus_per_node,
+            top,
+            offload,
+        } => {
             let plan = read_plan(config)?;
-            let opts = search::SearchOptions { max_gpus, gpus_per_node, top, offload, ..Default::default() };
+            let opts = search::SearchOptions {
+                max_gpus,
+                gpus_per_node,
+                top,
+                offload,
+                ..Default::default()
+            };
             let found = search::search(&plan, &opts).map_err(|e| e.to_string())?;
             if found.is_empty() {
                 return Err(format!("no layout of up to {max_gpus} GPUs fits: raise --max-gpus, enable offload or checkpointing"));
@@ -117,13 +141,24 @@ fn run(cmd: Cmd) -> Result<(), String> {
         Cmd::Reference { file } => reference::run(&file),
         Cmd::Models => {
             for m in models::MODELS {
-                emit(&format!("{:<20} {:<22} {:>14} params  {}\n", m.id, m.name, m.params, m.family.label()))?;
+                emit(&format!(
+                    "{:<20} {:<22} {:>14} params  {}\n",
+                    m.id,
+                    m.name,
+                    m.params,
+                    m.family.label()
+                ))?;
             }
             Ok(())
         }
         Cmd::Gpus => {
             for g in gpus::GPUS {
-                emit(&format!("{:<14} {:<30} {:>10}\n", g.id, g.name, g.memory.to_string()))?;
+                emit(&format!(
+                    "{:<14} {:<30} {:>10}\n",
+                    g.id,
+                    g.name,
+                    g.memory.to_string()
+                ))?;
             }
             Ok(())
         }
@@ -132,10 +167,14 @@ fn run(cmd: Cmd) -> Result<(), String> {
 
 fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
     let text = match config {
-        Some(p) => std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+        Some(p) => {
+            std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?
+        }
         None => {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| format!("cannot read stdin: {e}"))?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| format!("cannot read stdin: {e}"))?;
             s
         }
     };
@@ -151,7 +190,11 @@ pub fn estimate_json(plan: &Plan, e: &Estimate) -> serde_json::Value {
 /// `communication` and `step_seconds` (for one GPU too: no traffic, the compute time), and
 /// `parallel` with every rank when the plan has a `parallel` or `offload` key. The top-level keys
 /// describe the simulated step of one tensor-parallel rank holding every layer.
-pub fn estimate_json_with(plan: &Plan, e: &Estimate, par: Option<&ParallelEstimate>) -> serde_json::Value {
+pub fn estimate_json_with(
+    plan: &Plan,
+    e: &Estimate,
+    par: Option<&ParallelEstimate>,
+) -> serde_json::Value {
     let mut v = estimate_json_base(plan, e);
     let gpu = plan.gpu.as_deref().and_then(gpus::find);
     let extra = match par {
@@ -221,12 +264,19 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         m.insert("trainable_params".into(), e.trainable_params.into());
         m.insert("weights_bytes".into(), e.weights_bytes.0.into());
         m.insert("kv_cache_bytes".into(), e.kv_cache_bytes.0.into());
-        m.insert("paged_opt_state_bytes".into(), e.paged_opt_state_bytes.0.into());
+        m.insert(
+            "paged_opt_state_bytes".into(),
+            e.paged_opt_state_bytes.0.into(),
+        );
         m.insert("inference".into(), e.inference.as_ref().map(|i| serde_json::json!({"context": i.context, "new_tokens": i.new_tokens, "prefill_peak_bytes": i.prefill_peak.0, "decode_peak_bytes": i.decode_peak.map(|b| b.0), "kv_bytes_per_token": i.kv_bytes_per_token.0})).into());
         // With a GPU, fine-tuning and serving plans also say what fits it.
         if let (Some(g), true) = (&gpu, plan.mode != crate::estimator::tune::Mode::Train) {
             let ok = |r: Result<Option<u64>, _>| r.ok().flatten();
-            let ctx = if plan.mode == crate::estimator::tune::Mode::Infer { ok(crate::estimator::fit::max_context(plan, g.memory)) } else { None };
+            let ctx = if plan.mode == crate::estimator::tune::Mode::Infer {
+                ok(crate::estimator::fit::max_context(plan, g.memory))
+            } else {
+                None
+            };
             m.insert("fit".into(), serde_json::json!({"max_batch": ok(crate::estimator::fit::max_batch(plan, g.memory)), "max_context": ctx}));
         }
     }
@@ -238,8 +288,29 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
     use std::fmt::Write;
     let l = &p.layout;
     let mut s = String::new();
-    let _ = writeln!(s, "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}, {}, {} micro-batch(es) of {}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, if l.interleave > 1 { format!(" (interleave {})", l.interleave) } else { String::new() }, p.scheme, l.micro_batches, plan.batch);
-    let _ = writeln!(s, "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  peak at", "stage", "params", "grads", "opt state", "activations", "other", "device");
+    let _ = writeln!(
+        s,
+        "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}, {}, {} micro-batch(es) of {}",
+        l.world,
+        l.nodes,
+        l.gpus_per_node,
+        l.dp,
+        l.tp,
+        l.pp,
+        if l.interleave > 1 {
+            format!(" (interleave {})", l.interleave)
+        } else {
+            String::new()
+        },
+        p.scheme,
+        l.micro_batches,
+        plan.batch
+    );
+    let _ = writeln!(
+        s,
+        "{:<6} {:>12} {:>12} {:>12} {:>12} {:>12} {:>12}  peak at",
+        "stage", "params", "grads", "opt state", "activations", "other", "device"
+    );
     for r in &p.ranks {
         let m = &r.memory;
         let _ = writeln!(
@@ -256,19 +327,58 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
             r.peak_op.clone().unwrap_or_default()
         );
     }
-    let _ = writeln!(s, "peak rank: stage {}, {} per GPU", p.ranks[p.peak_rank].stage, Bytes(p.per_gpu.device_total_bytes));
-    let _ = writeln!(s, "communication: {} sent per GPU per step, {:.4} s ({:.4} s not hidden by compute)", Bytes(p.comm_bytes_per_step), p.comm_seconds_per_step, p.comm_exposed_seconds_per_step);
+    let _ = writeln!(
+        s,
+        "peak rank: stage {}, {} per GPU",
+        p.ranks[p.peak_rank].stage,
+        Bytes(p.per_gpu.device_total_bytes)
+    );
+    let _ = writeln!(
+        s,
+        "communication: {} sent per GPU per step, {:.4} s ({:.4} s not hidden by compute)",
+        Bytes(p.comm_bytes_per_step),
+        p.comm_seconds_per_step,
+        p.comm_exposed_seconds_per_step
+    );
     for c in &p.communication {
-        let _ = writeln!(s, "  {:<8} {:<72} {:>12} {:>9.4} s over {}", c.scheme, c.what, Bytes(c.bytes_sent.max(c.bytes_received)).to_string(), c.seconds, c.link);
+        let _ = writeln!(
+            s,
+            "  {:<8} {:<72} {:>12} {:>9.4} s over {}",
+            c.scheme,
+            c.what,
+            Bytes(c.bytes_sent.max(c.bytes_received)).to_string(),
+            c.seconds,
+            c.link
+        );
     }
     if let (Some(step), Some(eff)) = (p.step_seconds, p.scaling_efficiency) {
-        let _ = writeln!(s, "step: {:.4} s (compute {:.4} s), scaling efficiency {:.1} %", step, p.compute_seconds.unwrap_or(0.0), eff * 100.0);
+        let _ = writeln!(
+            s,
+            "step: {:.4} s (compute {:.4} s), scaling efficiency {:.1} %",
+            step,
+            p.compute_seconds.unwrap_or(0.0),
+            eff * 100.0
+        );
     }
     if let Some(o) = &p.offload {
-        let _ = writeln!(s, "offload over {}: host {} per GPU ({} per node), GPU saves {}; {}", o.link, Bytes(o.host_bytes), Bytes(o.host_bytes_per_node), Bytes(o.gpu_bytes_saved), o.verdict);
+        let _ = writeln!(
+            s,
+            "offload over {}: host {} per GPU ({} per node), GPU saves {}; {}",
+            o.link,
+            Bytes(o.host_bytes),
+            Bytes(o.host_bytes_per_node),
+            Bytes(o.gpu_bytes_saved),
+            o.verdict
+        );
     }
     if let (Some(f), Some(g)) = (p.fits, plan.gpu.as_deref().and_then(gpus::find)) {
-        let _ = writeln!(s, "{} ({}): {}", g.name, g.memory, if f { "fits" } else { "does NOT fit" });
+        let _ = writeln!(
+            s,
+            "{} ({}): {}",
+            g.name,
+            g.memory,
+            if f { "fits" } else { "does NOT fit" }
+        );
     }
     s
 }
@@ -276,20 +386,50 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
 fn table(plan: &Plan, e: &Estimate) -> String {
     use std::fmt::Write;
     let mut s = String::new();
-    let _ = writeln!(s, "{}: {} parameters, batch {}", e.model, crate::estimator::units::Elems(e.param_count), plan.batch);
-    let _ = writeln!(s, "{:<24} {:>12}", "peak allocated", e.peak_allocated.to_string());
+    let _ = writeln!(
+        s,
+        "{}: {} parameters, batch {}",
+        e.model,
+        crate::estimator::units::Elems(e.param_count),
+        plan.batch
+    );
+    let _ = writeln!(
+        s,
+        "{:<24} {:>12}",
+        "peak allocated",
+        e.peak_allocated.to_string()
+    );
     let _ = writeln!(s, "{:<24} {:>12}", "  in phase", e.peak_phase.key());
     for r in &e.breakdown {
         if r.bytes.0 > 0 {
-            let _ = writeln!(s, "  {:<22} {:>12}", r.category.label(), r.bytes.to_string());
+            let _ = writeln!(
+                s,
+                "  {:<22} {:>12}",
+                r.category.label(),
+                r.bytes.to_string()
+            );
         }
     }
-    let _ = writeln!(s, "{:<24} {:>12}", "cuBLAS workspaces", e.workspaces.to_string());
+    let _ = writeln!(
+        s,
+        "{:<24} {:>12}",
+        "cuBLAS workspaces",
+        e.workspaces.to_string()
+    );
     let _ = writeln!(s, "{:<24} {:>12}", "reserved", e.reserved.to_string());
     let _ = writeln!(s, "{:<24} {:>12}", "CUDA context", e.context.to_string());
-    let _ = writeln!(s, "{:<24} {:>12}", "device total", e.device_total.to_string());
+    let _ = writeln!(
+        s,
+        "{:<24} {:>12}",
+        "device total",
+        e.device_total.to_string()
+    );
     if let Some(g) = plan.gpu.as_deref().and_then(gpus::find) {
-        let verdict = if e.device_total <= g.memory { "fits" } else { "does NOT fit" };
+        let verdict = if e.device_total <= g.memory {
+            "fits"
+        } else {
+            "does NOT fit"
+        };
         let _ = writeln!(s, "{} ({}): {}", g.name, g.memory, verdict);
     }
     s

@@ -72,12 +72,22 @@ pub struct Compared {
 
 /// Compares one JSON line; `Err` carries the reason it is unsupported.
 pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String, String)> {
-    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| ("<unparsable>".to_string(), format!("not a JSON record: {e}")))?;
-    let id = v.get("case_id").and_then(|c| c.as_str()).unwrap_or("<no case_id>").to_string();
+    let v: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+        (
+            "<unparsable>".to_string(),
+            format!("not a JSON record: {e}"),
+        )
+    })?;
+    let id = v
+        .get("case_id")
+        .and_then(|c| c.as_str())
+        .unwrap_or("<no case_id>")
+        .to_string();
     if v.get("plan").is_some() {
         return compare_plan_record(&v, id);
     }
-    let rec: Record = serde_json::from_value(v).map_err(|e| (id.clone(), format!("record not understood: {e}")))?;
+    let rec: Record = serde_json::from_value(v)
+        .map_err(|e| (id.clone(), format!("record not understood: {e}")))?;
     let plan = rec.plan().map_err(|e| (id.clone(), e))?;
     let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
     let predicted = est.peak_allocated.0;
@@ -92,24 +102,42 @@ pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String
         "measured_peak_r512": rec.peak_r512,
         "rel_err": rel_err,
     });
-    Ok((Compared { case_id: rec.case_id, model: rec.model, predicted, measured: rec.peak_r512, rel_err }, out))
+    Ok((
+        Compared {
+            case_id: rec.case_id,
+            model: rec.model,
+            predicted,
+            measured: rec.peak_r512,
+            rel_err,
+        },
+        out,
+    ))
 }
 
 /// A record holding its own `plan`: the training step's peak, or a serving plan's prefill and
 /// decode peaks, whichever the estimate misses most.
-fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, serde_json::Value), (String, String)> {
-    let plan: Plan = serde_json::from_value(v["plan"].clone()).map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
+fn compare_plan_record(
+    v: &serde_json::Value,
+    id: String,
+) -> Result<(Compared, serde_json::Value), (String, String)> {
+    let plan: Plan = serde_json::from_value(v["plan"].clone())
+        .map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
     let measured = |k: &str| v.get(k).and_then(|x| x.as_u64());
     let mut checks = Vec::new();
     if plan.is_parallel() && plan.mode != crate::estimator::config::Mode::Infer {
         // A multi-GPU record measures one rank: compare with the per-GPU estimate.
-        let par = crate::estimator::parallel::estimate_parallel(&plan).map_err(|e| (id.clone(), e.to_string()))?;
-        checks.extend(measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)));
+        let par = crate::estimator::parallel::estimate_parallel(&plan)
+            .map_err(|e| (id.clone(), e.to_string()))?;
+        checks.extend(
+            measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)),
+        );
     } else {
         let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
         match &est.inference {
             Some(inf) => {
-                checks.extend(measured("prefill_peak_r512").map(|m| ("prefill", inf.prefill_peak.0, m)));
+                checks.extend(
+                    measured("prefill_peak_r512").map(|m| ("prefill", inf.prefill_peak.0, m)),
+                );
                 if let (Some(d), Some(m)) = (inf.decode_peak, measured("decode_peak_r512")) {
                     checks.push(("decode", d.0, m));
                 }
@@ -118,7 +146,15 @@ fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, s
         }
     }
     let rel = |(_, p, m): &(&str, u64, u64)| (*p as f64 - *m as f64) / (*m).max(1) as f64;
-    let worst = checks.iter().max_by(|a, b| rel(a).abs().total_cmp(&rel(b).abs())).ok_or_else(|| (id.clone(), "the record has no measured peak for this plan".to_string()))?;
+    let worst = checks
+        .iter()
+        .max_by(|a, b| rel(a).abs().total_cmp(&rel(b).abs()))
+        .ok_or_else(|| {
+            (
+                id.clone(),
+                "the record has no measured peak for this plan".to_string(),
+            )
+        })?;
     let rel_err = rel(worst);
     let out = serde_json::json!({
         "case_id": id,
@@ -127,12 +163,24 @@ fn compare_plan_record(v: &serde_json::Value, id: String) -> Result<(Compared, s
         "measured": worst.2,
         "rel_err": rel_err,
     });
-    Ok((Compared { case_id: id, model: plan.model.clone(), predicted: worst.1, measured: worst.2, rel_err }, out))
+    Ok((
+        Compared {
+            case_id: id,
+            model: plan.model.clone(),
+            predicted: worst.1,
+            measured: worst.2,
+            rel_err,
+        },
+        out,
+    ))
 }
 
 /// Compares every record of a JSON-lines text; the first unsupported record is the error.
 pub fn replay(text: &str) -> Result<Vec<Compared>, (String, String)> {
-    text.lines().filter(|l| !l.trim().is_empty()).map(|l| compare_line(l).map(|(c, _)| c)).collect()
+    text.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| compare_line(l).map(|(c, _)| c))
+        .collect()
 }
 
 /// Median, 90th percentile and maximum of absolute relative errors.
@@ -147,7 +195,8 @@ pub fn summary(errs: &[f64]) -> (f64, f64, f64) {
 }
 
 pub fn run(path: &std::path::Path) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut errs = Vec::new();
     let mut unsupported = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
@@ -158,11 +207,17 @@ pub fn run(path: &std::path::Path) -> Result<(), String> {
             }
             Err((id, reason)) => {
                 unsupported += 1;
-                super::emit(&format!("{}\n", serde_json::json!({"case_id": id, "unsupported": reason})))?;
+                super::emit(&format!(
+                    "{}\n",
+                    serde_json::json!({"case_id": id, "unsupported": reason})
+                ))?;
             }
         }
     }
     let (med, p90, max) = summary(&errs);
-    super::emit(&format!("{}\n", serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}})))?;
+    super::emit(&format!(
+        "{}\n",
+        serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}})
+    ))?;
     Ok(())
 }

@@ -22,19 +22,29 @@ pub fn sqrt_segments(n: usize) -> usize {
 /// remaining children (the last segment) run without checkpointing, because its output must
 /// carry the graph. More segments than children makes PyTorch's `range` step zero, an error,
 /// so it is one here too; `children` names what is being cut, for the message.
-pub fn sequential_segments(n: usize, segments: usize, children: &str) -> Result<Vec<Range<usize>>, EstimateError> {
+pub fn sequential_segments(
+    n: usize,
+    segments: usize,
+    children: &str,
+) -> Result<Vec<Range<usize>>, EstimateError> {
     if segments == 0 || segments > n {
         return Err(EstimateError::Unsupported(format!(
             "checkpoint_sequential needs between 1 and {n} segments for this model's {n} {children}, got {segments}"
         )));
     }
     let size = n / segments;
-    Ok((0..segments - 1).map(|s| s * size..(s + 1) * size).collect())
+    Ok((0..segments - 1)
+        .map(|s| s * size..(s + 1) * size)
+        .collect())
 }
 
 /// The checkpointed runs under `sqrt` or `Segments(k)` over `n` children; `None` for the
 /// policies that are not `checkpoint_sequential`.
-pub fn sequential_ranges(ckpt: Checkpointing, n: usize, children: &str) -> Result<Option<Vec<Range<usize>>>, EstimateError> {
+pub fn sequential_ranges(
+    ckpt: Checkpointing,
+    n: usize,
+    children: &str,
+) -> Result<Option<Vec<Range<usize>>>, EstimateError> {
     Ok(match ckpt {
         Checkpointing::Sqrt => Some(sequential_segments(n, sqrt_segments(n), children)?),
         Checkpointing::Segments(k) => Some(sequential_segments(n, k as usize, children)?),
@@ -45,7 +55,12 @@ pub fn sequential_ranges(ckpt: Checkpointing, n: usize, children: &str) -> Resul
 /// All `n` children in order as runs, each with whether it runs checkpointed, for a model whose
 /// `block` policy wraps each child and which has no stages (`Stage` means `Block` for a model
 /// that calls each layer a stage; pass `stage_is_block`).
-pub fn runs(ckpt: Checkpointing, n: usize, children: &str, stage_is_block: bool) -> Result<Vec<(Range<usize>, bool)>, EstimateError> {
+pub fn runs(
+    ckpt: Checkpointing,
+    n: usize,
+    children: &str,
+    stage_is_block: bool,
+) -> Result<Vec<(Range<usize>, bool)>, EstimateError> {
     match ckpt {
         Checkpointing::None => Ok(vec![(0..n, false)]),
         Checkpointing::Block => Ok((0..n).map(|i| (i..i + 1, true)).collect()),
@@ -70,7 +85,13 @@ mod tests {
     #[test]
     fn runs_cover_every_child_once_in_order() {
         for n in 1..40 {
-            for ckpt in [Checkpointing::None, Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(1), Checkpointing::Segments(n as u32)] {
+            for ckpt in [
+                Checkpointing::None,
+                Checkpointing::Block,
+                Checkpointing::Sqrt,
+                Checkpointing::Segments(1),
+                Checkpointing::Segments(n as u32),
+            ] {
                 let r = runs(ckpt, n, "layers", false).unwrap();
                 let flat: Vec<usize> = r.iter().flat_map(|(r, _)| r.clone()).collect();
                 assert_eq!(flat, (0..n).collect::<Vec<_>>(), "{ckpt:?} over {n}");
@@ -86,15 +107,39 @@ mod tests {
     fn twelve_layers_in_five_segments_as_pytorch_cuts_them() {
         // len 12 // 5 = 2: four checkpointed pairs, then layers 8..12 unwrapped.
         let r = runs(Checkpointing::Segments(5), 12, "layers", false).unwrap();
-        assert_eq!(r, vec![(0..2, true), (2..4, true), (4..6, true), (6..8, true), (8..12, false)]);
-        assert_eq!(runs(Checkpointing::Sqrt, 12, "layers", false).unwrap().len(), 3);
+        assert_eq!(
+            r,
+            vec![
+                (0..2, true),
+                (2..4, true),
+                (4..6, true),
+                (6..8, true),
+                (8..12, false)
+            ]
+        );
+        assert_eq!(
+            runs(Checkpointing::Sqrt, 12, "layers", false)
+                .unwrap()
+                .len(),
+            3
+        );
     }
 
     #[test]
     fn more_segments_than_children_is_refused_as_pytorch_refuses() {
-        let e = runs(Checkpointing::Segments(13), 12, "transformer layers", false).unwrap_err().to_string();
-        assert!(e.contains("between 1 and 12 segments") && e.contains("12 transformer layers") && e.contains("got 13"), "{e}");
+        let e = runs(Checkpointing::Segments(13), 12, "transformer layers", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("between 1 and 12 segments")
+                && e.contains("12 transformer layers")
+                && e.contains("got 13"),
+            "{e}"
+        );
         assert!(runs(Checkpointing::Stage, 12, "encoder layers", false).is_err());
-        assert_eq!(runs(Checkpointing::Stage, 3, "layers", true).unwrap().len(), 3);
+        assert_eq!(
+            runs(Checkpointing::Stage, 3, "layers", true).unwrap().len(),
+            3
+        );
     }
 }

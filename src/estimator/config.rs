@@ -253,7 +253,10 @@ fn is_default_mask(m: &CausalMask) -> bool {
 
 impl Plan {
     pub fn new(model: &str) -> Self {
-        Plan { model: model.into(), ..Plan::default() }
+        Plan {
+            model: model.into(),
+            ..Plan::default()
+        }
     }
     /// Whether the plan spreads over GPUs or host memory (a `parallel` or `offload` key): the
     /// per-GPU estimate (`parallel::estimate_parallel`) answers it.
@@ -297,6 +300,19 @@ impl BuildCtx {
     /// A context with the given sizes and every option at its default (no checkpointing,
     /// SDPA, cuDNN, CUDA, no tensor parallelism).
     pub fn new(batch: u64, res: u64, seq: u64, precision: Precision) -> Self {
-        BuildCtx { batch, res, seq, precision, ckpt: Checkpointing::None, attn: AttnImpl::Sdpa, causal_mask: CausalMask::Materialized, cudnn: true, device: Device::Cuda, tp: 1, sequence_parallel: false, tune: TuneCtx::default() }
+        BuildCtx {
+            batch,
+            res,
+            seq,
+            precision,
+            ckpt: Checkpointing::None,
+            attn: AttnImpl::Sdpa,
+            causal_mask: CausalMask::Materialized,
+            cudnn: true,
+            device: Device::Cuda,
+            tp: 1,
+            sequence_parallel: false,
+            tune: TuneCtx::default(),
+        }
     }
 }

@@ -45,18 +45,28 @@ impl Pools {
         } else if b <= MEDIUM_LIMIT {
             self.medium = self.medium.saturating_sub(b);
         } else {
-            self.large_rounded = self.large_rounded.saturating_sub(b.div_ceil(LARGE_ROUND) * LARGE_ROUND);
+            self.large_rounded = self
+                .large_rounded
+                .saturating_sub(b.div_ceil(LARGE_ROUND) * LARGE_ROUND);
         }
     }
     /// Segment bytes needed to hold these blocks (best case packing of each pool).
     pub fn reserved(&self) -> Bytes {
-        Bytes(self.small.div_ceil(SMALL_SEGMENT) * SMALL_SEGMENT + self.medium.div_ceil(MEDIUM_SEGMENT) * MEDIUM_SEGMENT + self.large_rounded)
+        Bytes(
+            self.small.div_ceil(SMALL_SEGMENT) * SMALL_SEGMENT
+                + self.medium.div_ceil(MEDIUM_SEGMENT) * MEDIUM_SEGMENT
+                + self.large_rounded,
+        )
     }
 }
 
 /// cuBLAS + cuBLASLt workspaces for two handles (forward and backward threads).
 pub fn cublas_workspaces(sm: u32) -> Bytes {
-    let per_handle = if sm >= 90 { 32 << 20 } else { (4096 << 10) * 2 + (16 << 10) * 8 };
+    let per_handle = if sm >= 90 {
+        32 << 20
+    } else {
+        (4096 << 10) * 2 + (16 << 10) * 8
+    };
     let lt = 1 << 20;
     Bytes(2 * (per_handle + lt))
 }

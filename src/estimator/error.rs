@@ -7,9 +7,17 @@ pub enum EstimateError {
     #[error("unknown model '{0}': pick one of the presets (`vram-planner models` lists them) or pass a Hugging Face config.json")]
     UnknownModel(String),
     #[error("{field} must be at least {min}, got {got}")]
-    TooSmall { field: &'static str, min: u64, got: u64 },
+    TooSmall {
+        field: &'static str,
+        min: u64,
+        got: u64,
+    },
     #[error("{field} = {got} is above the supported limit of {max}")]
-    TooBig { field: &'static str, max: u64, got: u64 },
+    TooBig {
+        field: &'static str,
+        max: u64,
+        got: u64,
+    },
     #[error("the sizes overflow 64-bit byte counts (more than 16 EiB): reduce batch, resolution or sequence length")]
     TooLarge,
     #[error("model '{model}' needs {what}; set it in the plan")]

@@ -37,7 +37,9 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
 /// a one-token prompt does not fit.
 pub fn max_context(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
     if plan.mode != Mode::Infer {
-        return Err(EstimateError::Unsupported("the longest context applies to \"mode\": \"infer\"".into()));
+        return Err(EstimateError::Unsupported(
+            "the longest context applies to \"mode\": \"infer\"".into(),
+        ));
     }
     let new_tokens = plan.new_tokens.unwrap_or(1);
     let max = MAX_SEQ.saturating_sub(new_tokens).max(1);

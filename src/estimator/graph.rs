@@ -79,7 +79,9 @@ pub struct OpRecord {
 }
 
 /// Numeric precision of the training step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Precision {
     /// Everything in fp32.
@@ -191,7 +193,11 @@ impl Graph {
             return false;
         }
         let path = self.name("");
-        self.frozen.iter().any(|f| f == "*" || path == *f || (path.starts_with(f.as_str()) && path.as_bytes().get(f.len()) == Some(&b'.')))
+        self.frozen.iter().any(|f| {
+            f == "*"
+                || path == *f
+                || (path.starts_with(f.as_str()) && path.as_bytes().get(f.len()) == Some(&b'.'))
+        })
     }
 
     pub fn t(&self, id: TensorId) -> &Tensor {
@@ -262,19 +268,43 @@ impl Graph {
         }
     }
 
-    fn new_storage(&mut self, shape: &[u64], dtype: DType, kind: StorageKind) -> Result<StorageId, EstimateError> {
+    fn new_storage(
+        &mut self,
+        shape: &[u64],
+        dtype: DType,
+        kind: StorageKind,
+    ) -> Result<StorageId, EstimateError> {
         let bytes = tensor_bytes(Elems::of_shape(shape)?, dtype)?;
         self.storages.push(Storage { bytes, kind });
         Ok(self.storages.len() - 1)
     }
 
-    fn push_tensor(&mut self, shape: Vec<u64>, dtype: DType, storage: StorageId, requires_grad: bool, is_param: bool) -> TensorId {
-        self.tensors.push(Tensor { shape, dtype, storage, requires_grad, is_param });
+    fn push_tensor(
+        &mut self,
+        shape: Vec<u64>,
+        dtype: DType,
+        storage: StorageId,
+        requires_grad: bool,
+        is_param: bool,
+    ) -> TensorId {
+        self.tensors.push(Tensor {
+            shape,
+            dtype,
+            storage,
+            requires_grad,
+            is_param,
+        });
         self.tensors.len() - 1
     }
 
     /// A new tensor with its own storage.
-    pub fn alloc(&mut self, shape: Vec<u64>, dtype: DType, kind: StorageKind, requires_grad: bool) -> Result<TensorId, EstimateError> {
+    pub fn alloc(
+        &mut self,
+        shape: Vec<u64>,
+        dtype: DType,
+        kind: StorageKind,
+        requires_grad: bool,
+    ) -> Result<TensorId, EstimateError> {
         let s = self.new_storage(&shape, dtype, kind)?;
         Ok(self.push_tensor(shape, dtype, s, requires_grad, false))
     }
@@ -290,13 +320,21 @@ impl Graph {
         Ok(self.push_tensor(shape, dtype, s, trains, true))
     }
     /// A parameter that trains even under a frozen base model (LoRA's `lora_A`/`lora_B`).
-    pub fn adapter_param(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+    pub fn adapter_param(
+        &mut self,
+        shape: Vec<u64>,
+        dtype: DType,
+    ) -> Result<TensorId, EstimateError> {
         let s = self.new_storage(&shape, dtype, StorageKind::Param)?;
         Ok(self.push_tensor(shape, dtype, s, !self.inference, true))
     }
     /// A weight-format constant that is not an `nn.Parameter` (quantization scales and codes):
     /// stored with the weights, never trained, not counted as a parameter.
-    pub fn weight_constant(&mut self, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+    pub fn weight_constant(
+        &mut self,
+        shape: Vec<u64>,
+        dtype: DType,
+    ) -> Result<TensorId, EstimateError> {
         self.alloc(shape, dtype, StorageKind::Param, false)
     }
     /// A KV-cache tensor: allocated before the step and kept after it.
@@ -325,7 +363,11 @@ impl Graph {
 
     /// Gradient rules for `inputs`: `Alloc` for each one that requires grad.
     pub fn grads_alloc(&self, inputs: &[TensorId]) -> Vec<(TensorId, GradFlow)> {
-        inputs.iter().filter(|&&i| self.tensors[i].requires_grad).map(|&i| (i, GradFlow::Alloc)).collect()
+        inputs
+            .iter()
+            .filter(|&&i| self.tensors[i].requires_grad)
+            .map(|&i| (i, GradFlow::Alloc))
+            .collect()
     }
 
     /// Appends an op record. Saved tensors are dropped when nothing requires grad: autograd
@@ -361,15 +403,27 @@ impl Graph {
     }
 
     pub fn param_count(&self) -> u64 {
-        self.tensors.iter().filter(|t| t.is_param).map(|t| t.numel()).sum()
+        self.tensors
+            .iter()
+            .filter(|t| t.is_param)
+            .map(|t| t.numel())
+            .sum()
     }
     /// Parameters that receive gradients and optimizer state.
     pub fn trainable_count(&self) -> u64 {
-        self.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| t.numel()).sum()
+        self.tensors
+            .iter()
+            .filter(|t| t.is_param && t.requires_grad)
+            .map(|t| t.numel())
+            .sum()
     }
     /// Exact bytes (no allocator rounding) of all storages of one kind.
     pub fn storage_bytes(&self, kind: StorageKind) -> Bytes {
-        self.storages.iter().filter(|s| s.kind == kind).map(|s| s.bytes).sum()
+        self.storages
+            .iter()
+            .filter(|s| s.kind == kind)
+            .map(|s| s.bytes)
+            .sum()
     }
 }
 

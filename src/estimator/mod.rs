@@ -17,9 +17,9 @@ pub mod error;
 pub mod fit;
 pub mod graph;
 pub mod ops;
-pub mod ops_seq;
 pub mod ops_cnn;
 pub mod ops_cpu;
+pub mod ops_seq;
 pub mod ops_text;
 pub mod ops_tune;
 pub mod optimizer;
@@ -36,8 +36,8 @@ use crate::presets::{gpus, models};
 use config::{BuildCtx, Plan};
 use error::EstimateError;
 use graph::Graph;
-use simulate::{simulate, StepOptions};
 use graph::{Precision, StorageKind};
+use simulate::{simulate, StepOptions};
 use timeline::{Category, Phase, Timeline};
 use tune::{InferStep, Mode, Quantization, TuneCtx};
 use units::Bytes;
@@ -126,7 +126,11 @@ pub struct Estimate {
 
 impl Estimate {
     pub fn category(&self, c: Category) -> Bytes {
-        self.breakdown.iter().find(|r| r.category == c).map(|r| r.bytes).unwrap_or_default()
+        self.breakdown
+            .iter()
+            .find(|r| r.category == c)
+            .map(|r| r.bytes)
+            .unwrap_or_default()
     }
     /// Training FLOPs of one optimizer step: forward, backward (≈ 2× forward) and recomputation.
     pub fn step_flops(&self, accumulation: u32) -> f64 {
@@ -163,7 +167,12 @@ fn infer_lengths(plan: &Plan, default_seq: u64) -> Result<(u64, u64), EstimateEr
 /// prefill.
 fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateError> {
     check_range("batch", plan.batch, 1, MAX_BATCH)?;
-    check_range("accumulation", plan.accumulation as u64, 1, MAX_ACCUMULATION as u64)?;
+    check_range(
+        "accumulation",
+        plan.accumulation as u64,
+        1,
+        MAX_ACCUMULATION as u64,
+    )?;
     let tune = TuneCtx::from_plan(plan)?;
     // QLoRA (`prepare_model_for_kbit_training`): every parameter that is not 4-bit is upcast to
     // fp32; the 4-bit layers compute in `tune.nf4_compute`. Autocast, if asked for, stays on.
@@ -176,10 +185,25 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             return Err(EstimateError::Unsupported("checkpointing trades recomputation for saved activations; inference saves none (use \"ckpt\": \"none\")".into()));
         }
         if plan.accumulation != 1 {
-            return Err(EstimateError::Unsupported("gradient accumulation applies to training".into()));
+            return Err(EstimateError::Unsupported(
+                "gradient accumulation applies to training".into(),
+            ));
         }
     }
-    let mut ctx = BuildCtx { batch: plan.batch, res: 224, seq: 512, precision, ckpt: plan.ckpt, attn: plan.attn, causal_mask: plan.causal_mask, cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda), device: plan.device, tune, tp: 1, sequence_parallel: false };
+    let mut ctx = BuildCtx {
+        batch: plan.batch,
+        res: 224,
+        seq: 512,
+        precision,
+        ckpt: plan.ckpt,
+        attn: plan.attn,
+        causal_mask: plan.causal_mask,
+        cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda),
+        device: plan.device,
+        tune,
+        tp: 1,
+        sequence_parallel: false,
+    };
     if let Some(par) = &plan.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
@@ -191,13 +215,22 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
     if let Some(seq) = plan.seq {
         check_range("seq", seq, 1, MAX_SEQ)?;
     }
-    let text = plan.hf_config.is_some() || models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
-    let image = !text && models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Image { .. }));
+    let text = plan.hf_config.is_some()
+        || models::find(&plan.model)
+            .is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
+    let image = !text
+        && models::find(&plan.model)
+            .is_some_and(|m| matches!(m.input, models::InputKind::Image { .. }));
     if !text || plan.model == "lstm-lm" && plan.hf_config.is_none() {
         if matches!(ctx.tune.frozen, Some(tune::Frozen::Layers(_))) {
             return Err(EstimateError::Unsupported("\"frozen\": N counts transformer blocks; for this model list module paths (e.g. [\"conv1\", \"layer1\"])".into()));
         }
-        if ctx.tune.lora.is_some() || !ctx.tune.dense_linears() || plan.kv_cache_dtype.is_some() || plan.context.is_some() || plan.new_tokens.is_some() {
+        if ctx.tune.lora.is_some()
+            || !ctx.tune.dense_linears()
+            || plan.kv_cache_dtype.is_some()
+            || plan.context.is_some()
+            || plan.new_tokens.is_some()
+        {
             return Err(EstimateError::Unsupported(format!("LoRA, quantization, sparsity and the KV cache are modelled for language models; {} takes {}", plan.model, if image { "batch and resolution" } else { "plain training or inference" })));
         }
     }
@@ -206,23 +239,40 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
         set_infer_step(plan, &mut ctx, decode)?;
         return crate::presets::lazy::build(crate::presets::lazy::LazyModel::Config(cfg), &ctx);
     }
-    let preset = models::find(&plan.model).ok_or_else(|| EstimateError::UnknownModel(plan.model.clone()))?;
+    let preset =
+        models::find(&plan.model).ok_or_else(|| EstimateError::UnknownModel(plan.model.clone()))?;
     if ctx.tune.mode == Mode::Infer && preset.id == "lstm-lm" {
-        return Err(EstimateError::Unsupported("inference of the LSTM language model is not modelled".into()));
+        return Err(EstimateError::Unsupported(
+            "inference of the LSTM language model is not modelled".into(),
+        ));
     }
     match preset.input {
-        models::InputKind::Image { default_res, min_res } => {
+        models::InputKind::Image {
+            default_res,
+            min_res,
+        } => {
             ctx.res = plan.res.unwrap_or(default_res);
             if ctx.res < min_res {
-                return Err(EstimateError::ResolutionTooSmall { model: plan.model.clone(), res: ctx.res, min: min_res });
+                return Err(EstimateError::ResolutionTooSmall {
+                    model: plan.model.clone(),
+                    res: ctx.res,
+                    min: min_res,
+                });
             }
         }
-        models::InputKind::Tokens { default_seq, max_seq } => {
+        models::InputKind::Tokens {
+            default_seq,
+            max_seq,
+        } => {
             ctx.seq = plan.seq.unwrap_or(default_seq);
             set_infer_step(plan, &mut ctx, decode)?;
             if let Some(max) = max_seq {
                 if ctx.seq > max {
-                    return Err(EstimateError::SequenceTooLong { model: plan.model.clone(), seq: ctx.seq, max });
+                    return Err(EstimateError::SequenceTooLong {
+                        model: plan.model.clone(),
+                        seq: ctx.seq,
+                        max,
+                    });
                 }
             }
         }
@@ -235,16 +285,32 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
 
 /// Inference plans of language models: the forward to build (prefill of the prompt, or the last
 /// decode step over `context + new_tokens - 2` cached tokens).
-fn set_infer_step(plan: &Plan, ctx: &mut BuildCtx, decode: Option<()>) -> Result<(), EstimateError> {
+fn set_infer_step(
+    plan: &Plan,
+    ctx: &mut BuildCtx,
+    decode: Option<()>,
+) -> Result<(), EstimateError> {
     if ctx.tune.mode != Mode::Infer {
         return Ok(());
     }
     let (context, new_tokens) = infer_lengths(plan, ctx.seq)?;
     let kv_dtype = plan.kv_cache_dtype.map(|k| k.dtype());
     ctx.tune.infer = Some(match decode {
-        None => InferStep { past: 0, tokens: context, kv_dtype },
-        Some(()) if new_tokens >= 2 => InferStep { past: context + new_tokens - 2, tokens: 1, kv_dtype },
-        Some(()) => return Err(EstimateError::Unsupported("one new token is made by the prefill alone: no decode step".into())),
+        None => InferStep {
+            past: 0,
+            tokens: context,
+            kv_dtype,
+        },
+        Some(()) if new_tokens >= 2 => InferStep {
+            past: context + new_tokens - 2,
+            tokens: 1,
+            kv_dtype,
+        },
+        Some(()) => {
+            return Err(EstimateError::Unsupported(
+                "one new token is made by the prefill alone: no decode step".into(),
+            ))
+        }
     });
     ctx.seq = context;
     Ok(())
@@ -255,17 +321,24 @@ fn set_infer_step(plan: &Plan, ctx: &mut BuildCtx, decode: Option<()>) -> Result
 pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
     let g = build_graph(plan)?;
     let gpu = match &plan.gpu {
-        Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
+        Some(id) => Some(
+            gpus::find(id)
+                .ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?,
+        ),
         None => None,
     };
     let prefill = estimate_graph(plan, &g, gpu.as_ref());
-    let text = plan.hf_config.is_some() || models::find(&plan.model).is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
+    let text = plan.hf_config.is_some()
+        || models::find(&plan.model)
+            .is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
     if plan.mode != Mode::Infer || !text {
         return Ok(prefill);
     }
     let default_seq = models::find(&plan.model)
         .and_then(|m| match m.input {
-            models::InputKind::Tokens { default_seq, .. } if plan.hf_config.is_none() => Some(default_seq),
+            models::InputKind::Tokens { default_seq, .. } if plan.hf_config.is_none() => {
+                Some(default_seq)
+            }
             _ => None,
         })
         .unwrap_or(512);
@@ -286,7 +359,13 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
     } else {
         (prefill, None)
     };
-    best.inference = Some(InferenceReport { context, new_tokens, prefill_peak, decode_peak, kv_bytes_per_token: per_token });
+    best.inference = Some(InferenceReport {
+        context,
+        new_tokens,
+        prefill_peak,
+        decode_peak,
+        kv_bytes_per_token: per_token,
+    });
     Ok(best)
 }
 
@@ -299,7 +378,10 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
 fn block_of(name: &str) -> &str {
     let comps: Vec<&str> = name.split('.').collect();
     let numeric = |c: &str| !c.is_empty() && c.bytes().all(|b| b.is_ascii_digit());
-    let last = match comps.iter().position(|c| c.bytes().last().is_some_and(|b| b.is_ascii_digit())) {
+    let last = match comps
+        .iter()
+        .position(|c| c.bytes().last().is_some_and(|b| b.is_ascii_digit()))
+    {
         Some(p) if !numeric(comps[p]) && comps.get(p + 1).is_some_and(|c| numeric(c)) => p + 1,
         Some(p) => p,
         None => 0,
@@ -310,7 +392,12 @@ fn block_of(name: &str) -> &str {
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: plan.accumulation, device: plan.device };
+    let opts = StepOptions {
+        optimizer: plan.opt,
+        optimizer_impl: plan.optimizer_impl(),
+        accumulation: plan.accumulation,
+        device: plan.device,
+    };
     let r = simulate(g, &opts);
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
@@ -325,22 +412,51 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
                     format!("{} ({})", op.name, op.kind)
                 }
             }),
-            Category::ALL.iter().map(|&c| Row { category: c, bytes: e.live.get(c) }).collect(),
+            Category::ALL
+                .iter()
+                .map(|&c| Row {
+                    category: c,
+                    bytes: e.live.get(c),
+                })
+                .collect(),
         ),
         None => (Bytes::ZERO, Phase::Forward, None, Vec::new()),
     };
-    let param_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param).map(|t| g.storages[t.storage].bytes).sum();
-    let grad_bytes: Bytes = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| g.storages[t.storage].bytes).sum();
+    let param_bytes: Bytes = g
+        .tensors
+        .iter()
+        .filter(|t| t.is_param)
+        .map(|t| g.storages[t.storage].bytes)
+        .sum();
+    let grad_bytes: Bytes = g
+        .tensors
+        .iter()
+        .filter(|t| t.is_param && t.requires_grad)
+        .map(|t| g.storages[t.storage].bytes)
+        .sum();
     let trainable = || g.tensors.iter().filter(|t| t.is_param && t.requires_grad);
-    let any_8bit = plan.opt.is_bnb() && trainable().any(|t| t.numel() >= optimizer::BNB_MIN_8BIT_SIZE);
-    let counters = (trainable().count() as u64).saturating_mul(plan.opt.step_counter_bytes(plan.optimizer_impl(), plan.device));
+    let any_8bit =
+        plan.opt.is_bnb() && trainable().any(|t| t.numel() >= optimizer::BNB_MIN_8BIT_SIZE);
+    let counters = (trainable().count() as u64).saturating_mul(
+        plan.opt
+            .step_counter_bytes(plan.optimizer_impl(), plan.device),
+    );
     let opt_state_bytes = if g.inference {
         Bytes::ZERO
     } else {
-        Bytes(trainable().flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype)).chain(plan.opt.shared_state(any_8bit)).fold(counters, |a, b| a.saturating_add(b)))
+        Bytes(
+            trainable()
+                .flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype))
+                .chain(plan.opt.shared_state(any_8bit))
+                .fold(counters, |a, b| a.saturating_add(b)),
+        )
     };
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
-    let workspaces = if sm == 0 { Bytes::ZERO } else { device::cublas_workspaces(sm) };
+    let workspaces = if sm == 0 {
+        Bytes::ZERO
+    } else {
+        device::cublas_workspaces(sm)
+    };
     let reserved = r.timeline.reserved() + workspaces;
     let context = gpu.map(|g| g.context).unwrap_or(device::DEFAULT_CONTEXT);
     let mut layers: Vec<LayerActivation> = Vec::new();
@@ -350,10 +466,17 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
             continue;
         }
         let top = block_of(&op.name);
-        let top = if top.is_empty() { op.kind.to_string() } else { top.to_string() };
+        let top = if top.is_empty() {
+            op.kind.to_string()
+        } else {
+            top.to_string()
+        };
         match layers.iter_mut().find(|l| l.layer == top) {
             Some(l) => l.bytes += Bytes(b),
-            None => layers.push(LayerActivation { layer: top, bytes: Bytes(b) }),
+            None => layers.push(LayerActivation {
+                layer: top,
+                bytes: Bytes(b),
+            }),
         }
     }
     Estimate {
@@ -378,7 +501,11 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
         trainable_params: g.trainable_count(),
         weights_bytes: g.storage_bytes(StorageKind::Param),
         kv_cache_bytes: g.storage_bytes(StorageKind::KvCache),
-        paged_opt_state_bytes: if plan.opt.is_paged() { opt_state_bytes } else { Bytes::ZERO },
+        paged_opt_state_bytes: if plan.opt.is_paged() {
+            opt_state_bytes
+        } else {
+            Bytes::ZERO
+        },
         inference: None,
         timeline: r.timeline,
     }
@@ -395,7 +522,10 @@ mod tests {
             ("bn1", "bn1"),
             ("h.11.attn.c_attn", "h.11"),
             ("features.12.conv.0.0", "features.12"),
-            ("encoder.layers.encoder_layer_3.mlp.0", "encoder.layers.encoder_layer_3"),
+            (
+                "encoder.layers.encoder_layer_3.mlp.0",
+                "encoder.layers.encoder_layer_3",
+            ),
             ("encoder.ln", "encoder"),
             ("enc.2.1.0", "enc.2"),
             ("lm_head", "lm_head"),
@@ -404,7 +534,17 @@ mod tests {
             assert_eq!(block_of(name), block, "{name}");
         }
         // ViT's chart shows its twelve encoder blocks, not one "encoder" bar.
-        let e = estimate(&Plan { model: "vit_b_16".into(), ..Plan::default() }).unwrap();
-        assert_eq!(e.layers.iter().filter(|l| l.layer.starts_with("encoder.layers.")).count(), 12);
+        let e = estimate(&Plan {
+            model: "vit_b_16".into(),
+            ..Plan::default()
+        })
+        .unwrap();
+        assert_eq!(
+            e.layers
+                .iter()
+                .filter(|l| l.layer.starts_with("encoder.layers."))
+                .count(),
+            12
+        );
     }
 }

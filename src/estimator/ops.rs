@@ -67,7 +67,16 @@ pub struct Conv {
 
 impl Conv {
     pub fn new(cin: u64, cout: u64, k: u64, stride: u64, pad: u64) -> Self {
-        Conv { cin, cout, k, stride, pad, dilation: 1, groups: 1, bias: false }
+        Conv {
+            cin,
+            cout,
+            k,
+            stride,
+            pad,
+            dilation: 1,
+            groups: 1,
+            bias: false,
+        }
     }
     pub fn groups(mut self, g: u64) -> Self {
         self.groups = g;
@@ -85,7 +94,9 @@ impl Conv {
 
 fn conv_out(size: u64, c: &Conv) -> Option<u64> {
     let span = c.dilation * (c.k - 1) + 1;
-    (size + 2 * c.pad).checked_sub(span).map(|v| v / c.stride + 1)
+    (size + 2 * c.pad)
+        .checked_sub(span)
+        .map(|v| v / c.stride + 1)
 }
 
 impl Graph {
@@ -110,7 +121,9 @@ impl Graph {
     /// autocast region and the copy is cached; only leaves that require grad are cached
     /// (`cached_cast` in `autocast_mode.cpp`), so a frozen weight is cast again at every use.
     pub fn lowp(&mut self, x: TensorId) -> R {
-        let Some(dt) = self.precision.autocast() else { return Ok(x) };
+        let Some(dt) = self.precision.autocast() else {
+            return Ok(x);
+        };
         if !self.dtype(x).is_float() || self.dtype(x) == dt {
             return Ok(x);
         }
@@ -127,7 +140,10 @@ impl Graph {
 
     /// Casts for an op on autocast's fp32 list.
     pub fn fp32(&mut self, x: TensorId) -> R {
-        if self.precision.autocast().is_some() && self.dtype(x).is_float() && self.dtype(x) != DType::F32 {
+        if self.precision.autocast().is_some()
+            && self.dtype(x).is_float()
+            && self.dtype(x) != DType::F32
+        {
             self.cast(x, DType::F32)
         } else {
             Ok(x)
@@ -141,7 +157,14 @@ impl Graph {
 
     /// Records an op that reads `inputs`, creates `outputs`, saves `saved` and whose backward
     /// allocates a gradient for each input that requires one: the shape most op kinds share.
-    pub fn record_simple(&mut self, kind: &'static str, inputs: Vec<TensorId>, outputs: Vec<TensorId>, saved: Vec<TensorId>, flops: f64) {
+    pub fn record_simple(
+        &mut self,
+        kind: &'static str,
+        inputs: Vec<TensorId>,
+        outputs: Vec<TensorId>,
+        saved: Vec<TensorId>,
+        flops: f64,
+    ) {
         let mut op = self.op(kind, "");
         op.flops = flops;
         op.grads = self.grads_alloc(&inputs);
@@ -153,7 +176,14 @@ impl Graph {
 
     /// Records a one-input op producing `y` that saves `saved` and allocates its input's gradient
     /// (the common shape of pooling, normalisation-free elementwise and reduction ops).
-    pub fn record_unary(&mut self, kind: &'static str, x: TensorId, y: TensorId, saved: Vec<TensorId>, flops: f64) {
+    pub fn record_unary(
+        &mut self,
+        kind: &'static str,
+        x: TensorId,
+        y: TensorId,
+        saved: Vec<TensorId>,
+        flops: f64,
+    ) {
         self.record_simple(kind, vec![x], vec![y], saved, flops);
     }
 
@@ -174,10 +204,19 @@ impl Graph {
             return Err(self.bad_shape(&format!("conv2d expects [N,{},H,W], got {:?}", c.cin, s)));
         }
         let w = self.param(vec![c.cout, c.cin / c.groups, c.k, c.k])?;
-        let b = if c.bias { Some(self.param(vec![c.cout])?) } else { None };
+        let b = if c.bias {
+            Some(self.param(vec![c.cout])?)
+        } else {
+            None
+        };
         let (ho, wo) = match (conv_out(s[2], &c), conv_out(s[3], &c)) {
             (Some(h), Some(w)) if h > 0 && w > 0 => (h, w),
-            _ => return Err(EstimateError::Unsupported(format!("{}: the feature map shrinks to nothing; raise the resolution", self.name("")))),
+            _ => {
+                return Err(EstimateError::Unsupported(format!(
+                    "{}: the feature map shrinks to nothing; raise the resolution",
+                    self.name("")
+                )))
+            }
         };
         let xc = self.lowp(x)?;
         let wc = self.lowp(w)?;
@@ -188,7 +227,13 @@ impl Graph {
         let mut ins = vec![xc, wc];
         ins.extend(bc);
         let y = self.out_like(vec![s[0], c.cout, ho, wo], self.dtype(xc), &ins)?;
-        self.record_simple("conv2d", ins.clone(), vec![y], vec![xc, wc], 2.0 * (s[0] * c.cout * ho * wo) as f64 * ((c.cin / c.groups) * c.k * c.k) as f64);
+        self.record_simple(
+            "conv2d",
+            ins.clone(),
+            vec![y],
+            vec![xc, wc],
+            2.0 * (s[0] * c.cout * ho * wo) as f64 * ((c.cin / c.groups) * c.k * c.k) as f64,
+        );
         Ok(y)
     }
 
@@ -201,8 +246,13 @@ impl Graph {
                 return Err(self.bad_shape("conv_transpose2d input"));
             }
             let w = self.param(vec![c.cin, c.cout / c.groups, c.k, c.k])?;
-            let b = if c.bias { Some(self.param(vec![c.cout])?) } else { None };
-            let o = |n: u64| ((n - 1) * c.stride + c.dilation * (c.k - 1) + 1).checked_sub(2 * c.pad);
+            let b = if c.bias {
+                Some(self.param(vec![c.cout])?)
+            } else {
+                None
+            };
+            let o =
+                |n: u64| ((n - 1) * c.stride + c.dilation * (c.k - 1) + 1).checked_sub(2 * c.pad);
             let (ho, wo) = match (o(s[2]), o(s[3])) {
                 (Some(h), Some(w)) if h > 0 && w > 0 => (h, w),
                 _ => return Err(self.bad_shape("conv_transpose2d output is empty")),
@@ -214,7 +264,14 @@ impl Graph {
                 ins.push(self.lowp(b)?);
             }
             let y = self.out_like(vec![s[0], c.cout, ho, wo], self.dtype(xc), &ins)?;
-            self.record_simple("conv_transpose2d", ins.clone(), vec![y], vec![xc, wc], 2.0 * (s[0] * c.cin * s[2] * s[3]) as f64 * ((c.cout / c.groups) * c.k * c.k) as f64);
+            self.record_simple(
+                "conv_transpose2d",
+                ins.clone(),
+                vec![y],
+                vec![xc, wc],
+                2.0 * (s[0] * c.cin * s[2] * s[3]) as f64
+                    * ((c.cout / c.groups) * c.k * c.k) as f64,
+            );
             Ok(y)
         })();
         self.pop();
@@ -277,9 +334,15 @@ impl Graph {
         self.push(leaf);
         let r = (|| {
             let s = self.shape(x);
-            let h = *s.last().ok_or_else(|| self.bad_shape("layer_norm on a scalar"))?;
+            let h = *s
+                .last()
+                .ok_or_else(|| self.bad_shape("layer_norm on a scalar"))?;
             let w = self.param(vec![h])?;
-            let b = if bias { Some(self.param(vec![h])?) } else { None };
+            let b = if bias {
+                Some(self.param(vec![h])?)
+            } else {
+                None
+            };
             let xc = self.fp32(x)?;
             let mut ins = vec![xc, w];
             ins.extend(b);
@@ -287,7 +350,11 @@ impl Graph {
             let rows: Vec<u64> = s[..s.len() - 1].to_vec();
             let mut stat_shape = rows.clone();
             stat_shape.push(1);
-            let sdt = if cpu && self.dtype(xc) == self.dtype(w) { self.dtype(xc) } else { DType::F32 };
+            let sdt = if cpu && self.dtype(xc) == self.dtype(w) {
+                self.dtype(xc)
+            } else {
+                DType::F32
+            };
             let mean = self.alloc(stat_shape.clone(), sdt, StorageKind::Activation, false)?;
             let rstd = self.alloc(stat_shape, sdt, StorageKind::Activation, false)?;
             let mut op = self.op("layer_norm", "");
@@ -314,8 +381,18 @@ impl Graph {
         }
         let s = self.shape(x);
         let rg = self.t(x).requires_grad;
-        let y = if inplace { self.alias(x, s, rg) } else { self.out_like(s, self.dtype(x), &[x])? };
-        self.record_simple(a.kind(), vec![x], vec![y], vec![if a.saves_output() { y } else { x }], self.numel(x) as f64);
+        let y = if inplace {
+            self.alias(x, s, rg)
+        } else {
+            self.out_like(s, self.dtype(x), &[x])?
+        };
+        self.record_simple(
+            a.kind(),
+            vec![x],
+            vec![y],
+            vec![if a.saves_output() { y } else { x }],
+            self.numel(x) as f64,
+        );
         Ok(y)
     }
 
@@ -324,12 +401,20 @@ impl Graph {
     pub fn add(&mut self, a: TensorId, b: TensorId, inplace: bool) -> R {
         let s = self.shape(a);
         let rg = self.requires_grad(&[a, b]);
-        let y = if inplace { self.alias(a, s, rg) } else { self.out_like(s, self.dtype(a), &[a, b])? };
+        let y = if inplace {
+            self.alias(a, s, rg)
+        } else {
+            self.out_like(s, self.dtype(a), &[a, b])?
+        };
         let mut op = self.op("add", "");
         op.flops = self.numel(a) as f64;
         op.inputs = vec![a, b];
         op.outputs = vec![y];
-        op.grads = [a, b].iter().filter(|&&t| self.t(t).requires_grad).map(|&t| (t, GradFlow::Alias)).collect();
+        op.grads = [a, b]
+            .iter()
+            .filter(|&&t| self.t(t).requires_grad)
+            .map(|&t| (t, GradFlow::Alias))
+            .collect();
         self.record(op);
         Ok(y)
     }
@@ -340,7 +425,11 @@ impl Graph {
         let s = self.shape(a);
         let dt = self.dtype(a);
         let rg = self.requires_grad(&[a, b]);
-        let y = if inplace { self.alias(a, s, rg) } else { self.out_like(s, dt, &[a, b])? };
+        let y = if inplace {
+            self.alias(a, s, rg)
+        } else {
+            self.out_like(s, dt, &[a, b])?
+        };
         let mut op = self.op("mul", "");
         op.flops = self.numel(a) as f64;
         op.inputs = vec![a, b];
@@ -373,14 +462,22 @@ impl Graph {
         let mut op = self.op("view", "");
         op.inputs = vec![x];
         op.outputs = vec![y];
-        op.grads = if rg { vec![(x, GradFlow::Alias)] } else { vec![] };
+        op.grads = if rg {
+            vec![(x, GradFlow::Alias)]
+        } else {
+            vec![]
+        };
         self.record(op);
         Ok(y)
     }
 
     /// `split`/`chunk`/`narrow` into views of `x` with the given shapes (no memory). Backward
     /// (`split_backward`) concatenates the pieces' gradients into one new full-size gradient.
-    pub fn split(&mut self, x: TensorId, shapes: Vec<Vec<u64>>) -> Result<Vec<TensorId>, EstimateError> {
+    pub fn split(
+        &mut self,
+        x: TensorId,
+        shapes: Vec<Vec<u64>>,
+    ) -> Result<Vec<TensorId>, EstimateError> {
         let rg = self.t(x).requires_grad;
         let total: u64 = shapes.iter().map(|s| s.iter().product::<u64>()).sum();
         if total > self.numel(x) {
@@ -397,7 +494,12 @@ impl Graph {
         let mut op = self.op("clone", "");
         op.inputs = vec![x];
         op.outputs = vec![y];
-        op.grads = self.t(x).requires_grad.then_some((x, GradFlow::Alias)).into_iter().collect();
+        op.grads = self
+            .t(x)
+            .requires_grad
+            .then_some((x, GradFlow::Alias))
+            .into_iter()
+            .collect();
         self.record(op);
         Ok(y)
     }
@@ -411,7 +513,13 @@ impl Graph {
         let s = self.shape(x);
         let y = self.out_like(s.clone(), self.dtype(x), &[x])?;
         let mask = self.alloc(s, DType::Bool, StorageKind::Activation, false)?;
-        self.record_simple("dropout", vec![x], vec![y, mask], vec![mask], self.numel(x) as f64);
+        self.record_simple(
+            "dropout",
+            vec![x],
+            vec![y, mask],
+            vec![mask],
+            self.numel(x) as f64,
+        );
         Ok(y)
     }
 
@@ -423,11 +531,27 @@ impl Graph {
         let c = Conv::new(s[1], s[1], k, stride, pad);
         let (ho, wo) = match (conv_out(s[2], &c), conv_out(s[3], &c)) {
             (Some(h), Some(w)) if h > 0 && w > 0 => (h, w),
-            _ => return Err(EstimateError::Unsupported(format!("{}: max-pool input too small; raise the resolution", self.name("")))),
+            _ => {
+                return Err(EstimateError::Unsupported(format!(
+                    "{}: max-pool input too small; raise the resolution",
+                    self.name("")
+                )))
+            }
         };
         let y = self.out_like(vec![s[0], s[1], ho, wo], self.dtype(x), &[x])?;
-        let idx = self.alloc(vec![s[0], s[1], ho, wo], DType::I64, StorageKind::Activation, false)?;
-        self.record_simple("max_pool2d", vec![x], vec![y, idx], vec![x, idx], (s[0] * s[1] * ho * wo * k * k) as f64);
+        let idx = self.alloc(
+            vec![s[0], s[1], ho, wo],
+            DType::I64,
+            StorageKind::Activation,
+            false,
+        )?;
+        self.record_simple(
+            "max_pool2d",
+            vec![x],
+            vec![y, idx],
+            vec![x, idx],
+            (s[0] * s[1] * ho * wo * k * k) as f64,
+        );
         Ok(y)
     }
 
@@ -445,7 +569,10 @@ impl Graph {
     pub fn avg_pool2d(&mut self, x: TensorId, k: u64, stride: u64) -> R {
         let s = self.shape(x);
         let c = Conv::new(s[1], s[1], k, stride, 0);
-        let (ho, wo) = (conv_out(s[2], &c).unwrap_or(0), conv_out(s[3], &c).unwrap_or(0));
+        let (ho, wo) = (
+            conv_out(s[2], &c).unwrap_or(0),
+            conv_out(s[3], &c).unwrap_or(0),
+        );
         if ho == 0 || wo == 0 {
             return Err(self.bad_shape("avg_pool2d input too small"));
         }
@@ -466,7 +593,17 @@ impl Graph {
         let xc = self.fp32(x)?;
         let y = self.out_like(vec![s[0], s[1], s[2] * k, s[3] * k], self.dtype(xc), &[xc])?;
         let flops = if bilinear { 4.0 } else { 1.0 } * self.numel(y) as f64;
-        self.record_unary(if bilinear { "upsample_bilinear2d" } else { "upsample_nearest2d" }, xc, y, vec![], flops);
+        self.record_unary(
+            if bilinear {
+                "upsample_bilinear2d"
+            } else {
+                "upsample_nearest2d"
+            },
+            xc,
+            y,
+            vec![],
+            flops,
+        );
         Ok(y)
     }
 
@@ -480,7 +617,11 @@ impl Graph {
         let mut op = self.op("cat", "");
         op.inputs = xs.to_vec();
         op.outputs = vec![y];
-        op.grads = xs.iter().filter(|&&t| self.t(t).requires_grad).map(|&t| (t, GradFlow::Alias)).collect();
+        op.grads = xs
+            .iter()
+            .filter(|&&t| self.t(t).requires_grad)
+            .map(|&t| (t, GradFlow::Alias))
+            .collect();
         self.record(op);
         Ok(y)
     }
@@ -493,7 +634,11 @@ impl Graph {
         self.push(leaf);
         let r = (|| {
             let w = self.param(vec![fout, fin])?;
-            let b = if bias { Some(self.param(vec![fout])?) } else { None };
+            let b = if bias {
+                Some(self.param(vec![fout])?)
+            } else {
+                None
+            };
             self.linear_with(x, w, b)
         })();
         self.pop();
@@ -535,7 +680,13 @@ impl Graph {
 
     /// `nn.Embedding`: gathers rows; saves the indices (already alive); backward
     /// (`embedding_dense_backward`) allocates a full-size weight gradient.
-    pub fn embedding(&mut self, leaf: &str, ids: TensorId, vocab: u64, dim: u64) -> Result<(TensorId, TensorId), EstimateError> {
+    pub fn embedding(
+        &mut self,
+        leaf: &str,
+        ids: TensorId,
+        vocab: u64,
+        dim: u64,
+    ) -> Result<(TensorId, TensorId), EstimateError> {
         self.push(leaf);
         let r = (|| {
             let w = self.param(vec![vocab, dim])?;

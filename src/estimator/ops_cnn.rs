@@ -36,7 +36,10 @@ impl Graph {
     /// original `self` first saves `self.clone()` (seen as `aten::clone` before `aten::hardtanh_`
     /// / `aten::hardswish_` in the trace), then overwrites the input's storage.
     pub fn act_inplace(&mut self, x: TensorId, a: Act) -> R {
-        let needs_original = matches!(a, Act::Relu6 | Act::Hardswish | Act::Silu | Act::Gelu | Act::Hardsigmoid);
+        let needs_original = matches!(
+            a,
+            Act::Relu6 | Act::Hardswish | Act::Silu | Act::Gelu | Act::Hardsigmoid
+        );
         if !needs_original || !self.t(x).requires_grad {
             return self.act(x, a, true);
         }
@@ -113,14 +116,28 @@ impl Graph {
     /// operands; its backward materialises `grad * input` at full size before reducing it to
     /// the scale's shape. `delta_inplace`: EfficientNet passes `SiLU(inplace=True)`,
     /// MobileNetV3 a plain `ReLU()`.
-    pub fn squeeze_excitation(&mut self, leaf: &str, x: TensorId, squeeze: u64, delta: Act, delta_inplace: bool, sigma: Act) -> R {
+    pub fn squeeze_excitation(
+        &mut self,
+        leaf: &str,
+        x: TensorId,
+        squeeze: u64,
+        delta: Act,
+        delta_inplace: bool,
+        sigma: Act,
+    ) -> R {
         self.push(leaf);
         let r = (|| {
             let s = self.shape(x);
             let c = s[1];
             let p = self.scoped("avgpool", |g| g.adaptive_avg_pool2d(x, 1))?;
             let h = self.conv2d("fc1", p, Conv::new(c, squeeze, 1, 1, 0).bias(true))?;
-            let h = self.scoped("activation", |g| if delta_inplace { g.act_inplace(h, delta) } else { g.act(h, delta, false) })?;
+            let h = self.scoped("activation", |g| {
+                if delta_inplace {
+                    g.act_inplace(h, delta)
+                } else {
+                    g.act(h, delta, false)
+                }
+            })?;
             let h = self.conv2d("fc2", h, Conv::new(squeeze, c, 1, 1, 0).bias(true))?;
             let scale = self.scoped("scale_activation", |g| g.act(h, sigma, false))?;
             self.mul(x, scale, false)
@@ -154,7 +171,11 @@ impl Graph {
             // at its peak the node holds two full result-dtype products. Counted here as the
             // part beyond the cast gradient of x that outlives the node.
             let full = self.bytes(y);
-            op.bwd_scratch = if self.dtype(x) == dt { full } else { Bytes(2 * full.0).saturating_sub(self.bytes(x)) };
+            op.bwd_scratch = if self.dtype(x) == dt {
+                full
+            } else {
+                Bytes(2 * full.0).saturating_sub(self.bytes(x))
+            };
             self.record(op);
             Ok(y)
         })();
@@ -166,7 +187,11 @@ impl Graph {
     pub fn permute(&mut self, x: TensorId, dims: &[usize]) -> R {
         let s = self.shape(x);
         let mut seen = vec![false; s.len()];
-        if dims.len() != s.len() || dims.iter().any(|&d| d >= s.len() || std::mem::replace(&mut seen[d], true)) {
+        if dims.len() != s.len()
+            || dims
+                .iter()
+                .any(|&d| d >= s.len() || std::mem::replace(&mut seen[d], true))
+        {
             return Err(self.cnn_err(&format!("permute {dims:?} of a {}-d tensor", s.len())));
         }
         let shape = dims.iter().map(|&d| s[d]).collect();
@@ -175,7 +200,11 @@ impl Graph {
         let mut op = self.op("permute", "");
         op.inputs = vec![x];
         op.outputs = vec![y];
-        op.grads = if rg { vec![(x, GradFlow::Alias)] } else { vec![] };
+        op.grads = if rg {
+            vec![(x, GradFlow::Alias)]
+        } else {
+            vec![]
+        };
         self.record(op);
         Ok(y)
     }
@@ -195,7 +224,13 @@ impl Graph {
 fn promote(a: DType, b: DType) -> DType {
     match (a, b) {
         _ if a == b => a,
-        _ if a.bits() != b.bits() => if a.bits() > b.bits() { a } else { b },
+        _ if a.bits() != b.bits() => {
+            if a.bits() > b.bits() {
+                a
+            } else {
+                b
+            }
+        }
         _ => DType::F32,
     }
 }

@@ -17,7 +17,9 @@ use super::units::{Bytes, DType};
 /// Bytes of `numel` elements of `dt`, rounded to the allocator's 512-byte blocks as the
 /// simulator rounds each storage.
 fn block_bytes(numel: u64, dt: DType) -> u64 {
-    Bytes(numel.saturating_mul(dt.bits()) / 8).round_up(super::simulate::BLOCK).0
+    Bytes(numel.saturating_mul(dt.bits()) / 8)
+        .round_up(super::simulate::BLOCK)
+        .0
 }
 
 impl Graph {
@@ -48,10 +50,27 @@ impl Graph {
     ///
     /// Returns `(output, hy, cy)`.
     #[allow(clippy::too_many_arguments)]
-    pub fn lstm_mkldnn_layer(&mut self, x: TensorId, w_ih: TensorId, w_hh: TensorId, b_ih: TensorId, b_hh: TensorId, hx: TensorId, cx: TensorId) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
+    pub fn lstm_mkldnn_layer(
+        &mut self,
+        x: TensorId,
+        w_ih: TensorId,
+        w_hh: TensorId,
+        b_ih: TensorId,
+        b_hh: TensorId,
+        hx: TensorId,
+        cx: TensorId,
+    ) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
         let (xs, ws, hs) = (self.shape(x), self.shape(w_ih), self.shape(hx));
-        let bad = |g: &Self, what: String| EstimateError::Unsupported(format!("{}: {what}", g.name("")));
-        if xs.len() != 3 || ws.len() != 2 || hs.len() != 2 || ws[1] != xs[2] || hs[0] != xs[1] || ws[0] != 4 * hs[1] || self.shape(cx) != hs {
+        let bad =
+            |g: &Self, what: String| EstimateError::Unsupported(format!("{}: {what}", g.name("")));
+        if xs.len() != 3
+            || ws.len() != 2
+            || hs.len() != 2
+            || ws[1] != xs[2]
+            || hs[0] != xs[1]
+            || ws[0] != 4 * hs[1]
+            || self.shape(cx) != hs
+        {
             return Err(bad(self, format!("LSTM layer expects input [L, B, E], W_ih [4H, E], hx/cx [B, H]; got {xs:?}, {ws:?}, {hs:?}")));
         }
         let (l, b, e, h) = (xs[0], xs[1], xs[2], hs[1]);
@@ -69,16 +88,32 @@ impl Graph {
         let cy = self.alloc(vec![b, h], self.dtype(cx), StorageKind::Activation, rg)?;
         let mut op = self.op("mkldnn_rnn_layer", "");
         // Four gate GEMMs per step (input and recurrent) plus the cell's pointwise work.
-        op.flops = 2.0 * (l * b) as f64 * (4 * h) as f64 * (e + h) as f64 + 10.0 * (l * b * h) as f64;
+        op.flops =
+            2.0 * (l * b) as f64 * (4 * h) as f64 * (e + h) as f64 + 10.0 * (l * b * h) as f64;
         op.inputs = ins.to_vec();
         op.outputs = vec![out, hy, cy];
         op.saved = [ins.as_slice(), &[out, hy, cy]].concat();
         op.grads = self.grads_alloc(&ins);
         // The fp32 results of the backward kernel and what the engine makes of them.
-        let f32_all: u64 = ins.iter().map(|&t| block_bytes(self.numel(t), DType::F32)).sum();
-        let dropped: u64 = ins.iter().filter(|&&t| !self.t(t).requires_grad).map(|&t| block_bytes(self.numel(t), DType::F32)).sum();
-        let grads: u64 = op.grads.iter().map(|&(t, _)| block_bytes(self.numel(t), self.dtype(t))).sum();
-        let first_cast = op.grads.iter().find(|&&(t, _)| self.dtype(t) != DType::F32).map(|&(t, _)| block_bytes(self.numel(t), self.dtype(t)));
+        let f32_all: u64 = ins
+            .iter()
+            .map(|&t| block_bytes(self.numel(t), DType::F32))
+            .sum();
+        let dropped: u64 = ins
+            .iter()
+            .filter(|&&t| !self.t(t).requires_grad)
+            .map(|&t| block_bytes(self.numel(t), DType::F32))
+            .sum();
+        let grads: u64 = op
+            .grads
+            .iter()
+            .map(|&(t, _)| block_bytes(self.numel(t), self.dtype(t)))
+            .sum();
+        let first_cast = op
+            .grads
+            .iter()
+            .find(|&&(t, _)| self.dtype(t) != DType::F32)
+            .map(|&(t, _)| block_bytes(self.numel(t), self.dtype(t)));
         let peak = f32_all + first_cast.map_or(0, |c| c.saturating_sub(dropped));
         op.bwd_scratch = Bytes(peak.saturating_sub(grads));
         self.record(op);
@@ -92,7 +127,12 @@ impl Graph {
     /// logits are cast first — an argument of the composite, so the copy lives until the loss is
     /// computed — and the saved log-probabilities are fp32. The cast's backward gives the
     /// logits a low-precision gradient.
-    pub fn cross_entropy_on(&mut self, logits: TensorId, target: TensorId, cpu: bool) -> Result<TensorId, EstimateError> {
+    pub fn cross_entropy_on(
+        &mut self,
+        logits: TensorId,
+        target: TensorId,
+        cpu: bool,
+    ) -> Result<TensorId, EstimateError> {
         if !cpu || self.precision.autocast().is_none() {
             return self.cross_entropy(logits, target);
         }

@@ -95,7 +95,11 @@ impl Graph {
     /// operand's dtype, a `sum_to` its shape.
     pub fn seq_add(&mut self, a: TensorId, b: TensorId) -> R {
         let (da, db) = (self.dtype(a), self.dtype(b));
-        let dt = if da == DType::F32 || db == DType::F32 { DType::F32 } else { da };
+        let dt = if da == DType::F32 || db == DType::F32 {
+            DType::F32
+        } else {
+            da
+        };
         let s = self.shape(a);
         let y = self.seq_out(s.clone(), dt, &[a, b])?;
         let mut op = self.op("add", "");
@@ -107,7 +111,14 @@ impl Graph {
             .filter(|&&t| self.t(t).requires_grad)
             .map(|&t| {
                 let same = self.dtype(t) == dt && self.numel(t) == self.numel(y);
-                (t, if same { GradFlow::Alias } else { GradFlow::Alloc })
+                (
+                    t,
+                    if same {
+                        GradFlow::Alias
+                    } else {
+                        GradFlow::Alloc
+                    },
+                )
             })
             .collect();
         self.record(op);
@@ -123,14 +134,20 @@ impl Graph {
     /// output gradient (`derivatives.yaml` `stack`: `stack_tensors_backward` → `unbind`), so the
     /// whole stacked gradient lives until the last piece is consumed.
     pub fn seq_stack(&mut self, xs: &[TensorId]) -> R {
-        let Some(&first) = xs.first() else { return Err(self.seq_bad("stack of nothing")) };
+        let Some(&first) = xs.first() else {
+            return Err(self.seq_bad("stack of nothing"));
+        };
         let mut s = vec![xs.len() as u64];
         s.extend(self.shape(first));
         let y = self.seq_out(s, self.dtype(first), xs)?;
         let mut op = self.op("stack", "");
         op.inputs = xs.to_vec();
         op.outputs = vec![y];
-        op.grads = xs.iter().filter(|&&t| self.t(t).requires_grad).map(|&t| (t, GradFlow::Alias)).collect();
+        op.grads = xs
+            .iter()
+            .filter(|&&t| self.t(t).requires_grad)
+            .map(|&t| (t, GradFlow::Alias))
+            .collect();
         self.record(op);
         Ok(y)
     }
@@ -140,7 +157,9 @@ impl Graph {
     /// `unbind_backward`), so the per-slice gradients pile up until then.
     pub fn seq_unbind(&mut self, x: TensorId) -> Result<Vec<TensorId>, EstimateError> {
         let s = self.shape(x);
-        let Some((&n, rest)) = s.split_first() else { return Err(self.seq_bad("unbind of a scalar")) };
+        let Some((&n, rest)) = s.split_first() else {
+            return Err(self.seq_bad("unbind of a scalar"));
+        };
         let rg = self.t(x).requires_grad;
         let outs: Vec<TensorId> = (0..n).map(|_| self.alias(x, rest.to_vec(), rg)).collect();
         self.record_simple("unbind", vec![x], outs.clone(), vec![], 0.0);
@@ -167,7 +186,14 @@ impl Graph {
     /// The shared gate gradient is modelled by summing the gates into one view first (no memory):
     /// its gradient flows unchanged to both `mm`s, exactly one `[B, 4H]` tensor as in PyTorch.
     /// Returns `(hy, cy)`.
-    pub fn lstm_fused_cell(&mut self, ig: TensorId, hg: TensorId, cx: TensorId, b_ih: TensorId, b_hh: TensorId) -> Result<(TensorId, TensorId), EstimateError> {
+    pub fn lstm_fused_cell(
+        &mut self,
+        ig: TensorId,
+        hg: TensorId,
+        cx: TensorId,
+        b_ih: TensorId,
+        b_hh: TensorId,
+    ) -> Result<(TensorId, TensorId), EstimateError> {
         let gs = self.shape(ig);
         if gs.len() != 2 || self.shape(hg) != gs || !gs[1].is_multiple_of(4) {
             return Err(self.seq_bad(&format!("LSTM gates must be [B, 4H], got {:?}", gs)));
@@ -183,7 +209,11 @@ impl Graph {
         let mut op = self.op("lstm_gates", "");
         op.inputs = vec![ig, hg];
         op.outputs = vec![gates];
-        op.grads = [ig, hg].iter().filter(|&&t| self.t(t).requires_grad).map(|&t| (t, GradFlow::Alias)).collect();
+        op.grads = [ig, hg]
+            .iter()
+            .filter(|&&t| self.t(t).requires_grad)
+            .map(|&t| (t, GradFlow::Alias))
+            .collect();
         self.record(op);
 
         let ins = [gates, cxc, bic, bhc];
@@ -229,7 +259,13 @@ impl Graph {
     /// (`4H` per row and step: cuDNN runs the input GEMM of all steps as one GEMM, Appleyard et
     /// al., "Optimizing Recurrent Neural Networks in cuDNN 5", NVIDIA 2016).
     /// Returns the output as a `[B, L, H]` view and the final states `(hy, cy)`.
-    pub fn lstm_cudnn(&mut self, x: TensorId, w_flat: &[TensorId], layers: u64, hidden: u64) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
+    pub fn lstm_cudnn(
+        &mut self,
+        x: TensorId,
+        w_flat: &[TensorId],
+        layers: u64,
+        hidden: u64,
+    ) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
         let s = self.shape(x);
         if s.len() != 3 {
             return Err(self.seq_bad(&format!("LSTM input must be [B, L, E], got {:?}", s)));
@@ -248,11 +284,19 @@ impl Graph {
         let out = self.seq_out(vec![l, b, hidden], dt, &ins)?;
         let hy = self.seq_out(vec![layers, b, hidden], dt, &ins)?;
         let cy = self.seq_out(vec![layers, b, hidden], dt, &ins)?;
-        let reserve = self.alloc(vec![layers, l, b, 6 * hidden], dt, StorageKind::Activation, false)?;
+        let reserve = self.alloc(
+            vec![layers, l, b, 6 * hidden],
+            dt,
+            StorageKind::Activation,
+            false,
+        )?;
         let elt = |n: u64| Bytes(n * dt.bits() / 8);
         let workspace = elt(l * b * 4 * hidden);
         let mut op = self.op("cudnn_rnn", "");
-        op.flops = 2.0 * (l * b) as f64 * (4 * hidden) as f64 * ((e + hidden) + (layers - 1) * 2 * hidden) as f64;
+        op.flops = 2.0
+            * (l * b) as f64
+            * (4 * hidden) as f64
+            * ((e + hidden) + (layers - 1) * 2 * hidden) as f64;
         op.inputs = [ins.as_slice(), &[hxc, cxc]].concat();
         op.outputs = vec![out, hy, cy, reserve];
         op.saved = [ins.as_slice(), &[hxc, cxc, out, reserve]].concat();
@@ -280,8 +324,13 @@ impl Graph {
     /// `_cudnn_rnn` saves. Backward casts each parameter's slice of the flat gradient back to
     /// the parameter's dtype (a new tensor per parameter). Without autocast the parameters are
     /// already views of the module's flat buffer (`flatten_parameters`): nothing is copied.
-    pub fn lstm_cudnn_weights(&mut self, params: &[TensorId]) -> Result<Vec<TensorId>, EstimateError> {
-        let Some(dt) = self.precision.autocast() else { return Ok(params.to_vec()) };
+    pub fn lstm_cudnn_weights(
+        &mut self,
+        params: &[TensorId],
+    ) -> Result<Vec<TensorId>, EstimateError> {
+        let Some(dt) = self.precision.autocast() else {
+            return Ok(params.to_vec());
+        };
         let n: u64 = params.iter().map(|&p| self.numel(p)).sum();
         let flat = self.seq_out(vec![n], dt, params)?;
         let mut op = self.op("flatten_weights", "");

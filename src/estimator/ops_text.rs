@@ -32,8 +32,16 @@ fn broadcast(a: &[u64], b: &[u64]) -> Option<Vec<u64>> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for (i, o) in out.iter_mut().enumerate() {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         *o = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -164,7 +172,8 @@ impl Graph {
     /// cast: that full-size product is backward scratch.
     pub fn mul_bc(&mut self, a: TensorId, b: TensorId) -> R {
         let (sa, sb) = (self.shape(a), self.shape(b));
-        let s = broadcast(&sa, &sb).ok_or_else(|| self.shape_err(format!("mul {sa:?} * {sb:?}")))?;
+        let s =
+            broadcast(&sa, &sb).ok_or_else(|| self.shape_err(format!("mul {sa:?} * {sb:?}")))?;
         let dt = promote(self.dtype(a), self.dtype(b));
         let rg = self.requires_grad(&[a, b]);
         let y = self.alloc(s, dt, StorageKind::Activation, rg)?;
@@ -193,7 +202,8 @@ impl Graph {
     /// others.
     pub fn add_bc(&mut self, a: TensorId, b: TensorId) -> R {
         let (sa, sb) = (self.shape(a), self.shape(b));
-        let s = broadcast(&sa, &sb).ok_or_else(|| self.shape_err(format!("add {sa:?} + {sb:?}")))?;
+        let s =
+            broadcast(&sa, &sb).ok_or_else(|| self.shape_err(format!("add {sa:?} + {sb:?}")))?;
         let dt = promote(self.dtype(a), self.dtype(b));
         let rg = self.requires_grad(&[a, b]);
         let y = self.alloc(s.clone(), dt, StorageKind::Activation, rg)?;
@@ -205,7 +215,14 @@ impl Graph {
         for t in [a, b] {
             if self.t(t).requires_grad && !grads.iter().any(|&(g, _)| g == t) {
                 let pass = self.shape(t) == s && self.dtype(t) == dt;
-                grads.push((t, if pass { GradFlow::Alias } else { GradFlow::Alloc }));
+                grads.push((
+                    t,
+                    if pass {
+                        GradFlow::Alias
+                    } else {
+                        GradFlow::Alloc
+                    },
+                ));
             }
         }
         op.grads = grads;
@@ -217,7 +234,9 @@ impl Graph {
     /// expanded and divided (`div.Scalar`): a new input-sized tensor.
     pub fn mean_last(&mut self, x: TensorId) -> R {
         let mut s = self.shape(x);
-        let last = s.last_mut().ok_or_else(|| self.shape_err("mean of a scalar".into()))?;
+        let last = s
+            .last_mut()
+            .ok_or_else(|| self.shape_err("mean of a scalar".into()))?;
         *last = 1;
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s, self.dtype(x), StorageKind::Activation, rg)?;
@@ -244,7 +263,14 @@ impl Graph {
     }
 
     /// An integer/bool tensor computed without autograd (positions, shifted labels, masks).
-    pub fn no_grad_op(&mut self, kind: &'static str, inputs: &[TensorId], shape: Vec<u64>, dtype: DType, fwd_scratch: Bytes) -> R {
+    pub fn no_grad_op(
+        &mut self,
+        kind: &'static str,
+        inputs: &[TensorId],
+        shape: Vec<u64>,
+        dtype: DType,
+        fwd_scratch: Bytes,
+    ) -> R {
         let y = self.alloc(shape, dtype, StorageKind::Activation, false)?;
         let mut op = self.op(kind, "");
         op.inputs = inputs.to_vec();
@@ -276,7 +302,13 @@ impl Graph {
             let ins = vec![xc, wc, bc];
             let rg = self.requires_grad(&ins);
             let y = self.alloc(s, self.dtype(xc), StorageKind::Activation, rg)?;
-            self.record_simple("addmm", ins.clone(), vec![y], vec![xc, wc], 2.0 * rows as f64 * (nx * nf) as f64);
+            self.record_simple(
+                "addmm",
+                ins.clone(),
+                vec![y],
+                vec![xc, wc],
+                2.0 * rows as f64 * (nx * nf) as f64,
+            );
             Ok(y)
         })();
         self.pop();
@@ -293,7 +325,13 @@ impl Graph {
     pub fn causal_mask(&mut self, batch: u64, seq: u64) -> R {
         let s = vec![batch, 1, seq, seq];
         let scratch = super::units::tensor_bytes(super::units::Elems::of_shape(&s)?, DType::Bool)?;
-        self.no_grad_op("causal_mask", &[], s, DType::Bool, Bytes(scratch.0.saturating_mul(2)))
+        self.no_grad_op(
+            "causal_mask",
+            &[],
+            s,
+            DType::Bool,
+            Bytes(scratch.0.saturating_mul(2)),
+        )
     }
 
     /// `F.scaled_dot_product_attention(q, k, v, attn_mask, dropout_p)` followed by the models'
@@ -305,7 +343,15 @@ impl Graph {
     /// `[B, H, S, 1]` fp32), the RNG seed/offset (int64 scalars; flash: a `[2]` state and a
     /// scalar; CPU flash: none) and the mask (all but flash); their output is laid out
     /// `[B, S, H, D]`, so the merge is a view. Backward allocates the three input gradients.
-    pub fn sdpa(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64, cpu: bool) -> R {
+    pub fn sdpa(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        bool_mask: Option<TensorId>,
+        dropout: f64,
+        cpu: bool,
+    ) -> R {
         let (o, kernel) = self.sdpa_heads(q, k, v, bool_mask, dropout, cpu)?;
         let s = self.shape(o);
         let (b, h, sq, d) = (s[0], s[1], s[2], s[3]);
@@ -320,7 +366,15 @@ impl Graph {
     /// The kernel part of [`Graph::sdpa`] without the models' head merge, shared with
     /// `nn.MultiheadAttention` (ViT), which merges the heads in another order: the `[B, H, S, D]`
     /// output and the kernel that ran (its memory layout decides whether a merge copies).
-    pub fn sdpa_heads(&mut self, q: TensorId, k: TensorId, v: TensorId, bool_mask: Option<TensorId>, dropout: f64, cpu: bool) -> Result<(TensorId, SdpaKernel), EstimateError> {
+    pub fn sdpa_heads(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        bool_mask: Option<TensorId>,
+        dropout: f64,
+        cpu: bool,
+    ) -> Result<(TensorId, SdpaKernel), EstimateError> {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
@@ -328,21 +382,33 @@ impl Graph {
         let ks = self.shape(k);
         // Grouped-query heads reach SDPA only without a mask (`enable_gqa`); with one, the models
         // repeat k/v first.
-        let gqa_ok = bool_mask.is_none() && ks.len() == 4 && ks[1] > 0 && qs.len() == 4 && qs[1].is_multiple_of(ks[1]);
+        let gqa_ok = bool_mask.is_none()
+            && ks.len() == 4
+            && ks[1] > 0
+            && qs.len() == 4
+            && qs[1].is_multiple_of(ks[1]);
         if qs.len() != 4 || ks.len() != 4 || (qs[1] != ks[1] && !gqa_ok) || self.shape(v) != ks {
-            return Err(self.shape_err(format!("sdpa expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}")));
+            return Err(self.shape_err(format!(
+                "sdpa expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}"
+            )));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let kv_s = ks[2];
         let dt = self.dtype(q);
         let kernel = SdpaKernel::select(cpu, dt, bool_mask.is_some(), dropout, d);
         let fmask = match bool_mask {
-            Some(m) => Some(self.no_grad_op("where", &[m], vec![b, 1, s, kv_s], dt, Bytes::ZERO)?),
+            Some(m) => {
+                Some(self.no_grad_op("where", &[m], vec![b, 1, s, kv_s], dt, Bytes::ZERO)?)
+            }
             None => None,
         };
         if kernel == SdpaKernel::Math {
             // The math path repeats grouped heads itself (`repeat_interleave`, a copy each).
-            let (k, v) = if h != ks[1] { (self.repeat_kv(k, h / ks[1])?, self.repeat_kv(v, h / ks[1])?) } else { (k, v) };
+            let (k, v) = if h != ks[1] {
+                (self.repeat_kv(k, h / ks[1])?, self.repeat_kv(v, h / ks[1])?)
+            } else {
+                (k, v)
+            };
             return Ok((self.sdpa_math(q, k, v, fmask, dropout)?, kernel));
         }
         let ins = vec![q, k, v];
@@ -383,7 +449,14 @@ impl Graph {
     /// `+ mask`, `_safe_softmax` (saves its output), dropout, a contiguous copy of v, `bmm`, the
     /// output cast back (`[B, H, S, D]`-contiguous, so a head merge copies). Autocast does not
     /// reach inside it (it runs below the autocast key), so the bmms run in fp32.
-    fn sdpa_math(&mut self, q: TensorId, k: TensorId, v: TensorId, fmask: Option<TensorId>, dropout: f64) -> R {
+    fn sdpa_math(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        fmask: Option<TensorId>,
+        dropout: f64,
+    ) -> R {
         let orig = self.dtype(q);
         let (qs, ks) = (self.shape(q), self.shape(k));
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
@@ -391,7 +464,10 @@ impl Graph {
         let q = self.cast(q, DType::F32)?;
         let k = self.cast(k, DType::F32)?;
         let v = self.cast(v, DType::F32)?;
-        let scale = Pw { flops: 1.0, ..Pw::default() };
+        let scale = Pw {
+            flops: 1.0,
+            ..Pw::default()
+        };
         let qs_ = self.pointwise("mul", q, DType::F32, scale)?;
         let kt = self.view(k, vec![b, h, d, kv_s])?;
         let kts = self.pointwise("mul", kt, DType::F32, scale)?;
@@ -418,8 +494,19 @@ impl Graph {
         *s.last_mut().unwrap_or(&mut 0) = n;
         let batch: u64 = sa[..sa.len() - 2].iter().product();
         let rg = self.requires_grad(&[a, b]);
-        let y = self.alloc(s, promote(self.dtype(a), self.dtype(b)), StorageKind::Activation, rg)?;
-        self.record_simple("bmm", vec![a, b], vec![y], vec![a, b], 2.0 * batch as f64 * (m * k) as f64 * n as f64);
+        let y = self.alloc(
+            s,
+            promote(self.dtype(a), self.dtype(b)),
+            StorageKind::Activation,
+            rg,
+        )?;
+        self.record_simple(
+            "bmm",
+            vec![a, b],
+            vec![y],
+            vec![a, b],
+            2.0 * batch as f64 * (m * k) as f64 * n as f64,
+        );
         Ok(y)
     }
 
@@ -435,7 +522,13 @@ impl Graph {
         let rg = self.t(x).requires_grad;
         let y = self.alloc(s.clone(), dt, StorageKind::Activation, rg)?;
         let noise = self.alloc(s, dt, StorageKind::Activation, false)?;
-        self.record_simple("dropout", vec![x], vec![y, noise], vec![noise], 2.0 * self.numel(x) as f64);
+        self.record_simple(
+            "dropout",
+            vec![x],
+            vec![y, noise],
+            vec![noise],
+            2.0 * self.numel(x) as f64,
+        );
         Ok(y)
     }
 
@@ -463,15 +556,28 @@ impl Graph {
     /// `transpose(1, 2).contiguous()`. `torch.matmul` on the strided head views copies q, kᵀ and v
     /// to contiguous tensors first (`expand` + `clone`); the bmm saves those copies. Returns
     /// `[B, S, H·D]`.
-    pub fn eager_attention(&mut self, q: TensorId, k: TensorId, v: TensorId, float_mask: Option<TensorId>, o: EagerOpts) -> R {
-        let EagerOpts { dropout, fp32_softmax, cpu } = o;
+    pub fn eager_attention(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        float_mask: Option<TensorId>,
+        o: EagerOpts,
+    ) -> R {
+        let EagerOpts {
+            dropout,
+            fp32_softmax,
+            cpu,
+        } = o;
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
         let qs = self.shape(q);
         let ks = self.shape(k);
         if qs.len() != 4 || ks.len() != 4 || qs[1] != ks[1] {
-            return Err(self.shape_err(format!("attention expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}")));
+            return Err(self.shape_err(format!(
+                "attention expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}"
+            )));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let kv_s = ks[2];
@@ -480,11 +586,25 @@ impl Graph {
         let ktc = self.contiguous(kt, vec![b, h, d, kv_s])?;
         let scores = self.matmul(qc, ktc)?;
         let dt = self.dtype(scores);
-        let mut w = self.pointwise("mul", scores, dt, Pw { flops: 1.0, ..Pw::default() })?;
+        let mut w = self.pointwise(
+            "mul",
+            scores,
+            dt,
+            Pw {
+                flops: 1.0,
+                ..Pw::default()
+            },
+        )?;
         if let Some(m) = float_mask {
             w = self.add_bc(w, m)?;
         }
-        let sm_dt = if fp32_softmax || (self.precision.autocast().is_some() && self.dtype(w) != DType::F32) { DType::F32 } else { self.dtype(w) };
+        let sm_dt = if fp32_softmax
+            || (self.precision.autocast().is_some() && self.dtype(w) != DType::F32)
+        {
+            DType::F32
+        } else {
+            self.dtype(w)
+        };
         let mut p = self.softmax_to(w, sm_dt)?;
         let vdt = self.dtype(v);
         p = self.cast(p, vdt)?;
@@ -503,15 +623,47 @@ impl Graph {
     pub fn rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
         self.push(leaf);
         let r = (|| {
-            let h = *self.shape(x).last().ok_or_else(|| self.shape_err("rms_norm on a scalar".into()))?;
+            let h = *self
+                .shape(x)
+                .last()
+                .ok_or_else(|| self.shape_err("rms_norm on a scalar".into()))?;
             let w = self.param(vec![h])?;
             let in_dt = self.dtype(x);
             let xf = self.cast(x, DType::F32)?;
-            let sq = self.pointwise("pow", xf, DType::F32, Pw { save_input: true, bwd_temps: 2, flops: 1.0, ..Pw::default() })?;
+            let sq = self.pointwise(
+                "pow",
+                xf,
+                DType::F32,
+                Pw {
+                    save_input: true,
+                    bwd_temps: 2,
+                    flops: 1.0,
+                    ..Pw::default()
+                },
+            )?;
             let var = self.mean_last(sq)?;
-            let ve = self.pointwise("add", var, DType::F32, Pw { alias_grad: true, flops: 1.0, ..Pw::default() })?;
+            let ve = self.pointwise(
+                "add",
+                var,
+                DType::F32,
+                Pw {
+                    alias_grad: true,
+                    flops: 1.0,
+                    ..Pw::default()
+                },
+            )?;
             // `pow` and `rsqrt` are on autocast's fp32 list; their inputs are fp32 here already.
-            let inv = self.pointwise("rsqrt", ve, DType::F32, Pw { save_output: true, bwd_temps: 2, flops: 1.0, ..Pw::default() })?;
+            let inv = self.pointwise(
+                "rsqrt",
+                ve,
+                DType::F32,
+                Pw {
+                    save_output: true,
+                    bwd_temps: 2,
+                    flops: 1.0,
+                    ..Pw::default()
+                },
+            )?;
             let n = self.mul_bc(xf, inv)?;
             let nc = self.cast(n, in_dt)?;
             self.mul_bc(w, nc)
@@ -522,10 +674,34 @@ impl Graph {
 
     /// The rotary tables (`LlamaRotaryEmbedding.forward`): `inv_freq ⊗ positions`, `cat`, `cos`,
     /// `sin` in fp32 with autocast disabled, then `.to(x.dtype)`. `[1, S, D]` each, no gradient.
-    pub fn rotary_tables(&mut self, inv_freq: TensorId, seq: u64, head_dim: u64, dtype: DType) -> Result<(TensorId, TensorId), EstimateError> {
-        let emb = self.no_grad_op("rotary_freqs", &[inv_freq], vec![1, seq, head_dim], DType::F32, Bytes::ZERO)?;
-        let mut cos = self.no_grad_op("cos", &[emb], vec![1, seq, head_dim], DType::F32, Bytes::ZERO)?;
-        let mut sin = self.no_grad_op("sin", &[emb], vec![1, seq, head_dim], DType::F32, Bytes::ZERO)?;
+    pub fn rotary_tables(
+        &mut self,
+        inv_freq: TensorId,
+        seq: u64,
+        head_dim: u64,
+        dtype: DType,
+    ) -> Result<(TensorId, TensorId), EstimateError> {
+        let emb = self.no_grad_op(
+            "rotary_freqs",
+            &[inv_freq],
+            vec![1, seq, head_dim],
+            DType::F32,
+            Bytes::ZERO,
+        )?;
+        let mut cos = self.no_grad_op(
+            "cos",
+            &[emb],
+            vec![1, seq, head_dim],
+            DType::F32,
+            Bytes::ZERO,
+        )?;
+        let mut sin = self.no_grad_op(
+            "sin",
+            &[emb],
+            vec![1, seq, head_dim],
+            DType::F32,
+            Bytes::ZERO,
+        )?;
         if dtype != DType::F32 {
             cos = self.cast(cos, dtype)?;
             sin = self.cast(sin, dtype)?;
@@ -565,18 +741,49 @@ impl Graph {
     /// `0.5·x` and `1 + tanh(·)` (by the final product) and the tanh output.
     pub fn gelu_new(&mut self, x: TensorId, cpu: bool) -> R {
         let dt = self.dtype(x);
-        let scalar = Pw { flops: 1.0, ..Pw::default() };
+        let scalar = Pw {
+            flops: 1.0,
+            ..Pw::default()
+        };
         let half = self.pointwise("mul", x, dt, scalar)?;
         // `pow` is on CUDA autocast's fp32 list (not on the CPU's): under autocast x is cast to
         // fp32 and everything after it promotes to fp32.
         let xf = if cpu { x } else { self.fp32(x)? };
-        let cube = self.pointwise("pow", xf, self.dtype(xf), Pw { save_input: true, bwd_temps: 2, flops: 2.0, ..Pw::default() })?;
+        let cube = self.pointwise(
+            "pow",
+            xf,
+            self.dtype(xf),
+            Pw {
+                save_input: true,
+                bwd_temps: 2,
+                flops: 2.0,
+                ..Pw::default()
+            },
+        )?;
         let c = self.pointwise("mul", cube, self.dtype(cube), scalar)?;
         let inner = self.add_bc(x, c)?;
         let idt = self.dtype(inner);
         let arg = self.pointwise("mul", inner, idt, scalar)?;
-        let t = self.pointwise("tanh", arg, idt, Pw { save_output: true, flops: 4.0, ..Pw::default() })?;
-        let one_t = self.pointwise("add", t, idt, Pw { alias_grad: true, flops: 1.0, ..Pw::default() })?;
+        let t = self.pointwise(
+            "tanh",
+            arg,
+            idt,
+            Pw {
+                save_output: true,
+                flops: 4.0,
+                ..Pw::default()
+            },
+        )?;
+        let one_t = self.pointwise(
+            "add",
+            t,
+            idt,
+            Pw {
+                alias_grad: true,
+                flops: 1.0,
+                ..Pw::default()
+            },
+        )?;
         self.mul_bc(half, one_t)
     }
 
@@ -599,8 +806,15 @@ impl Graph {
                 _ => return Err(self.shape_err(format!("logits must be [B, S, V], got {s:?}"))),
             };
             let lf = self.cast(logits, DType::F32)?;
-            let padded = self.no_grad_op("constant_pad_nd", &[labels], vec![b, t + 1], DType::I64, Bytes::ZERO)?;
-            let shifted = self.no_grad_op("clone", &[padded], vec![b, t], DType::I64, Bytes::ZERO)?;
+            let padded = self.no_grad_op(
+                "constant_pad_nd",
+                &[labels],
+                vec![b, t + 1],
+                DType::I64,
+                Bytes::ZERO,
+            )?;
+            let shifted =
+                self.no_grad_op("clone", &[padded], vec![b, t], DType::I64, Bytes::ZERO)?;
             let l2 = self.view(lf, vec![b * t, v])?;
             let y = self.view(shifted, vec![b * t])?;
             self.vocab_parallel_cross_entropy(l2, y)
@@ -619,7 +833,10 @@ mod tests {
         assert_eq!(promote(DType::BF16, DType::F32), DType::F32);
         assert_eq!(promote(DType::BF16, DType::BF16), DType::BF16);
         assert_eq!(broadcast(&[2, 3, 4], &[4]), Some(vec![2, 3, 4]));
-        assert_eq!(broadcast(&[2, 12, 8, 8], &[2, 1, 8, 8]), Some(vec![2, 12, 8, 8]));
+        assert_eq!(
+            broadcast(&[2, 12, 8, 8], &[2, 1, 8, 8]),
+            Some(vec![2, 12, 8, 8])
+        );
         assert_eq!(broadcast(&[2, 3], &[4]), None);
     }
 
@@ -627,9 +844,21 @@ mod tests {
     fn kernel_choice_matches_the_oracle() {
         // GPT-2 (mask + dropout): efficient in every dtype; BERT bf16 (dropout, no mask): flash;
         // LLaMA bf16 (mask, no dropout): cuDNN; fp32: efficient.
-        assert_eq!(SdpaKernel::select(false, DType::BF16, true, 0.1, 64), SdpaKernel::Efficient);
-        assert_eq!(SdpaKernel::select(false, DType::BF16, false, 0.1, 64), SdpaKernel::Flash);
-        assert_eq!(SdpaKernel::select(false, DType::BF16, true, 0.0, 128), SdpaKernel::Cudnn);
-        assert_eq!(SdpaKernel::select(false, DType::F32, false, 0.0, 64), SdpaKernel::Efficient);
+        assert_eq!(
+            SdpaKernel::select(false, DType::BF16, true, 0.1, 64),
+            SdpaKernel::Efficient
+        );
+        assert_eq!(
+            SdpaKernel::select(false, DType::BF16, false, 0.1, 64),
+            SdpaKernel::Flash
+        );
+        assert_eq!(
+            SdpaKernel::select(false, DType::BF16, true, 0.0, 128),
+            SdpaKernel::Cudnn
+        );
+        assert_eq!(
+            SdpaKernel::select(false, DType::F32, false, 0.0, 64),
+            SdpaKernel::Efficient
+        );
     }
 }

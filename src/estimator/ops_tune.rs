@@ -37,7 +37,16 @@ impl Graph {
     /// format, wrapped in LoRA adapters when the plan targets it.
     /// Plain dense layers go through the tensor-parallel constructors (column-parallel for q, k,
     /// v, gate, up; row-parallel for o, down), which are `linear` itself on one GPU.
-    pub fn block_linear(&mut self, leaf: &str, x: TensorId, fin: u64, fout: u64, bias: bool, target: Target, tune: &TuneCtx) -> R {
+    pub fn block_linear(
+        &mut self,
+        leaf: &str,
+        x: TensorId,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+        target: Target,
+        tune: &TuneCtx,
+    ) -> R {
         let adapted = tune.lora.as_ref().is_some_and(|l| l.wraps(target));
         if tune.dense_linears() && !adapted {
             return match target {
@@ -46,14 +55,21 @@ impl Graph {
             };
         }
         if self.tp_size() > 1 {
-            return Err(self.tune_err("LoRA adapters and quantized weights are not modelled with tensor parallelism".into()));
+            return Err(self.tune_err(
+                "LoRA adapters and quantized weights are not modelled with tensor parallelism"
+                    .into(),
+            ));
         }
         self.push(leaf);
         let r = (|| {
             let nf4 = tune.quant == Quantization::Nf4;
             let y = if tune.dense_linears() {
                 let w = self.param(vec![fout, fin])?;
-                let b = if bias { Some(self.param(vec![fout])?) } else { None };
+                let b = if bias {
+                    Some(self.param(vec![fout])?)
+                } else {
+                    None
+                };
                 self.linear_with(x, w, b)?
             } else if nf4 {
                 self.linear_nf4(x, fin, fout, bias, tune)?
@@ -78,18 +94,42 @@ impl Graph {
     /// through views), casts only outside autocast, casts the adapters' output to the result's
     /// dtype and adds. `lora_A` saves its input, `lora_B` the rank-sized `lora_A` output; the
     /// product with the Python scalar `scaling` saves nothing.
-    fn lora_branch(&mut self, x: TensorId, result: TensorId, fin: u64, fout: u64, l: &LoraSpec, bnb: bool) -> R {
+    fn lora_branch(
+        &mut self,
+        x: TensorId,
+        result: TensorId,
+        fin: u64,
+        fout: u64,
+        l: &LoraSpec,
+        bnb: bool,
+    ) -> R {
         let adt = DType::F32;
         let a_w = self.scoped("lora_A", |g| g.adapter_param(vec![l.rank, fin], adt))?;
         let b_w = self.scoped("lora_B", |g| g.adapter_param(vec![fout, l.rank], adt))?;
         let res_dt = self.dtype(result);
         let autocast = self.precision.autocast().is_some();
-        let result = if bnb { self.contiguous(result, self.shape(result))? } else { result };
-        let xa = if bnb && autocast { x } else { self.cast(x, adt)? };
+        let result = if bnb {
+            self.contiguous(result, self.shape(result))?
+        } else {
+            result
+        };
+        let xa = if bnb && autocast {
+            x
+        } else {
+            self.cast(x, adt)?
+        };
         let xa = self.scoped("lora_dropout", |g| g.dropout(xa, l.dropout))?;
         let a = self.scoped("lora_A", |g| g.linear_with(xa, a_w, None))?;
         let b = self.scoped("lora_B", |g| g.linear_with(a, b_w, None))?;
-        let s = self.pointwise("mul", b, self.dtype(b), Pw { flops: 1.0, ..Pw::default() })?;
+        let s = self.pointwise(
+            "mul",
+            b,
+            self.dtype(b),
+            Pw {
+                flops: 1.0,
+                ..Pw::default()
+            },
+        )?;
         if bnb {
             let s = if autocast { s } else { self.cast(s, res_dt)? };
             self.add_bc(result, s)
@@ -123,13 +163,21 @@ impl Graph {
             consts.push(self.weight_constant(vec![e], dt)?);
         }
         // `bias.data = bias.data.to(x.dtype)`: the bias is kept in the compute dtype.
-        let b = if bias { Some(self.param_of(vec![fout], compute)?) } else { None };
+        let b = if bias {
+            Some(self.param_of(vec![fout], compute)?)
+        } else {
+            None
+        };
         let in_dt = self.dtype(x);
         let xc = self.cast(x, compute)?;
         let rows: u64 = s[..s.len() - 1].iter().product();
         let blocks = n.div_ceil(tune.group_size);
         let w_dq = r512(n.saturating_mul(compute.bits() / 8));
-        let absmax_dq = if tune.double_quant { r512(blocks * 4) } else { 0 };
+        let absmax_dq = if tune.double_quant {
+            r512(blocks * 4)
+        } else {
+            0
+        };
         let mut out_shape = s.clone();
         *out_shape.last_mut().unwrap_or(&mut 0) = fout;
         let mut ins = vec![xc];
@@ -160,7 +208,10 @@ impl Graph {
     /// output in the activation dtype and allocate nothing else.
     fn linear_packed(&mut self, x: TensorId, fin: u64, fout: u64, bias: bool, tune: &TuneCtx) -> R {
         if !self.inference {
-            return Err(self.tune_err(format!("{} weights are modelled for inference only", tune.quant.key())));
+            return Err(self.tune_err(format!(
+                "{} weights are modelled for inference only",
+                tune.quant.key()
+            )));
         }
         let x = self.lowp(x)?;
         let s = self.shape(x);
@@ -180,7 +231,9 @@ impl Graph {
         let mut consts = Vec::new();
         if tune.sparsity == Sparsity::TwoFour {
             if !fin.is_multiple_of(16) {
-                return Err(self.tune_err(format!("2:4 sparsity needs input features divisible by 16, got {fin}")));
+                return Err(self.tune_err(format!(
+                    "2:4 sparsity needs input features divisible by 16, got {fin}"
+                )));
             }
             // Kept values: half the row; metadata: 1 bit per dense element (an int16 per 16
             // 16-bit elements, an int32 per 32 int8 elements).
@@ -196,20 +249,41 @@ impl Graph {
             consts.push(self.weight_constant(vec![groups, fout], DType::F16)?);
             consts.push(self.weight_constant(vec![groups, fout], DType::I4)?);
         }
-        let b = if bias { Some(self.param_of(vec![fout], act)?) } else { None };
+        let b = if bias {
+            Some(self.param_of(vec![fout], act)?)
+        } else {
+            None
+        };
         let mut input = x;
         if tune.quant == Quantization::W8a8 {
             // Static (calibrated) per-tensor activation scale, a weight-side constant.
             consts.push(self.weight_constant(vec![1], DType::F32)?);
-            input = self.no_grad_op("quantize_per_tensor", &[x], s.clone(), DType::I8, Bytes::ZERO)?;
+            input = self.no_grad_op(
+                "quantize_per_tensor",
+                &[x],
+                s.clone(),
+                DType::I8,
+                Bytes::ZERO,
+            )?;
         }
         let rows: u64 = s[..s.len() - 1].iter().product();
         let mut out_shape = s.clone();
         *out_shape.last_mut().unwrap_or(&mut 0) = fout;
         let y = self.alloc(out_shape, act, StorageKind::Activation, false)?;
-        let mut op = self.op(if tune.sparsity == Sparsity::TwoFour { "sparse_mm" } else { "quantized_mm" }, "");
+        let mut op = self.op(
+            if tune.sparsity == Sparsity::TwoFour {
+                "sparse_mm"
+            } else {
+                "quantized_mm"
+            },
+            "",
+        );
         let dense_flops = 2.0 * rows as f64 * n as f64;
-        op.flops = if tune.sparsity == Sparsity::TwoFour { dense_flops / 2.0 } else { dense_flops };
+        op.flops = if tune.sparsity == Sparsity::TwoFour {
+            dense_flops / 2.0
+        } else {
+            dense_flops
+        };
         op.inputs = vec![input, w];
         op.inputs.extend(consts);
         op.inputs.extend(b);
@@ -230,12 +304,19 @@ impl Graph {
         if cs.len() != 4 || ns.len() != 4 || cs[0] != ns[0] || cs[1] != ns[1] || cs[3] != ns[3] {
             return Err(self.tune_err(format!("cache {cs:?} does not take keys {ns:?}")));
         }
-        let old = super::units::tensor_bytes(super::units::Elems::of_shape(&[cs[0], cs[1], past, cs[3]])?, self.dtype(cache))?;
+        let old = super::units::tensor_bytes(
+            super::units::Elems::of_shape(&[cs[0], cs[1], past, cs[3]])?,
+            self.dtype(cache),
+        )?;
         let all = self.alias(cache, cs, false);
         let mut op = self.op("kv_cache_update", "");
         op.inputs = vec![new, cache];
         op.outputs = vec![all];
-        op.fwd_scratch = if past > 0 { old.round_up(512) } else { Bytes::ZERO };
+        op.fwd_scratch = if past > 0 {
+            old.round_up(512)
+        } else {
+            Bytes::ZERO
+        };
         self.record(op);
         Ok(all)
     }
@@ -250,8 +331,15 @@ impl Graph {
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
         let (qs, ks) = (self.shape(q), self.shape(k));
-        if qs.len() != 4 || ks.len() != 4 || ks[1] == 0 || !qs[1].is_multiple_of(ks[1]) || self.shape(v) != ks {
-            return Err(self.tune_err(format!("attention expects [B, H, S, D] queries and [B, KV, T, D] keys, got {qs:?}, {ks:?}")));
+        if qs.len() != 4
+            || ks.len() != 4
+            || ks[1] == 0
+            || !qs[1].is_multiple_of(ks[1])
+            || self.shape(v) != ks
+        {
+            return Err(self.tune_err(format!(
+                "attention expects [B, H, S, D] queries and [B, KV, T, D] keys, got {qs:?}, {ks:?}"
+            )));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let t = ks[2];
@@ -263,7 +351,10 @@ impl Graph {
             SdpaKernel::Cudnn => vec![b, h, s, 1],
             _ => vec![b, h, s],
         };
-        let mut outs = vec![out, self.alloc(stats, DType::F32, StorageKind::Activation, false)?];
+        let mut outs = vec![
+            out,
+            self.alloc(stats, DType::F32, StorageKind::Activation, false)?,
+        ];
         let rng: Vec<Vec<u64>> = match kernel {
             SdpaKernel::Flash => vec![vec![2], vec![]],
             _ => vec![vec![], vec![]],
@@ -273,7 +364,11 @@ impl Graph {
         }
         let mut op = self.op(kernel.op_name(), "attn");
         // Causal prefill computes about half the scores; decode reads the whole cache.
-        let pairs = if s == t { (s * (s + 1) / 2) as f64 } else { (s * t) as f64 };
+        let pairs = if s == t {
+            (s * (s + 1) / 2) as f64
+        } else {
+            (s * t) as f64
+        };
         op.flops = 4.0 * (b * h) as f64 * d as f64 * pairs;
         op.inputs = vec![q, k, v];
         op.outputs = outs;
@@ -297,7 +392,11 @@ impl Graph {
         let mut op = self.op("slice", "");
         op.inputs = vec![x];
         op.outputs = vec![y];
-        op.grads = if rg { vec![(x, GradFlow::Alloc)] } else { vec![] };
+        op.grads = if rg {
+            vec![(x, GradFlow::Alloc)]
+        } else {
+            vec![]
+        };
         self.record(op);
         Ok(y)
     }

@@ -79,8 +79,13 @@ impl OptimizerKind {
         let param_bytes = (numel.saturating_mul(dtype.bits())).div_ceil(8);
         let fp32 = numel.saturating_mul(4);
         match self {
-            OptimizerKind::Sgd | OptimizerKind::SgdMomentum | OptimizerKind::Adam | OptimizerKind::Adamw => vec![param_bytes; self.states_per_param() as usize],
-            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit if numel >= BNB_MIN_8BIT_SIZE => {
+            OptimizerKind::Sgd
+            | OptimizerKind::SgdMomentum
+            | OptimizerKind::Adam
+            | OptimizerKind::Adamw => vec![param_bytes; self.states_per_param() as usize],
+            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit
+                if numel >= BNB_MIN_8BIT_SIZE =>
+            {
                 let absmax = numel.div_ceil(BNB_STATE_BLOCK) * 4;
                 vec![numel, numel, absmax, absmax]
             }
@@ -91,17 +96,30 @@ impl OptimizerKind {
     /// exact bytes; present once any parameter keeps 8-bit state.
     pub fn shared_state(self, any_8bit: bool) -> Vec<u64> {
         match self {
-            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit if any_8bit => vec![1024, 1024],
+            OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit
+                if any_8bit =>
+            {
+                vec![1024, 1024]
+            }
             _ => vec![],
         }
     }
     /// The state lives in CUDA managed memory (paged), not in PyTorch's allocator.
     pub fn is_paged(self) -> bool {
-        matches!(self, OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw)
+        matches!(
+            self,
+            OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw
+        )
     }
     /// A bitsandbytes optimizer (fused per-parameter update kernels).
     pub fn is_bnb(self) -> bool {
-        matches!(self, OptimizerKind::Adam8bit | OptimizerKind::Adamw8bit | OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw)
+        matches!(
+            self,
+            OptimizerKind::Adam8bit
+                | OptimizerKind::Adamw8bit
+                | OptimizerKind::PagedAdamw8bit
+                | OptimizerKind::PagedAdamw
+        )
     }
     /// Bytes of the step counter kept per parameter in the training device's memory.
     /// `torch/optim/adam.py` `_init_group` makes `state["step"]` a 0-d float32 tensor: with
@@ -110,7 +128,11 @@ impl OptimizerKind {
     /// no counter.
     pub fn step_counter_bytes(self, imp: OptimizerImpl, device: Device) -> u64 {
         match self {
-            OptimizerKind::Adam | OptimizerKind::Adamw if imp == OptimizerImpl::Fused || device == Device::Cpu => 4,
+            OptimizerKind::Adam | OptimizerKind::Adamw
+                if imp == OptimizerImpl::Fused || device == Device::Cpu =>
+            {
+                4
+            }
             _ => 0,
         }
     }
@@ -155,7 +177,16 @@ impl OptimizerKind {
         }
     }
     /// PyTorch's optimizers first (the reference set's), then bitsandbytes'.
-    pub const ALL: [OptimizerKind; 8] = [OptimizerKind::Sgd, OptimizerKind::SgdMomentum, OptimizerKind::Adam, OptimizerKind::Adamw, OptimizerKind::Adam8bit, OptimizerKind::Adamw8bit, OptimizerKind::PagedAdamw8bit, OptimizerKind::PagedAdamw];
+    pub const ALL: [OptimizerKind; 8] = [
+        OptimizerKind::Sgd,
+        OptimizerKind::SgdMomentum,
+        OptimizerKind::Adam,
+        OptimizerKind::Adamw,
+        OptimizerKind::Adam8bit,
+        OptimizerKind::Adamw8bit,
+        OptimizerKind::PagedAdamw8bit,
+        OptimizerKind::PagedAdamw,
+    ];
 }
 
 #[cfg(test)]
@@ -176,10 +207,19 @@ mod tests {
     #[test]
     fn eight_bit_adam_keeps_two_bytes_per_parameter() {
         let n = 4096 * 256;
-        let s: u64 = OptimizerKind::Adamw8bit.state_storages(n, DType::BF16).iter().sum();
+        let s: u64 = OptimizerKind::Adamw8bit
+            .state_storages(n, DType::BF16)
+            .iter()
+            .sum();
         assert_eq!(s, 2 * n + 2 * 4 * n / 256);
         // Small tensors (norm weights) keep fp32 state.
-        assert_eq!(OptimizerKind::Adamw8bit.state_storages(4095, DType::BF16), vec![4095 * 4; 2]);
-        assert_eq!(OptimizerKind::Adamw.state_storages(10, DType::BF16), vec![20, 20]);
+        assert_eq!(
+            OptimizerKind::Adamw8bit.state_storages(4095, DType::BF16),
+            vec![4095 * 4; 2]
+        );
+        assert_eq!(
+            OptimizerKind::Adamw.state_storages(10, DType::BF16),
+            vec![20, 20]
+        );
     }
 }

@@ -39,7 +39,7 @@ use super::timeline::{Category, Phase};
 use crate::presets::gpus::{self, Gpu};
 use crate::presets::links::{self, Link};
 use crate::presets::models::{self, Family};
-use comm::{CommItem, Collective, Topology};
+use comm::{Collective, CommItem, Topology};
 use zero::{RankLive, Sharded, Sharding};
 
 fn one() -> u64 {
@@ -210,22 +210,40 @@ fn bad(msg: String) -> EstimateError {
 
 fn degree(field: &'static str, v: u64) -> Result<u64, EstimateError> {
     if v < 1 {
-        return Err(EstimateError::TooSmall { field, min: 1, got: v });
+        return Err(EstimateError::TooSmall {
+            field,
+            min: 1,
+            got: v,
+        });
     }
     if v > MAX_DEGREE {
-        return Err(EstimateError::TooBig { field, max: MAX_DEGREE, got: v });
+        return Err(EstimateError::TooBig {
+            field,
+            max: MAX_DEGREE,
+            got: v,
+        });
     }
     Ok(v)
 }
 
 fn find_link(id: &str, kind: &str) -> Result<Link, EstimateError> {
-    links::find(id).ok_or_else(|| bad(format!("unknown {kind} link '{id}': use one of {}", links::LINKS.iter().map(|l| l.id).collect::<Vec<_>>().join(", "))))
+    links::find(id).ok_or_else(|| {
+        bad(format!(
+            "unknown {kind} link '{id}': use one of {}",
+            links::LINKS
+                .iter()
+                .map(|l| l.id)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    })
 }
 
 impl Layout {
     /// The precision the units compute in: the plan's, or a mixed-precision policy's param_dtype.
     pub fn compute_precision(&self, plan: &Plan) -> Precision {
-        self.mixed_precision.map_or(plan.dtype, |m| m.param_dtype.compute())
+        self.mixed_precision
+            .map_or(plan.dtype, |m| m.param_dtype.compute())
     }
 
     /// Resolves and validates the plan's `parallel` and `offload` keys (a single GPU when absent).
@@ -291,7 +309,9 @@ impl Layout {
             return Err(bad("sequence_parallel splits the sequence over the tensor-parallel group: it needs tp > 1".into()));
         }
         if interleave > 1 && pp < 2 {
-            return Err(bad(format!("interleave = {interleave} needs pipeline parallelism (pp > 1)")));
+            return Err(bad(format!(
+                "interleave = {interleave} needs pipeline parallelism (pp > 1)"
+            )));
         }
         let micro_batches = match (p.micro_batches, plan.accumulation) {
             (Some(m), a) if a > 1 && a != m => {
@@ -302,7 +322,11 @@ impl Layout {
         };
         degree("parallel.micro_batches", micro_batches as u64)?;
         if micro_batches as u64 > super::MAX_ACCUMULATION as u64 {
-            return Err(EstimateError::TooBig { field: "parallel.micro_batches", max: super::MAX_ACCUMULATION as u64, got: micro_batches as u64 });
+            return Err(EstimateError::TooBig {
+                field: "parallel.micro_batches",
+                max: super::MAX_ACCUMULATION as u64,
+                got: micro_batches as u64,
+            });
         }
         if interleave > 1 && !(micro_batches as u64).is_multiple_of(pp) {
             return Err(bad(format!(
@@ -324,18 +348,30 @@ impl Layout {
         let nics_per_node = degree("parallel.nics_per_node", p.nics_per_node.unwrap_or(gpn))?;
         let offload = plan.offload.clone().unwrap_or_default();
         let host_link = match &offload.link {
-            Some(id) => links::find_host(id, gpu).ok_or_else(|| bad(format!("unknown host link '{id}': use pcie4, pcie5, nvlink-c2c or unified")))?,
+            Some(id) => links::find_host(id, gpu).ok_or_else(|| {
+                bad(format!(
+                    "unknown host link '{id}': use pcie4, pcie5, nvlink-c2c or unified"
+                ))
+            })?,
             None => links::default_host(gpu),
         };
         if p.mixed_precision.is_some() {
             if !p.fsdp {
-                return Err(bad("mixed_precision is FSDP's MixedPrecisionPolicy: it needs \"fsdp\": true".into()));
+                return Err(bad(
+                    "mixed_precision is FSDP's MixedPrecisionPolicy: it needs \"fsdp\": true"
+                        .into(),
+                ));
             }
             if plan.dtype != Precision::Fp32 {
                 return Err(bad(format!("mixed_precision keeps the sharded weights in fp32 and computes in its param_dtype: use \"dtype\": \"fp32\", not {}", plan.dtype.name())));
             }
-            if plan.quantization != super::config::Quantization::None || offload.optimizer || offload.params {
-                return Err(bad("mixed_precision with quantized weights or offload is not modelled".into()));
+            if plan.quantization != super::config::Quantization::None
+                || offload.optimizer
+                || offload.params
+            {
+                return Err(bad(
+                    "mixed_precision with quantized weights or offload is not modelled".into(),
+                ));
             }
         }
         if offload.params && zero < 3 {
@@ -376,7 +412,12 @@ impl Layout {
     }
 
     fn topology(&self) -> Topology {
-        Topology { gpus_per_node: self.gpus_per_node, nics_per_node: self.nics_per_node, intra: self.intra_link, inter: self.inter_link }
+        Topology {
+            gpus_per_node: self.gpus_per_node,
+            nics_per_node: self.nics_per_node,
+            intra: self.intra_link,
+            inter: self.inter_link,
+        }
     }
 
     /// The name of the data-parallel scheme.
@@ -384,7 +425,13 @@ impl Layout {
         match (self.zero, self.fsdp) {
             (_, true) if self.zero == 3 => "FSDP (FULL_SHARD)".into(),
             (_, true) => "FSDP (SHARD_GRAD_OP)".into(),
-            (0, _) => if self.dp > 1 { "DDP".into() } else { "single replica".into() },
+            (0, _) => {
+                if self.dp > 1 {
+                    "DDP".into()
+                } else {
+                    "single replica".into()
+                }
+            }
             (z, _) => format!("ZeRO-{z}"),
         }
     }
@@ -416,7 +463,11 @@ fn rounded(b: u64) -> u64 {
 
 impl Piece {
     fn new(mut g: Graph, opts: &StepOptions, offload_acts: bool, last: bool) -> Piece {
-        let offloaded = if offload_acts { offload::offload_activations(&mut g) } else { 0 };
+        let offloaded = if offload_acts {
+            offload::offload_activations(&mut g)
+        } else {
+            0
+        };
         let r = simulate(&g, opts);
         let op_params = pipeline::op_params(&g);
         let bl = pipeline::blocks(&g);
@@ -442,7 +493,11 @@ impl Piece {
                 let _ = s;
             }
         }
-        for t in g.tensors.iter().filter(|t| g.storages[t.storage].kind == StorageKind::Input && t.requires_grad) {
+        for t in g
+            .tensors
+            .iter()
+            .filter(|t| g.storages[t.storage].kind == StorageKind::Input && t.requires_grad)
+        {
             send_prev += g.storages[t.storage].bytes.0;
         }
         let mut seen = Vec::new();
@@ -457,7 +512,18 @@ impl Piece {
                 send_next += g.storages[s].bytes.0;
             }
         }
-        Piece { g, r, op_params, unit_of_op, units, accumulation: opts.accumulation, in_flight, offloaded, send_next, send_prev }
+        Piece {
+            g,
+            r,
+            op_params,
+            unit_of_op,
+            units,
+            accumulation: opts.accumulation,
+            in_flight,
+            offloaded,
+            send_next,
+            send_prev,
+        }
     }
 
     fn forward_flops(&self) -> f64 {
@@ -494,7 +560,9 @@ impl PerGpu {
             params_bytes: c(Category::Params),
             grads_bytes: c(Category::Gradients),
             optimizer_state_bytes: c(Category::OptimizerState),
-            activations_bytes: c(Category::Activations) + c(Category::BackwardTemps) + c(Category::Inputs),
+            activations_bytes: c(Category::Activations)
+                + c(Category::BackwardTemps)
+                + c(Category::Inputs),
             other_bytes: c(Category::Buffers) + c(Category::OptimizerTemps) + l.comm_buffers,
             comm_buffer_bytes: l.comm_buffers,
             peak_allocated_bytes: peak,
@@ -618,9 +686,17 @@ pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, EstimateError> 
 /// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
 pub fn prepare_graph(plan: &Plan, layout: &Layout, g: Graph) -> Result<Prepared, EstimateError> {
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
-        return Err(bad(format!("the graph was not built with tensor parallelism tp = {}", layout.tp)));
+        return Err(bad(format!(
+            "the graph was not built with tensor parallelism tp = {}",
+            layout.tp
+        )));
     }
-    let opts = StepOptions { optimizer: plan.opt, optimizer_impl: plan.optimizer_impl(), accumulation: layout.micro_batches, device: plan.device };
+    let opts = StepOptions {
+        optimizer: plan.opt,
+        optimizer_impl: plan.optimizer_impl(),
+        accumulation: layout.micro_batches,
+        device: plan.device,
+    };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
     if chunks as usize > bl.len() {
@@ -636,15 +712,35 @@ pub fn prepare_graph(plan: &Plan, layout: &Layout, g: Graph) -> Result<Prepared,
     }
     let forward_flops_full: f64 = g.ops.iter().map(|o| o.flops).sum();
     let whole = simulate(&g, &opts);
-    let overhead = whole.timeline.reserved().0.saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
+    let overhead = whole
+        .timeline
+        .reserved()
+        .0
+        .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
     let pieces = if chunks == 1 {
         vec![Piece::new(g, &opts, layout.offload.activations, true)]
     } else {
         let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
         let n = ranges.len();
-        ranges.into_iter().enumerate().map(|(i, r)| Piece::new(pipeline::slice(&g, r), &opts, layout.offload.activations, i + 1 == n)).collect()
+        ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                Piece::new(
+                    pipeline::slice(&g, r),
+                    &opts,
+                    layout.offload.activations,
+                    i + 1 == n,
+                )
+            })
+            .collect()
     };
-    Ok(Prepared { pieces, chunks, forward_flops_full, overhead })
+    Ok(Prepared {
+        pieces,
+        chunks,
+        forward_flops_full,
+        overhead,
+    })
 }
 
 fn cat_name(i: usize) -> &'static str {
@@ -657,9 +753,15 @@ pub fn estimate_parallel(plan: &Plan) -> Result<ParallelEstimate, EstimateError>
 }
 
 /// [`estimate_parallel`] over pieces made by `prep` (e.g. [`prepare_graph`] on a custom graph).
-pub fn estimate_parallel_with(plan: &Plan, prep: impl Fn(&Layout) -> Result<Prepared, EstimateError>) -> Result<ParallelEstimate, EstimateError> {
+pub fn estimate_parallel_with(
+    plan: &Plan,
+    prep: impl Fn(&Layout) -> Result<Prepared, EstimateError>,
+) -> Result<ParallelEstimate, EstimateError> {
     let gpu = match &plan.gpu {
-        Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
+        Some(id) => Some(
+            gpus::find(id)
+                .ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?,
+        ),
         None => None,
     };
     let layout = Layout::resolve(plan, gpu.as_ref())?;
@@ -669,31 +771,60 @@ pub fn estimate_parallel_with(plan: &Plan, prep: impl Fn(&Layout) -> Result<Prep
     if let Some(off) = est.offload.as_mut() {
         let mut base = layout.clone();
         base.offload = Offload::default();
-        let base_prep = if layout.offload.activations { prepare(&base)? } else { prep };
+        let base_prep = if layout.offload.activations {
+            prepare(&base)?
+        } else {
+            prep
+        };
         let without = evaluate(plan, &base, &base_prep, gpu.as_ref());
-        off.gpu_bytes_saved = without.per_gpu.peak_allocated_bytes.saturating_sub(est.per_gpu.peak_allocated_bytes);
+        off.gpu_bytes_saved = without
+            .per_gpu
+            .peak_allocated_bytes
+            .saturating_sub(est.per_gpu.peak_allocated_bytes);
     }
     Ok(est)
 }
 
 /// Per-rank memory, communication and time of `layout` over prepared pieces.
-pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>) -> ParallelEstimate {
+pub fn evaluate(
+    plan: &Plan,
+    layout: &Layout,
+    prep: &Prepared,
+    gpu: Option<&Gpu>,
+) -> ParallelEstimate {
     let sh = layout.sharding();
     let states = plan.opt.states_per_param();
-    let sharded: Vec<Sharded> = prep.pieces.iter().map(|p| Sharded::new(p, sh, states, layout.mixed_precision)).collect();
+    let sharded: Vec<Sharded> = prep
+        .pieces
+        .iter()
+        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
+        .collect();
     let topo = layout.topology();
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
-    let workspaces = if sm == 0 { 0 } else { super::device::cublas_workspaces(sm).0 };
-    let context = gpu.map(|g| g.context.0).unwrap_or(super::device::DEFAULT_CONTEXT.0);
+    let workspaces = if sm == 0 {
+        0
+    } else {
+        super::device::cublas_workspaces(sm).0
+    };
+    let context = gpu
+        .map(|g| g.context.0)
+        .unwrap_or(super::device::DEFAULT_CONTEXT.0);
     let peak_flops = gpu.map(|g| comm::peak_flops(g, layout.compute_precision(plan)) * layout.mfu);
     let m = layout.micro_batches as u64;
     let (pp, v) = (layout.pp, layout.interleave);
 
     let mut ranks = Vec::new();
     for i in 0..pp {
-        let chunks: Vec<usize> = (0..v).map(|j| (i + j * pp) as usize).filter(|&c| c < prep.pieces.len()).collect();
+        let chunks: Vec<usize> = (0..v)
+            .map(|j| (i + j * pp) as usize)
+            .filter(|&c| c < prep.pieces.len())
+            .collect();
         let n_in_flight = pipeline::in_flight(i, pp, m, v);
-        let mean_in_flight = chunks.iter().map(|&c| prep.pieces[c].in_flight).sum::<u64>() / chunks.len().max(1) as u64;
+        let mean_in_flight = chunks
+            .iter()
+            .map(|&c| prep.pieces[c].in_flight)
+            .sum::<u64>()
+            / chunks.len().max(1) as u64;
         let extra = n_in_flight.saturating_sub(1) * mean_in_flight;
         // What each chunk holds while another runs: its state at the start of the step, without
         // the micro-batch's inputs (counted in flight).
@@ -733,15 +864,22 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
                 l.add(&others);
                 let name = ev.op.map(|o| {
                     let op = &piece.g.ops[o];
-                    if op.name.is_empty() { op.kind.to_string() } else { format!("{} ({})", op.name, op.kind) }
+                    if op.name.is_empty() {
+                        op.kind.to_string()
+                    } else {
+                        format!("{} ({})", op.name, op.kind)
+                    }
                 });
                 consider(l, ev.phase, name);
             }
         }
         consider(opt_sum, Phase::Optimizer, None);
-        let (live, peak_phase, peak_op) = best.unwrap_or((RankLive::default(), Phase::Forward, None));
+        let (live, peak_phase, peak_op) =
+            best.unwrap_or((RankLive::default(), Phase::Forward, None));
         let memory = PerGpu::of(&live, prep.overhead, workspaces, context);
-        let mut breakdown: Vec<(String, u64)> = (0..Category::COUNT).map(|k| (cat_name(k).to_string(), live.cats[k])).collect();
+        let mut breakdown: Vec<(String, u64)> = (0..Category::COUNT)
+            .map(|k| (cat_name(k).to_string(), live.cats[k]))
+            .collect();
         breakdown.push(("comm_buffers".into(), live.comm_buffers));
 
         // Host memory of this rank.
@@ -751,13 +889,24 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
             if layout.offload.optimizer {
                 // The state, and the gradients and parameters of the share this rank steps on,
                 // pinned (with parameter offload that copy is the parameter shard itself).
-                host += s.optimizer_state() + s.optimizer_share(s.grads_full()) + s.optimizer_share(s.params_full());
+                host += s.optimizer_state()
+                    + s.optimizer_share(s.grads_full())
+                    + s.optimizer_share(s.params_full());
             } else if layout.offload.params {
                 host += s.params_at_rest();
             }
             host += prep.pieces[c].offloaded * n_in_flight.max(1).min(m.max(1) * v);
         }
-        ranks.push((i, chunks, n_in_flight, peak_phase, peak_op, memory, breakdown, host));
+        ranks.push((
+            i,
+            chunks,
+            n_in_flight,
+            peak_phase,
+            peak_op,
+            memory,
+            breakdown,
+            host,
+        ));
     }
 
     // Communication and time per rank.
@@ -778,9 +927,16 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
         all_items.push(items);
     }
     let c_max = compute_per_mb.iter().cloned().fold(0.0, f64::max);
-    let compute = if pp > 1 { c_max * (m as f64 + (pp - 1) as f64 / v as f64) } else { c_max * m as f64 };
+    let compute = if pp > 1 {
+        c_max * (m as f64 + (pp - 1) as f64 / v as f64)
+    } else {
+        c_max * m as f64
+    };
     // Ranks wait for each other every step: the slowest sets the pace.
-    let exposed_max = all_items.iter().map(|it| it.iter().map(|x| x.exposed_seconds).sum::<f64>()).fold(0.0, f64::max);
+    let exposed_max = all_items
+        .iter()
+        .map(|it| it.iter().map(|x| x.exposed_seconds).sum::<f64>())
+        .fold(0.0, f64::max);
     let step = compute + exposed_max;
     for (k, r) in ranks.into_iter().enumerate() {
         let (i, chunks, n_in_flight, peak_phase, peak_op, memory, breakdown, host) = r;
@@ -795,13 +951,29 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
             breakdown,
             host_bytes: host,
             compute_seconds: compute_per_mb[k] * m as f64,
-            comm_bytes_sent: items.iter().filter(|x| x.scheme != "offload").map(|x| x.bytes_sent).sum(),
-            comm_seconds: items.iter().filter(|x| x.scheme != "offload").map(|x| x.seconds).sum(),
-            exposed_comm_seconds: items.iter().filter(|x| x.scheme != "offload").map(|x| x.exposed_seconds).sum(),
+            comm_bytes_sent: items
+                .iter()
+                .filter(|x| x.scheme != "offload")
+                .map(|x| x.bytes_sent)
+                .sum(),
+            comm_seconds: items
+                .iter()
+                .filter(|x| x.scheme != "offload")
+                .map(|x| x.seconds)
+                .sum(),
+            exposed_comm_seconds: items
+                .iter()
+                .filter(|x| x.scheme != "offload")
+                .map(|x| x.exposed_seconds)
+                .sum(),
         });
     }
-    let peak_rank = (0..reports.len()).max_by_key(|&k| (reports[k].memory.device_total_bytes, std::cmp::Reverse(k))).unwrap_or(0);
-    let busiest = (0..reports.len()).max_by(|&a, &b| reports[a].comm_bytes_sent.cmp(&reports[b].comm_bytes_sent)).unwrap_or(0);
+    let peak_rank = (0..reports.len())
+        .max_by_key(|&k| (reports[k].memory.device_total_bytes, std::cmp::Reverse(k)))
+        .unwrap_or(0);
+    let busiest = (0..reports.len())
+        .max_by(|&a, &b| reports[a].comm_bytes_sent.cmp(&reports[b].comm_bytes_sent))
+        .unwrap_or(0);
     let per_gpu = reports[peak_rank].memory.clone();
     let host_bytes = reports.iter().map(|r| r.host_bytes).max().unwrap_or(0);
     let useful = compute_per_mb.iter().sum::<f64>() / compute_per_mb.len().max(1) as f64 * m as f64;
@@ -865,17 +1037,47 @@ pub fn evaluate(plan: &Plan, layout: &Layout, prep: &Prepared, gpu: Option<&Gpu>
 }
 
 #[allow(clippy::too_many_arguments)]
-fn item(scheme: &'static str, what: String, c: Collective, n: u64, buffer: u64, calls: u64, link: &comm::GroupLink, exposed: f64) -> CommItem {
+fn item(
+    scheme: &'static str,
+    what: String,
+    c: Collective,
+    n: u64,
+    buffer: u64,
+    calls: u64,
+    link: &comm::GroupLink,
+    exposed: f64,
+) -> CommItem {
     let per = comm::ring_bytes(c, n, buffer);
     let bytes = (per * calls as f64).round() as u64;
     let secs = comm::collective_seconds(c, n, buffer, link) * calls as f64;
-    CommItem { scheme, what, collective: Some(c), group: n, buffer_bytes: buffer, calls, bytes_sent: bytes, bytes_received: bytes, link: link.link, seconds: secs, exposed_seconds: exposed.clamp(0.0, secs) }
+    CommItem {
+        scheme,
+        what,
+        collective: Some(c),
+        group: n,
+        buffer_bytes: buffer,
+        calls,
+        bytes_sent: bytes,
+        bytes_received: bytes,
+        link: link.link,
+        seconds: secs,
+        exposed_seconds: exposed.clamp(0.0, secs),
+    }
 }
 
 /// The traffic of pipeline rank `stage` per optimizer step, with the part of each kind that
 /// compute cannot hide. `fwd`/`bwd`: compute seconds of one micro-batch's forward and backward.
 #[allow(clippy::too_many_arguments)]
-fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Sharded], chunks: &[usize], stage: u64, fwd: f64, bwd: f64) -> Vec<CommItem> {
+fn comm_items(
+    layout: &Layout,
+    topo: &Topology,
+    prep: &Prepared,
+    sharded: &[Sharded],
+    chunks: &[usize],
+    stage: u64,
+    fwd: f64,
+    bwd: f64,
+) -> Vec<CommItem> {
     let mut out = Vec::new();
     let m = layout.micro_batches as u64;
     let (dp, tp, pp) = (layout.dp, layout.tp, layout.pp);
@@ -890,8 +1092,20 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
             (0 | 1, false) => {
                 // Bucketed all-reduce once per step (`no_sync` on earlier micro-batches), overlapping
                 // the last backward; the last bucket (the first layers) is ready only at its end.
-                let buckets: Vec<(u64, f64)> = chunks.iter().flat_map(|&c| sharded[c].buckets.iter().copied().zip(sharded[c].bucket_ready.iter().copied())).collect();
-                let total: f64 = buckets.iter().map(|&(b, _)| secs(Collective::AllReduce, b)).sum();
+                let buckets: Vec<(u64, f64)> = chunks
+                    .iter()
+                    .flat_map(|&c| {
+                        sharded[c]
+                            .buckets
+                            .iter()
+                            .copied()
+                            .zip(sharded[c].bucket_ready.iter().copied())
+                    })
+                    .collect();
+                let total: f64 = buckets
+                    .iter()
+                    .map(|&(b, _)| secs(Collective::AllReduce, b))
+                    .sum();
                 // The comm stream takes buckets in order as they become ready during the last
                 // backward (Li et al. 2020, "PyTorch Distributed", §3.2.3); what runs past the
                 // backward's end is exposed.
@@ -900,26 +1114,73 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
                     end = end.max(ready * bwd) + secs(Collective::AllReduce, b);
                 }
                 let exposed = (end - bwd).max(0.0);
-                let mut it = item("dp", format!("DDP gradient all-reduce ({} buckets)", buckets.len()), Collective::AllReduce, dp, grads, 1, &l, 0.0);
+                let mut it = item(
+                    "dp",
+                    format!("DDP gradient all-reduce ({} buckets)", buckets.len()),
+                    Collective::AllReduce,
+                    dp,
+                    grads,
+                    1,
+                    &l,
+                    0.0,
+                );
                 it.seconds = total;
                 it.exposed_seconds = exposed.min(total);
                 out.push(it);
                 if layout.zero == 1 {
-                    out.push(item("zero", "ZeroRedundancyOptimizer parameter broadcast after the step".into(), Collective::AllGather, dp, params, 1, &l, f64::INFINITY));
+                    out.push(item(
+                        "zero",
+                        "ZeroRedundancyOptimizer parameter broadcast after the step".into(),
+                        Collective::AllGather,
+                        dp,
+                        params,
+                        1,
+                        &l,
+                        f64::INFINITY,
+                    ));
                 }
             }
             (2, false) => {
                 let t = secs(Collective::ReduceScatter, grads) * m as f64;
                 let tail = secs(Collective::ReduceScatter, grads.min(zero::DDP_BUCKET_CAP));
-                out.push(item("zero", "gradient reduce-scatter (each micro-batch)".into(), Collective::ReduceScatter, dp, grads, m, &l, (t - bwd * m as f64).max(tail * m as f64)));
-                out.push(item("zero", "parameter all-gather after the step".into(), Collective::AllGather, dp, params, 1, &l, f64::INFINITY));
+                out.push(item(
+                    "zero",
+                    "gradient reduce-scatter (each micro-batch)".into(),
+                    Collective::ReduceScatter,
+                    dp,
+                    grads,
+                    m,
+                    &l,
+                    (t - bwd * m as f64).max(tail * m as f64),
+                ));
+                out.push(item(
+                    "zero",
+                    "parameter all-gather after the step".into(),
+                    Collective::AllGather,
+                    dp,
+                    params,
+                    1,
+                    &l,
+                    f64::INFINITY,
+                ));
             }
             (z, _) => {
                 // FSDP / ZeRO-3: gathers per unit, prefetched one ahead; the first unit's gather and
                 // the last reduce-scatter cannot hide.
-                let first_unit = chunks.iter().filter_map(|&c| sharded[c].unit_params_full().first().copied()).next().unwrap_or(0)
-                    + chunks.iter().map(|&c| sharded[c].root_params_full()).sum::<u64>();
-                let last_unit = chunks.iter().filter_map(|&c| sharded[c].unit_grads_full().first().copied()).next().unwrap_or(grads);
+                let first_unit = chunks
+                    .iter()
+                    .filter_map(|&c| sharded[c].unit_params_full().first().copied())
+                    .next()
+                    .unwrap_or(0)
+                    + chunks
+                        .iter()
+                        .map(|&c| sharded[c].root_params_full())
+                        .sum::<u64>();
+                let last_unit = chunks
+                    .iter()
+                    .filter_map(|&c| sharded[c].unit_grads_full().first().copied())
+                    .next()
+                    .unwrap_or(grads);
                 let agf = secs(Collective::AllGather, params);
                 out.push(item(
                     if layout.fsdp { "fsdp" } else { "zero" },
@@ -933,16 +1194,39 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
                 ));
                 let mut bwd_busy = 0.0;
                 if z >= 3 {
-                    let root: u64 = if layout.fsdp { chunks.iter().map(|&c| sharded[c].root_params_full()).sum() } else { 0 };
+                    let root: u64 = if layout.fsdp {
+                        chunks.iter().map(|&c| sharded[c].root_params_full()).sum()
+                    } else {
+                        0
+                    };
                     let b = params.saturating_sub(root);
                     let agb = secs(Collective::AllGather, b);
                     bwd_busy += agb;
-                    out.push(item(if layout.fsdp { "fsdp" } else { "zero" }, "parameter all-gather in backward (each micro-batch)".into(), Collective::AllGather, dp, b, m, &l, 0.0));
+                    out.push(item(
+                        if layout.fsdp { "fsdp" } else { "zero" },
+                        "parameter all-gather in backward (each micro-batch)".into(),
+                        Collective::AllGather,
+                        dp,
+                        b,
+                        m,
+                        &l,
+                        0.0,
+                    ));
                 }
                 let rs = secs(Collective::ReduceScatter, grads);
                 bwd_busy += rs;
-                let exposed = ((bwd_busy - bwd).max(secs(Collective::ReduceScatter, last_unit))) * m as f64;
-                out.push(item(if layout.fsdp { "fsdp" } else { "zero" }, "gradient reduce-scatter (each micro-batch)".into(), Collective::ReduceScatter, dp, grads, m, &l, exposed));
+                let exposed =
+                    ((bwd_busy - bwd).max(secs(Collective::ReduceScatter, last_unit))) * m as f64;
+                out.push(item(
+                    if layout.fsdp { "fsdp" } else { "zero" },
+                    "gradient reduce-scatter (each micro-batch)".into(),
+                    Collective::ReduceScatter,
+                    dp,
+                    grads,
+                    m,
+                    &l,
+                    exposed,
+                ));
             }
         }
     }
@@ -955,14 +1239,22 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
             for r in &g.tp.comm {
                 let recompute = !r.backward && g.ops.get(r.op).is_some_and(|o| o.segment.is_some());
                 let calls = if recompute { 2 } else { 1 };
-                match by_kind.iter_mut().find(|x| x.0 == r.collective && x.1 == r.backward && x.2 == r.bytes) {
+                match by_kind
+                    .iter_mut()
+                    .find(|x| x.0 == r.collective && x.1 == r.backward && x.2 == r.bytes)
+                {
                     Some(x) => x.3 += calls,
                     None => by_kind.push((r.collective, r.backward, r.bytes, calls)),
                 }
             }
         }
         for (c, backward, bytes, calls) in by_kind {
-            let what = format!("Megatron {} {:?} per micro-batch", if backward { "backward" } else { "forward" }, c).to_ascii_lowercase();
+            let what = format!(
+                "Megatron {} {:?} per micro-batch",
+                if backward { "backward" } else { "forward" },
+                c
+            )
+            .to_ascii_lowercase();
             out.push(item("tp", what, c, tp, bytes, calls * m, &l, f64::INFINITY));
         }
     }
@@ -972,10 +1264,13 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
         let next: u64 = chunks.iter().map(|&c| prep.pieces[c].send_next).sum();
         let prev: u64 = chunks.iter().map(|&c| prep.pieces[c].send_prev).sum();
         let sent = (next + prev) * m;
-        let secs = (comm::collective_seconds(Collective::SendRecv, 2, next, &l) + comm::collective_seconds(Collective::SendRecv, 2, prev, &l)) * m as f64;
+        let secs = (comm::collective_seconds(Collective::SendRecv, 2, next, &l)
+            + comm::collective_seconds(Collective::SendRecv, 2, prev, &l))
+            * m as f64;
         out.push(CommItem {
             scheme: "pp",
-            what: "activations to the next stage, gradients to the previous (each micro-batch)".into(),
+            what: "activations to the next stage, gradients to the previous (each micro-batch)"
+                .into(),
             collective: Some(Collective::SendRecv),
             group: 2,
             buffer_bytes: next.max(prev),
@@ -1006,19 +1301,55 @@ fn comm_items(layout: &Layout, topo: &Topology, prep: &Prepared, sharded: &[Shar
         }
     };
     if layout.offload.optimizer {
-        let g: u64 = chunks.iter().map(|&c| sharded[c].optimizer_share(sharded[c].grads_full())).sum();
-        let p: u64 = chunks.iter().map(|&c| sharded[c].optimizer_share(sharded[c].params_full())).sum();
-        out.push(host_item("gradients to the host optimizer (overlaps the last backward)".into(), g, 1, true, bwd));
-        out.push(host_item("updated parameters back from the host".into(), p, 1, false, 0.0));
+        let g: u64 = chunks
+            .iter()
+            .map(|&c| sharded[c].optimizer_share(sharded[c].grads_full()))
+            .sum();
+        let p: u64 = chunks
+            .iter()
+            .map(|&c| sharded[c].optimizer_share(sharded[c].params_full()))
+            .sum();
+        out.push(host_item(
+            "gradients to the host optimizer (overlaps the last backward)".into(),
+            g,
+            1,
+            true,
+            bwd,
+        ));
+        out.push(host_item(
+            "updated parameters back from the host".into(),
+            p,
+            1,
+            false,
+            0.0,
+        ));
     }
     if layout.offload.params {
         let p: u64 = chunks.iter().map(|&c| sharded[c].params_at_rest()).sum();
-        out.push(host_item("parameter shards to the GPU before each gather (forward and backward)".into(), p, 2 * m, false, (fwd + bwd) * m as f64));
+        out.push(host_item(
+            "parameter shards to the GPU before each gather (forward and backward)".into(),
+            p,
+            2 * m,
+            false,
+            (fwd + bwd) * m as f64,
+        ));
     }
     if layout.offload.activations {
         let a: u64 = chunks.iter().map(|&c| prep.pieces[c].offloaded).sum();
-        out.push(host_item("saved activations to the host (save_on_cpu, compute stream)".into(), a, m, true, 0.0));
-        out.push(host_item("saved activations back for backward".into(), a, m, false, 0.0));
+        out.push(host_item(
+            "saved activations to the host (save_on_cpu, compute stream)".into(),
+            a,
+            m,
+            true,
+            0.0,
+        ));
+        out.push(host_item(
+            "saved activations back for backward".into(),
+            a,
+            m,
+            false,
+            0.0,
+        ));
     }
     out
 }
@@ -1030,7 +1361,9 @@ pub fn single_gpu(e: &super::Estimate) -> PerGpu {
         params_bytes: c(Category::Params),
         grads_bytes: c(Category::Gradients),
         optimizer_state_bytes: c(Category::OptimizerState),
-        activations_bytes: c(Category::Activations) + c(Category::BackwardTemps) + c(Category::Inputs),
+        activations_bytes: c(Category::Activations)
+            + c(Category::BackwardTemps)
+            + c(Category::Inputs),
         other_bytes: c(Category::Buffers) + c(Category::OptimizerTemps),
         comm_buffer_bytes: 0,
         peak_allocated_bytes: e.peak_allocated.0,

@@ -11,7 +11,7 @@
 //! allocator's 512-byte blocks.
 
 use super::config::Device;
-use super::graph::{Graph, GradFlow, StorageKind};
+use super::graph::{GradFlow, Graph, StorageKind};
 use super::optimizer::{OptimizerImpl, OptimizerKind};
 use super::timeline::{Category, Live, Phase, Timeline};
 use super::units::Bytes;
@@ -123,7 +123,10 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         for i in seg_first[seg]..=seg_last[seg] {
             for &t in &g.ops[i].inputs {
                 let s = g.tensors[t].storage;
-                if !persistent(s) && born[s].is_some_and(|b| b < seg_first[seg]) && !inputs.contains(&s) {
+                if !persistent(s)
+                    && born[s].is_some_and(|b| b < seg_first[seg])
+                    && !inputs.contains(&s)
+                {
                     inputs.push(s);
                 }
             }
@@ -158,8 +161,17 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
             None => param_bytes_by_dtype.push((t.dtype, b)),
         }
     }
-    let trainable: Vec<u64> = g.tensors.iter().filter(|t| t.is_param && t.requires_grad).map(|t| sbytes[t.storage]).collect();
-    let counter = Bytes(opt.optimizer.step_counter_bytes(opt.optimizer_impl, opt.device)).round_up(BLOCK);
+    let trainable: Vec<u64> = g
+        .tensors
+        .iter()
+        .filter(|t| t.is_param && t.requires_grad)
+        .map(|t| sbytes[t.storage])
+        .collect();
+    let counter = Bytes(
+        opt.optimizer
+            .step_counter_bytes(opt.optimizer_impl, opt.device),
+    )
+    .round_up(BLOCK);
     // Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
     if !opt.optimizer.is_paged() {
         let mut any_8bit = false;
@@ -213,7 +225,8 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         tl.push(Phase::Forward, Some(i), at);
         for &t in op.inputs.iter().chain(op.outputs.iter()) {
             let s = g.tensors[t].storage;
-            if last_use[s] == Some(i) && !persistent(s) && savers[s] == 0 && !kept[s] && !cached[s] {
+            if last_use[s] == Some(i) && !persistent(s) && savers[s] == 0 && !kept[s] && !cached[s]
+            {
                 free(s, &mut alive, &mut live, &cat_of);
             }
         }
@@ -226,7 +239,12 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     }
     // Inference (`torch.no_grad()`): the step is the forward alone.
     if g.inference {
-        return StepResult { timeline: tl, forward_flops, recompute_flops: 0.0, saved_after_forward };
+        return StepResult {
+            timeline: tl,
+            forward_flops,
+            recompute_flops: 0.0,
+            saved_after_forward,
+        };
     }
     // Attribute each saved storage once, to the first op that holds it.
     let mut counted = vec![false; ns];
@@ -264,11 +282,21 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let loss_grad = g.kept.first().map(|_| 0usize);
     if let Some(&loss) = g.kept.first() {
         let b = rounded(g.bytes(loss));
-        objs.push(GradObj { bytes: b, refs: 2, cat: Category::BackwardTemps });
+        objs.push(GradObj {
+            bytes: b,
+            refs: 2,
+            cat: Category::BackwardTemps,
+        });
         live.add(Category::BackwardTemps, Bytes(b));
         grad_of[loss] = Some(0);
     }
-    for t in g.tensors.iter().enumerate().filter(|(_, t)| t.is_param && grads_persist).map(|(i, _)| i) {
+    for t in g
+        .tensors
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| t.is_param && grads_persist)
+        .map(|(i, _)| i)
+    {
         has_grad[t] = true;
     }
 
@@ -282,12 +310,18 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
                 seg_done[seg] = true;
                 // Re-run the segment's forward up to its last op that saves anything (early stop).
                 let first = seg_first[seg];
-                let stop = (first..=seg_last[seg]).rev().find(|&j| !g.ops[j].saved.is_empty()).unwrap_or(first);
+                let stop = (first..=seg_last[seg])
+                    .rev()
+                    .find(|&j| !g.ops[j].saved.is_empty())
+                    .unwrap_or(first);
                 // Autograd saves an op's inputs before its kernel runs and its outputs after
                 // (the VariableType codegen); the recomputation raises `_StopRecomputationError`
                 // at the last save (`torch/utils/checkpoint.py`, early stop). So when the last
                 // saving op keeps none of its own outputs, its kernel never runs again.
-                let stop_runs = g.ops[stop].saved.iter().any(|t| g.ops[stop].outputs.contains(t));
+                let stop_runs = g.ops[stop]
+                    .saved
+                    .iter()
+                    .any(|t| g.ops[stop].outputs.contains(t));
                 let run_to = if stop_runs { stop + 1 } else { stop };
                 // Only entries of storages this segment touches are read below, and each is
                 // rewritten here first, so one buffer serves every segment.
@@ -337,7 +371,11 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
                 }
                 _ => {
                     let b = rounded(g.bytes(t));
-                    objs.push(GradObj { bytes: b, refs: 1, cat: Category::BackwardTemps });
+                    objs.push(GradObj {
+                        bytes: b,
+                        refs: 1,
+                        cat: Category::BackwardTemps,
+                    });
                     live.add(Category::BackwardTemps, Bytes(b));
                     objs.len() - 1
                 }
@@ -421,11 +459,21 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
     let mut at = live;
     match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => at.add(Category::OptimizerTemps, Bytes(opt.optimizer.for_loop_peak(&trainable))),
+        OptimizerImpl::ForLoop => at.add(
+            Category::OptimizerTemps,
+            Bytes(opt.optimizer.for_loop_peak(&trainable)),
+        ),
         _ => {
             // One temporary per parameter of the largest dtype group.
-            let group = param_bytes_by_dtype.iter().max_by_key(|(_, b)| *b).map(|(d, _)| *d);
-            for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad && Some(t.dtype) == group) {
+            let group = param_bytes_by_dtype
+                .iter()
+                .max_by_key(|(_, b)| *b)
+                .map(|(d, _)| *d);
+            for t in g
+                .tensors
+                .iter()
+                .filter(|t| t.is_param && t.requires_grad && Some(t.dtype) == group)
+            {
                 for _ in 0..temps {
                     at.add(Category::OptimizerTemps, Bytes(sbytes[t.storage]));
                 }
@@ -434,5 +482,10 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     }
     tl.push(Phase::Optimizer, None, at);
 
-    StepResult { timeline: tl, forward_flops, recompute_flops, saved_after_forward }
+    StepResult {
+        timeline: tl,
+        forward_flops,
+        recompute_flops,
+        saved_after_forward,
+    }
 }

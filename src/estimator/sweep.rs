@@ -7,7 +7,6 @@ use super::timeline::{Category, Phase};
 use super::units::Bytes;
 use super::{estimate, Estimate, MAX_BATCH};
 
-
 /// One point of a sweep: the swept value and the peak broken down by category.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Point {
@@ -47,7 +46,13 @@ fn with(plan: &Plan, axis: Axis, x: u64) -> Plan {
         Axis::Batch => p.batch = x,
         Axis::Resolution => p.res = Some(x),
         Axis::SeqLen => p.seq = Some(x),
-        Axis::Segments => p.ckpt = if x == 0 { Checkpointing::None } else { Checkpointing::Segments(x as u32) },
+        Axis::Segments => {
+            p.ckpt = if x == 0 {
+                Checkpointing::None
+            } else {
+                Checkpointing::Segments(x as u32)
+            }
+        }
     }
     p
 }
@@ -57,10 +62,20 @@ fn with(plan: &Plan, axis: Axis, x: u64) -> Plan {
 pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
     if axis == Axis::Batch {
         if let Ok(lines) = BatchLines::new(plan, xs.iter().copied().max().unwrap_or(1)) {
-            return xs.iter().filter(|&&x| x >= 1 && x <= MAX_BATCH).map(|&x| lines.point(x)).collect();
+            return xs
+                .iter()
+                .filter(|&&x| x >= 1 && x <= MAX_BATCH)
+                .map(|&x| lines.point(x))
+                .collect();
         }
     }
-    xs.iter().filter_map(|&x| estimate(&with(plan, axis, x)).ok().map(|e| Point::of(x, &e))).collect()
+    xs.iter()
+        .filter_map(|&x| {
+            estimate(&with(plan, axis, x))
+                .ok()
+                .map(|e| Point::of(x, &e))
+        })
+        .collect()
 }
 
 /// Memory as a function of the batch size. Every activation, gradient and temporary of a step is
@@ -101,9 +116,16 @@ impl BatchLines {
 
     /// The lines through two estimates of the same plan at batches `b1 < b2` (for callers that
     /// keep the two estimates for other uses, such as the planner page's per-layer chart).
-    pub fn from_estimates(e1: &Estimate, b1: u64, e2: &Estimate, b2: u64) -> Result<BatchLines, EstimateError> {
+    pub fn from_estimates(
+        e1: &Estimate,
+        b1: u64,
+        e2: &Estimate,
+        b2: u64,
+    ) -> Result<BatchLines, EstimateError> {
         if e1.timeline.events.len() != e2.timeline.events.len() || b2 <= b1 {
-            return Err(EstimateError::Unsupported("the step's ops change with the batch size".into()));
+            return Err(EstimateError::Unsupported(
+                "the step's ops change with the batch size".into(),
+            ));
         }
         let d = (b2 - b1) as f64;
         let mut lines = Vec::with_capacity(e1.timeline.events.len());
@@ -115,11 +137,20 @@ impl BatchLines {
                 l[c] = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }
             lines.push(l);
-            let (r1, r2) = (a.live.1.reserved().max(a.live.total()).0 as f64, b.live.1.reserved().max(b.live.total()).0 as f64);
+            let (r1, r2) = (
+                a.live.1.reserved().max(a.live.total()).0 as f64,
+                b.live.1.reserved().max(b.live.total()).0 as f64,
+            );
             let slope = (r2 - r1) / d;
             reserved.push((r1 - slope * b1 as f64, slope));
         }
-        let totals: Vec<(f64, f64)> = lines.iter().map(|l| l.iter().fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))).collect();
+        let totals: Vec<(f64, f64)> = lines
+            .iter()
+            .map(|l| {
+                l.iter()
+                    .fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))
+            })
+            .collect();
         let range = (1.0, MAX_BATCH as f64);
         Ok(BatchLines {
             peak_candidates: envelope(&totals, range),
@@ -183,11 +214,32 @@ impl BatchLines {
     pub fn point_at(&self, ev: usize, b: u64) -> Point {
         let bf = b as f64;
         let Some(l) = self.lines.get(ev) else {
-            return Point { x: b, peak_allocated: Bytes::ZERO, device_total: self.fixed, by_category: Vec::new(), recompute_flops: 0.0, forward_flops: 0.0 };
+            return Point {
+                x: b,
+                peak_allocated: Bytes::ZERO,
+                device_total: self.fixed,
+                by_category: Vec::new(),
+                recompute_flops: 0.0,
+                forward_flops: 0.0,
+            };
         };
-        let by_category: Vec<(Category, Bytes)> = Category::ALL.iter().map(|&c| (c, Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64))).collect();
+        let by_category: Vec<(Category, Bytes)> = Category::ALL
+            .iter()
+            .map(|&c| {
+                (
+                    c,
+                    Bytes((l[c.index()].0 + l[c.index()].1 * bf).max(0.0).round() as u64),
+                )
+            })
+            .collect();
         let peak: Bytes = by_category.iter().map(|(_, b)| *b).sum();
-        let reserved = self.reserved_candidates.iter().map(|&i| self.reserved[i as usize]).map(|(p, a)| p + a * bf).fold(0.0, f64::max).max(peak.0 as f64);
+        let reserved = self
+            .reserved_candidates
+            .iter()
+            .map(|&i| self.reserved[i as usize])
+            .map(|(p, a)| p + a * bf)
+            .fold(0.0, f64::max)
+            .max(peak.0 as f64);
         Point {
             x: b,
             peak_allocated: peak,
@@ -205,7 +257,13 @@ impl BatchLines {
 /// a full scan still holds.
 fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
     let mut order: Vec<usize> = (0..lines.len()).collect();
-    order.sort_by(|&i, &j| lines[i].1.total_cmp(&lines[j].1).then(lines[j].0.total_cmp(&lines[i].0)).then(i.cmp(&j)));
+    order.sort_by(|&i, &j| {
+        lines[i]
+            .1
+            .total_cmp(&lines[j].1)
+            .then(lines[j].0.total_cmp(&lines[i].0))
+            .then(i.cmp(&j))
+    });
     // Where line `k` overtakes line `j` (slope of k > slope of j).
     let cross = |j: usize, k: usize| (lines[j].0 - lines[k].0) / (lines[k].1 - lines[j].1);
     let mut hull: Vec<usize> = Vec::new();
@@ -231,8 +289,16 @@ fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
     }
     let mut keep: Vec<u32> = (0..hull.len())
         .filter(|&i| {
-            let from = if i == 0 { f64::NEG_INFINITY } else { cross(hull[i - 1], hull[i]) };
-            let to = if i + 1 == hull.len() { f64::INFINITY } else { cross(hull[i], hull[i + 1]) };
+            let from = if i == 0 {
+                f64::NEG_INFINITY
+            } else {
+                cross(hull[i - 1], hull[i])
+            };
+            let to = if i + 1 == hull.len() {
+                f64::INFINITY
+            } else {
+                cross(hull[i], hull[i + 1])
+            };
             from <= range.1 && to >= range.0
         })
         .map(|i| hull[i] as u32)
@@ -246,8 +312,14 @@ pub fn log_points(lo: u64, hi: u64, n: usize) -> Vec<u64> {
     let (lo, hi) = (lo.max(1), hi.max(lo.max(1)));
     let mut v: Vec<u64> = (0..n)
         .map(|i| {
-            let t = if n <= 1 { 0.0 } else { i as f64 / (n - 1) as f64 };
-            ((lo as f64).ln() + t * ((hi as f64).ln() - (lo as f64).ln())).exp().round() as u64
+            let t = if n <= 1 {
+                0.0
+            } else {
+                i as f64 / (n - 1) as f64
+            };
+            ((lo as f64).ln() + t * ((hi as f64).ln() - (lo as f64).ln()))
+                .exp()
+                .round() as u64
         })
         .collect();
     v.dedup();
@@ -262,10 +334,13 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
     if !fits(1)? {
         return Ok(None);
     }
-    let Ok(lines) = BatchLines::new(plan, 1024) else { return max_batch_bisect(plan, capacity) };
+    let Ok(lines) = BatchLines::new(plan, 1024) else {
+        return max_batch_bisect(plan, capacity);
+    };
     // Predicted boundary from the lines, then a bracket confirmed by real estimates.
     let (mut lo, mut hi) = (1u64, MAX_BATCH);
-    let guess = largest_fitting(MAX_BATCH, |m| Ok(lines.point(m).device_total <= capacity))?.unwrap_or(1);
+    let guess =
+        largest_fitting(MAX_BATCH, |m| Ok(lines.point(m).device_total <= capacity))?.unwrap_or(1);
     let mut step = (guess / 64).max(1);
     let mut probe = guess;
     // Walk down until it fits, then up until it does not, widening the step each time.
@@ -312,7 +387,10 @@ pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool,
 
 /// The largest `x` in `1..=max` with `fits(x)`, for a predicate that only turns false as `x`
 /// grows: doubling from 1, then bisection. `Ok(None)` when `fits(1)` is false.
-pub fn largest_fitting(max: u64, mut fits: impl FnMut(u64) -> Result<bool, EstimateError>) -> Result<Option<u64>, EstimateError> {
+pub fn largest_fitting(
+    max: u64,
+    mut fits: impl FnMut(u64) -> Result<bool, EstimateError>,
+) -> Result<Option<u64>, EstimateError> {
     if !fits(1)? {
         return Ok(None);
     }
@@ -331,7 +409,11 @@ pub fn largest_fitting(max: u64, mut fits: impl FnMut(u64) -> Result<bool, Estim
 }
 
 /// Narrows `lo` (fits) and `hi` (does not) to adjacent values; returns `lo`.
-fn bisect(mut lo: u64, mut hi: u64, mut fits: impl FnMut(u64) -> Result<bool, EstimateError>) -> Result<u64, EstimateError> {
+fn bisect(
+    mut lo: u64,
+    mut hi: u64,
+    mut fits: impl FnMut(u64) -> Result<bool, EstimateError>,
+) -> Result<u64, EstimateError> {
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {
@@ -355,8 +437,14 @@ mod tests {
         for b in [1u64, 3, 17, 100, 511] {
             let e = estimate(&with(&p, Axis::Batch, b)).unwrap();
             let pt = lines.point(b);
-            let err = (pt.peak_allocated.0 as f64 - e.peak_allocated.0 as f64).abs() / e.peak_allocated.0 as f64;
-            assert!(err < 1e-3, "batch {b}: lines {} vs estimate {}", pt.peak_allocated, e.peak_allocated);
+            let err = (pt.peak_allocated.0 as f64 - e.peak_allocated.0 as f64).abs()
+                / e.peak_allocated.0 as f64;
+            assert!(
+                err < 1e-3,
+                "batch {b}: lines {} vs estimate {}",
+                pt.peak_allocated,
+                e.peak_allocated
+            );
         }
     }
 
@@ -365,15 +453,33 @@ mod tests {
         // Lines from a small generator: many crossings, duplicates and equal slopes.
         let mut seed = 12345u64;
         let mut rnd = || {
-            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             (seed >> 33) % 50
         };
         for _ in 0..200 {
-            let lines: Vec<(f64, f64)> = (0..30).map(|_| (rnd() as f64 * 100.0, rnd() as f64)).collect();
+            let lines: Vec<(f64, f64)> = (0..30)
+                .map(|_| (rnd() as f64 * 100.0, rnd() as f64))
+                .collect();
             let cand = envelope(&lines, (1.0, 1e6));
             for b in [1.0, 2.0, 3.0, 7.0, 10.0, 33.0, 100.0, 1e3, 1e5, 1e6] {
-                let full = (0..lines.len()).fold(0, |best, i| if lines[i].0 + lines[i].1 * b > lines[best].0 + lines[best].1 * b { i } else { best });
-                let fast = cand.iter().fold(cand[0] as usize, |best, &i| if lines[i as usize].0 + lines[i as usize].1 * b > lines[best].0 + lines[best].1 * b { i as usize } else { best });
+                let full = (0..lines.len()).fold(0, |best, i| {
+                    if lines[i].0 + lines[i].1 * b > lines[best].0 + lines[best].1 * b {
+                        i
+                    } else {
+                        best
+                    }
+                });
+                let fast = cand.iter().fold(cand[0] as usize, |best, &i| {
+                    if lines[i as usize].0 + lines[i as usize].1 * b
+                        > lines[best].0 + lines[best].1 * b
+                    {
+                        i as usize
+                    } else {
+                        best
+                    }
+                });
                 assert_eq!(full, fast, "b = {b}: {lines:?}");
             }
         }
@@ -382,7 +488,12 @@ mod tests {
     #[test]
     fn batch_lines_keep_few_candidates() {
         let lines = BatchLines::new(&Plan::new("gpt2"), 512).unwrap();
-        assert!(lines.peak_candidates.len() < 20 && lines.len() > 500, "{} of {} events", lines.peak_candidates.len(), lines.len());
+        assert!(
+            lines.peak_candidates.len() < 20 && lines.len() > 500,
+            "{} of {} events",
+            lines.peak_candidates.len(),
+            lines.len()
+        );
     }
 
     #[test]
@@ -392,7 +503,12 @@ mod tests {
         let cap = Bytes(24 << 30);
         let b = max_batch(&p, cap).unwrap().unwrap();
         let at = |b| estimate(&with(&p, Axis::Batch, b)).unwrap().device_total;
-        assert!(at(b) <= cap && at(b + 1) > cap, "batch {b}: {} / {}", at(b), at(b + 1));
+        assert!(
+            at(b) <= cap && at(b + 1) > cap,
+            "batch {b}: {} / {}",
+            at(b),
+            at(b + 1)
+        );
         assert_eq!(max_batch(&p, Bytes(1 << 20)).unwrap(), None);
     }
 }

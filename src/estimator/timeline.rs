@@ -147,9 +147,18 @@ impl Timeline {
     }
     /// Largest segment footprint over the step: the caching allocator never releases segments.
     pub fn reserved(&self) -> Bytes {
-        self.events.iter().map(|e| e.live.1.reserved().max(e.live.total())).max().unwrap_or(Bytes::ZERO)
+        self.events
+            .iter()
+            .map(|e| e.live.1.reserved().max(e.live.total()))
+            .max()
+            .unwrap_or(Bytes::ZERO)
     }
     pub fn peak_in(&self, phase: Phase) -> Bytes {
-        self.events.iter().filter(|e| e.phase == phase).map(|e| e.live.total()).max().unwrap_or(Bytes::ZERO)
+        self.events
+            .iter()
+            .filter(|e| e.phase == phase)
+            .map(|e| e.live.total())
+            .max()
+            .unwrap_or(Bytes::ZERO)
     }
 }

@@ -83,7 +83,12 @@ pub struct LoraConfig {
 
 impl Default for LoraConfig {
     fn default() -> Self {
-        LoraConfig { rank: default_rank(), alpha: default_alpha(), targets: default_targets(), dropout: 0.0 }
+        LoraConfig {
+            rank: default_rank(),
+            alpha: default_alpha(),
+            targets: default_targets(),
+            dropout: 0.0,
+        }
     }
 }
 
@@ -101,7 +106,15 @@ pub enum Target {
 }
 
 impl Target {
-    pub const ALL: [Target; 7] = [Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down];
+    pub const ALL: [Target; 7] = [
+        Target::Q,
+        Target::K,
+        Target::V,
+        Target::O,
+        Target::Gate,
+        Target::Up,
+        Target::Down,
+    ];
     fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
         let t = match s.trim_end_matches("_proj") {
             "q" => Target::Q,
@@ -256,7 +269,17 @@ fn unsupported(msg: impl Into<String>) -> EstimateError {
 
 impl Default for TuneCtx {
     fn default() -> Self {
-        TuneCtx { mode: Mode::Train, lora: None, quant: Quantization::None, double_quant: false, group_size: 0, sparsity: Sparsity::None, frozen: None, infer: None, nf4_compute: DType::BF16 }
+        TuneCtx {
+            mode: Mode::Train,
+            lora: None,
+            quant: Quantization::None,
+            double_quant: false,
+            group_size: 0,
+            sparsity: Sparsity::None,
+            frozen: None,
+            infer: None,
+            nf4_compute: DType::BF16,
+        }
     }
 }
 
@@ -267,15 +290,26 @@ impl TuneCtx {
         let mode = plan.mode;
         let name = mode.key();
         if plan.lora.is_some() && mode != Mode::Finetune {
-            return Err(unsupported(format!("\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})")));
+            return Err(unsupported(format!(
+                "\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
+            )));
         }
         if plan.frozen.is_some() && mode != Mode::Finetune {
-            return Err(unsupported(format!("\"frozen\" needs \"mode\": \"finetune\" (the plan's mode is {name})")));
+            return Err(unsupported(format!(
+                "\"frozen\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
+            )));
         }
         if mode != Mode::Infer {
-            for (set, key) in [(plan.kv_cache_dtype.is_some(), "kv_cache_dtype"), (plan.context.is_some(), "context"), (plan.new_tokens.is_some(), "new_tokens"), (plan.sparsity != Sparsity::None, "sparsity")] {
+            for (set, key) in [
+                (plan.kv_cache_dtype.is_some(), "kv_cache_dtype"),
+                (plan.context.is_some(), "context"),
+                (plan.new_tokens.is_some(), "new_tokens"),
+                (plan.sparsity != Sparsity::None, "sparsity"),
+            ] {
                 if set {
-                    return Err(unsupported(format!("\"{key}\" applies to \"mode\": \"infer\" (the plan's mode is {name})")));
+                    return Err(unsupported(format!(
+                        "\"{key}\" applies to \"mode\": \"infer\" (the plan's mode is {name})"
+                    )));
                 }
             }
         }
@@ -289,7 +323,9 @@ impl TuneCtx {
         }
         if let Some(par) = &plan.parallel {
             if mode == Mode::Infer {
-                return Err(unsupported("inference plans are estimated on one GPU: remove \"parallel\""));
+                return Err(unsupported(
+                    "inference plans are estimated on one GPU: remove \"parallel\"",
+                ));
             }
             if plan.opt.is_bnb() && (par.zero.unwrap_or(0) > 0 || par.fsdp) {
                 return Err(unsupported("bitsandbytes optimizers with ZeRO/FSDP sharding are not modelled: use DDP (zero 0) or a PyTorch optimizer"));
@@ -302,28 +338,43 @@ impl TuneCtx {
             (Quantization::Nf4, g) => {
                 let g = g.unwrap_or(NF4_BLOCK);
                 if ![32, 64, 128, 256, 512, 1024, 2048, 4096].contains(&g) {
-                    return Err(unsupported(format!("NF4 block size {g} is not one bitsandbytes supports (32, 64, ..., 4096)")));
+                    return Err(unsupported(format!(
+                        "NF4 block size {g} is not one bitsandbytes supports (32, 64, ..., 4096)"
+                    )));
                 }
                 g
             }
             (Quantization::Int4, g) => {
                 let g = g.unwrap_or(INT4_GROUP);
                 if g == 0 || !g.is_power_of_two() || g > 4096 {
-                    return Err(unsupported(format!("INT4 group size {g} must be a power of two up to 4096")));
+                    return Err(unsupported(format!(
+                        "INT4 group size {g} must be a power of two up to 4096"
+                    )));
                 }
                 g
             }
-            (_, Some(_)) => return Err(unsupported("\"group_size\" applies to int4 and nf4 quantization")),
+            (_, Some(_)) => {
+                return Err(unsupported(
+                    "\"group_size\" applies to int4 and nf4 quantization",
+                ))
+            }
             (_, None) => 0,
         };
-        if plan.sparsity == Sparsity::TwoFour && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4) {
-            return Err(unsupported("2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones"));
+        if plan.sparsity == Sparsity::TwoFour
+            && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4)
+        {
+            return Err(unsupported(
+                "2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones",
+            ));
         }
         let lora = match &plan.lora {
             None => None,
             Some(l) => {
                 if l.rank == 0 || l.rank > 1 << 16 {
-                    return Err(unsupported(format!("LoRA rank must be between 1 and 65536, got {}", l.rank)));
+                    return Err(unsupported(format!(
+                        "LoRA rank must be between 1 and 65536, got {}",
+                        l.rank
+                    )));
                 }
                 if !l.alpha.is_finite() || l.alpha <= 0.0 {
                     return Err(unsupported("LoRA alpha must be a positive number"));
@@ -342,7 +393,12 @@ impl TuneCtx {
                         }
                     }
                 }
-                Some(LoraSpec { rank: l.rank, scaling: l.alpha / l.rank as f64, targets, dropout: l.dropout })
+                Some(LoraSpec {
+                    rank: l.rank,
+                    scaling: l.alpha / l.rank as f64,
+                    targets,
+                    dropout: l.dropout,
+                })
             }
         };
         if let Some(Frozen::Modules(m)) = &plan.frozen {
@@ -354,7 +410,17 @@ impl TuneCtx {
             super::graph::Precision::Fp16 | super::graph::Precision::AmpFp16 => DType::F16,
             _ => DType::BF16,
         };
-        Ok(TuneCtx { mode, lora, quant: plan.quantization, double_quant: plan.double_quant, group_size, sparsity: plan.sparsity, frozen: plan.frozen.clone(), infer: None, nf4_compute })
+        Ok(TuneCtx {
+            mode,
+            lora,
+            quant: plan.quantization,
+            double_quant: plan.double_quant,
+            group_size,
+            sparsity: plan.sparsity,
+            frozen: plan.frozen.clone(),
+            infer: None,
+            nf4_compute,
+        })
     }
 
     /// Whether the blocks' linear layers keep their plain dense weights.
@@ -403,14 +469,30 @@ pub fn nf4_shared_bytes(double_quant: bool) -> u64 {
 
 /// Exact bytes of one NF4 weight of `n` elements (no allocator rounding).
 pub fn nf4_weight_bytes(n: u64, block: u64, double_quant: bool) -> u64 {
-    nf4_storages(n, block, double_quant).iter().map(|&(e, d)| (e * d.bits()).div_ceil(8)).sum()
+    nf4_storages(n, block, double_quant)
+        .iter()
+        .map(|&(e, d)| (e * d.bits()).div_ceil(8))
+        .sum()
 }
 
 /// KV-cache bytes: keys and values of every layer, `kv_heads × head_dim` per token each
 /// (grouped-query and multi-query attention store only the shared heads).
-pub fn kv_cache_bytes(layers: u64, kv_heads: u64, head_dim: u64, batch: u64, tokens: u64, dtype: DType) -> Result<Bytes, EstimateError> {
-    let elems = [2, layers, kv_heads, head_dim, batch, tokens].iter().try_fold(1u64, |a, &d| a.checked_mul(d)).ok_or(EstimateError::TooLarge)?;
-    elems.checked_mul(dtype.bits()).map(|b| Bytes(b.div_ceil(8))).ok_or(EstimateError::TooLarge)
+pub fn kv_cache_bytes(
+    layers: u64,
+    kv_heads: u64,
+    head_dim: u64,
+    batch: u64,
+    tokens: u64,
+    dtype: DType,
+) -> Result<Bytes, EstimateError> {
+    let elems = [2, layers, kv_heads, head_dim, batch, tokens]
+        .iter()
+        .try_fold(1u64, |a, &d| a.checked_mul(d))
+        .ok_or(EstimateError::TooLarge)?;
+    elems
+        .checked_mul(dtype.bits())
+        .map(|b| Bytes(b.div_ceil(8)))
+        .ok_or(EstimateError::TooLarge)
 }
 
 #[cfg(test)]

@@ -9,7 +9,9 @@ use super::error::EstimateError;
 
 /// A number of bytes. Arithmetic saturates nowhere: sizes are built with the checked helpers,
 /// which report [`EstimateError::TooLarge`] instead of wrapping.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
@@ -33,7 +35,10 @@ impl Bytes {
         Bytes(self.0.div_ceil(align).saturating_mul(align))
     }
     pub fn checked_add(self, o: Bytes) -> Result<Bytes, EstimateError> {
-        self.0.checked_add(o.0).map(Bytes).ok_or(EstimateError::TooLarge)
+        self.0
+            .checked_add(o.0)
+            .map(Bytes)
+            .ok_or(EstimateError::TooLarge)
     }
     pub fn saturating_sub(self, o: Bytes) -> Bytes {
         Bytes(self.0.saturating_sub(o.0))
@@ -95,7 +100,9 @@ fn format_binary(b: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
 }
 
 /// A count of tensor elements.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize,
+)]
 #[serde(transparent)]
 pub struct Elems(pub u64);
 
@@ -238,19 +245,51 @@ mod tests {
     /// Golden against std's correctly rounded parser, and nonsense refused.
     #[test]
     fn decimals_parse_like_std() {
-        for s in ["24", "23.5", "0.1", ".5", "5.", "80.000", "0.3", "141.0", "1048576", "0.000123456789", "9007199254740991", "1234567.891011"] {
+        for s in [
+            "24",
+            "23.5",
+            "0.1",
+            ".5",
+            "5.",
+            "80.000",
+            "0.3",
+            "141.0",
+            "1048576",
+            "0.000123456789",
+            "9007199254740991",
+            "1234567.891011",
+        ] {
             assert_eq!(parse_decimal(s), Some(s.parse::<f64>().unwrap()), "{s}");
         }
         // Any mantissa below 2^53 with up to 22 decimals (a fixed pseudo-random sample).
         let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
         for _ in 0..20_000 {
-            x = x.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
             let (m, k) = ((x >> 11) % (1 << 53), (x % 23) as usize);
             let digits = format!("{m:0>width$}", width = k + 1);
-            let s = format!("{}.{}", &digits[..digits.len() - k], &digits[digits.len() - k..]);
+            let s = format!(
+                "{}.{}",
+                &digits[..digits.len() - k],
+                &digits[digits.len() - k..]
+            );
             assert_eq!(parse_decimal(&s), Some(s.parse::<f64>().unwrap()), "{s}");
         }
-        for s in ["", ".", "-1", "+1", "1e3", "1.2.3", " 1", "inf", "NaN", "1,5", "12345678901234567890", "0.00000000000000000000001"] {
+        for s in [
+            "",
+            ".",
+            "-1",
+            "+1",
+            "1e3",
+            "1.2.3",
+            " 1",
+            "inf",
+            "NaN",
+            "1,5",
+            "12345678901234567890",
+            "0.00000000000000000000001",
+        ] {
             assert_eq!(parse_decimal(s), None, "{s}");
         }
     }

@@ -7,7 +7,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::theme::{category_color, Theme, COMPUTE, INK, MARK, MUTED};
-use super::{draw_message, MemUnit, PlotError, Swatch, draw_legend, frame, style_mesh, tick};
+use super::{draw_legend, draw_message, frame, style_mesh, tick, MemUnit, PlotError, Swatch};
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 
@@ -68,14 +68,23 @@ impl<'a> CheckpointChart<'a> {
     }
 }
 
-pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &CheckpointChart, theme: &Theme) -> Result<(), PlotError> {
+pub fn draw_checkpoint_chart<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    data: &CheckpointChart,
+    theme: &Theme,
+) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
     let font = |px: f64| theme.sans(px);
     if data.points.is_empty() {
         return draw_message(area, data.empty, theme);
     }
     let unit = data.unit;
-    let all = || data.points.iter().chain(data.block.iter()).chain(data.current.iter());
+    let all = || {
+        data.points
+            .iter()
+            .chain(data.block.iter())
+            .chain(data.current.iter())
+    };
     let x_hi = all().map(|p| p.k).max().unwrap_or(1).max(2) as f64;
     let y_hi = all().map(|p| unit.of(p.peak)).fold(0.0, f64::max).max(1e-3) * 1.15;
     let c_hi = (all().map(|p| p.extra_compute * 100.0).fold(0.0, f64::max) * 1.15).max(10.0);
@@ -85,10 +94,15 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, 
         .right_y_label_area_size(theme.px(52.0))
         .build_cartesian_2d(0.5f64..x_hi + 0.5, 0f64..y_hi)?
         .set_secondary_coord(0.5f64..x_hi + 0.5, 0f64..c_hi);
-    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| tick(*y))
-        .draw()?;
+    style_mesh(
+        &mut chart.configure_mesh(),
+        theme,
+        data.x_desc,
+        data.y_desc.as_str(),
+    )
+    .x_label_formatter(&|x| format!("{x:.0}"))
+    .y_label_formatter(&|y| tick(*y))
+    .draw()?;
     chart
         .configure_secondary_axes()
         .axis_style(MUTED)
@@ -101,44 +115,114 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, 
     if let Some(k) = data.sqrt_k {
         let x = k as f64;
         let dash = theme.px(4.0);
-        chart.draw_series(DashedLineSeries::new(vec![(x, 0.0), (x, y_hi)], dash, dash, MUTED.stroke_width(theme.px(1.0))))?;
-        let style = font(12.0).color(&MUTED).pos(Pos::new(HPos::Left, VPos::Top));
-        chart.draw_series(std::iter::once(Text::new(format!(" √N = {k}"), (x, y_hi), style)))?;
+        chart.draw_series(DashedLineSeries::new(
+            vec![(x, 0.0), (x, y_hi)],
+            dash,
+            dash,
+            MUTED.stroke_width(theme.px(1.0)),
+        ))?;
+        let style = font(12.0)
+            .color(&MUTED)
+            .pos(Pos::new(HPos::Left, VPos::Top));
+        chart.draw_series(std::iter::once(Text::new(
+            format!(" √N = {k}"),
+            (x, y_hi),
+            style,
+        )))?;
     }
 
     let r = theme.px(3.0);
     let act_color = category_color(Category::Activations);
-    let peak: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, unit.of(p.peak))).collect();
-    let act: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, unit.of(p.activations))).collect();
-    let comp: Vec<(f64, f64)> = data.points.iter().map(|p| (p.k as f64, p.extra_compute * 100.0)).collect();
-    chart.draw_series(LineSeries::new(peak.clone(), INK.stroke_width(theme.px(2.0))).point_size(r))?;
+    let peak: Vec<(f64, f64)> = data
+        .points
+        .iter()
+        .map(|p| (p.k as f64, unit.of(p.peak)))
+        .collect();
+    let act: Vec<(f64, f64)> = data
+        .points
+        .iter()
+        .map(|p| (p.k as f64, unit.of(p.activations)))
+        .collect();
+    let comp: Vec<(f64, f64)> = data
+        .points
+        .iter()
+        .map(|p| (p.k as f64, p.extra_compute * 100.0))
+        .collect();
+    chart.draw_series(
+        LineSeries::new(peak.clone(), INK.stroke_width(theme.px(2.0))).point_size(r),
+    )?;
     chart.draw_series(LineSeries::new(act, act_color.stroke_width(theme.px(2.0))).point_size(r))?;
     let dash = theme.px(6.0);
-    chart.draw_secondary_series(DashedLineSeries::new(comp, dash, theme.px(3.0), COMPUTE.stroke_width(theme.px(2.0))))?;
+    chart.draw_secondary_series(DashedLineSeries::new(
+        comp,
+        dash,
+        theme.px(3.0),
+        COMPUTE.stroke_width(theme.px(2.0)),
+    ))?;
 
     if let Some(b) = data.block {
         let (x, y) = (b.k as f64, unit.of(b.peak));
-        chart.draw_series(std::iter::once(TriangleMarker::new((x, y), theme.px(6.0), INK.filled())))?;
-        chart.draw_secondary_series(std::iter::once(TriangleMarker::new((x, b.extra_compute * 100.0), theme.px(6.0), COMPUTE.filled())))?;
+        chart.draw_series(std::iter::once(TriangleMarker::new(
+            (x, y),
+            theme.px(6.0),
+            INK.filled(),
+        )))?;
+        chart.draw_secondary_series(std::iter::once(TriangleMarker::new(
+            (x, b.extra_compute * 100.0),
+            theme.px(6.0),
+            COMPUTE.filled(),
+        )))?;
         let style = font(12.0).color(&INK).pos(Pos::new(HPos::Right, VPos::Top));
-        chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(format!("{} ", data.block_label), (0, theme.px(8.0) as i32), style)))?;
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((x, y))
+                + Text::new(
+                    format!("{} ", data.block_label),
+                    (0, theme.px(8.0) as i32),
+                    style,
+                ),
+        ))?;
     }
 
     if let Some(c) = data.current {
         let (x, y) = (c.k as f64, unit.of(c.peak));
-        chart.draw_series(std::iter::once(Circle::new((x, y), theme.px(6.0), MARK.stroke_width(theme.px(2.0)))))?;
+        chart.draw_series(std::iter::once(Circle::new(
+            (x, y),
+            theme.px(6.0),
+            MARK.stroke_width(theme.px(2.0)),
+        )))?;
         let right_half = x > (x_hi + 1.0) / 2.0;
         let h = if right_half { HPos::Right } else { HPos::Left };
         let style = font(12.0).color(&MARK).pos(Pos::new(h, VPos::Bottom));
-        chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(format!("  {}  ", data.current_label), (0, -(theme.px(8.0) as i32)), style)))?;
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((x, y))
+                + Text::new(
+                    format!("  {}  ", data.current_label),
+                    (0, -(theme.px(8.0) as i32)),
+                    style,
+                ),
+        ))?;
     }
 
-    let legend = [(data.series[0], INK, Swatch::Line), (data.series[1], act_color, Swatch::Line), (data.series[2], COMPUTE, Swatch::Dashed)];
-    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, true, theme)?;
+    let legend = [
+        (data.series[0], INK, Swatch::Line),
+        (data.series[1], act_color, Swatch::Line),
+        (data.series[2], COMPUTE, Swatch::Dashed),
+    ];
+    draw_legend(
+        area,
+        chart.plotting_area().get_pixel_range(),
+        &legend,
+        true,
+        theme,
+    )?;
 
     if !data.saving.is_empty() {
         let style = font(13.0).color(&INK).pos(Pos::new(HPos::Left, VPos::Top));
-        area.draw(&Text::new(data.saving.clone(), (theme.px(12.0) as i32, theme.px(6.0) as i32), style))?;
+        area.draw(&Text::new(
+            data.saving.clone(),
+            (theme.px(12.0) as i32, theme.px(6.0) as i32),
+            style,
+        ))?;
     }
     Ok(())
 }

@@ -11,5 +11,8 @@ use crate::estimator::timeline::Category;
 /// KV cache is the last category, so it sits on top of the weights and activations and its growth
 /// with the context is visible. Each edge is (context, lower GiB, upper GiB).
 pub fn context_bands(points: &[Point]) -> Vec<(Category, Vec<(f64, f64, f64)>)> {
-    bands(points).into_iter().map(|b| (b.category, b.edges)).collect()
+    bands(points)
+        .into_iter()
+        .map(|b| (b.category, b.edges))
+        .collect()
 }

@@ -74,8 +74,14 @@ pub struct MemUnit {
 }
 
 impl MemUnit {
-    pub const GIB: MemUnit = MemUnit { divisor: (1u64 << 30) as f64, name: "GiB" };
-    pub const GB: MemUnit = MemUnit { divisor: 1e9, name: "GB" };
+    pub const GIB: MemUnit = MemUnit {
+        divisor: (1u64 << 30) as f64,
+        name: "GiB",
+    };
+    pub const GB: MemUnit = MemUnit {
+        divisor: 1e9,
+        name: "GB",
+    };
     pub fn of(&self, b: crate::estimator::units::Bytes) -> f64 {
         b.0 as f64 / self.divisor
     }
@@ -136,28 +142,64 @@ pub(crate) fn draw_legend<DB: plotters::prelude::DrawingBackend>(
     let line_h = theme.px(17.0) as i32;
     let pad = theme.px(6.0) as i32;
     let sw = theme.px(14.0) as i32;
-    let text_w = entries.iter().map(|(l, _, _)| area.estimate_text_size(l, &font).map_or(0, |(w, _)| w as i32)).max().unwrap_or(0);
+    let text_w = entries
+        .iter()
+        .map(|(l, _, _)| {
+            area.estimate_text_size(l, &font)
+                .map_or(0, |(w, _)| w as i32)
+        })
+        .max()
+        .unwrap_or(0);
     let w = pad * 3 + sw + text_w;
     let h = pad * 2 + line_h * entries.len() as i32;
     let m = theme.px(8.0) as i32;
-    let x0 = if right { plot.0.end - m - w } else { plot.0.start + m };
+    let x0 = if right {
+        plot.0.end - m - w
+    } else {
+        plot.0.start + m
+    };
     let y0 = plot.1.start + m;
-    area.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], WHITE.mix(0.85).filled()))?;
-    area.draw(&Rectangle::new([(x0, y0), (x0 + w, y0 + h)], theme::GRID.stroke_width(1)))?;
-    let text_style = font.pos(plotters::style::text_anchor::Pos::new(plotters::style::text_anchor::HPos::Left, plotters::style::text_anchor::VPos::Center));
+    area.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        WHITE.mix(0.85).filled(),
+    ))?;
+    area.draw(&Rectangle::new(
+        [(x0, y0), (x0 + w, y0 + h)],
+        theme::GRID.stroke_width(1),
+    ))?;
+    let text_style = font.pos(plotters::style::text_anchor::Pos::new(
+        plotters::style::text_anchor::HPos::Left,
+        plotters::style::text_anchor::VPos::Center,
+    ));
     for (i, (label, color, swatch)) in entries.iter().enumerate() {
         let cy = y0 + pad + line_h * i as i32 + line_h / 2;
         let sx = x0 + pad;
         match swatch {
-            Swatch::Fill => area.draw(&Rectangle::new([(sx, cy - line_h / 4), (sx + sw, cy + line_h / 4)], color.filled()))?,
-            Swatch::Line => area.draw(&PathElement::new(vec![(sx, cy), (sx + sw, cy)], color.stroke_width(theme.px(2.0))))?,
+            Swatch::Fill => area.draw(&Rectangle::new(
+                [(sx, cy - line_h / 4), (sx + sw, cy + line_h / 4)],
+                color.filled(),
+            ))?,
+            Swatch::Line => area.draw(&PathElement::new(
+                vec![(sx, cy), (sx + sw, cy)],
+                color.stroke_width(theme.px(2.0)),
+            ))?,
             Swatch::Dashed => {
                 let d = sw / 3;
-                area.draw(&PathElement::new(vec![(sx, cy), (sx + d, cy)], color.stroke_width(theme.px(2.0))))?;
-                area.draw(&PathElement::new(vec![(sx + 2 * d, cy), (sx + sw, cy)], color.stroke_width(theme.px(2.0))))?;
+                area.draw(&PathElement::new(
+                    vec![(sx, cy), (sx + d, cy)],
+                    color.stroke_width(theme.px(2.0)),
+                ))?;
+                area.draw(&PathElement::new(
+                    vec![(sx + 2 * d, cy), (sx + sw, cy)],
+                    color.stroke_width(theme.px(2.0)),
+                ))?;
             }
         }
-        area.draw(&Text::new(label.to_string(), (sx + sw + pad, cy), text_style.clone()))?;
+        area.draw(&Text::new(
+            label.to_string(),
+            (sx + sw + pad, cy),
+            text_style.clone(),
+        ))?;
     }
     Ok(())
 }
@@ -171,8 +213,15 @@ pub(crate) fn draw_message<DB: plotters::prelude::DrawingBackend>(
     use plotters::prelude::*;
     use plotters::style::text_anchor::{HPos, Pos, VPos};
     let (w, h) = area.dim_in_pixel();
-    let style = theme.sans(14.0).color(&theme::MUTED).pos(Pos::new(HPos::Center, VPos::Center));
-    area.draw(&Text::new(msg.to_string(), (w as i32 / 2, h as i32 / 2), style))?;
+    let style = theme
+        .sans(14.0)
+        .color(&theme::MUTED)
+        .pos(Pos::new(HPos::Center, VPos::Center));
+    area.draw(&Text::new(
+        msg.to_string(),
+        (w as i32 / 2, h as i32 / 2),
+        style,
+    ))?;
     Ok(())
 }
 
@@ -182,7 +231,9 @@ pub(crate) fn frame<'a, 'b, DB: plotters::prelude::DrawingBackend>(
     theme: &Theme,
 ) -> plotters::prelude::ChartBuilder<'a, 'b, DB> {
     let mut b = plotters::prelude::ChartBuilder::on(area);
-    b.margin(theme.px(12.0)).x_label_area_size(theme.px(40.0)).y_label_area_size(theme.px(56.0));
+    b.margin(theme.px(12.0))
+        .x_label_area_size(theme.px(40.0))
+        .y_label_area_size(theme.px(56.0));
     b
 }
 
@@ -213,5 +264,8 @@ where
 
 /// An axis tick in few digits ("0.5", "12", "1.25").
 pub(crate) fn tick(y: f64) -> String {
-    format!("{y:.3}").trim_end_matches('0').trim_end_matches('.').to_string()
+    format!("{y:.3}")
+        .trim_end_matches('0')
+        .trim_end_matches('.')
+        .to_string()
 }

@@ -28,7 +28,11 @@ pub const FIT: RGBColor = RGBColor(0x1a, 0x7f, 0x37);
 /// Compute (the checkpoint chart's second axis).
 pub const COMPUTE: RGBColor = RGBColor(0x6f, 0x42, 0xc1);
 /// Background tints of the step's phases: forward, backward, optimizer.
-pub const PHASE_TINTS: [RGBColor; 3] = [RGBColor(0xee, 0xf4, 0xfb), RGBColor(0xfb, 0xf3, 0xe9), RGBColor(0xf1, 0xee, 0xf8)];
+pub const PHASE_TINTS: [RGBColor; 3] = [
+    RGBColor(0xee, 0xf4, 0xfb),
+    RGBColor(0xfb, 0xf3, 0xe9),
+    RGBColor(0xf1, 0xee, 0xf8),
+];
 
 impl Theme {
     /// `px` CSS pixels in backing-store pixels, at least one.

@@ -8,7 +8,10 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::theme::{category_color, Theme, CAPACITY, MARK, MUTED, PHASE_TINTS};
-use super::{draw_message, MemUnit, PlotError, Swatch, draw_legend, english_categories, frame, style_mesh, tick};
+use super::{
+    draw_legend, draw_message, english_categories, frame, style_mesh, tick, MemUnit, PlotError,
+    Swatch,
+};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
@@ -25,13 +28,21 @@ pub struct Columns {
 }
 
 /// Groups `n` events into at most `max_cols` columns that never straddle two phases.
-pub fn columns(events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>, n: usize, max_cols: usize) -> Columns {
+pub fn columns(
+    events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>,
+    n: usize,
+    max_cols: usize,
+) -> Columns {
     let per = n.div_ceil(max_cols.max(1)).max(1);
     let mut out = Columns::default();
     let (mut best, mut best_total, mut count) = ([0u64; Category::COUNT], 0u64, 0usize);
     let mut phase: Option<Phase> = None;
     let mut peak_total = 0u64;
-    let mut flush = |out: &mut Columns, best: &mut [u64; Category::COUNT], best_total: &mut u64, count: &mut usize, ph: Phase| {
+    let mut flush = |out: &mut Columns,
+                     best: &mut [u64; Category::COUNT],
+                     best_total: &mut u64,
+                     count: &mut usize,
+                     ph: Phase| {
         if *count == 0 {
             return;
         }
@@ -49,7 +60,13 @@ pub fn columns(events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>
     };
     for (ph, live) in events {
         if phase.is_some_and(|p| p != ph) || count == per {
-            flush(&mut out, &mut best, &mut best_total, &mut count, phase.unwrap_or(ph));
+            flush(
+                &mut out,
+                &mut best,
+                &mut best_total,
+                &mut count,
+                phase.unwrap_or(ph),
+            );
         }
         phase = Some(ph);
         let total: u64 = live.iter().fold(0u64, |a, &b| a.saturating_add(b));
@@ -105,7 +122,11 @@ fn phase_index(p: Phase) -> usize {
     }
 }
 
-pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, data: &TimelineChart, theme: &Theme) -> Result<(), PlotError> {
+pub fn draw_timeline_chart<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    data: &TimelineChart,
+    theme: &Theme,
+) -> Result<(), PlotError> {
     area.fill(&WHITE)?;
     let font = |px: f64| theme.sans(px);
     let cols = &data.columns.live;
@@ -115,14 +136,20 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
     let unit = data.unit;
     let n = cols.len() as f64;
     let total = |c: &[u64; Category::COUNT]| c.iter().fold(0u64, |a, &b| a.saturating_add(b));
-    let top = cols.iter().map(|c| unit.of(Bytes(total(c)))).fold(0.0, f64::max);
+    let top = cols
+        .iter()
+        .map(|c| unit.of(Bytes(total(c))))
+        .fold(0.0, f64::max);
     // The capacity line only when it is near enough to matter; far above, it would flatten the
     // step's shape into the bottom of the chart.
-    let cap = data.capacity.as_ref().map(|c| unit.of(c.0)).filter(|&c| c <= 2.0 * top);
+    let cap = data
+        .capacity
+        .as_ref()
+        .map(|c| unit.of(c.0))
+        .filter(|&c| c <= 2.0 * top);
     let y_hi = top.max(cap.unwrap_or(0.0)).max(1e-3) * 1.12;
 
-    let mut chart = frame(area, theme)
-        .build_cartesian_2d(0f64..n, 0f64..y_hi)?;
+    let mut chart = frame(area, theme).build_cartesian_2d(0f64..n, 0f64..y_hi)?;
 
     // Phase tints first, under the mesh and the bands.
     for &(ph, start, end) in &data.columns.spans {
@@ -131,13 +158,21 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
             Phase::Backward => PHASE_TINTS[1],
             Phase::Optimizer => PHASE_TINTS[2],
         };
-        chart.draw_series(std::iter::once(Rectangle::new([(start as f64, 0.0), (end as f64, y_hi)], tint.filled())))?;
+        chart.draw_series(std::iter::once(Rectangle::new(
+            [(start as f64, 0.0), (end as f64, y_hi)],
+            tint.filled(),
+        )))?;
     }
-    style_mesh(&mut chart.configure_mesh(), theme, data.x_desc, data.y_desc.as_str())
-        .disable_x_mesh()
-        .x_labels(0)
-        .y_label_formatter(&|y| tick(*y))
-        .draw()?;
+    style_mesh(
+        &mut chart.configure_mesh(),
+        theme,
+        data.x_desc,
+        data.y_desc.as_str(),
+    )
+    .disable_x_mesh()
+    .x_labels(0)
+    .y_label_formatter(&|y| tick(*y))
+    .draw()?;
     // Phase names under the axis, centred on their spans.
     let (px, py) = chart.plotting_area().get_pixel_range();
     let scale = (px.end - px.start) as f64 / n;
@@ -146,13 +181,22 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
             continue;
         }
         let x = px.start + (((start + end) as f64 / 2.0) * scale) as i32;
-        let style = font(12.0).color(&MUTED).pos(Pos::new(HPos::Center, VPos::Top));
-        area.draw(&Text::new(data.phase_labels[phase_index(ph)].to_string(), (x, py.end + theme.px(4.0) as i32), style))?;
+        let style = font(12.0)
+            .color(&MUTED)
+            .pos(Pos::new(HPos::Center, VPos::Top));
+        area.draw(&Text::new(
+            data.phase_labels[phase_index(ph)].to_string(),
+            (x, py.end + theme.px(4.0) as i32),
+            style,
+        ))?;
     }
     let mut below = vec![0.0f64; cols.len()];
     let mut legend: Vec<(&str, plotters::style::RGBColor, Swatch)> = Vec::new();
     for c in Category::ALL {
-        let v: Vec<f64> = cols.iter().map(|col| unit.of(Bytes(col[c.index()]))).collect();
+        let v: Vec<f64> = cols
+            .iter()
+            .map(|col| unit.of(Bytes(col[c.index()])))
+            .collect();
         if v.iter().all(|&x| x == 0.0) {
             continue;
         }
@@ -170,25 +214,50 @@ pub fn draw_timeline_chart<DB: DrawingBackend>(area: &DrawingArea<DB, Shift>, da
         lower.reverse();
         upper.extend(lower);
         let color = category_color(c);
-        chart.draw_series(std::iter::once(Polygon::new(upper, color.mix(0.85).filled())))?;
+        chart.draw_series(std::iter::once(Polygon::new(
+            upper,
+            color.mix(0.85).filled(),
+        )))?;
         legend.push((data.categories[c.index()], color, Swatch::Fill));
     }
 
     if let (Some((cap, label)), Some(_)) = (&data.capacity, cap) {
         let y = unit.of(*cap);
-        chart.draw_series(std::iter::once(PathElement::new(vec![(0.0, y), (n, y)], CAPACITY.stroke_width(theme.px(1.5)))))?;
-        let style = font(12.0).color(&CAPACITY).pos(Pos::new(HPos::Right, VPos::Bottom));
+        chart.draw_series(std::iter::once(PathElement::new(
+            vec![(0.0, y), (n, y)],
+            CAPACITY.stroke_width(theme.px(1.5)),
+        )))?;
+        let style = font(12.0)
+            .color(&CAPACITY)
+            .pos(Pos::new(HPos::Right, VPos::Bottom));
         chart.draw_series(std::iter::once(Text::new(label.clone(), (n, y), style)))?;
     }
 
     let p = data.columns.peak.min(cols.len() - 1);
     let (x, y) = (p as f64 + 0.5, unit.of(Bytes(total(&cols[p]))));
-    chart.draw_series(std::iter::once(Circle::new((x, y), theme.px(4.0), MARK.filled())))?;
+    chart.draw_series(std::iter::once(Circle::new(
+        (x, y),
+        theme.px(4.0),
+        MARK.filled(),
+    )))?;
     let h = if x > n / 2.0 { HPos::Right } else { HPos::Left };
     let style = font(12.0).color(&MARK).pos(Pos::new(h, VPos::Bottom));
-    chart.draw_series(std::iter::once(EmptyElement::at((x, y)) + Text::new(format!("  {}  ", data.peak_label), (0, -(theme.px(6.0) as i32)), style)))?;
+    chart.draw_series(std::iter::once(
+        EmptyElement::at((x, y))
+            + Text::new(
+                format!("  {}  ", data.peak_label),
+                (0, -(theme.px(6.0) as i32)),
+                style,
+            ),
+    ))?;
 
-    draw_legend(area, chart.plotting_area().get_pixel_range(), &legend, false, theme)?;
+    draw_legend(
+        area,
+        chart.plotting_area().get_pixel_range(),
+        &legend,
+        false,
+        theme,
+    )?;
     Ok(())
 }
 
@@ -214,7 +283,10 @@ mod tests {
         let n = ev.len();
         let c = columns(ev, n, 20);
         assert!(c.live.len() <= 22, "{} columns", c.live.len());
-        assert_eq!(c.spans.iter().map(|s| s.0).collect::<Vec<_>>(), [Phase::Forward, Phase::Backward, Phase::Optimizer]);
+        assert_eq!(
+            c.spans.iter().map(|s| s.0).collect::<Vec<_>>(),
+            [Phase::Forward, Phase::Backward, Phase::Optimizer]
+        );
         assert_eq!(c.live[c.peak][0], 200);
         assert_eq!(c.spans.last().unwrap().2, c.live.len());
         for w in c.spans.windows(2) {

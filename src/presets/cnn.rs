@@ -87,9 +87,19 @@ fn pool_flatten(g: &mut Graph, h: TensorId) -> R {
 pub fn mobilenet_v2(ctx: &BuildCtx) -> Built {
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
-    let setting: [(u64, u64, u64, u64); 7] = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)];
+    let setting: [(u64, u64, u64, u64); 7] = [
+        (1, 16, 1, 1),
+        (6, 24, 2, 2),
+        (6, 32, 3, 2),
+        (6, 64, 4, 2),
+        (6, 96, 3, 1),
+        (6, 160, 3, 2),
+        (6, 320, 1, 1),
+    ];
     let mut children: Vec<Child> = Vec::new();
-    children.push(Box::new(|g, h| conv_bn_act(g, h, same(3, 32, 3, 2), Some(Act::Relu6))));
+    children.push(Box::new(|g, h| {
+        conv_bn_act(g, h, same(3, 32, 3, 2), Some(Act::Relu6))
+    }));
     let mut cin = 32;
     for &(t, c, n, s) in &setting {
         for i in 0..n {
@@ -102,10 +112,19 @@ pub fn mobilenet_v2(ctx: &BuildCtx) -> Built {
                 let r = (|| {
                     let mut idx = 0;
                     if t != 1 {
-                        o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, Conv::new(inp, hidden, 1, 1, 0), Some(Act::Relu6)))?;
+                        o = g.scoped(idx.to_string(), |g| {
+                            conv_bn_act(g, o, Conv::new(inp, hidden, 1, 1, 0), Some(Act::Relu6))
+                        })?;
                         idx += 1;
                     }
-                    o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, same(hidden, hidden, 3, stride).groups(hidden), Some(Act::Relu6)))?;
+                    o = g.scoped(idx.to_string(), |g| {
+                        conv_bn_act(
+                            g,
+                            o,
+                            same(hidden, hidden, 3, stride).groups(hidden),
+                            Some(Act::Relu6),
+                        )
+                    })?;
                     o = g.conv2d(&(idx + 1).to_string(), o, Conv::new(hidden, c, 1, 1, 0))?;
                     g.batch_norm(&(idx + 2).to_string(), o)
                 })();
@@ -119,7 +138,9 @@ pub fn mobilenet_v2(ctx: &BuildCtx) -> Built {
             cin = c;
         }
     }
-    children.push(Box::new(move |g, h| conv_bn_act(g, h, Conv::new(cin, 1280, 1, 1, 0), Some(Act::Relu6))));
+    children.push(Box::new(move |g, h| {
+        conv_bn_act(g, h, Conv::new(cin, 1280, 1, 1, 0), Some(Act::Relu6))
+    }));
     let h = features(&mut g, ctx, x, children)?;
     let h = pool_flatten(&mut g, h)?;
     let h = g.scoped("classifier", |g| {
@@ -177,7 +198,9 @@ pub fn mobilenet_v3(ctx: &BuildCtx, large: bool) -> Built {
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
-    children.push(Box::new(|g, h| conv_bn_act(g, h, same(3, 16, 3, 2), Some(Act::Hardswish))));
+    children.push(Box::new(|g, h| {
+        conv_bn_act(g, h, same(3, 16, 3, 2), Some(Act::Hardswish))
+    }));
     for &(cin, k, exp, cout, se, hs, stride) in rows {
         children.push(Box::new(move |g, h| {
             let act = if hs { Act::Hardswish } else { Act::Relu };
@@ -186,16 +209,29 @@ pub fn mobilenet_v3(ctx: &BuildCtx, large: bool) -> Built {
                 let mut o = h;
                 let mut idx = 0;
                 if exp != cin {
-                    o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, Conv::new(cin, exp, 1, 1, 0), Some(act)))?;
+                    o = g.scoped(idx.to_string(), |g| {
+                        conv_bn_act(g, o, Conv::new(cin, exp, 1, 1, 0), Some(act))
+                    })?;
                     idx += 1;
                 }
-                o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, same(exp, exp, k, stride).groups(exp), Some(act)))?;
+                o = g.scoped(idx.to_string(), |g| {
+                    conv_bn_act(g, o, same(exp, exp, k, stride).groups(exp), Some(act))
+                })?;
                 idx += 1;
                 if se {
-                    o = g.squeeze_excitation(&idx.to_string(), o, make_divisible((exp / 4) as f64, 8), Act::Relu, false, Act::Hardsigmoid)?;
+                    o = g.squeeze_excitation(
+                        &idx.to_string(),
+                        o,
+                        make_divisible((exp / 4) as f64, 8),
+                        Act::Relu,
+                        false,
+                        Act::Hardsigmoid,
+                    )?;
                     idx += 1;
                 }
-                g.scoped(idx.to_string(), |g| conv_bn_act(g, o, Conv::new(exp, cout, 1, 1, 0), None))
+                g.scoped(idx.to_string(), |g| {
+                    conv_bn_act(g, o, Conv::new(exp, cout, 1, 1, 0), None)
+                })
             })();
             g.pop();
             let o = r?;
@@ -208,7 +244,14 @@ pub fn mobilenet_v3(ctx: &BuildCtx, large: bool) -> Built {
     }
     let last_in = rows[rows.len() - 1].3;
     let last_out = 6 * last_in;
-    children.push(Box::new(move |g, h| conv_bn_act(g, h, Conv::new(last_in, last_out, 1, 1, 0), Some(Act::Hardswish))));
+    children.push(Box::new(move |g, h| {
+        conv_bn_act(
+            g,
+            h,
+            Conv::new(last_in, last_out, 1, 1, 0),
+            Some(Act::Hardswish),
+        )
+    }));
     let h = features(&mut g, ctx, x, children)?;
     let h = pool_flatten(&mut g, h)?;
     let h = g.scoped("classifier", |g| {
@@ -230,12 +273,22 @@ pub fn mobilenet_v3(ctx: &BuildCtx, large: bool) -> Built {
 /// classifier `Dropout(0.2, inplace)` + `Linear(1280, 1000)`.
 pub fn efficientnet_b0(ctx: &BuildCtx) -> Built {
     // (expand ratio, kernel, stride, input channels, output channels, layers)
-    let setting: [(u64, u64, u64, u64, u64, u64); 7] = [(1, 3, 1, 32, 16, 1), (6, 3, 2, 16, 24, 2), (6, 5, 2, 24, 40, 2), (6, 3, 2, 40, 80, 3), (6, 5, 1, 80, 112, 3), (6, 5, 2, 112, 192, 4), (6, 3, 1, 192, 320, 1)];
+    let setting: [(u64, u64, u64, u64, u64, u64); 7] = [
+        (1, 3, 1, 32, 16, 1),
+        (6, 3, 2, 16, 24, 2),
+        (6, 5, 2, 24, 40, 2),
+        (6, 3, 2, 40, 80, 3),
+        (6, 5, 1, 80, 112, 3),
+        (6, 5, 2, 112, 192, 4),
+        (6, 3, 1, 192, 320, 1),
+    ];
     let total: u64 = setting.iter().map(|s| s.5).sum();
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut children: Vec<Child> = Vec::new();
-    children.push(Box::new(|g, h| conv_bn_act(g, h, same(3, 32, 3, 2), Some(Act::Silu))));
+    children.push(Box::new(|g, h| {
+        conv_bn_act(g, h, same(3, 32, 3, 2), Some(Act::Silu))
+    }));
     let mut block_id = 0u64;
     for &(t, k, s, cin0, cout, n) in &setting {
         let first_id = block_id;
@@ -245,12 +298,16 @@ pub fn efficientnet_b0(ctx: &BuildCtx) -> Built {
             for i in 0..n {
                 let (cin, stride) = if i == 0 { (cin0, s) } else { (cout, 1) };
                 let sd_prob = 0.2 * (first_id + i) as f64 / total as f64;
-                h = g.scoped(i.to_string(), |g| mbconv(g, h, t, k, stride, cin, cout, sd_prob))?;
+                h = g.scoped(i.to_string(), |g| {
+                    mbconv(g, h, t, k, stride, cin, cout, sd_prob)
+                })?;
             }
             Ok(h)
         }));
     }
-    children.push(Box::new(|g, h| conv_bn_act(g, h, Conv::new(320, 1280, 1, 1, 0), Some(Act::Silu))));
+    children.push(Box::new(|g, h| {
+        conv_bn_act(g, h, Conv::new(320, 1280, 1, 1, 0), Some(Act::Silu))
+    }));
     let h = features(&mut g, ctx, x, children)?;
     let h = pool_flatten(&mut g, h)?;
     let h = g.scoped("classifier", |g| {
@@ -263,19 +320,41 @@ pub fn efficientnet_b0(ctx: &BuildCtx) -> Built {
 
 /// `torchvision.models.efficientnet.MBConv`.
 #[allow(clippy::too_many_arguments)]
-fn mbconv(g: &mut Graph, x: TensorId, t: u64, k: u64, stride: u64, cin: u64, cout: u64, sd_prob: f64) -> R {
+fn mbconv(
+    g: &mut Graph,
+    x: TensorId,
+    t: u64,
+    k: u64,
+    stride: u64,
+    cin: u64,
+    cout: u64,
+    sd_prob: f64,
+) -> R {
     let exp = make_divisible((cin * t) as f64, 8);
     g.push("block");
     let r = (|| {
         let mut o = x;
         let mut idx = 0;
         if exp != cin {
-            o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, Conv::new(cin, exp, 1, 1, 0), Some(Act::Silu)))?;
+            o = g.scoped(idx.to_string(), |g| {
+                conv_bn_act(g, o, Conv::new(cin, exp, 1, 1, 0), Some(Act::Silu))
+            })?;
             idx += 1;
         }
-        o = g.scoped(idx.to_string(), |g| conv_bn_act(g, o, same(exp, exp, k, stride).groups(exp), Some(Act::Silu)))?;
-        o = g.squeeze_excitation(&(idx + 1).to_string(), o, (cin / 4).max(1), Act::Silu, true, Act::Sigmoid)?;
-        g.scoped((idx + 2).to_string(), |g| conv_bn_act(g, o, Conv::new(exp, cout, 1, 1, 0), None))
+        o = g.scoped(idx.to_string(), |g| {
+            conv_bn_act(g, o, same(exp, exp, k, stride).groups(exp), Some(Act::Silu))
+        })?;
+        o = g.squeeze_excitation(
+            &(idx + 1).to_string(),
+            o,
+            (cin / 4).max(1),
+            Act::Silu,
+            true,
+            Act::Sigmoid,
+        )?;
+        g.scoped((idx + 2).to_string(), |g| {
+            conv_bn_act(g, o, Conv::new(exp, cout, 1, 1, 0), None)
+        })
     })();
     g.pop();
     let o = r?;
@@ -296,7 +375,9 @@ fn mbconv(g: &mut Graph, x: TensorId, t: u64, k: u64, stride: u64, cin: u64, cou
 /// as the harness sets them (an in-place ReLU opening a segment would overwrite the previous
 /// segment's output).
 pub fn vgg16(ctx: &BuildCtx) -> Built {
-    const CFG: [u64; 18] = [64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0];
+    const CFG: [u64; 18] = [
+        64, 64, 0, 128, 128, 0, 256, 256, 256, 0, 512, 512, 512, 0, 512, 512, 512, 0,
+    ];
     let relu_inplace = ctx.ckpt == Checkpointing::None;
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
@@ -307,7 +388,9 @@ pub fn vgg16(ctx: &BuildCtx) -> Built {
             children.push(Box::new(|g, h| g.max_pool2d(h, 2, 2, 0)));
         } else {
             let c = cin;
-            children.push(Box::new(move |g, h| g.conv2d("", h, Conv::new(c, v, 3, 1, 1).bias(true))));
+            children.push(Box::new(move |g, h| {
+                g.conv2d("", h, Conv::new(c, v, 3, 1, 1).bias(true))
+            }));
             children.push(Box::new(move |g, h| g.act(h, Act::Relu, relu_inplace)));
             cin = v;
         }
@@ -337,7 +420,12 @@ pub fn vgg16(ctx: &BuildCtx) -> Built {
 /// probability `0.1 * block_id / 17`, residual added in place), each but the last followed by
 /// `LayerNorm2d` + a 2×2/2 conv; classifier `LayerNorm2d`, flatten, `Linear(768, 1000)`.
 pub fn convnext_tiny(ctx: &BuildCtx) -> Built {
-    let stages: [(u64, Option<u64>, u64); 4] = [(96, Some(192), 3), (192, Some(384), 3), (384, Some(768), 9), (768, None, 3)];
+    let stages: [(u64, Option<u64>, u64); 4] = [
+        (96, Some(192), 3),
+        (192, Some(384), 3),
+        (384, Some(768), 9),
+        (768, None, 3),
+    ];
     let total: u64 = stages.iter().map(|s| s.2).sum();
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
@@ -408,7 +496,9 @@ fn custom_block_ckpt(ctx: &BuildCtx, model: &str) -> Result<bool, EstimateError>
     match ctx.ckpt {
         Checkpointing::None => Ok(false),
         Checkpointing::Block => Ok(true),
-        _ => Err(EstimateError::Unsupported(format!("{model} supports checkpointing of each conv block only: use block"))),
+        _ => Err(EstimateError::Unsupported(format!(
+            "{model} supports checkpointing of each conv block only: use block"
+        ))),
     }
 }
 
@@ -420,7 +510,9 @@ pub fn plainconv128(ctx: &BuildCtx) -> Built {
     let (x, y) = image_batch(&mut g, ctx)?;
     let mut h = g.scoped("stem", |g| g.checkpointed(ckpt, |g| cbr(g, x, 3, 128)))?;
     for i in 0..4 {
-        h = g.scoped(format!("blocks.{i}"), |g| g.checkpointed(ckpt, |g| cbr(g, h, 128, 128)))?;
+        h = g.scoped(format!("blocks.{i}"), |g| {
+            g.checkpointed(ckpt, |g| cbr(g, h, 128, 128))
+        })?;
     }
     let h = g.adaptive_avg_pool2d(h, 1)?;
     let h = g.view(h, vec![ctx.batch, 128])?;
@@ -436,7 +528,10 @@ pub fn plainconv128(ctx: &BuildCtx) -> Built {
 /// must be a multiple of 16, or the skip and the upsampled maps differ in size and `cat` fails.
 pub fn unet(ctx: &BuildCtx) -> Built {
     if !ctx.res.is_multiple_of(16) {
-        return Err(EstimateError::Unsupported(format!("unet needs a resolution divisible by 16 (four 2×2 poolings), got {}", ctx.res)));
+        return Err(EstimateError::Unsupported(format!(
+            "unet needs a resolution divisible by 16 (four 2×2 poolings), got {}",
+            ctx.res
+        )));
     }
     let ckpt = custom_block_ckpt(ctx, "unet")?;
     let c = [64u64, 128, 256, 512, 1024];
@@ -452,16 +547,26 @@ pub fn unet(ctx: &BuildCtx) -> Built {
     let mut skips = Vec::new();
     let mut cin = 3;
     for (i, &co) in c[..4].iter().enumerate() {
-        h = g.scoped(format!("enc.{i}"), |g| g.checkpointed(ckpt, |g| dbl(g, h, cin, co)))?;
+        h = g.scoped(format!("enc.{i}"), |g| {
+            g.checkpointed(ckpt, |g| dbl(g, h, cin, co))
+        })?;
         skips.push(h);
         h = g.max_pool2d(h, 2, 2, 0)?;
         cin = co;
     }
-    h = g.scoped("bottleneck", |g| g.checkpointed(ckpt, |g| dbl(g, h, c[3], c[4])))?;
+    h = g.scoped("bottleneck", |g| {
+        g.checkpointed(ckpt, |g| dbl(g, h, c[3], c[4]))
+    })?;
     for (j, i) in (0..4).rev().enumerate() {
-        h = g.conv_transpose2d(&format!("up.{j}"), h, Conv::new(c[i + 1], c[i], 2, 2, 0).bias(true))?;
+        h = g.conv_transpose2d(
+            &format!("up.{j}"),
+            h,
+            Conv::new(c[i + 1], c[i], 2, 2, 0).bias(true),
+        )?;
         let cat = g.cat(&[skips[i], h], 1)?;
-        h = g.scoped(format!("dec.{j}"), |g| g.checkpointed(ckpt, |g| dbl(g, cat, c[i] * 2, c[i])))?;
+        h = g.scoped(format!("dec.{j}"), |g| {
+            g.checkpointed(ckpt, |g| dbl(g, cat, c[i] * 2, c[i]))
+        })?;
     }
     let logits = g.conv2d("out", h, Conv::new(c[0], 2, 1, 1, 0).bias(true))?;
     g.cross_entropy(logits, y)?;

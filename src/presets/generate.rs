@@ -21,7 +21,10 @@ use super::text::{Built, LlamaAttention, LlamaLayer, TextConfig};
 
 /// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
 pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
-    let step = ctx.tune.infer.ok_or_else(|| EstimateError::Unsupported("an inference graph needs its step".into()))?;
+    let step = ctx
+        .tune
+        .infer
+        .ok_or_else(|| EstimateError::Unsupported("an inference graph needs its step".into()))?;
     let mut g = Graph::for_build(ctx);
     let tune = &ctx.tune;
     let (b, s) = (ctx.batch, step.tokens);
@@ -44,18 +47,43 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     g.buffer(vec![d / 2], pdt)?;
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
     // Generation is modelled with the CUDA kernels whatever the plan's device.
-    let layer = LlamaLayer { cfg, tune, heads: (nh, nkv), cos, sin, cpu: false };
+    let layer = LlamaLayer {
+        cfg,
+        tune,
+        heads: (nh, nkv),
+        cos,
+        sin,
+        cpu: false,
+    };
     let mut h = x;
     for (i, &(k_cache, v_cache)) in caches.iter().enumerate() {
-        h = g.scoped(format!("layers.{i}"), |g| layer.build(g, h, LlamaAttention::Cached { k_cache, v_cache, past: step.past }))?;
+        h = g.scoped(format!("layers.{i}"), |g| {
+            layer.build(
+                g,
+                h,
+                LlamaAttention::Cached {
+                    k_cache,
+                    v_cache,
+                    past: step.past,
+                },
+            )
+        })?;
     }
     let h = g.rms_norm("norm", h)?;
     g.seq_hold(&[x, cos, sin]);
     let last = g.slice_view(h, vec![b, 1, h_dim])?;
-    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(last, embed, None))? } else { g.linear("lm_head", last, h_dim, cfg.vocab, false)? };
+    let logits = if cfg.tie_embeddings {
+        g.scoped("lm_head", |g| g.linear_with(last, embed, None))?
+    } else {
+        g.linear("lm_head", last, h_dim, cfg.vocab, false)?
+    };
     g.keep(logits);
     // `.to(copy=True, dtype=float32)` copies even fp32 logits.
-    let next = if g.dtype(logits) == DType::F32 { g.contiguous(logits, vec![b, cfg.vocab])? } else { g.cast(logits, DType::F32)? };
+    let next = if g.dtype(logits) == DType::F32 {
+        g.contiguous(logits, vec![b, cfg.vocab])?
+    } else {
+        g.cast(logits, DType::F32)?
+    };
     g.keep(next);
     Ok(g)
 }

@@ -23,10 +23,16 @@ fn bad(msg: impl Into<String>) -> EstimateError {
 
 /// Reads the first present key of `keys` (a field and its aliases) as a positive integer.
 fn uint(cfg: &Value, keys: &[&str], default: Option<u64>, max: u64) -> Result<u64, EstimateError> {
-    let found = keys.iter().find_map(|k| cfg.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)));
+    let found = keys
+        .iter()
+        .find_map(|k| cfg.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)));
     let v = match found {
         Some((k, v)) => {
-            let n = v.as_u64().or_else(|| v.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64));
+            let n = v.as_u64().or_else(|| {
+                v.as_f64()
+                    .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                    .map(|f| f as u64)
+            });
             n.ok_or_else(|| bad(format!("'{k}' must be a non-negative integer, got {v}")))?
         }
         None => default.ok_or_else(|| bad(format!("'{}' is missing", keys[0])))?,
@@ -35,7 +41,10 @@ fn uint(cfg: &Value, keys: &[&str], default: Option<u64>, max: u64) -> Result<u6
         return Err(bad(format!("'{}' must be at least 1", keys[0])));
     }
     if v > max {
-        return Err(bad(format!("'{}' = {v} is above the supported {max}", keys[0])));
+        return Err(bad(format!(
+            "'{}' = {v} is above the supported {max}",
+            keys[0]
+        )));
     }
     Ok(v)
 }
@@ -50,7 +59,9 @@ fn opt_uint(cfg: &Value, key: &str, max: u64) -> Result<Option<u64>, EstimateErr
 fn boolean(cfg: &Value, key: &str, default: bool) -> Result<bool, EstimateError> {
     match cfg.get(key) {
         None | Some(Value::Null) => Ok(default),
-        Some(v) => v.as_bool().ok_or_else(|| bad(format!("'{key}' must be true or false, got {v}"))),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| bad(format!("'{key}' must be true or false, got {v}"))),
     }
 }
 
@@ -59,7 +70,9 @@ fn prob(cfg: &Value, key: &str, default: f64) -> Result<f64, EstimateError> {
         None | Some(Value::Null) => Ok(default),
         Some(v) => match v.as_f64() {
             Some(p) if (0.0..1.0).contains(&p) => Ok(p),
-            _ => Err(bad(format!("'{key}' must be a dropout probability in [0, 1), got {v}"))),
+            _ => Err(bad(format!(
+                "'{key}' must be a dropout probability in [0, 1), got {v}"
+            ))),
         },
     }
 }
@@ -67,7 +80,9 @@ fn prob(cfg: &Value, key: &str, default: f64) -> Result<f64, EstimateError> {
 fn activation(cfg: &Value, key: &str, default: &str) -> Result<Activation, EstimateError> {
     let name = match cfg.get(key) {
         None | Some(Value::Null) => default,
-        Some(v) => v.as_str().ok_or_else(|| bad(format!("'{key}' must be a string, got {v}")))?,
+        Some(v) => v
+            .as_str()
+            .ok_or_else(|| bad(format!("'{key}' must be a string, got {v}")))?,
     };
     match name {
         "gelu_new" => Ok(Activation::GeluNew),
@@ -93,13 +108,19 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
     let mt = match cfg.get("model_type") {
         Some(Value::String(s)) => s.as_str(),
         Some(v) => return Err(bad(format!("'model_type' must be a string, got {v}"))),
-        None => return Err(bad("'model_type' is missing: expected one of gpt2, bert, llama, mistral, qwen2")),
+        None => {
+            return Err(bad(
+                "'model_type' is missing: expected one of gpt2, bert, llama, mistral, qwen2",
+            ))
+        }
     };
     match mt {
         "gpt2" => gpt2(cfg),
         "bert" => bert(cfg),
         "llama" | "mistral" | "qwen2" => llama(cfg, mt),
-        other => Err(bad(format!("model_type '{other}' is not supported: use gpt2, bert, llama, mistral or qwen2"))),
+        other => Err(bad(format!(
+            "model_type '{other}' is not supported: use gpt2, bert, llama, mistral or qwen2"
+        ))),
     }
 }
 
@@ -113,7 +134,9 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
         return Err(bad("'reorder_and_upcast_attn' = true is not modelled"));
     }
     if boolean(cfg, "add_cross_attention", false)? {
-        return Err(bad("'add_cross_attention' = true (encoder-decoder GPT-2) is not modelled"));
+        return Err(bad(
+            "'add_cross_attention' = true (encoder-decoder GPT-2) is not modelled",
+        ));
     }
     Ok(TextConfig {
         arch: Arch::Gpt2,
@@ -128,7 +151,12 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
             Some(n) => n,
             None => 4 * hidden,
         },
-        max_positions: Some(uint(cfg, &["n_positions", "max_position_embeddings"], Some(1024), MAX_DIM)?),
+        max_positions: Some(uint(
+            cfg,
+            &["n_positions", "max_position_embeddings"],
+            Some(1024),
+            MAX_DIM,
+        )?),
         type_vocab: 0,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
         qkv_bias: true,
@@ -145,10 +173,18 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
 fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
     let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
     let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
-    let head_dim = divide("hidden_size must be divisible by num_attention_heads", hidden, heads)?;
+    let head_dim = divide(
+        "hidden_size must be divisible by num_attention_heads",
+        hidden,
+        heads,
+    )?;
     match cfg.get("position_embedding_type").and_then(|v| v.as_str()) {
         None | Some("absolute") => {}
-        Some(other) => return Err(bad(format!("position_embedding_type '{other}' is not modelled (only 'absolute')"))),
+        Some(other) => {
+            return Err(bad(format!(
+                "position_embedding_type '{other}' is not modelled (only 'absolute')"
+            )))
+        }
     }
     if boolean(cfg, "is_decoder", false)? {
         return Err(bad("'is_decoder' = true (BertLMHeadModel) is not modelled; BERT is estimated as BertForMaskedLM"));
@@ -188,14 +224,29 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
     };
     let hidden = uint(cfg, &["hidden_size"], Some(hidden), MAX_DIM)?;
     let heads = uint(cfg, &["num_attention_heads"], Some(heads), MAX_DIM)?;
-    let kv_heads = uint(cfg, &["num_key_value_heads"], Some(kv_default.unwrap_or(heads)), MAX_DIM)?;
-    divide("num_attention_heads must be a multiple of num_key_value_heads", heads, kv_heads)?;
+    let kv_heads = uint(
+        cfg,
+        &["num_key_value_heads"],
+        Some(kv_default.unwrap_or(heads)),
+        MAX_DIM,
+    )?;
+    divide(
+        "num_attention_heads must be a multiple of num_key_value_heads",
+        heads,
+        kv_heads,
+    )?;
     let head_dim = match opt_uint(cfg, "head_dim", MAX_DIM)? {
         Some(d) => d,
-        None => divide("hidden_size must be divisible by num_attention_heads (or give head_dim)", hidden, heads)?,
+        None => divide(
+            "hidden_size must be divisible by num_attention_heads (or give head_dim)",
+            hidden,
+            heads,
+        )?,
     };
     if !head_dim.is_multiple_of(2) {
-        return Err(bad(format!("head_dim must be even for rotary embeddings, got {head_dim}")));
+        return Err(bad(format!(
+            "head_dim must be even for rotary embeddings, got {head_dim}"
+        )));
     }
     let (qkv_bias, o_bias, mlp_bias) = match mt {
         "llama" => {
@@ -243,7 +294,10 @@ mod tests {
     #[test]
     fn defaults_match_the_config_classes() {
         let g = parse(&json!({"model_type": "gpt2"})).unwrap();
-        assert_eq!((g.hidden, g.layers, g.heads, g.intermediate, g.max_positions), (768, 12, 12, 3072, Some(1024)));
+        assert_eq!(
+            (g.hidden, g.layers, g.heads, g.intermediate, g.max_positions),
+            (768, 12, 12, 3072, Some(1024))
+        );
         assert_eq!(g.param_count(), 124_439_808);
         let m = parse(&json!({"model_type": "mistral"})).unwrap();
         assert_eq!((m.kv_heads, m.head_dim), (8, 128));
@@ -268,7 +322,10 @@ mod tests {
             json!({"model_type": "bert", "position_embedding_type": "relative_key"}),
             json!({"model_type": "llama", "num_hidden_layers": 1e12}),
         ] {
-            assert!(matches!(parse(&bad_cfg), Err(EstimateError::BadHfConfig(_))), "{bad_cfg}");
+            assert!(
+                matches!(parse(&bad_cfg), Err(EstimateError::BadHfConfig(_))),
+                "{bad_cfg}"
+            );
         }
     }
 }

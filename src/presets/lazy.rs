@@ -83,7 +83,12 @@ mod tests {
     #[test]
     fn only_resnets_do_without_the_seam() {
         for m in models::MODELS {
-            assert_eq!(needed_by(&Plan::new(m.id)), !m.id.contains("resnet"), "{}", m.id);
+            assert_eq!(
+                needed_by(&Plan::new(m.id)),
+                !m.id.contains("resnet"),
+                "{}",
+                m.id
+            );
         }
         let mut pasted = Plan::new("resnet50");
         pasted.hf_config = Some(serde_json::json!({"model_type": "gpt2"}));
@@ -92,7 +97,14 @@ mod tests {
         // Every deferred preset has a builder behind the seam (natively linked in: always ready).
         for m in models::MODELS.iter().filter(|m| deferred(m)) {
             let ctx = BuildCtx::new(2, 64, 128, crate::estimator::config::Precision::Fp32);
-            assert!(!matches!(build(LazyModel::Preset(m), &ctx), Err(EstimateError::UnknownModel(_))), "{}", m.id);
+            assert!(
+                !matches!(
+                    build(LazyModel::Preset(m), &ctx),
+                    Err(EstimateError::UnknownModel(_))
+                ),
+                "{}",
+                m.id
+            );
         }
         assert!(ready_for(&Plan::new("gpt2")));
     }

@@ -41,8 +41,23 @@ pub struct Link {
     pub source: &'static str,
 }
 
-const fn link(id: &'static str, name: &'static str, kind: LinkKind, gbs: f64, lat: f64, source: &'static str) -> Link {
-    Link { id, name, kind, gbs_per_direction: gbs, latency_us: lat, shared_memory: false, source }
+const fn link(
+    id: &'static str,
+    name: &'static str,
+    kind: LinkKind,
+    gbs: f64,
+    lat: f64,
+    source: &'static str,
+) -> Link {
+    Link {
+        id,
+        name,
+        kind,
+        gbs_per_direction: gbs,
+        latency_us: lat,
+        shared_memory: false,
+        source,
+    }
 }
 
 use LinkKind::*;
@@ -161,7 +176,11 @@ mod tests {
     #[test]
     fn defaults_resolve_to_table_entries() {
         for g in gpus::GPUS {
-            for l in [default_intra(Some(g)), default_inter(Some(g)), default_host(Some(g))] {
+            for l in [
+                default_intra(Some(g)),
+                default_inter(Some(g)),
+                default_host(Some(g)),
+            ] {
                 assert!(l.gbs_per_direction > 0.0, "{} {}", g.id, l.id);
                 assert!(find(l.id).is_some());
             }

@@ -32,7 +32,10 @@ pub enum InputKind {
     /// Square images; the default side and the smallest side the architecture accepts.
     Image { default_res: u64, min_res: u64 },
     /// Token sequences; the default length and the position limit (`None`: unbounded, e.g. RoPE).
-    Tokens { default_seq: u64, max_seq: Option<u64> },
+    Tokens {
+        default_seq: u64,
+        max_seq: Option<u64>,
+    },
 }
 
 pub struct ModelPreset {
@@ -48,46 +51,276 @@ pub struct ModelPreset {
 }
 
 const fn tokens(default_seq: u64, max_seq: Option<u64>) -> InputKind {
-    InputKind::Tokens { default_seq, max_seq }
+    InputKind::Tokens {
+        default_seq,
+        max_seq,
+    }
 }
 
 const fn img(default_res: u64, min_res: u64) -> InputKind {
-    InputKind::Image { default_res, min_res }
+    InputKind::Image {
+        default_res,
+        min_res,
+    }
 }
 
 pub static MODELS: &[ModelPreset] = &[
-    ModelPreset { id: "resnet18", name: "ResNet-18", family: Family::Cnn, input: img(224, 1), params: 11_689_512, build: Some(|c| vision::resnet(c, [2, 2, 2, 2], false, 64)) },
-    ModelPreset { id: "resnet34", name: "ResNet-34", family: Family::Cnn, input: img(224, 1), params: 21_797_672, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], false, 64)) },
-    ModelPreset { id: "resnet50", name: "ResNet-50", family: Family::Cnn, input: img(224, 1), params: 25_557_032, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 64)) },
-    ModelPreset { id: "resnet101", name: "ResNet-101", family: Family::Cnn, input: img(224, 1), params: 44_549_160, build: Some(|c| vision::resnet(c, [3, 4, 23, 3], true, 64)) },
-    ModelPreset { id: "resnet152", name: "ResNet-152", family: Family::Cnn, input: img(224, 1), params: 60_192_808, build: Some(|c| vision::resnet(c, [3, 8, 36, 3], true, 64)) },
-    ModelPreset { id: "wide_resnet50_2", name: "Wide ResNet-50-2", family: Family::Cnn, input: img(224, 1), params: 68_883_240, build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 128)) },
-    ModelPreset { id: "vit_b_16", name: "ViT-B/16", family: Family::VisionTransformer, input: img(224, 16), params: 86_567_656, build: None },
-    ModelPreset { id: "vit_l_16", name: "ViT-L/16", family: Family::VisionTransformer, input: img(224, 16), params: 304_326_632, build: None },
-    ModelPreset { id: "lstm-lm", name: "2-layer LSTM LM (h512, vocab 10k)", family: Family::Rnn, input: tokens(512, None), params: 14_452_496, build: None },
-    ModelPreset { id: "mobilenet_v2", name: "MobileNetV2", family: Family::Cnn, input: img(224, 1), params: 3_504_872, build: None },
-    ModelPreset { id: "mobilenet_v3_small", name: "MobileNetV3-Small", family: Family::Cnn, input: img(224, 1), params: 2_542_856, build: None },
-    ModelPreset { id: "mobilenet_v3_large", name: "MobileNetV3-Large", family: Family::Cnn, input: img(224, 1), params: 5_483_032, build: None },
-    ModelPreset { id: "efficientnet_b0", name: "EfficientNet-B0", family: Family::Cnn, input: img(224, 1), params: 5_288_548, build: None },
-    ModelPreset { id: "vgg16", name: "VGG-16", family: Family::Cnn, input: img(224, 32), params: 138_357_544, build: None },
-    ModelPreset { id: "convnext_tiny", name: "ConvNeXt-T", family: Family::Cnn, input: img(224, 32), params: 28_589_128, build: None },
-    ModelPreset { id: "plainconv128", name: "Plain conv net (128 ch, full resolution)", family: Family::Cnn, input: img(512, 1), params: 595_850, build: None },
-    ModelPreset { id: "unet", name: "U-Net", family: Family::Cnn, input: img(512, 16), params: 31_037_698, build: None },
-    ModelPreset { id: "gpt2", name: "GPT-2 (124M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 124_439_808, build: None },
-    ModelPreset { id: "gpt2-medium", name: "GPT-2 Medium (355M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 354_823_168, build: None },
-    ModelPreset { id: "gpt2-large", name: "GPT-2 Large (774M)", family: Family::Language, input: tokens(1024, Some(1024)), params: 774_030_080, build: None },
-    ModelPreset { id: "gpt2-xl", name: "GPT-2 XL (1.5B)", family: Family::Language, input: tokens(1024, Some(1024)), params: 1_557_611_200, build: None },
-    ModelPreset { id: "bert-base", name: "BERT-base (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 109_514_298, build: None },
-    ModelPreset { id: "bert-large", name: "BERT-large (MLM)", family: Family::Language, input: tokens(512, Some(512)), params: 335_174_458, build: None },
-    ModelPreset { id: "llama-small", name: "LLaMA small (h1024 × 8)", family: Family::Language, input: tokens(1024, None), params: 168_313_856, build: None },
-    ModelPreset { id: "llama-7b", name: "LLaMA 7B", family: Family::Language, input: tokens(2048, None), params: 6_738_415_616, build: None },
-    ModelPreset { id: "llama-2-7b", name: "Llama 2 7B", family: Family::Language, input: tokens(4096, None), params: 6_738_415_616, build: None },
-    ModelPreset { id: "llama-2-13b", name: "Llama 2 13B", family: Family::Language, input: tokens(4096, None), params: 13_015_864_320, build: None },
-    ModelPreset { id: "llama-2-70b", name: "Llama 2 70B", family: Family::Language, input: tokens(4096, None), params: 68_976_648_192, build: None },
-    ModelPreset { id: "llama-3-8b", name: "Llama 3 8B", family: Family::Language, input: tokens(8192, None), params: 8_030_261_248, build: None },
-    ModelPreset { id: "llama-3-70b", name: "Llama 3 70B", family: Family::Language, input: tokens(8192, None), params: 70_553_706_496, build: None },
-    ModelPreset { id: "mistral-7b", name: "Mistral 7B", family: Family::Language, input: tokens(4096, None), params: 7_241_732_096, build: None },
-    ModelPreset { id: "qwen2-0.5b", name: "Qwen2 0.5B", family: Family::Language, input: tokens(2048, None), params: 494_032_768, build: None },
+    ModelPreset {
+        id: "resnet18",
+        name: "ResNet-18",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 11_689_512,
+        build: Some(|c| vision::resnet(c, [2, 2, 2, 2], false, 64)),
+    },
+    ModelPreset {
+        id: "resnet34",
+        name: "ResNet-34",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 21_797_672,
+        build: Some(|c| vision::resnet(c, [3, 4, 6, 3], false, 64)),
+    },
+    ModelPreset {
+        id: "resnet50",
+        name: "ResNet-50",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 25_557_032,
+        build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 64)),
+    },
+    ModelPreset {
+        id: "resnet101",
+        name: "ResNet-101",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 44_549_160,
+        build: Some(|c| vision::resnet(c, [3, 4, 23, 3], true, 64)),
+    },
+    ModelPreset {
+        id: "resnet152",
+        name: "ResNet-152",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 60_192_808,
+        build: Some(|c| vision::resnet(c, [3, 8, 36, 3], true, 64)),
+    },
+    ModelPreset {
+        id: "wide_resnet50_2",
+        name: "Wide ResNet-50-2",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 68_883_240,
+        build: Some(|c| vision::resnet(c, [3, 4, 6, 3], true, 128)),
+    },
+    ModelPreset {
+        id: "vit_b_16",
+        name: "ViT-B/16",
+        family: Family::VisionTransformer,
+        input: img(224, 16),
+        params: 86_567_656,
+        build: None,
+    },
+    ModelPreset {
+        id: "vit_l_16",
+        name: "ViT-L/16",
+        family: Family::VisionTransformer,
+        input: img(224, 16),
+        params: 304_326_632,
+        build: None,
+    },
+    ModelPreset {
+        id: "lstm-lm",
+        name: "2-layer LSTM LM (h512, vocab 10k)",
+        family: Family::Rnn,
+        input: tokens(512, None),
+        params: 14_452_496,
+        build: None,
+    },
+    ModelPreset {
+        id: "mobilenet_v2",
+        name: "MobileNetV2",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 3_504_872,
+        build: None,
+    },
+    ModelPreset {
+        id: "mobilenet_v3_small",
+        name: "MobileNetV3-Small",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 2_542_856,
+        build: None,
+    },
+    ModelPreset {
+        id: "mobilenet_v3_large",
+        name: "MobileNetV3-Large",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 5_483_032,
+        build: None,
+    },
+    ModelPreset {
+        id: "efficientnet_b0",
+        name: "EfficientNet-B0",
+        family: Family::Cnn,
+        input: img(224, 1),
+        params: 5_288_548,
+        build: None,
+    },
+    ModelPreset {
+        id: "vgg16",
+        name: "VGG-16",
+        family: Family::Cnn,
+        input: img(224, 32),
+        params: 138_357_544,
+        build: None,
+    },
+    ModelPreset {
+        id: "convnext_tiny",
+        name: "ConvNeXt-T",
+        family: Family::Cnn,
+        input: img(224, 32),
+        params: 28_589_128,
+        build: None,
+    },
+    ModelPreset {
+        id: "plainconv128",
+        name: "Plain conv net (128 ch, full resolution)",
+        family: Family::Cnn,
+        input: img(512, 1),
+        params: 595_850,
+        build: None,
+    },
+    ModelPreset {
+        id: "unet",
+        name: "U-Net",
+        family: Family::Cnn,
+        input: img(512, 16),
+        params: 31_037_698,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt2",
+        name: "GPT-2 (124M)",
+        family: Family::Language,
+        input: tokens(1024, Some(1024)),
+        params: 124_439_808,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt2-medium",
+        name: "GPT-2 Medium (355M)",
+        family: Family::Language,
+        input: tokens(1024, Some(1024)),
+        params: 354_823_168,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt2-large",
+        name: "GPT-2 Large (774M)",
+        family: Family::Language,
+        input: tokens(1024, Some(1024)),
+        params: 774_030_080,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt2-xl",
+        name: "GPT-2 XL (1.5B)",
+        family: Family::Language,
+        input: tokens(1024, Some(1024)),
+        params: 1_557_611_200,
+        build: None,
+    },
+    ModelPreset {
+        id: "bert-base",
+        name: "BERT-base (MLM)",
+        family: Family::Language,
+        input: tokens(512, Some(512)),
+        params: 109_514_298,
+        build: None,
+    },
+    ModelPreset {
+        id: "bert-large",
+        name: "BERT-large (MLM)",
+        family: Family::Language,
+        input: tokens(512, Some(512)),
+        params: 335_174_458,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-small",
+        name: "LLaMA small (h1024 × 8)",
+        family: Family::Language,
+        input: tokens(1024, None),
+        params: 168_313_856,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-7b",
+        name: "LLaMA 7B",
+        family: Family::Language,
+        input: tokens(2048, None),
+        params: 6_738_415_616,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-2-7b",
+        name: "Llama 2 7B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 6_738_415_616,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-2-13b",
+        name: "Llama 2 13B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 13_015_864_320,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-2-70b",
+        name: "Llama 2 70B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 68_976_648_192,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-3-8b",
+        name: "Llama 3 8B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 8_030_261_248,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-3-70b",
+        name: "Llama 3 70B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 70_553_706_496,
+        build: None,
+    },
+    ModelPreset {
+        id: "mistral-7b",
+        name: "Mistral 7B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 7_241_732_096,
+        build: None,
+    },
+    ModelPreset {
+        id: "qwen2-0.5b",
+        name: "Qwen2 0.5B",
+        family: Family::Language,
+        input: tokens(2048, None),
+        params: 494_032_768,
+        build: None,
+    },
 ];
 
 /// The `config.json` of a language-model preset: the published configs' architecture fields
@@ -98,9 +331,7 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
     use serde_json::json;
     let gpt2 = |e: u64, l: u64, h: u64| json!({"model_type": "gpt2", "n_embd": e, "n_layer": l, "n_head": h, "n_positions": 1024, "vocab_size": 50257});
     let bert = |e: u64, l: u64, h: u64, i: u64| json!({"model_type": "bert", "hidden_size": e, "num_hidden_layers": l, "num_attention_heads": h, "intermediate_size": i, "vocab_size": 30522, "max_position_embeddings": 512});
-    let llama = |e: u64, i: u64, l: u64, h: u64, kv: u64, v: u64, pos: u64| {
-        json!({"model_type": "llama", "hidden_size": e, "intermediate_size": i, "num_hidden_layers": l, "num_attention_heads": h, "num_key_value_heads": kv, "vocab_size": v, "max_position_embeddings": pos, "tie_word_embeddings": false})
-    };
+    let llama = |e: u64, i: u64, l: u64, h: u64, kv: u64, v: u64, pos: u64| json!({"model_type": "llama", "hidden_size": e, "intermediate_size": i, "num_hidden_layers": l, "num_attention_heads": h, "num_key_value_heads": kv, "vocab_size": v, "max_position_embeddings": pos, "tie_word_embeddings": false});
     Some(match id {
         "gpt2" => gpt2(768, 12, 12),
         "gpt2-medium" => gpt2(1024, 24, 16),
@@ -114,8 +345,12 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
         "llama-2-70b" => llama(8192, 28672, 80, 64, 8, 32000, 4096),
         "llama-3-8b" => llama(4096, 14336, 32, 32, 8, 128256, 8192),
         "llama-3-70b" => llama(8192, 28672, 80, 64, 8, 128256, 8192),
-        "mistral-7b" => json!({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": null, "tie_word_embeddings": false}),
-        "qwen2-0.5b" => json!({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": true}),
+        "mistral-7b" => {
+            json!({"model_type": "mistral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": null, "tie_word_embeddings": false})
+        }
+        "qwen2-0.5b" => {
+            json!({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": true})
+        }
         _ => return None,
     })
 }
@@ -124,7 +359,9 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
 /// page asks on every plan; [`text_config`] lives with the builders in the page's lazy chunk).
 pub fn text_model_type(id: &str) -> Option<&'static str> {
     let preset = find(id).filter(|m| m.family == Family::Language)?;
-    ["gpt2", "bert", "llama", "mistral", "qwen2"].into_iter().find(|t| preset.id.starts_with(t))
+    ["gpt2", "bert", "llama", "mistral", "qwen2"]
+        .into_iter()
+        .find(|t| preset.id.starts_with(t))
 }
 
 /// Builds a language-model preset through the `config.json` import.
@@ -145,7 +382,12 @@ mod tests {
     fn model_types_match_the_configs() {
         for m in MODELS.iter().filter(|m| m.family == Family::Language) {
             let cfg = text_config(m.id).unwrap();
-            assert_eq!(text_model_type(m.id), cfg["model_type"].as_str(), "{}", m.id);
+            assert_eq!(
+                text_model_type(m.id),
+                cfg["model_type"].as_str(),
+                "{}",
+                m.id
+            );
         }
         assert_eq!(text_model_type("resnet50"), None);
         assert_eq!(text_model_type("lstm-lm"), None);

@@ -24,7 +24,12 @@ pub struct LstmLmConfig {
     pub layers: u64,
 }
 
-pub const LSTM_LM: LstmLmConfig = LstmLmConfig { vocab: 10_000, embed: 512, hidden: 512, layers: 2 };
+pub const LSTM_LM: LstmLmConfig = LstmLmConfig {
+    vocab: 10_000,
+    embed: 512,
+    hidden: 512,
+    layers: 2,
+};
 
 /// One layer's parameters in `nn.LSTM` order: `weight_ih_l{k}`, `weight_hh_l{k}`, `bias_ih_l{k}`, `bias_hh_l{k}`.
 struct LayerParams {
@@ -71,8 +76,12 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             .map(|k| {
                 let fin = if k == 0 { cfg.embed } else { cfg.hidden };
                 Ok(LayerParams {
-                    w_ih: g.scoped(format!("weight_ih_l{k}"), |g| g.param(vec![4 * cfg.hidden, fin]))?,
-                    w_hh: g.scoped(format!("weight_hh_l{k}"), |g| g.param(vec![4 * cfg.hidden, cfg.hidden]))?,
+                    w_ih: g.scoped(format!("weight_ih_l{k}"), |g| {
+                        g.param(vec![4 * cfg.hidden, fin])
+                    })?,
+                    w_hh: g.scoped(format!("weight_hh_l{k}"), |g| {
+                        g.param(vec![4 * cfg.hidden, cfg.hidden])
+                    })?,
                     b_ih: g.scoped(format!("bias_ih_l{k}"), |g| g.param(vec![4 * cfg.hidden]))?,
                     b_hh: g.scoped(format!("bias_hh_l{k}"), |g| g.param(vec![4 * cfg.hidden]))?,
                 })
@@ -83,7 +92,10 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
         if cpu {
             mkldnn_lstm(g, emb, &params, cfg)
         } else if ctx.cudnn {
-            let flat: Vec<TensorId> = params.iter().flat_map(|p| [p.w_ih, p.w_hh, p.b_ih, p.b_hh]).collect();
+            let flat: Vec<TensorId> = params
+                .iter()
+                .flat_map(|p| [p.w_ih, p.w_hh, p.b_ih, p.b_hh])
+                .collect();
             let w = g.lstm_cudnn_weights(&flat)?;
             let (y, finals) = g.lstm_cudnn(emb, &w, cfg.layers, cfg.hidden)?;
             // The module's input (and, under autocast, the fp32 weights' flat copy's source)
@@ -98,7 +110,11 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
     // copies the non-contiguous input (saved by `mm`); the bias is added in place. With one row
     // or one step the transposed view is contiguous: `linear` runs `addmm` on a flattened view.
     let yc = g.lowp(y)?;
-    let yc = if b > 1 && l > 1 { g.seq_copy(yc, vec![b * l, cfg.hidden], false)? } else { g.view(yc, vec![b * l, cfg.hidden])? };
+    let yc = if b > 1 && l > 1 {
+        g.seq_copy(yc, vec![b * l, cfg.hidden], false)?
+    } else {
+        g.view(yc, vec![b * l, cfg.hidden])?
+    };
     let logits = g.linear("head", yc, cfg.hidden, cfg.vocab, true)?;
     // `forward`'s `y` (and the unused final states bound to `_`) live until it returns.
     g.seq_hold(&[y, finals.0, finals.1]);
@@ -122,7 +138,12 @@ fn cast_uncached(g: &mut Graph, w: TensorId) -> Result<TensorId, EstimateError> 
 /// the input is unbound into steps, each step runs `mm(x_t, W_ihᵀ)`, `mm(h, W_hhᵀ)` and the fused
 /// cell ([`Graph::lstm_fused_cell`]), and the step outputs are stacked into the next layer's
 /// input. Returns the `[B, L, H]` output view and the final `(h_n, c_n)` stacks (unused).
-fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLmConfig) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
+fn native_lstm(
+    g: &mut Graph,
+    emb: TensorId,
+    params: &[LayerParams],
+    cfg: LstmLmConfig,
+) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
     let s = g.shape(emb);
     let (b, l) = (s[0], s[1]);
     let pdt = g.precision.param_dtype();
@@ -159,7 +180,8 @@ fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
         out = Some(ys);
     }
     let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
-    let out = out.ok_or_else(|| EstimateError::Unsupported("an LSTM needs at least one layer".into()))?;
+    let out =
+        out.ok_or_else(|| EstimateError::Unsupported("an LSTM needs at least one layer".into()))?;
     let y = g.view(out, vec![b, l, cfg.hidden])?;
     // The module's input and the zero initial states are referenced until `forward` returns.
     g.seq_hold(&[emb, h0, c0]);
@@ -173,7 +195,12 @@ fn native_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
 /// (views: the layer saves them, so the zeros live until its backward), the last layer's output
 /// is transposed back (a view) and the per-layer final states are stacked (unused). Returns the
 /// `[B, L, H]` output view and the final `(h_n, c_n)` stacks.
-fn mkldnn_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLmConfig) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
+fn mkldnn_lstm(
+    g: &mut Graph,
+    emb: TensorId,
+    params: &[LayerParams],
+    cfg: LstmLmConfig,
+) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
     let s = g.shape(emb);
     let (b, l) = (s[0], s[1]);
     let pdt = g.precision.param_dtype();
@@ -181,19 +208,27 @@ fn mkldnn_lstm(g: &mut Graph, emb: TensorId, params: &[LayerParams], cfg: LstmLm
     let c0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
     let xt = g.view(emb, vec![l, b, cfg.embed])?;
     // `contiguous()` copies unless the transposed view already is contiguous (one row or step).
-    let x0 = if b > 1 && l > 1 { g.seq_copy(xt, vec![l, b, cfg.embed], false)? } else { xt };
+    let x0 = if b > 1 && l > 1 {
+        g.seq_copy(xt, vec![l, b, cfg.embed], false)?
+    } else {
+        xt
+    };
     let mut x = x0;
     let (mut last_h, mut last_c) = (Vec::new(), Vec::new());
     for (k, p) in params.iter().enumerate() {
         let hx = g.seq_select(h0, vec![b, cfg.hidden])?;
         let cx = g.seq_select(c0, vec![b, cfg.hidden])?;
-        let (y, hy, cy) = g.scoped(format!("l{k}"), |g| g.lstm_mkldnn_layer(x, p.w_ih, p.w_hh, p.b_ih, p.b_hh, hx, cx))?;
+        let (y, hy, cy) = g.scoped(format!("l{k}"), |g| {
+            g.lstm_mkldnn_layer(x, p.w_ih, p.w_hh, p.b_ih, p.b_hh, hx, cx)
+        })?;
         last_h.push(hy);
         last_c.push(cy);
         x = y;
     }
     if params.is_empty() {
-        return Err(EstimateError::Unsupported("an LSTM needs at least one layer".into()));
+        return Err(EstimateError::Unsupported(
+            "an LSTM needs at least one layer".into(),
+        ));
     }
     let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
     let y = g.view(x, vec![b, l, cfg.hidden])?;

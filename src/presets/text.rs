@@ -86,7 +86,8 @@ impl TextConfig {
         match self.arch {
             Arch::Gpt2 => {
                 let p = self.max_positions.unwrap_or(0);
-                let layer = 2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
+                let layer =
+                    2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
                 v * h + p * h + l * layer + 2 * h + b(!self.tie_embeddings, v * h)
             }
             Arch::Bert => {
@@ -98,7 +99,8 @@ impl TextConfig {
             }
             Arch::Llama => {
                 let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-                let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+                let attn =
+                    h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
                 let mlp = 3 * h * i + b(self.mlp_bias, 2 * i + h);
                 v * h + l * (attn + mlp + 2 * h) + h + b(!self.tie_embeddings, v * h)
             }
@@ -107,7 +109,14 @@ impl TextConfig {
 }
 
 /// Runs `layer` over all layers, wrapping the checkpointed groups.
-fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut h: TensorId, mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>) -> Result<TensorId, EstimateError> {
+fn run_layers(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    prefix: &str,
+    mut h: TensorId,
+    mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>,
+) -> Result<TensorId, EstimateError> {
     // `Block` (HF `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform
     // stack has no stages, so `Stage` means the same.
     for (range, ck) in checkpoint::runs(ctx.ckpt, cfg.layers as usize, "layers", true)? {
@@ -122,7 +131,12 @@ fn run_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, prefix: &str, mut
     Ok(h)
 }
 
-pub(crate) fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -> Result<TensorId, EstimateError> {
+pub(crate) fn activation(
+    g: &mut Graph,
+    x: TensorId,
+    a: Activation,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
     match a {
         Activation::GeluNew => g.gelu_new(x, cpu),
         Activation::Gelu => g.act(x, Act::Gelu, false),
@@ -132,7 +146,12 @@ pub(crate) fn activation(g: &mut Graph, x: TensorId, a: Activation, cpu: bool) -
 }
 
 /// `[B, S, heads·d]` → `[B, heads, S, d]` (`view` + `transpose(1, 2)`: no copy).
-pub(crate) fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Result<TensorId, EstimateError> {
+pub(crate) fn heads_view(
+    g: &mut Graph,
+    x: TensorId,
+    heads: u64,
+    d: u64,
+) -> Result<TensorId, EstimateError> {
     let s = g.shape(x);
     g.view(x, vec![s[0], heads, s[1], d])
 }
@@ -142,7 +161,11 @@ pub(crate) fn heads_view(g: &mut Graph, x: TensorId, heads: u64, d: u64) -> Resu
 pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     if let Some(max) = cfg.max_positions {
         if ctx.seq > max {
-            return Err(EstimateError::SequenceTooLong { model: cfg.model_type.clone(), seq: ctx.seq, max });
+            return Err(EstimateError::SequenceTooLong {
+                model: cfg.model_type.clone(),
+                seq: ctx.seq,
+                max,
+            });
         }
     }
     if let Some(step) = ctx.tune.infer {
@@ -151,7 +174,10 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         }
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
         if !step.is_prefill() || step.kv_dtype.is_some() {
-            return Err(EstimateError::Unsupported(format!("generation with a KV cache is modelled for LLaMA-family models, not {}", cfg.model_type)));
+            return Err(EstimateError::Unsupported(format!(
+                "generation with a KV cache is modelled for LLaMA-family models, not {}",
+                cfg.model_type
+            )));
         }
     }
     if cfg.arch != Arch::Llama && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
@@ -172,9 +198,14 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
 /// `"frozen": N`: the embeddings and the first `N` blocks of the stack (module names as the
 /// builders scope them, which are transformers' module paths below the base model).
 fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
-    let Some(crate::estimator::tune::Frozen::Layers(n)) = ctx.tune.frozen else { return Ok(()) };
+    let Some(crate::estimator::tune::Frozen::Layers(n)) = ctx.tune.frozen else {
+        return Ok(());
+    };
     if n > cfg.layers {
-        return Err(EstimateError::Unsupported(format!("\"frozen\": {n} is more than the model's {} layers", cfg.layers)));
+        return Err(EstimateError::Unsupported(format!(
+            "\"frozen\": {n} is more than the model's {} layers",
+            cfg.layers
+        )));
     }
     let (embeds, stack): (&[&str], &str) = match cfg.arch {
         Arch::Gpt2 => (&["wte", "wpe"], "h"),
@@ -199,13 +230,25 @@ fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, Estim
         AttnImpl::Sdpa => Ok(Some(m)),
         AttnImpl::Eager => {
             let dt = g.precision.param_dtype();
-            g.no_grad_op("where", &[m], vec![ctx.batch, 1, ctx.seq, ctx.seq], dt, Bytes::ZERO).map(Some)
+            g.no_grad_op(
+                "where",
+                &[m],
+                vec![ctx.batch, 1, ctx.seq, ctx.seq],
+                dt,
+                Bytes::ZERO,
+            )
+            .map(Some)
         }
     }
 }
 
 /// `GPT2LMHeadModel.forward` (`models/gpt2/modeling_gpt2.py`).
-fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+fn gpt2(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    ids: TensorId,
+) -> Result<(), EstimateError> {
     let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
@@ -228,7 +271,19 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         let v = heads_view(g, parts[2], nh, d)?;
         let o = match ctx.attn {
             AttnImpl::Sdpa => g.scoped("attn", |g| g.sdpa(q, k, v, mask, cfg.attn_dropout, cpu))?,
-            AttnImpl::Eager => g.scoped("attn", |g| g.eager_attention(q, k, v, mask, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
+            AttnImpl::Eager => g.scoped("attn", |g| {
+                g.eager_attention(
+                    q,
+                    k,
+                    v,
+                    mask,
+                    EagerOpts {
+                        dropout: cfg.attn_dropout,
+                        fp32_softmax: false,
+                        cpu,
+                    },
+                )
+            })?,
         };
         let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
         let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
@@ -241,7 +296,11 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
         g.add_bc(h, m)
     })?;
     h = g.layer_norm("ln_f", h, true)?;
-    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.linear_with(h, wte, None))? } else { g.linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    let logits = if cfg.tie_embeddings {
+        g.scoped("lm_head", |g| g.linear_with(h, wte, None))?
+    } else {
+        g.linear("lm_head", h, h_dim, cfg.vocab, false)?
+    };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
 }
@@ -250,7 +309,12 @@ fn gpt2(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
 /// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
 /// the raw scores.
-fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+fn bert(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    ids: TensorId,
+) -> Result<(), EstimateError> {
     let cpu = ctx.device == Device::Cpu;
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
@@ -280,11 +344,29 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
                 let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
                 let k = g.linear("key", h, h_dim, nh * d, cfg.qkv_bias)?;
                 let v = g.linear("value", h, h_dim, nh * d, cfg.qkv_bias)?;
-                Ok::<_, EstimateError>((heads_view(g, q, nh, d)?, heads_view(g, k, nh, d)?, heads_view(g, v, nh, d)?))
+                Ok::<_, EstimateError>((
+                    heads_view(g, q, nh, d)?,
+                    heads_view(g, k, nh, d)?,
+                    heads_view(g, v, nh, d)?,
+                ))
             })?;
             let o = match ctx.attn {
-                AttnImpl::Sdpa => g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout, cpu))?,
-                AttnImpl::Eager => g.scoped("self", |g| g.eager_attention(q, k, v, None, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: false, cpu }))?,
+                AttnImpl::Sdpa => {
+                    g.scoped("self", |g| g.sdpa(q, k, v, None, cfg.attn_dropout, cpu))?
+                }
+                AttnImpl::Eager => g.scoped("self", |g| {
+                    g.eager_attention(
+                        q,
+                        k,
+                        v,
+                        None,
+                        EagerOpts {
+                            dropout: cfg.attn_dropout,
+                            fp32_softmax: false,
+                            cpu,
+                        },
+                    )
+                })?,
             };
             g.scoped("output", |g| {
                 let o = g.linear("dense", o, nh * d, h_dim, cfg.o_bias)?;
@@ -328,7 +410,12 @@ fn bert(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resul
 
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
 /// to biases and defaults).
-fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Result<(), EstimateError> {
+fn llama(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    ids: TensorId,
+) -> Result<(), EstimateError> {
     let cpu = ctx.device == Device::Cpu;
     let (h_dim, d) = (cfg.hidden, cfg.head_dim);
     let pdt = g.precision.param_dtype();
@@ -343,10 +430,30 @@ fn llama(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx, ids: TensorId) -> Resu
     g.buffer(vec![d / 2], pdt)?;
     let mask = causal_masks(g, ctx)?;
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
-    let layer = LlamaLayer { cfg, tune: &ctx.tune, heads: (nhl, nkvl), cos, sin, cpu };
-    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| layer.build(g, h, LlamaAttention::Masked { mask, attn: ctx.attn }))?;
+    let layer = LlamaLayer {
+        cfg,
+        tune: &ctx.tune,
+        heads: (nhl, nkvl),
+        cos,
+        sin,
+        cpu,
+    };
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
+        layer.build(
+            g,
+            h,
+            LlamaAttention::Masked {
+                mask,
+                attn: ctx.attn,
+            },
+        )
+    })?;
     let h = g.rms_norm("norm", h)?;
-    let logits = if cfg.tie_embeddings { g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))? } else { g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)? };
+    let logits = if cfg.tie_embeddings {
+        g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))?
+    } else {
+        g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
+    };
     g.causal_lm_loss(logits, ids)?;
     Ok(())
 }
@@ -357,11 +464,18 @@ pub(crate) enum LlamaAttention {
     /// Training (`use_cache=False`): this forward's keys and values under the causal `mask` (SDPA
     /// or eager, with the config's attention dropout), repeated to every query head when a mask
     /// is present; without one (an unpadded batch) SDPA takes the grouped heads (`enable_gqa`).
-    Masked { mask: Option<TensorId>, attn: AttnImpl },
+    Masked {
+        mask: Option<TensorId>,
+        attn: AttnImpl,
+    },
     /// Generation under `torch.no_grad()` ([`super::generate`]): the keys and values go into
     /// the layer's cache (`k_cache`, `v_cache`, holding `past` tokens before this forward) and
     /// the attention reads the whole cache; Python references decide when tensors die.
-    Cached { k_cache: TensorId, v_cache: TensorId, past: u64 },
+    Cached {
+        k_cache: TensorId,
+        v_cache: TensorId,
+        past: u64,
+    },
 }
 
 /// The parts of a LLaMA decoder layer that are the same in every layer of one forward.
@@ -389,7 +503,12 @@ impl LlamaLayer<'_> {
     /// has run (keys and values are replaced by the cache tensors `update` returns);
     /// `LlamaMLP.forward` holds its input until `down_proj` has run. Only generation records
     /// these holds; the training step never has, and adding them would change its estimates.
-    pub fn build(&self, g: &mut Graph, h: TensorId, attention: LlamaAttention) -> Result<TensorId, EstimateError> {
+    pub fn build(
+        &self,
+        g: &mut Graph,
+        h: TensorId,
+        attention: LlamaAttention,
+    ) -> Result<TensorId, EstimateError> {
         let (cfg, tune) = (self.cfg, self.tune);
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
@@ -407,13 +526,31 @@ impl LlamaLayer<'_> {
                 LlamaAttention::Masked { mask, attn } => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
                     // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
-                    let (k, v) = if mask.is_some() { (g.repeat_kv(k, nh / nkv)?, g.repeat_kv(v, nh / nkv)?) } else { (k, v) };
+                    let (k, v) = if mask.is_some() {
+                        (g.repeat_kv(k, nh / nkv)?, g.repeat_kv(v, nh / nkv)?)
+                    } else {
+                        (k, v)
+                    };
                     match attn {
                         AttnImpl::Sdpa => g.sdpa(q, k, v, mask, cfg.attn_dropout, self.cpu)?,
-                        AttnImpl::Eager => g.eager_attention(q, k, v, mask, EagerOpts { dropout: cfg.attn_dropout, fp32_softmax: true, cpu: self.cpu })?,
+                        AttnImpl::Eager => g.eager_attention(
+                            q,
+                            k,
+                            v,
+                            mask,
+                            EagerOpts {
+                                dropout: cfg.attn_dropout,
+                                fp32_softmax: true,
+                                cpu: self.cpu,
+                            },
+                        )?,
                     }
                 }
-                LlamaAttention::Cached { k_cache, v_cache, past } => {
+                LlamaAttention::Cached {
+                    k_cache,
+                    v_cache,
+                    past,
+                } => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
                     g.sdpa_infer(q, k_all, v_all)?
@@ -428,11 +565,35 @@ impl LlamaLayer<'_> {
         let r = g.add_bc(h, o)?;
         let m = g.rms_norm("post_attention_layernorm", r)?;
         let y = g.scoped("mlp", |g| {
-            let gt = g.block_linear("gate_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Gate, tune)?;
+            let gt = g.block_linear(
+                "gate_proj",
+                m,
+                h_dim,
+                cfg.intermediate,
+                cfg.mlp_bias,
+                Target::Gate,
+                tune,
+            )?;
             let gt = activation(g, gt, cfg.act, self.cpu)?;
-            let up = g.block_linear("up_proj", m, h_dim, cfg.intermediate, cfg.mlp_bias, Target::Up, tune)?;
+            let up = g.block_linear(
+                "up_proj",
+                m,
+                h_dim,
+                cfg.intermediate,
+                cfg.mlp_bias,
+                Target::Up,
+                tune,
+            )?;
             let y = g.mul_bc(gt, up)?;
-            let y = g.block_linear("down_proj", y, cfg.intermediate, h_dim, cfg.mlp_bias, Target::Down, tune)?;
+            let y = g.block_linear(
+                "down_proj",
+                y,
+                cfg.intermediate,
+                h_dim,
+                cfg.mlp_bias,
+                Target::Down,
+                tune,
+            )?;
             if hold {
                 g.seq_hold(&[m]);
             }

@@ -1,11 +1,11 @@
 //! Vision models, built op by op as torchvision defines them (`torchvision/models/*.py`).
 
+use crate::estimator::checkpoint;
 use crate::estimator::config::{BuildCtx, Checkpointing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, Conv};
 use crate::estimator::units::DType;
-use crate::estimator::checkpoint;
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -18,7 +18,12 @@ pub fn image_batch(g: &mut Graph, ctx: &BuildCtx) -> Result<(TensorId, TensorId)
 }
 
 /// conv → batch norm → optional in-place activation, the torchvision building block.
-pub fn conv_bn(g: &mut Graph, x: TensorId, c: Conv, act: Option<Act>) -> Result<TensorId, EstimateError> {
+pub fn conv_bn(
+    g: &mut Graph,
+    x: TensorId,
+    c: Conv,
+    act: Option<Act>,
+) -> Result<TensorId, EstimateError> {
     let y = g.conv2d("conv", x, c)?;
     let y = g.batch_norm("bn", y)?;
     match act {
@@ -42,7 +47,8 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
     // `sqrt` and `Segments(k)`: `checkpoint_sequential` over the residual blocks in order
     // (`nn.Sequential(*layer1, *layer2, *layer3, *layer4)`), the stem run before it.
     let blocks = layers.iter().sum::<u64>() as usize;
-    let seq = checkpoint::sequential_ranges(ctx.ckpt, blocks, "residual blocks")?.unwrap_or_default();
+    let seq =
+        checkpoint::sequential_ranges(ctx.ckpt, blocks, "residual blocks")?.unwrap_or_default();
     let mut gb = 0;
     let mut opened = false;
     let mut inplanes = 64;
@@ -72,7 +78,8 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                                 o = g.conv2d("conv2", o, Conv::new(width, width, 3, stride, 1))?;
                                 o = g.batch_norm("bn2", o)?;
                                 o = g.act(o, Act::Relu, true)?;
-                                o = g.conv2d("conv3", o, Conv::new(width, planes * exp, 1, 1, 0))?;
+                                o =
+                                    g.conv2d("conv3", o, Conv::new(width, planes * exp, 1, 1, 0))?;
                                 o = g.batch_norm("bn3", o)?;
                             } else {
                                 o = g.conv2d("conv1", h, Conv::new(cin, planes, 3, stride, 1))?;
@@ -83,7 +90,11 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                             }
                             let idn = if stride != 1 || cin != planes * exp {
                                 g.scoped("downsample", |g| {
-                                    let d = g.conv2d("0", identity, Conv::new(cin, planes * exp, 1, stride, 0))?;
+                                    let d = g.conv2d(
+                                        "0",
+                                        identity,
+                                        Conv::new(cin, planes * exp, 1, stride, 0),
+                                    )?;
                                     g.batch_norm("1", d)
                                 })?
                             } else {

@@ -22,8 +22,20 @@ pub struct VitConfig {
     pub mlp: u64,
 }
 
-pub const VIT_B_16: VitConfig = VitConfig { patch: 16, layers: 12, heads: 12, hidden: 768, mlp: 3072 };
-pub const VIT_L_16: VitConfig = VitConfig { patch: 16, layers: 24, heads: 16, hidden: 1024, mlp: 4096 };
+pub const VIT_B_16: VitConfig = VitConfig {
+    patch: 16,
+    layers: 12,
+    heads: 12,
+    hidden: 768,
+    mlp: 3072,
+};
+pub const VIT_L_16: VitConfig = VitConfig {
+    patch: 16,
+    layers: 24,
+    heads: 16,
+    hidden: 1024,
+    mlp: 4096,
+};
 
 /// torchvision's classifier head size.
 const CLASSES: u64 = 1000;
@@ -49,7 +61,10 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
         ));
     }
     if !cfg.hidden.is_multiple_of(cfg.heads) {
-        return Err(EstimateError::Unsupported(format!("ViT hidden size {} is not divisible by {} heads", cfg.hidden, cfg.heads)));
+        return Err(EstimateError::Unsupported(format!(
+            "ViT hidden size {} is not divisible by {} heads",
+            cfg.hidden, cfg.heads
+        )));
     }
     let mut g = Graph::for_build(ctx);
     let (x, y) = image_batch(&mut g, ctx)?;
@@ -58,7 +73,11 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     let s = n + 1;
 
     // `_process_input`: conv → reshape → permute, all views of the conv output.
-    let mut h = g.conv2d("conv_proj", x, Conv::new(3, d, cfg.patch, cfg.patch, 0).bias(true))?;
+    let mut h = g.conv2d(
+        "conv_proj",
+        x,
+        Conv::new(3, d, cfg.patch, cfg.patch, 0).bias(true),
+    )?;
     h = g.view(h, vec![b, d, n])?;
     h = g.view(h, vec![b, n, d])?;
     let cls = g.scoped("class_token", |g| g.param(vec![1, 1, d]))?;
@@ -72,11 +91,15 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
         let mut h = g.seq_add(h, pos)?;
         // `block`: each layer alone (the reference harness wraps every `EncoderBlock`); a ViT
         // has no stages.
-        for (layers, ckpt) in checkpoint::runs(ctx.ckpt, cfg.layers as usize, "encoder layers", false)? {
+        for (layers, ckpt) in
+            checkpoint::runs(ctx.ckpt, cfg.layers as usize, "encoder layers", false)?
+        {
             h = g.checkpointed(ckpt, |g| {
                 let mut h = h;
                 for i in layers {
-                    h = g.scoped(format!("layers.encoder_layer_{i}"), |g| encoder_block(g, h, ctx, cfg))?;
+                    h = g.scoped(format!("layers.encoder_layer_{i}"), |g| {
+                        encoder_block(g, h, ctx, cfg)
+                    })?;
                 }
                 Ok::<_, EstimateError>(h)
             })?;
@@ -97,7 +120,12 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
 
 /// `EncoderBlock.forward`: `x = ln_1(input); x = self_attention(x, x, x); x = x + input;
 /// y = mlp(ln_2(x)); return x + y`.
-fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
+fn encoder_block(
+    g: &mut Graph,
+    input: TensorId,
+    ctx: &BuildCtx,
+    cfg: VitConfig,
+) -> Result<TensorId, EstimateError> {
     let cpu = ctx.device == Device::Cpu;
     let h = g.layer_norm_on("ln_1", input, true, cpu)?;
     let a = g.scoped("self_attention", |g| self_attention(g, h, ctx, cfg))?;
@@ -117,7 +145,12 @@ fn encoder_block(g: &mut Graph, input: TensorId, ctx: &BuildCtx, cfg: VitConfig)
 
 /// `nn.MultiheadAttention(batch_first=True)` in training (the fast path is off when training):
 /// `multi_head_attention_forward` on `query.transpose(1, 0)`.
-fn self_attention(g: &mut Graph, h: TensorId, ctx: &BuildCtx, cfg: VitConfig) -> Result<TensorId, EstimateError> {
+fn self_attention(
+    g: &mut Graph,
+    h: TensorId,
+    ctx: &BuildCtx,
+    cfg: VitConfig,
+) -> Result<TensorId, EstimateError> {
     let (b, s) = (ctx.batch, g.shape(h)[1]);
     let (d, heads) = (cfg.hidden, cfg.heads);
     let hd = d / heads;
@@ -148,7 +181,9 @@ fn self_attention(g: &mut Graph, h: TensorId, ctx: &BuildCtx, cfg: VitConfig) ->
     // they are counted as copying.
     let oc = match kernel {
         SdpaKernel::Cudnn | SdpaKernel::FlashCpu => g.view(o, vec![s * b, d])?,
-        SdpaKernel::Efficient | SdpaKernel::Flash | SdpaKernel::Math => g.seq_copy(o, vec![s * b, d], false)?,
+        SdpaKernel::Efficient | SdpaKernel::Flash | SdpaKernel::Math => {
+            g.seq_copy(o, vec![s * b, d], false)?
+        }
     };
     let out = g.linear("out_proj", oc, d, d, true)?;
     // Its gradient arrives as a transposed view of the residual's gradient: backward reshapes it

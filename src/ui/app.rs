@@ -61,7 +61,12 @@ impl Planner {
     pub fn new(initial: Plan, view: View, lang: Lang, units: Units) -> Self {
         let plan = RwSignal::new(initial);
         let version = RwSignal::new(0u64);
-        let base = Memo::new(move |_| plan.with(|p| Plan { batch: 1, ..p.clone() }));
+        let base = Memo::new(move |_| {
+            plan.with(|p| Plan {
+                batch: 1,
+                ..p.clone()
+            })
+        });
         let spec = Memo::new(move |_| base.with(state::input_spec));
         let info = Memo::new(move |_| base.with(|p| wb(|w| w.ckpt_info(p))));
         let numbers = Memo::new(move |_| {
@@ -87,15 +92,34 @@ impl Planner {
                 let gpu = state::gpu_of(p)?;
                 wb(|w| {
                     if let Some(r) = w.max_batch(p) {
-                        return r.as_ref().ok().map(|v| MaxBatch { value: *v, exact: true });
+                        return r.as_ref().ok().map(|v| MaxBatch {
+                            value: *v,
+                            exact: true,
+                        });
                     }
                     let m = w.model(p);
                     let m = m.as_ref().as_ref().ok()?;
-                    Some(MaxBatch { value: m.max_batch_guess(gpu.memory, Some(&gpu)), exact: false })
+                    Some(MaxBatch {
+                        value: m.max_batch_guess(gpu.memory, Some(&gpu)),
+                        exact: false,
+                    })
                 })
             })
         });
-        Planner { plan, lang: RwSignal::new(lang), units: RwSignal::new(units), version, idle: RwSignal::new(false), embed: view.embed, chart: view.chart, base, spec, info, numbers, max_batch }
+        Planner {
+            plan,
+            lang: RwSignal::new(lang),
+            units: RwSignal::new(units),
+            version,
+            idle: RwSignal::new(false),
+            embed: view.embed,
+            chart: view.chart,
+            base,
+            spec,
+            info,
+            numbers,
+            max_batch,
+        }
     }
 
     pub fn gpu(&self) -> Option<Gpu> {
@@ -104,14 +128,26 @@ impl Planner {
 
     /// The view settings as they stand (for links).
     pub fn view(&self) -> View {
-        View { lang: Some(self.lang.get_untracked()), units: self.units.get_untracked(), embed: self.embed, chart: self.chart }
+        View {
+            lang: Some(self.lang.get_untracked()),
+            units: self.units.get_untracked(),
+            embed: self.embed,
+            chart: self.chart,
+        }
     }
 
     /// The link to this plan (the full page, or with `embed` the card); Err while it needs the
     /// JSON code and that has not been fetched.
     pub fn link(&self, embed: bool) -> Result<String, json::NotLoaded> {
-        let v = View { embed, ..self.view() };
-        Ok(format!("{}?{}", runtime::base_url(), self.plan.with_untracked(|p| url::to_query(p, &v))?))
+        let v = View {
+            embed,
+            ..self.view()
+        };
+        Ok(format!(
+            "{}?{}",
+            runtime::base_url(),
+            self.plan.with_untracked(|p| url::to_query(p, &v))?
+        ))
     }
 
     /// [`Self::link`] for a view, which follows the plan: empty while the JSON code is fetched,
@@ -135,7 +171,11 @@ impl Planner {
     }
 
     /// Hands what `make` gives to `then`: now, or once the JSON code `make` needs is fetched.
-    pub fn with_json<T: 'static>(self, make: impl Fn(Planner) -> Result<T, json::NotLoaded> + 'static, then: impl FnOnce(Planner, T) + 'static) {
+    pub fn with_json<T: 'static>(
+        self,
+        make: impl Fn(Planner) -> Result<T, json::NotLoaded> + 'static,
+        then: impl FnOnce(Planner, T) + 'static,
+    ) {
         match make(self) {
             Ok(v) => then(self, v),
             Err(_) => self.fetch_json(move |p| {
@@ -148,13 +188,17 @@ impl Planner {
 
     /// Writes the plan into the address bar (once the JSON code is here, if it needs it).
     pub fn sync_address(self) {
-        self.with_json(|p| p.plan.with_untracked(|q| url::to_query(q, &p.view())), |_, q| runtime::replace_query(&q));
+        self.with_json(
+            |p| p.plan.with_untracked(|q| url::to_query(q, &p.view())),
+            |_, q| runtime::replace_query(&q),
+        );
     }
 
     /// The data of one chart, recomputed when what it shows changes.
     pub fn chart_data(&self, kind: ChartKind) -> Memo<Option<Arc<ChartData>>> {
         let p = *self;
-        let changed: fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool = |_, _| true;
+        let changed: fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool =
+            |_, _| true;
         match kind {
             ChartKind::Batch => {
                 let points = Memo::new_with_compare(
@@ -163,7 +207,12 @@ impl Planner {
                             wb(|w| {
                                 let m = w.model(b);
                                 let gpu = state::gpu_of(b);
-                                Arc::new(m.as_ref().as_ref().map(|m| charts::batch_points(m, gpu.as_ref())).unwrap_or_default())
+                                Arc::new(
+                                    m.as_ref()
+                                        .as_ref()
+                                        .map(|m| charts::batch_points(m, gpu.as_ref()))
+                                        .unwrap_or_default(),
+                                )
                             })
                         })
                     },
@@ -179,7 +228,13 @@ impl Planner {
                                 let m = w.model(b);
                                 let m = m.as_ref().as_ref().ok()?;
                                 let gpu = state::gpu_of(b);
-                                Some(Arc::new(ChartData::Batch(charts::batch_data((*pts).clone(), n.as_ref(), best, m, gpu.as_ref()))))
+                                Some(Arc::new(ChartData::Batch(charts::batch_data(
+                                    (*pts).clone(),
+                                    n.as_ref(),
+                                    best,
+                                    m,
+                                    gpu.as_ref(),
+                                ))))
                             })
                         })
                     },
@@ -190,7 +245,16 @@ impl Planner {
                 move |_| {
                     p.version.track();
                     let n = p.numbers.get().ok();
-                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Length(charts::length_data(plan, n.as_ref(), state::gpu_of(plan).as_ref(), &|q| w.numbers(q)))))))
+                    p.plan.with(|plan| {
+                        wb(|w| {
+                            Some(Arc::new(ChartData::Length(charts::length_data(
+                                plan,
+                                n.as_ref(),
+                                state::gpu_of(plan).as_ref(),
+                                &|q| w.numbers(q),
+                            ))))
+                        })
+                    })
                 },
                 changed,
             ),
@@ -199,28 +263,41 @@ impl Planner {
                     p.version.track();
                     let n = p.numbers.get().ok();
                     let info = p.info.get();
-                    p.plan.with(|plan| wb(|w| Some(Arc::new(ChartData::Checkpoint(charts::ckpt_data(plan, &info, n.as_ref(), &|q| w.numbers(q)))))))
-                },
-                changed,
-            ),
-            ChartKind::Timeline | ChartKind::Layers => Memo::new_with_compare(
-                move |_| {
-                    let batch = p.plan.with(|x| x.batch);
-                    state::check_batch(batch).ok()?;
-                    p.base.with(|b| {
+                    p.plan.with(|plan| {
                         wb(|w| {
-                            let m = w.model(b);
-                            let m = m.as_ref().as_ref().ok()?;
-                            let gpu = state::gpu_of(b);
-                            Some(Arc::new(match kind {
-                                ChartKind::Timeline => ChartData::Timeline(charts::timeline_data(m, batch, gpu.as_ref())),
-                                _ => ChartData::Layers(charts::layers_data(m, batch)),
-                            }))
+                            Some(Arc::new(ChartData::Checkpoint(charts::ckpt_data(
+                                plan,
+                                &info,
+                                n.as_ref(),
+                                &|q| w.numbers(q),
+                            ))))
                         })
                     })
                 },
                 changed,
             ),
+            ChartKind::Timeline | ChartKind::Layers => {
+                Memo::new_with_compare(
+                    move |_| {
+                        let batch = p.plan.with(|x| x.batch);
+                        state::check_batch(batch).ok()?;
+                        p.base.with(|b| {
+                            wb(|w| {
+                                let m = w.model(b);
+                                let m = m.as_ref().as_ref().ok()?;
+                                let gpu = state::gpu_of(b);
+                                Some(Arc::new(match kind {
+                                    ChartKind::Timeline => ChartData::Timeline(
+                                        charts::timeline_data(m, batch, gpu.as_ref()),
+                                    ),
+                                    _ => ChartData::Layers(charts::layers_data(m, batch)),
+                                }))
+                            })
+                        })
+                    },
+                    changed,
+                )
+            }
         }
     }
 }
@@ -281,7 +358,11 @@ pub fn App() -> impl IntoView {
         ok
     });
 
-    let tree = if p.embed { embed_card(p) } else { full_page(p, notice) };
+    let tree = if p.embed {
+        embed_card(p)
+    } else {
+        full_page(p, notice)
+    };
     let root = NodeRef::<leptos::html::Div>::new();
     root.on_load(move |el| {
         let _ = el.append_child(&tree.0);
@@ -293,9 +374,15 @@ pub fn App() -> impl IntoView {
 /// shown, as text.
 fn notice_view(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
     h("div").dyn_children(move || {
-        let Some(n) = notice.get() else { return Vec::new() };
+        let Some(n) = notice.get() else {
+            return Vec::new();
+        };
         let lang = p.lang.get();
-        let mut items: Vec<String> = n.rejected.iter().map(|k| i18n::notice_item(k, lang)).collect();
+        let mut items: Vec<String> = n
+            .rejected
+            .iter()
+            .map(|k| i18n::notice_item(k, lang))
+            .collect();
         if n.unknown > 0 {
             items.push(i18n::notice_unknown(n.unknown, lang));
         }
@@ -306,8 +393,15 @@ fn notice_view(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
             .cls("notice")
             .attr("role", "status")
             .testid("notice")
-            .child(h("p").text(Msg::Notice.t(lang)).text(" ").text(&items.join(", ")))
-            .child(button("dismiss-notice", tr(p, Msg::Dismiss), move || notice.set(None)))]
+            .child(
+                h("p")
+                    .text(Msg::Notice.t(lang))
+                    .text(" ")
+                    .text(&items.join(", ")),
+            )
+            .child(button("dismiss-notice", tr(p, Msg::Dismiss), move || {
+                notice.set(None)
+            }))]
     })
 }
 
@@ -319,7 +413,9 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
     let applies = p.applies();
     let controls = h("section")
         .cls("controls")
-        .dyn_attr("aria-label", move || Some(Msg::PlanSection.t(p.lang.get()).into()))
+        .dyn_attr("aria-label", move || {
+            Some(Msg::PlanSection.t(p.lang.get()).into())
+        })
         .child(controls::model_picker(p))
         .child(controls::batch_input(p))
         .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
@@ -333,25 +429,54 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::gpu_picker(p));
     let results = h("section")
         .cls("results")
-        .dyn_attr("aria-label", move || Some(Msg::ResultsSection.t(p.lang.get()).into()))
+        .dyn_attr("aria-label", move || {
+            Some(Msg::ResultsSection.t(p.lang.get()).into())
+        })
         .child(summary(p))
         // The frame that paints the summary comes sooner without them: on a slow machine the
         // browser's layout and raster of that first frame take longer than building it.
-        .child(h("div").cls("slot").children_after_frame(Box::new(move || vec![suggestions(p), breakdown(p), share(p)])));
+        .child(h("div").cls("slot").children_after_frame(Box::new(move || {
+            vec![suggestions(p), breakdown(p), share(p)]
+        })));
     // Below the first screen: built in the task after the frame that paints the numbers, so
     // that frame comes sooner. (`display: contents`: the panels stay the page grid's item.)
-    let charts = h("section").cls("charts").children_after_frame(Box::new(move || ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect()));
-    let extra = h("div").cls("slot").children_after_frame(Box::new(move || vec![extra_panels(p)]));
+    let charts = h("section")
+        .cls("charts")
+        .children_after_frame(Box::new(move || {
+            ChartKind::ALL.iter().map(|k| chart_view(p, *k)).collect()
+        }));
+    let extra = h("div")
+        .cls("slot")
+        .children_after_frame(Box::new(move || vec![extra_panels(p)]));
     h("div")
         .child(
             h("header")
                 .cls("masthead")
-                .child(h("div").child(h("h1").dyn_text(tr(p, Msg::Title))).child(h("p").cls("tagline").dyn_text(tr(p, Msg::Tagline))))
-                .child(h("div").cls("prefs").child(controls::lang_picker(p)).child(controls::units_picker(p))),
+                .child(
+                    h("div")
+                        .child(h("h1").dyn_text(tr(p, Msg::Title)))
+                        .child(h("p").cls("tagline").dyn_text(tr(p, Msg::Tagline))),
+                )
+                .child(
+                    h("div")
+                        .cls("prefs")
+                        .child(controls::lang_picker(p))
+                        .child(controls::units_picker(p)),
+                ),
         )
         .child(notice_view(p, notice))
-        .child(busy(p, h("main").cls("planner")).child(controls).child(results).child(charts).child(extra))
-        .child(h("footer").cls("colophon").child(h("p").dyn_text(tr(p, Msg::Footer))))
+        .child(
+            busy(p, h("main").cls("planner"))
+                .child(controls)
+                .child(results)
+                .child(charts)
+                .child(extra),
+        )
+        .child(
+            h("footer")
+                .cls("colophon")
+                .child(h("p").dyn_text(tr(p, Msg::Footer))),
+        )
 }
 
 /// The mode switch, the parallelism panel and the comparison view (issues #5 and #6), mounted
@@ -388,7 +513,11 @@ fn extra_panels(p: Planner) -> El {
     // Bumped on every open and close: a chunk that arrives after its section closed (or closed
     // and opened again) builds nothing.
     let opened = StoredValue::new_local(0u32);
-    let details = h("details").cls("extra").testid("more-panels").child(h("summary").dyn_text(tr(p, Msg::MorePanels))).child(host.clone());
+    let details = h("details")
+        .cls("extra")
+        .testid("more-panels")
+        .child(h("summary").dyn_text(tr(p, Msg::MorePanels)))
+        .child(host.clone());
     let el = details.0.clone();
     details.on("toggle", move |_| {
         opened.update_value(|n| *n += 1);
@@ -397,11 +526,16 @@ fn extra_panels(p: Planner) -> El {
                 return;
             }
             panel_plan.set(p.plan.get_untracked());
-            let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else { return };
+            let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else {
+                return;
+            };
             let owner = page.child();
             mounted.set_value(Some(owner.clone()));
             let ticket = opened.get_value();
-            let status = h("p").cls("loading").testid("panels-loading").dyn_text(tr(p, Msg::PanelsLoading));
+            let status = h("p")
+                .cls("loading")
+                .testid("panels-loading")
+                .dyn_text(tr(p, Msg::PanelsLoading));
             let _ = host.0.append_child(&status.0);
             let host = host.0.clone();
             leptos::task::spawn_local(async move {
@@ -411,12 +545,24 @@ fn extra_panels(p: Planner) -> El {
                 }
                 host.set_text_content(None);
                 let built = match loaded {
-                    Ok(()) => super::extra::panels_under(owner, panel_plan, p.lang.into(), p.units.into()).await,
+                    Ok(()) => {
+                        super::extra::panels_under(owner, panel_plan, p.lang.into(), p.units.into())
+                            .await
+                    }
                     Err(e) => Err(e),
                 };
                 match built {
                     Ok(panels) => drop(host.append_child(&panels)),
-                    Err(_) => drop(host.append_child(&h("p").cls("notice").attr("role", "alert").testid("panels-error").dyn_text(tr(p, Msg::ChunkUnavailable)).0)),
+                    Err(_) => drop(
+                        host.append_child(
+                            &h("p")
+                                .cls("notice")
+                                .attr("role", "alert")
+                                .testid("panels-error")
+                                .dyn_text(tr(p, Msg::ChunkUnavailable))
+                                .0,
+                        ),
+                    ),
                 }
             });
         } else if let Some(owner) = mounted.try_update_value(Option::take).flatten() {
@@ -429,15 +575,41 @@ fn extra_panels(p: Planner) -> El {
 /// The compact card for an iframe: the key numbers, the sliders and one chart.
 fn embed_card(p: Planner) -> El {
     let applies = p.applies();
-    let name = move || p.base.with(|q| state::model_options().into_iter().find(|(id, _)| *id == q.model).map_or_else(|| q.model.clone(), |(_, n)| n.to_string()));
-    let gpu = move || p.gpu().map(|g| format!(" · {}", g.name)).unwrap_or_default();
+    let name = move || {
+        p.base.with(|q| {
+            state::model_options()
+                .into_iter()
+                .find(|(id, _)| *id == q.model)
+                .map_or_else(|| q.model.clone(), |(_, n)| n.to_string())
+        })
+    };
+    let gpu = move || {
+        p.gpu()
+            .map(|g| format!(" · {}", g.name))
+            .unwrap_or_default()
+    };
     busy(p, h("main").cls("embed-card").testid("embed-card"))
         .child(
             h("header")
                 .child(h("strong").dyn_text(name).dyn_text(gpu))
-                .child(h("a").cls("open-full").attr("target", "_blank").attr("rel", "noopener").dyn_attr("href", move || Some(p.live_link(false))).dyn_text(tr(p, Msg::OpenFull))),
+                .child(
+                    h("a")
+                        .cls("open-full")
+                        .attr("target", "_blank")
+                        .attr("rel", "noopener")
+                        .dyn_attr("href", move || Some(p.live_link(false)))
+                        .dyn_text(tr(p, Msg::OpenFull)),
+                ),
         )
-        .child(h("div").cls("controls compact").child(controls::batch_input(p)).child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len))))
+        .child(
+            h("div")
+                .cls("controls compact")
+                .child(controls::batch_input(p))
+                .child(
+                    controls::size_input(p)
+                        .show(move || applies.with(|a| a.resolution || a.seq_len)),
+                ),
+        )
         .child(summary(p))
         .child(chart_view(p, p.chart))
 }
@@ -445,7 +617,12 @@ fn embed_card(p: Planner) -> El {
 /// The key numbers and the verdict.
 fn summary(p: Planner) -> El {
     let b = move |x| fmt_bytes(x, p.units.get());
-    let num = move |f: fn(&Numbers) -> crate::estimator::units::Bytes| p.numbers.with(|n| n.as_ref().ok().map(f)).map(b).unwrap_or_else(|| "–".into());
+    let num = move |f: fn(&Numbers) -> crate::estimator::units::Bytes| {
+        p.numbers
+            .with(|n| n.as_ref().ok().map(f))
+            .map(b)
+            .unwrap_or_else(|| "–".into())
+    };
     // One computation per change, read by the verdict's class, flag and text.
     let verdict = Memo::new(move |_| {
         let gpu = p.gpu()?;
@@ -453,12 +630,23 @@ fn summary(p: Planner) -> El {
         p.numbers.with(|n| {
             let n = n.as_ref().ok()?;
             let fits = n.device_total <= gpu.memory;
-            let margin = if fits { gpu.memory - n.device_total } else { n.device_total - gpu.memory };
-            Some((fits, i18n::verdict(fits, &b(margin), &b(gpu.memory), gpu.name, lang)))
+            let margin = if fits {
+                gpu.memory - n.device_total
+            } else {
+                n.device_total - gpu.memory
+            };
+            Some((
+                fits,
+                i18n::verdict(fits, &b(margin), &b(gpu.memory), gpu.name, lang),
+            ))
         })
     });
     let verdict = move || verdict.get();
-    let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| h("div").child(h("dt").dyn_text(tr(p, label))).child(h("dd").testid(testid).dyn_text(value));
+    let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| {
+        h("div")
+            .child(h("dt").dyn_text(tr(p, label)))
+            .child(h("dd").testid(testid).dyn_text(value))
+    };
     let max_batch_text = move || match p.max_batch.get() {
         None => "–".to_string(),
         Some(MaxBatch { value: None, .. }) => Msg::NoBatchFits.t(p.lang.get()).to_string(),
@@ -467,40 +655,86 @@ fn summary(p: Planner) -> El {
     let phase = move || {
         let lang = p.lang.get();
         p.numbers.with(|n| {
-            n.as_ref().ok().map_or_else(String::new, |n| match &n.peak_op {
-                Some(op) => format!("{} · {op}", phase_label(n.phase, lang)),
-                None => phase_label(n.phase, lang).to_string(),
-            })
+            n.as_ref()
+                .ok()
+                .map_or_else(String::new, |n| match &n.peak_op {
+                    Some(op) => format!("{} · {op}", phase_label(n.phase, lang)),
+                    None => phase_label(n.phase, lang).to_string(),
+                })
         })
     };
     // The largest batch says whether full simulations have confirmed it (`data-exact`).
-    let max_dd = h("dd").testid("max-batch").dyn_text(max_batch_text).dyn_attr("data-exact", move || Some(p.max_batch.get().is_some_and(|m| m.exact).to_string()));
-    let device = move || format!("{} {}", num(|n| n.device_total), p.gpu().map(|g| i18n::of_capacity(&b(g.memory), p.lang.get())).unwrap_or_default());
+    let max_dd = h("dd")
+        .testid("max-batch")
+        .dyn_text(max_batch_text)
+        .dyn_attr("data-exact", move || {
+            Some(p.max_batch.get().is_some_and(|m| m.exact).to_string())
+        });
+    let device = move || {
+        format!(
+            "{} {}",
+            num(|n| n.device_total),
+            p.gpu()
+                .map(|g| i18n::of_capacity(&b(g.memory), p.lang.get()))
+                .unwrap_or_default()
+        )
+    };
     h("div")
         .cls("summary")
-        .child(h("p").cls("peak").testid("peak").attr("elementtiming", "peak").attr("aria-live", "polite").dyn_text(move || {
-            let l = p.lang.get();
-            format!("{}{}{}", Msg::Peak.t(l), colon(l), num(|n| n.peak))
-        }))
+        .child(
+            h("p")
+                .cls("peak")
+                .testid("peak")
+                .attr("elementtiming", "peak")
+                .attr("aria-live", "polite")
+                .dyn_text(move || {
+                    let l = p.lang.get();
+                    format!("{}{}{}", Msg::Peak.t(l), colon(l), num(|n| n.peak))
+                }),
+        )
         .child(
             h("dl")
                 .cls("metrics")
-                .child(metric("reserved", Msg::Reserved, Box::new(move || num(|n| n.reserved))))
+                .child(metric(
+                    "reserved",
+                    Msg::Reserved,
+                    Box::new(move || num(|n| n.reserved)),
+                ))
                 .child(metric("device-total", Msg::DeviceTotal, Box::new(device)))
-                .child(h("div").child(h("dt").dyn_text(tr(p, Msg::MaxBatch))).child(max_dd))
+                .child(
+                    h("div")
+                        .child(h("dt").dyn_text(tr(p, Msg::MaxBatch)))
+                        .child(max_dd),
+                )
                 .child(metric("peak-phase", Msg::PeakPhase, Box::new(phase))),
         )
         .child(
             h("p")
                 .testid("verdict")
                 .attr("role", "status")
-                .dyn_attr("class", move || Some(format!("verdict {}", verdict().map_or("", |v| if v.0 { "fits" } else { "over" }))))
+                .dyn_attr("class", move || {
+                    Some(format!(
+                        "verdict {}",
+                        verdict().map_or("", |v| if v.0 { "fits" } else { "over" })
+                    ))
+                })
                 .dyn_attr("data-fits", move || verdict().map(|v| v.0.to_string()))
                 .dyn_text(move || verdict().map(|v| v.1).unwrap_or_default()),
         )
         .child(h("div").dyn_children(move || {
             let l = p.lang.get();
-            p.numbers.with(|n| n.as_ref().err().map(|e| vec![h("p").cls("error").attr("role", "alert").testid("error").text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))]).unwrap_or_default())
+            p.numbers.with(|n| {
+                n.as_ref()
+                    .err()
+                    .map(|e| {
+                        vec![h("p")
+                            .cls("error")
+                            .attr("role", "alert")
+                            .testid("error")
+                            .text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))]
+                    })
+                    .unwrap_or_default()
+            })
         }))
 }
 
@@ -509,28 +743,76 @@ fn breakdown(p: Planner) -> El {
     let rows = Memo::new(move |_| {
         let (lang, units) = (p.lang.get(), p.units.get());
         let gpu = p.gpu();
-        p.numbers.with(|n| n.as_ref().ok().map(|n| p.plan.with(|q| explain::rows(n, q, gpu.as_ref(), lang, units))).unwrap_or_default())
+        p.numbers.with(|n| {
+            n.as_ref()
+                .ok()
+                .map(|n| {
+                    p.plan
+                        .with(|q| explain::rows(n, q, gpu.as_ref(), lang, units))
+                })
+                .unwrap_or_default()
+        })
     });
     let save = move |json: bool| {
         let rows = rows.get_untracked();
-        let exact = p.numbers.with_untracked(|n| n.as_ref().is_ok_and(|n| n.exact));
+        let exact = p
+            .numbers
+            .with_untracked(|n| n.as_ref().is_ok_and(|n| n.exact));
         p.plan.with_untracked(|q| {
             if json {
                 // (The JSON code is fetched on the first download; the rows are the click's.)
                 let name = export::file_name(q, "breakdown", "json");
-                p.with_json(move |p| p.plan.with_untracked(|q| export::breakdown_json(q, exact, &rows)), move |_, text| runtime::download_text(&name, "application/json", &text));
+                p.with_json(
+                    move |p| {
+                        p.plan
+                            .with_untracked(|q| export::breakdown_json(q, exact, &rows))
+                    },
+                    move |_, text| runtime::download_text(&name, "application/json", &text),
+                );
             } else {
-                runtime::download_text(&export::file_name(q, "breakdown", "csv"), "text/csv", &export::breakdown_csv(&rows));
+                runtime::download_text(
+                    &export::file_name(q, "breakdown", "csv"),
+                    "text/csv",
+                    &export::breakdown_csv(&rows),
+                );
             }
         });
     };
     let th = |m: Msg, class: &str| h("th").attr("scope", "col").cls(class).dyn_text(tr(p, m));
     // Subtotal rows stand out (class `total`).
-    let body = table_body_marked(move || rows.with(|r| r.iter().map(|r| Row { cells: vec![r.label.clone(), fmt_bytes(r.bytes, p.units.get()), r.formula.clone()], total: r.total }).collect()), true);
+    let body = table_body_marked(
+        move || {
+            rows.with(|r| {
+                r.iter()
+                    .map(|r| Row {
+                        cells: vec![
+                            r.label.clone(),
+                            fmt_bytes(r.bytes, p.units.get()),
+                            r.formula.clone(),
+                        ],
+                        total: r.total,
+                    })
+                    .collect()
+            })
+        },
+        true,
+    );
     h("section")
         .cls("breakdown")
         .child(h("h2").dyn_text(tr(p, Msg::Breakdown)))
-        .child(h("table").testid("breakdown").child(h("thead").child(h("tr").child(th(Msg::Component, "")).child(th(Msg::Memory, "num")).child(th(Msg::Formula, "")))).child(body))
+        .child(
+            h("table")
+                .testid("breakdown")
+                .child(
+                    h("thead").child(
+                        h("tr")
+                            .child(th(Msg::Component, ""))
+                            .child(th(Msg::Memory, "num"))
+                            .child(th(Msg::Formula, "")),
+                    ),
+                )
+                .child(body),
+        )
         .child(
             h("p")
                 .cls("exports")
@@ -557,7 +839,17 @@ fn suggestions(p: Planner) -> El {
                 let numbers_of = |x: &Plan| w.numbers(x);
                 // Err until the suggestions' code is here (the pump fetches it, then bumps the
                 // version): the list shows "computing".
-                suggest::shown(suggest::Ask::Shown { plan: q, current: &current, info: &info, capacity: gpu.memory, numbers_of: &numbers_of, spec, lang, units }).ok()
+                suggest::shown(suggest::Ask::Shown {
+                    plan: q,
+                    current: &current,
+                    info: &info,
+                    capacity: gpu.memory,
+                    numbers_of: &numbers_of,
+                    spec,
+                    lang,
+                    units,
+                })
+                .ok()
             })
         })
     });
@@ -568,33 +860,55 @@ fn suggestions(p: Planner) -> El {
         p.units.track();
         p.idle.track();
     };
-    h("section").cls("suggestions").testid("suggestions").attr("aria-live", "polite").child(h("h2").dyn_text(tr(p, Msg::Suggestions))).child(h("div").later_children(track, move || {
-        let lang = p.lang.get();
-        let fits = p.numbers.with(|n| n.as_ref().is_ok_and(|n| p.gpu().is_some_and(|g| n.device_total <= g.memory)));
-        match list.get() {
-            None if !fits && !suggest::loaded() => vec![h("p").cls("muted").text(Msg::Computing.t(lang))],
-            None => vec![h("p").cls("muted").text("–")],
-            Some(v) if v.is_empty() && fits => vec![h("p").cls("ok").text(Msg::ItFits.t(lang))],
-            Some(v) if v.is_empty() => vec![h("p").cls("muted").text(if p.idle.get() { Msg::NoSuggestion.t(lang) } else { Msg::Computing.t(lang) })],
-            Some(v) => {
-                vec![h("ol").children(
-                    v.into_iter()
-                        .take(6)
-                        .map(|s| {
-                            let plan = s.plan.clone();
-                            h("li")
-                                .cls(if s.fits { "fits" } else { "over" })
-                                .child(h("span").cls("title").text(&s.title))
-                                .child(h("span").cls("effect").text(&s.effect))
-                                .child(h("span").cls("tag").text(if s.fits { Msg::FitsTag.t(lang) } else { Msg::StillOver.t(lang) }))
-                                .child(h("span").cls("cost").text(&s.cost))
-                                .child(button("apply-suggestion", move || Msg::Apply.t(lang).into(), move || p.plan.set(plan.clone())))
-                        })
-                        .collect(),
-                )]
+    h("section")
+        .cls("suggestions")
+        .testid("suggestions")
+        .attr("aria-live", "polite")
+        .child(h("h2").dyn_text(tr(p, Msg::Suggestions)))
+        .child(h("div").later_children(track, move || {
+            let lang = p.lang.get();
+            let fits = p.numbers.with(|n| {
+                n.as_ref()
+                    .is_ok_and(|n| p.gpu().is_some_and(|g| n.device_total <= g.memory))
+            });
+            match list.get() {
+                None if !fits && !suggest::loaded() => {
+                    vec![h("p").cls("muted").text(Msg::Computing.t(lang))]
+                }
+                None => vec![h("p").cls("muted").text("–")],
+                Some(v) if v.is_empty() && fits => vec![h("p").cls("ok").text(Msg::ItFits.t(lang))],
+                Some(v) if v.is_empty() => vec![h("p").cls("muted").text(if p.idle.get() {
+                    Msg::NoSuggestion.t(lang)
+                } else {
+                    Msg::Computing.t(lang)
+                })],
+                Some(v) => {
+                    vec![h("ol").children(
+                        v.into_iter()
+                            .take(6)
+                            .map(|s| {
+                                let plan = s.plan.clone();
+                                h("li")
+                                    .cls(if s.fits { "fits" } else { "over" })
+                                    .child(h("span").cls("title").text(&s.title))
+                                    .child(h("span").cls("effect").text(&s.effect))
+                                    .child(h("span").cls("tag").text(if s.fits {
+                                        Msg::FitsTag.t(lang)
+                                    } else {
+                                        Msg::StillOver.t(lang)
+                                    }))
+                                    .child(h("span").cls("cost").text(&s.cost))
+                                    .child(button(
+                                        "apply-suggestion",
+                                        move || Msg::Apply.t(lang).into(),
+                                        move || p.plan.set(plan.clone()),
+                                    ))
+                            })
+                            .collect(),
+                    )]
+                }
             }
-        }
-    }))
+        }))
 }
 
 /// Copy link and the embed snippet.
@@ -616,18 +930,39 @@ fn share(p: Planner) -> El {
         if !show_embed.get() {
             return String::new();
         }
-        let src = p.live_link(true).replace('&', "&amp;").replace('"', "&quot;");
+        let src = p
+            .live_link(true)
+            .replace('&', "&amp;")
+            .replace('"', "&quot;");
         format!("<iframe src=\"{src}\" width=\"720\" height=\"640\" style=\"border:0\" title=\"VRAM Planner\" loading=\"lazy\"></iframe>")
     };
     h("section")
         .cls("share")
         .child(button("copy-link", tr(p, Msg::CopyLink), copy))
-        .child(button("embed", tr(p, Msg::Embed), move || show_embed.update(|s| *s = !*s)).dyn_attr("aria-expanded", move || Some(show_embed.get().to_string())))
+        .child(
+            button("embed", tr(p, Msg::Embed), move || {
+                show_embed.update(|s| *s = !*s)
+            })
+            .dyn_attr("aria-expanded", move || Some(show_embed.get().to_string())),
+        )
         .child(h("span").dyn_children(move || {
             let lang = p.lang.get();
             match copied.get() {
-                Some(true) => vec![h("span").cls("status").attr("role", "status").testid("copied").text(Msg::Copied.t(lang))],
-                Some(false) => vec![h("label").cls("status").text(Msg::CopyManually.t(lang)).child(h("input").attr("type", "text").attr("readonly", "").testid("link-text").dyn_value(move || link.get()))],
+                Some(true) => vec![h("span")
+                    .cls("status")
+                    .attr("role", "status")
+                    .testid("copied")
+                    .text(Msg::Copied.t(lang))],
+                Some(false) => vec![h("label")
+                    .cls("status")
+                    .text(Msg::CopyManually.t(lang))
+                    .child(
+                        h("input")
+                            .attr("type", "text")
+                            .attr("readonly", "")
+                            .testid("link-text")
+                            .dyn_value(move || link.get()),
+                    )],
                 None => Vec::new(),
             }
         }))
@@ -635,8 +970,18 @@ fn share(p: Planner) -> El {
             h("div")
                 .cls("embed-code")
                 .show(move || show_embed.get())
-                .child(h("label").attr("for", "embed-code").dyn_text(tr(p, Msg::EmbedHelp)))
-                .child(h("textarea").id("embed-code").testid("embed-code").attr("readonly", "").attr("rows", "3").dyn_value(snippet)),
+                .child(
+                    h("label")
+                        .attr("for", "embed-code")
+                        .dyn_text(tr(p, Msg::EmbedHelp)),
+                )
+                .child(
+                    h("textarea")
+                        .id("embed-code")
+                        .testid("embed-code")
+                        .attr("readonly", "")
+                        .attr("rows", "3")
+                        .dyn_value(snippet),
+                ),
         )
 }
-

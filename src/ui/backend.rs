@@ -6,7 +6,9 @@
 use std::fmt;
 
 use plotters::prelude::*;
-use plotters_backend::{BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind};
+use plotters_backend::{
+    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind,
+};
 use plotters_canvas::CanvasBackend;
 
 /// A canvas (with its 2D context, for measuring text) or an SVG document.
@@ -19,14 +21,29 @@ impl AnyBackend<'_> {
     /// The backend for a canvas; `None` without a 2D context.
     pub fn canvas(canvas: &web_sys::HtmlCanvasElement) -> Option<AnyBackend<'static>> {
         use wasm_bindgen::JsCast;
-        let ctx = canvas.get_context("2d").ok().flatten()?.dyn_into::<web_sys::CanvasRenderingContext2d>().ok()?;
-        Some(AnyBackend::Canvas(CanvasBackend::with_canvas_object(canvas.clone())?, ctx))
+        let ctx = canvas
+            .get_context("2d")
+            .ok()
+            .flatten()?
+            .dyn_into::<web_sys::CanvasRenderingContext2d>()
+            .ok()?;
+        Some(AnyBackend::Canvas(
+            CanvasBackend::with_canvas_object(canvas.clone())?,
+            ctx,
+        ))
     }
 }
 
 /// Sizes `canvas`'s backing store to its CSS box `css` × `devicePixelRatio` (sharp on high-DPI
 /// screens) and lets `draw` paint it through this backend, at that scale.
-pub fn paint_canvas(canvas: &web_sys::HtmlCanvasElement, css: (f64, f64), draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, plotters::coord::Shift>, &crate::plots::Theme) -> Result<(), crate::plots::PlotError>) -> Result<(), crate::plots::PlotError> {
+pub fn paint_canvas(
+    canvas: &web_sys::HtmlCanvasElement,
+    css: (f64, f64),
+    draw: &dyn Fn(
+        &DrawingArea<AnyBackend<'static>, plotters::coord::Shift>,
+        &crate::plots::Theme,
+    ) -> Result<(), crate::plots::PlotError>,
+) -> Result<(), crate::plots::PlotError> {
     let (w, h) = super::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
     if canvas.width() != w {
         canvas.set_width(w);
@@ -34,8 +51,15 @@ pub fn paint_canvas(canvas: &web_sys::HtmlCanvasElement, css: (f64, f64), draw: 
     if canvas.height() != h {
         canvas.set_height(h);
     }
-    let root = AnyBackend::canvas(canvas).ok_or_else(|| crate::plots::PlotError("the canvas has no 2D context".into()))?.into_drawing_area();
-    draw(&root, &crate::plots::Theme { scale: w as f64 / css.0 })?;
+    let root = AnyBackend::canvas(canvas)
+        .ok_or_else(|| crate::plots::PlotError("the canvas has no 2D context".into()))?
+        .into_drawing_area();
+    draw(
+        &root,
+        &crate::plots::Theme {
+            scale: w as f64 / css.0,
+        },
+    )?;
     root.present()?;
     Ok(())
 }
@@ -52,9 +76,13 @@ impl fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
-fn conv<E: std::error::Error + Send + Sync>(e: DrawingErrorKind<E>) -> DrawingErrorKind<BackendError> {
+fn conv<E: std::error::Error + Send + Sync>(
+    e: DrawingErrorKind<E>,
+) -> DrawingErrorKind<BackendError> {
     match e {
-        DrawingErrorKind::DrawingError(e) => DrawingErrorKind::DrawingError(BackendError(e.to_string())),
+        DrawingErrorKind::DrawingError(e) => {
+            DrawingErrorKind::DrawingError(BackendError(e.to_string()))
+        }
         DrawingErrorKind::FontError(f) => DrawingErrorKind::FontError(f),
     }
 }
@@ -76,7 +104,10 @@ impl BackendStyle for Style {
 }
 
 fn style<S: BackendStyle>(s: &S) -> Style {
-    Style { color: s.color(), width: s.stroke_width() }
+    Style {
+        color: s.color(),
+        width: s.stroke_width(),
+    }
 }
 
 type R = Result<(), DrawingErrorKind<BackendError>>;
@@ -144,16 +175,30 @@ impl DrawingBackend for AnyBackend<'_> {
     fn draw_line<S: BackendStyle>(&mut self, from: BackendCoord, to: BackendCoord, s: &S) -> R {
         self.line(from, to, style(s))
     }
-    fn draw_rect<S: BackendStyle>(&mut self, a: BackendCoord, b: BackendCoord, s: &S, fill: bool) -> R {
+    fn draw_rect<S: BackendStyle>(
+        &mut self,
+        a: BackendCoord,
+        b: BackendCoord,
+        s: &S,
+        fill: bool,
+    ) -> R {
         self.rect(a, b, style(s), fill)
     }
-    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(&mut self, path: I, s: &S) -> R {
+    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        path: I,
+        s: &S,
+    ) -> R {
         self.path(path.into_iter().collect(), style(s))
     }
     fn draw_circle<S: BackendStyle>(&mut self, c: BackendCoord, r: u32, s: &S, fill: bool) -> R {
         self.circle(c, r, style(s), fill)
     }
-    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(&mut self, vert: I, s: &S) -> R {
+    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
+        &mut self,
+        vert: I,
+        s: &S,
+    ) -> R {
         self.polygon(vert.into_iter().collect(), style(s))
     }
     fn draw_text<T: BackendTextStyle>(&mut self, text: &str, s: &T, pos: BackendCoord) -> R {
@@ -164,10 +209,19 @@ impl DrawingBackend for AnyBackend<'_> {
     }
     /// On a canvas, `measureText` with the font the canvas draws with. plotters' default asks
     /// the page's layout (a hidden `span` read back with `offsetWidth`), a reflow per label.
-    fn estimate_text_size<T: BackendTextStyle>(&self, text: &str, s: &T) -> Result<(u32, u32), DrawingErrorKind<BackendError>> {
+    fn estimate_text_size<T: BackendTextStyle>(
+        &self,
+        text: &str,
+        s: &T,
+    ) -> Result<(u32, u32), DrawingErrorKind<BackendError>> {
         match self {
             AnyBackend::Canvas(_, ctx) => {
-                ctx.set_font(&format!("{} {}px {}", s.style().as_str(), s.size(), s.family().as_str()));
+                ctx.set_font(&format!(
+                    "{} {}px {}",
+                    s.style().as_str(),
+                    s.size(),
+                    s.family().as_str()
+                ));
                 let w = ctx.measure_text(text).map(|m| m.width()).unwrap_or(0.0);
                 Ok((w.ceil() as u32, (s.size() * 1.2).ceil() as u32))
             }

@@ -49,7 +49,9 @@ fn min_interval_ms(p: Planner, kind: ChartKind) -> f64 {
 /// One chart: its canvas, caption, data table and downloads.
 pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let data = p.chart_data(kind);
-    let canvas = h("canvas").attr("role", "img").attr("aria-describedby", &format!("{}-desc", kind.code()));
+    let canvas = h("canvas")
+        .attr("role", "img")
+        .attr("aria-describedby", &format!("{}-desc", kind.code()));
     let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
     // The canvas's CSS size, measured when first drawn and after a resize, never per slider step
     // (no forced layout while dragging).
@@ -67,7 +69,9 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         // (A draw waits for idle time, up to seconds on a busy page: the page may have been
         // unmounted meanwhile, so every read is a `try_`.)
         std::rc::Rc::new(move || {
-            let Some(css_now) = css.try_get_untracked() else { return };
+            let Some(css_now) = css.try_get_untracked() else {
+                return;
+            };
             let size = match css_now {
                 Some(s) => s,
                 None => {
@@ -83,7 +87,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                     return;
                 }
             };
-            let (Some(lang), Some(units), Some(Some(d))) = (p.lang.try_get_untracked(), p.units.try_get_untracked(), data.try_get_untracked()) else { return };
+            let (Some(lang), Some(units), Some(Some(d))) = (
+                p.lang.try_get_untracked(),
+                p.units.try_get_untracked(),
+                data.try_get_untracked(),
+            ) else {
+                return;
+            };
             let _ = el.set_attribute("aria-label", &d.summary(lang, units));
             let el = el.clone();
             // Once the charts' chunk is in (the first chart to come into view fetches it),
@@ -128,16 +138,23 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             };
             // Once the page is idle (after the frame that shows the numbers, and never ahead of
             // an input that is waiting); a throttled chart no sooner than its interval allows.
-            super::dom::when_idle_after(min_gap - (runtime::now() - last_draw.get()), Box::new(run));
+            super::dom::when_idle_after(
+                min_gap - (runtime::now() - last_draw.get()),
+                Box::new(run),
+            );
         }
     }));
     let save = std::rc::Rc::new(move |what: &'static str| {
         let (lang, units) = (p.lang.get_untracked(), p.units.get_untracked());
-        let name = p.plan.with_untracked(|q| export::file_name(q, kind.code(), what));
+        let name = p
+            .plan
+            .with_untracked(|q| export::file_name(q, kind.code(), what));
         match what {
             "svg" => {
                 let (w, h) = css.get_untracked().unwrap_or((800.0, 450.0));
-                let Some(d) = data.get_untracked() else { return };
+                let Some(d) = data.get_untracked() else {
+                    return;
+                };
                 leptos::task::spawn_local(async move {
                     match svg(d, lang, units, (w.round() as u32, h.round() as u32)).await {
                         Ok(s) => runtime::download_text(&name, "image/svg+xml", &s),
@@ -152,8 +169,12 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             }
             _ => {
                 // A chart out of view may be behind the plan: draw it now.
-                let Some(d) = data.get_untracked() else { return };
-                let Some(size) = css.get_untracked() else { return redraw() };
+                let Some(d) = data.get_untracked() else {
+                    return;
+                };
+                let Some(size) = css.get_untracked() else {
+                    return redraw();
+                };
                 let el = el.clone();
                 leptos::task::spawn_local(async move {
                     if repaint(el.clone(), d, lang, units, size, failure).await {
@@ -168,10 +189,26 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     let (s1, s2, s3) = (save.clone(), save.clone(), save);
     let (t, c) = title(kind);
     // The table is built only while open: a closed one costs nothing per slider step.
-    let table = Memo::new(move |_| if open.get() { data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get()))).unwrap_or_default() } else { Default::default() });
-    let head = h("thead").child(h("tr").dyn_children(move || table.with(|t| t.headers.iter().map(|x| h("th").attr("scope", "col").text(x)).collect())));
+    let table = Memo::new(move |_| {
+        if open.get() {
+            data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get())))
+                .unwrap_or_default()
+        } else {
+            Default::default()
+        }
+    });
+    let head = h("thead").child(h("tr").dyn_children(move || {
+        table.with(|t| {
+            t.headers
+                .iter()
+                .map(|x| h("th").attr("scope", "col").text(x))
+                .collect()
+        })
+    }));
     let body = table_body(move || table.with(|t| t.rows.clone()), false);
-    let details = h("details").child(h("summary").dyn_text(tr(p, Msg::DataTable))).child(h("table").child(head).child(body));
+    let details = h("details")
+        .child(h("summary").dyn_text(tr(p, Msg::DataTable)))
+        .child(h("table").child(head).child(body));
     let d2 = details.0.clone();
     let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
     h("figure")
@@ -179,13 +216,26 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         .testid(kind.test_id())
         .child(h("h3").dyn_text(tr(p, t)))
         .child(canvas)
-        .child(h("figcaption").id(&format!("{}-desc", kind.code())).dyn_text(tr(p, c)))
-        .child(h("p").cls("error").attr("role", "alert").show(move || failure.with(|f| f.is_some())).dyn_text(move || failure.get().unwrap_or_default()))
         .child(
-            h("div")
-                .cls("chart-tools")
-                .child(details)
-                .child(h("span").cls("exports").child(button("export-png", || "PNG".into(), move || s1("png"))).child(button("export-svg", || "SVG".into(), move || s2("svg"))).child(button("export-table", || "CSV".into(), move || s3("csv")))),
+            h("figcaption")
+                .id(&format!("{}-desc", kind.code()))
+                .dyn_text(tr(p, c)),
+        )
+        .child(
+            h("p")
+                .cls("error")
+                .attr("role", "alert")
+                .show(move || failure.with(|f| f.is_some()))
+                .dyn_text(move || failure.get().unwrap_or_default()),
+        )
+        .child(
+            h("div").cls("chart-tools").child(details).child(
+                h("span")
+                    .cls("exports")
+                    .child(button("export-png", || "PNG".into(), move || s1("png")))
+                    .child(button("export-svg", || "SVG".into(), move || s2("svg")))
+                    .child(button("export-table", || "CSV".into(), move || s3("csv"))),
+            ),
         )
 }
 
@@ -196,7 +246,11 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
 fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
     use wasm_bindgen::closure::Closure;
     let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
-        if let Some(e) = entries.iter().last().and_then(|e| e.dyn_into::<web_sys::IntersectionObserverEntry>().ok()) {
+        if let Some(e) = entries
+            .iter()
+            .last()
+            .and_then(|e| e.dyn_into::<web_sys::IntersectionObserverEntry>().ok())
+        {
             if visible.get_untracked() != e.is_intersecting() {
                 visible.set(e.is_intersecting());
             }
@@ -209,7 +263,14 @@ fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
 }
 
 /// Paints the chart and shows or clears its error line; true when it drew.
-async fn repaint(el: HtmlCanvasElement, d: Arc<ChartData>, lang: Lang, units: Units, size: (f64, f64), failure: RwSignal<Option<String>>) -> bool {
+async fn repaint(
+    el: HtmlCanvasElement,
+    d: Arc<ChartData>,
+    lang: Lang,
+    units: Units,
+    size: (f64, f64),
+    failure: RwSignal<Option<String>>,
+) -> bool {
     let drawn = paint(el, d, lang, units, size).await;
     let ok = drawn.is_ok();
     failure.try_set(drawn.err().map(|e| e.to_string()));
@@ -236,11 +297,24 @@ split_point! { charts;
     }
 }
 
-fn draw(canvas: &HtmlCanvasElement, data: &ChartData, lang: Lang, units: Units, css: (f64, f64)) -> Result<(), PlotError> {
-    super::backend::paint_canvas(canvas, css, &|root, theme| data.draw(root, lang, units, theme))
+fn draw(
+    canvas: &HtmlCanvasElement,
+    data: &ChartData,
+    lang: Lang,
+    units: Units,
+    css: (f64, f64),
+) -> Result<(), PlotError> {
+    super::backend::paint_canvas(canvas, css, &|root, theme| {
+        data.draw(root, lang, units, theme)
+    })
 }
 
-fn svg_of(data: &ChartData, lang: Lang, units: Units, size: (u32, u32)) -> Result<String, PlotError> {
+fn svg_of(
+    data: &ChartData,
+    lang: Lang,
+    units: Units,
+    size: (u32, u32),
+) -> Result<String, PlotError> {
     let mut out = String::new();
     {
         let root = AnyBackend::Svg(SVGBackend::with_string(&mut out, size)).into_drawing_area();

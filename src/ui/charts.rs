@@ -10,7 +10,11 @@ use crate::estimator::sweep::{log_points, Point};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::plots::timeline::{columns, Columns};
-use crate::plots::{draw_checkpoint_chart, draw_layers_chart, draw_stacked_chart, draw_timeline_chart, CheckpointChart, CkptPoint, LayersChart, Marker, MemUnit, PlotError, StackedChart, Theme, TimelineChart};
+use crate::plots::{
+    draw_checkpoint_chart, draw_layers_chart, draw_stacked_chart, draw_timeline_chart,
+    CheckpointChart, CkptPoint, LayersChart, Marker, MemUnit, PlotError, StackedChart, Theme,
+    TimelineChart,
+};
 use crate::presets::gpus::Gpu;
 
 use super::i18n::{category_label, fmt_bytes, fmt_pct, phase_label, Lang, Msg, Units};
@@ -25,7 +29,11 @@ pub const TIMELINE_COLUMNS: usize = 480;
 
 /// The sizes the length chart sweeps (the input slider's positions).
 pub fn length_plans(plan: &Plan) -> Vec<Plan> {
-    state::input_spec(plan).positions().into_iter().map(|x| state::with_input_size(plan, x)).collect()
+    state::input_spec(plan)
+        .positions()
+        .into_iter()
+        .map(|x| state::with_input_size(plan, x))
+        .collect()
 }
 
 /// round(√N) as `checkpoint_sequential`'s `sqrt` mode uses it.
@@ -39,7 +47,15 @@ pub fn ckpt_policies(plan: &Plan, info: &CkptInfo) -> Vec<(u64, Checkpointing)> 
     let n = info.blocks;
     let mut v: Vec<(u64, Checkpointing)> = vec![(1, Checkpointing::None)];
     if info.segments && n >= 2 {
-        let mut ks: Vec<u64> = if n <= 16 { (2..=n).collect() } else { [2u64, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256].into_iter().filter(|&k| k < n).chain([n]).collect() };
+        let mut ks: Vec<u64> = if n <= 16 {
+            (2..=n).collect()
+        } else {
+            [2u64, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+                .into_iter()
+                .filter(|&k| k < n)
+                .chain([n])
+                .collect()
+        };
         ks.push(sqrt_k(n));
         if let Checkpointing::Segments(k) = plan.ckpt {
             if (2..=n).contains(&(k as u64)) {
@@ -48,7 +64,11 @@ pub fn ckpt_policies(plan: &Plan, info: &CkptInfo) -> Vec<(u64, Checkpointing)> 
         }
         ks.sort_unstable();
         ks.dedup();
-        v.extend(ks.into_iter().filter(|&k| k >= 2).map(|k| (k, Checkpointing::Segments(k as u32))));
+        v.extend(
+            ks.into_iter()
+                .filter(|&k| k >= 2)
+                .map(|k| (k, Checkpointing::Segments(k as u32))),
+        );
     } else {
         if info.stages > 0 && info.stages != info.blocks {
             v.push((info.stages, Checkpointing::Stage));
@@ -62,9 +82,18 @@ pub fn ckpt_policies(plan: &Plan, info: &CkptInfo) -> Vec<(u64, Checkpointing)> 
 
 /// The plans of the checkpoint chart (with "every block" where segments are the axis).
 pub fn ckpt_plans(plan: &Plan, info: &CkptInfo) -> Vec<Plan> {
-    let mut v: Vec<Plan> = ckpt_policies(plan, info).into_iter().map(|(_, c)| Plan { ckpt: c, ..plan.clone() }).collect();
+    let mut v: Vec<Plan> = ckpt_policies(plan, info)
+        .into_iter()
+        .map(|(_, c)| Plan {
+            ckpt: c,
+            ..plan.clone()
+        })
+        .collect();
     if info.segments && info.blocks > 0 {
-        v.push(Plan { ckpt: Checkpointing::Block, ..plan.clone() });
+        v.push(Plan {
+            ckpt: Checkpointing::Block,
+            ..plan.clone()
+        });
     }
     v
 }
@@ -142,10 +171,19 @@ pub fn batch_xs() -> Vec<u64> {
 
 /// The batch chart's points (they do not depend on the current batch).
 pub fn batch_points(model: &BatchModel, gpu: Option<&Gpu>) -> Vec<Point> {
-    batch_xs().into_iter().map(|b| model.point(b, b, gpu)).collect()
+    batch_xs()
+        .into_iter()
+        .map(|b| model.point(b, b, gpu))
+        .collect()
 }
 
-pub fn batch_data(points: Vec<Point>, current: Option<&Numbers>, best: Option<u64>, model: &BatchModel, gpu: Option<&Gpu>) -> BatchData {
+pub fn batch_data(
+    points: Vec<Point>,
+    current: Option<&Numbers>,
+    best: Option<u64>,
+    model: &BatchModel,
+    gpu: Option<&Gpu>,
+) -> BatchData {
     BatchData {
         points,
         current: current.map(|n| (n.batch, n.peak)),
@@ -156,7 +194,12 @@ pub fn batch_data(points: Vec<Point>, current: Option<&Numbers>, best: Option<u6
 
 /// The length chart from whichever of its points are simulated (`numbers_of` gives `None` for
 /// the others).
-pub fn length_data(plan: &Plan, current: Option<&Numbers>, gpu: Option<&Gpu>, numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> LengthData {
+pub fn length_data(
+    plan: &Plan,
+    current: Option<&Numbers>,
+    gpu: Option<&Gpu>,
+    numbers_of: &dyn Fn(&Plan) -> Option<Numbers>,
+) -> LengthData {
     let mut pending = 0;
     let mut points = Vec::new();
     for p in length_plans(plan) {
@@ -165,28 +208,57 @@ pub fn length_data(plan: &Plan, current: Option<&Numbers>, gpu: Option<&Gpu>, nu
             None => pending += 1,
         }
     }
-    LengthData { points, spec: state::input_spec(plan), current: current.map(|n| (state::input_size(plan), n.peak)), capacity: gpu.map(|g| (g.memory, g.name)), pending }
+    LengthData {
+        points,
+        spec: state::input_spec(plan),
+        current: current.map(|n| (state::input_size(plan), n.peak)),
+        capacity: gpu.map(|g| (g.memory, g.name)),
+        pending,
+    }
 }
 
 fn point(x: u64, n: &Numbers) -> Point {
-    Point { x, peak_allocated: n.peak, device_total: n.device_total, by_category: Category::ALL.iter().map(|&c| (c, n.category(c))).collect(), recompute_flops: n.recompute_flops, forward_flops: n.forward_flops }
+    Point {
+        x,
+        peak_allocated: n.peak,
+        device_total: n.device_total,
+        by_category: Category::ALL.iter().map(|&c| (c, n.category(c))).collect(),
+        recompute_flops: n.recompute_flops,
+        forward_flops: n.forward_flops,
+    }
 }
 
 fn ckpt_point(k: u64, n: &Numbers) -> CkptPoint {
-    CkptPoint { k, peak: n.peak, activations: n.activation_memory(), extra_compute: n.extra_compute() }
+    CkptPoint {
+        k,
+        peak: n.peak,
+        activations: n.activation_memory(),
+        extra_compute: n.extra_compute(),
+    }
 }
 
-pub fn ckpt_data(plan: &Plan, info: &CkptInfo, current: Option<&Numbers>, numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> CkptData {
+pub fn ckpt_data(
+    plan: &Plan,
+    info: &CkptInfo,
+    current: Option<&Numbers>,
+    numbers_of: &dyn Fn(&Plan) -> Option<Numbers>,
+) -> CkptData {
     let mut pending = 0;
     let mut points = Vec::new();
     for (k, c) in ckpt_policies(plan, info) {
-        match numbers_of(&Plan { ckpt: c, ..plan.clone() }) {
+        match numbers_of(&Plan {
+            ckpt: c,
+            ..plan.clone()
+        }) {
             Some(n) => points.push(ckpt_point(k, &n)),
             None => pending += 1,
         }
     }
     let block = if info.segments && info.blocks > 0 {
-        let n = numbers_of(&Plan { ckpt: Checkpointing::Block, ..plan.clone() });
+        let n = numbers_of(&Plan {
+            ckpt: Checkpointing::Block,
+            ..plan.clone()
+        });
         if n.is_none() {
             pending += 1;
         }
@@ -198,25 +270,40 @@ pub fn ckpt_data(plan: &Plan, info: &CkptInfo, current: Option<&Numbers>, number
         points,
         block,
         sqrt_k: (info.segments && info.blocks >= 2).then(|| sqrt_k(info.blocks)),
-        current: current.filter(|_| info.any()).map(|n| ckpt_point(ckpt_x(plan.ckpt, info), n)),
+        current: current
+            .filter(|_| info.any())
+            .map(|n| ckpt_point(ckpt_x(plan.ckpt, info), n)),
         current_policy: plan.ckpt,
         pending,
     }
 }
 
 pub fn timeline_data(model: &BatchModel, batch: u64, gpu: Option<&Gpu>) -> TimelineData {
-    TimelineData { columns: columns(model.timeline_at(batch), model.lines.len(), TIMELINE_COLUMNS), capacity: gpu.map(|g| (g.memory, g.name)) }
+    TimelineData {
+        columns: columns(
+            model.timeline_at(batch),
+            model.lines.len(),
+            TIMELINE_COLUMNS,
+        ),
+        capacity: gpu.map(|g| (g.memory, g.name)),
+    }
 }
 
 pub fn layers_data(model: &BatchModel, batch: u64) -> LayersData {
-    LayersData { layers: model.layers_at(batch) }
+    LayersData {
+        layers: model.layers_at(batch),
+    }
 }
 
 /// The top of a stacked chart's memory axis: twice the capacity, or well above the current value
 /// if that is higher.
 fn focus(capacity: Option<Bytes>, current: Option<Bytes>) -> Option<Bytes> {
     let cap = capacity?;
-    Some(Bytes(cap.0.saturating_mul(2).max(current.map_or(0, |c| c.0.saturating_add(c.0 / 4)))))
+    Some(Bytes(
+        cap.0
+            .saturating_mul(2)
+            .max(current.map_or(0, |c| c.0.saturating_add(c.0 / 4))),
+    ))
 }
 
 /// A chart's text alternative: column headers and rows.
@@ -267,42 +354,86 @@ impl ChartData {
     }
 
     /// Draws the chart on any backend, its texts in `lang`.
-    pub fn draw<DB: DrawingBackend>(&self, area: &DrawingArea<DB, Shift>, lang: Lang, units: Units, theme: &Theme) -> Result<(), PlotError> {
+    pub fn draw<DB: DrawingBackend>(
+        &self,
+        area: &DrawingArea<DB, Shift>,
+        lang: Lang,
+        units: Units,
+        theme: &Theme,
+    ) -> Result<(), PlotError> {
         let unit = unit_of(units);
         let b = |x: Bytes| fmt_bytes(x, units);
-        let cap_label = |c: &Option<(Bytes, &'static str)>| c.map(|(m, name)| (m, format!("{} {name} {}", Msg::Capacity.t(lang), b(m))));
+        let cap_label = |c: &Option<(Bytes, &'static str)>| {
+            c.map(|(m, name)| (m, format!("{} {name} {}", Msg::Capacity.t(lang), b(m))))
+        };
         let peak_axis = format!("{} ({})", Msg::Peak.t(lang), unit.name);
         match self {
             ChartData::Batch(d) => {
                 // Up to where memory leaves the chart's range (well past the GPU), not to 4096.
                 let y_max = focus(d.capacity.map(|c| c.0), d.current.map(|c| c.1));
-                let keep = d.current.map_or(1, |c| c.0).max(d.best.map_or(1, |b| b.0)).max(16);
+                let keep = d
+                    .current
+                    .map_or(1, |c| c.0)
+                    .max(d.best.map_or(1, |b| b.0))
+                    .max(16);
                 let end = match y_max {
-                    Some(m) => d.points.iter().position(|p| p.x >= keep && p.peak_allocated > m).map_or(d.points.len(), |i| i + 1),
+                    Some(m) => d
+                        .points
+                        .iter()
+                        .position(|p| p.x >= keep && p.peak_allocated > m)
+                        .map_or(d.points.len(), |i| i + 1),
                     None => d.points.len(),
                 };
                 let mut c = StackedChart::new(&d.points[..end], Msg::Batch.t(lang));
                 c.y_desc = peak_axis;
                 c.categories = categories(lang);
                 c.unit = unit;
-                c.current = d.current.map(|(x, y)| Marker { x, y, label: format!("{} {x}: {}", Msg::Batchs.t(lang), b(y)) });
-                c.best = d.best.map(|(x, y)| Marker { x, y, label: format!("{}: {x}", Msg::Largest.t(lang)) });
+                c.current = d.current.map(|(x, y)| Marker {
+                    x,
+                    y,
+                    label: format!("{} {x}: {}", Msg::Batchs.t(lang), b(y)),
+                });
+                c.best = d.best.map(|(x, y)| Marker {
+                    x,
+                    y,
+                    label: format!("{}: {x}", Msg::Largest.t(lang)),
+                });
                 c.capacity = cap_label(&d.capacity);
                 c.device_label = Some(Msg::DeviceLine.t(lang));
-                c.empty = zh(lang, "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小");
+                c.empty = zh(
+                    lang,
+                    "No batch size in range can be estimated for this plan",
+                    "此设置下没有可估算的批大小",
+                );
                 c.y_max = y_max;
                 draw_stacked_chart(area, &c, theme)
             }
             ChartData::Length(d) => {
-                let x_desc = if d.spec.is_image() { Msg::Resolution.t(lang) } else { Msg::SeqLen.t(lang) };
+                let x_desc = if d.spec.is_image() {
+                    Msg::Resolution.t(lang)
+                } else {
+                    Msg::SeqLen.t(lang)
+                };
                 let mut c = StackedChart::new(&d.points, x_desc);
                 c.y_desc = peak_axis;
                 c.categories = categories(lang);
                 c.unit = unit;
-                c.current = d.current.map(|(x, y)| Marker { x, y, label: format!("{x}: {}", b(y)) });
+                c.current = d.current.map(|(x, y)| Marker {
+                    x,
+                    y,
+                    label: format!("{x}: {}", b(y)),
+                });
                 c.capacity = cap_label(&d.capacity);
                 c.device_label = Some(Msg::DeviceLine.t(lang));
-                c.empty = if d.pending > 0 { Msg::Loading.t(lang) } else { zh(lang, "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸") };
+                c.empty = if d.pending > 0 {
+                    Msg::Loading.t(lang)
+                } else {
+                    zh(
+                        lang,
+                        "No input size in range can be estimated for this plan",
+                        "此设置下没有可估算的输入尺寸",
+                    )
+                };
                 c.y_max = focus(d.capacity.map(|c| c.0), d.current.map(|c| c.1));
                 draw_stacked_chart(area, &c, theme)
             }
@@ -312,24 +443,55 @@ impl ChartData {
                 c.sqrt_k = d.sqrt_k;
                 c.current = d.current;
                 c.unit = unit;
-                c.x_desc = zh(lang, "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）");
+                c.x_desc = zh(
+                    lang,
+                    "Checkpoint segments k (1 = none)",
+                    "检查点分段数 k（1 = 不使用）",
+                );
                 c.y_desc = format!("{} ({})", zh(lang, "Memory", "显存"), unit.name);
                 c.y2_desc = zh(lang, "Extra compute (%)", "额外计算量（%）");
-                c.series = [Msg::Peak.t(lang), zh(lang, "Activation memory", "激活显存"), zh(lang, "Extra compute", "额外计算量")];
+                c.series = [
+                    Msg::Peak.t(lang),
+                    zh(lang, "Activation memory", "激活显存"),
+                    zh(lang, "Extra compute", "额外计算量"),
+                ];
                 c.block_label = Msg::EveryBlock.t(lang);
                 c.current_label = ckpt_current_label(d.current_policy, lang).into();
                 c.saving = self.ckpt_saving(lang, units).unwrap_or_default();
-                c.empty = if d.pending > 0 { Msg::Loading.t(lang) } else { zh(lang, "This model has no checkpointing to compare", "此模型没有可比较的检查点方案") };
+                c.empty = if d.pending > 0 {
+                    Msg::Loading.t(lang)
+                } else {
+                    zh(
+                        lang,
+                        "This model has no checkpointing to compare",
+                        "此模型没有可比较的检查点方案",
+                    )
+                };
                 draw_checkpoint_chart(area, &c, theme)
             }
             ChartData::Timeline(d) => {
                 let mut c = TimelineChart::new(&d.columns);
-                c.phase_labels = [Phase::ZeroGrad, Phase::Forward, Phase::Backward, Phase::Optimizer].map(|p| phase_label(p, lang));
+                c.phase_labels = [
+                    Phase::ZeroGrad,
+                    Phase::Forward,
+                    Phase::Backward,
+                    Phase::Optimizer,
+                ]
+                .map(|p| phase_label(p, lang));
                 c.categories = categories(lang);
                 c.unit = unit;
-                c.x_desc = zh(lang, "Events of one training step (ops, frees, optimizer)", "一次训练步中的事件（算子、释放、优化器）");
+                c.x_desc = zh(
+                    lang,
+                    "Events of one training step (ops, frees, optimizer)",
+                    "一次训练步中的事件（算子、释放、优化器）",
+                );
                 c.y_desc = format!("{} ({})", zh(lang, "Live memory", "存活显存"), unit.name);
-                let peak = d.columns.live.get(d.columns.peak).map(|c| Bytes(c.iter().sum())).unwrap_or_default();
+                let peak = d
+                    .columns
+                    .live
+                    .get(d.columns.peak)
+                    .map(|c| Bytes(c.iter().sum()))
+                    .unwrap_or_default();
                 c.peak_label = format!("{} {}", zh(lang, "peak", "峰值"), b(peak));
                 c.capacity = cap_label(&d.capacity);
                 draw_timeline_chart(area, &c, theme)
@@ -337,12 +499,24 @@ impl ChartData {
             ChartData::Layers(d) => {
                 let mut c = LayersChart::new(&d.layers);
                 c.unit = unit;
-                c.x_desc = zh(lang, "Block of the model, forward order", "模型的块（前向顺序）");
-                c.y_desc = format!("{} ({})", zh(lang, "Saved activations", "保存的激活"), unit.name);
+                c.x_desc = zh(
+                    lang,
+                    "Block of the model, forward order",
+                    "模型的块（前向顺序）",
+                );
+                c.y_desc = format!(
+                    "{} ({})",
+                    zh(lang, "Saved activations", "保存的激活"),
+                    unit.name
+                );
                 if let Some((name, bytes)) = d.layers.iter().max_by_key(|(_, b)| *b) {
                     c.max_label = format!("{name}: {}", b(*bytes));
                 }
-                c.empty = zh(lang, "No activations are saved for backward", "没有为反向保存的激活");
+                c.empty = zh(
+                    lang,
+                    "No activations are saved for backward",
+                    "没有为反向保存的激活",
+                );
                 draw_layers_chart(area, &c, theme)
             }
         }
@@ -350,19 +524,46 @@ impl ChartData {
 
     /// The checkpoint chart's one line on the saving against no checkpointing.
     pub fn ckpt_saving(&self, lang: Lang, units: Units) -> Option<String> {
-        let ChartData::Checkpoint(d) = self else { return None };
+        let ChartData::Checkpoint(d) = self else {
+            return None;
+        };
         let none = d.points.iter().find(|p| p.k == 1)?;
         let (what, p) = if d.current_policy != Checkpointing::None {
             (zh(lang, "Your choice", "当前选择"), d.current?)
         } else {
-            let sq = d.sqrt_k.and_then(|k| d.points.iter().find(|p| p.k == k)).or(d.block.as_ref()).or(d.points.last())?;
-            (if d.sqrt_k.is_some() { zh(lang, "√N segments", "√N 段") } else { zh(lang, "Checkpointing", "检查点") }, *sq)
+            let sq = d
+                .sqrt_k
+                .and_then(|k| d.points.iter().find(|p| p.k == k))
+                .or(d.block.as_ref())
+                .or(d.points.last())?;
+            (
+                if d.sqrt_k.is_some() {
+                    zh(lang, "√N segments", "√N 段")
+                } else {
+                    zh(lang, "Checkpointing", "检查点")
+                },
+                *sq,
+            )
         };
         let saving = none.peak.saturating_sub(p.peak);
-        let frac = if none.peak.0 > 0 { saving.0 as f64 / none.peak.0 as f64 } else { 0.0 };
+        let frac = if none.peak.0 > 0 {
+            saving.0 as f64 / none.peak.0 as f64
+        } else {
+            0.0
+        };
         Some(match lang {
-            Lang::En => format!("{what}: −{} of the peak (−{}) against none, for +{} compute", fmt_bytes(saving, units), fmt_pct(frac), fmt_pct(p.extra_compute)),
-            Lang::Zh => format!("{what}：与不使用相比峰值减少 {}（−{}），计算量 +{}", fmt_bytes(saving, units), fmt_pct(frac), fmt_pct(p.extra_compute)),
+            Lang::En => format!(
+                "{what}: −{} of the peak (−{}) against none, for +{} compute",
+                fmt_bytes(saving, units),
+                fmt_pct(frac),
+                fmt_pct(p.extra_compute)
+            ),
+            Lang::Zh => format!(
+                "{what}：与不使用相比峰值减少 {}（−{}），计算量 +{}",
+                fmt_bytes(saving, units),
+                fmt_pct(frac),
+                fmt_pct(p.extra_compute)
+            ),
         })
     }
 
@@ -383,19 +584,63 @@ impl ChartData {
         let h = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         match self {
             ChartData::Batch(d) => Table {
-                headers: h(&[Msg::Batch.t(lang), Msg::Peak.t(lang), Msg::DeviceTotal.t(lang)]),
-                rows: d.points.iter().map(|p| vec![p.x.to_string(), b(p.peak_allocated), b(p.device_total)]).collect(),
+                headers: h(&[
+                    Msg::Batch.t(lang),
+                    Msg::Peak.t(lang),
+                    Msg::DeviceTotal.t(lang),
+                ]),
+                rows: d
+                    .points
+                    .iter()
+                    .map(|p| vec![p.x.to_string(), b(p.peak_allocated), b(p.device_total)])
+                    .collect(),
             },
             ChartData::Length(d) => Table {
-                headers: h(&[if d.spec.is_image() { Msg::Resolution.t(lang) } else { Msg::SeqLen.t(lang) }, Msg::Peak.t(lang), Msg::DeviceTotal.t(lang)]),
-                rows: d.points.iter().map(|p| vec![p.x.to_string(), b(p.peak_allocated), b(p.device_total)]).collect(),
+                headers: h(&[
+                    if d.spec.is_image() {
+                        Msg::Resolution.t(lang)
+                    } else {
+                        Msg::SeqLen.t(lang)
+                    },
+                    Msg::Peak.t(lang),
+                    Msg::DeviceTotal.t(lang),
+                ]),
+                rows: d
+                    .points
+                    .iter()
+                    .map(|p| vec![p.x.to_string(), b(p.peak_allocated), b(p.device_total)])
+                    .collect(),
             },
             ChartData::Checkpoint(d) => {
-                let mut rows: Vec<Vec<String>> = d.points.iter().map(|p| vec![p.k.to_string(), b(p.peak), b(p.activations), fmt_pct(p.extra_compute)]).collect();
+                let mut rows: Vec<Vec<String>> = d
+                    .points
+                    .iter()
+                    .map(|p| {
+                        vec![
+                            p.k.to_string(),
+                            b(p.peak),
+                            b(p.activations),
+                            fmt_pct(p.extra_compute),
+                        ]
+                    })
+                    .collect();
                 if let Some(p) = d.block {
-                    rows.push(vec![format!("{} ({})", p.k, Msg::EveryBlock.t(lang)), b(p.peak), b(p.activations), fmt_pct(p.extra_compute)]);
+                    rows.push(vec![
+                        format!("{} ({})", p.k, Msg::EveryBlock.t(lang)),
+                        b(p.peak),
+                        b(p.activations),
+                        fmt_pct(p.extra_compute),
+                    ]);
                 }
-                Table { headers: h(&[Msg::Segment.t(lang), Msg::Peak.t(lang), Msg::ActivationMemory.t(lang), Msg::ExtraCompute.t(lang)]), rows }
+                Table {
+                    headers: h(&[
+                        Msg::Segment.t(lang),
+                        Msg::Peak.t(lang),
+                        Msg::ActivationMemory.t(lang),
+                        Msg::ExtraCompute.t(lang),
+                    ]),
+                    rows,
+                }
             }
             ChartData::Timeline(d) => {
                 let total = |c: &[u64; Category::COUNT]| Bytes(c.iter().sum());
@@ -404,14 +649,40 @@ impl ChartData {
                     .spans
                     .iter()
                     .map(|&(ph, s, e)| {
-                        let peak = d.columns.live[s..e].iter().map(total).max().unwrap_or_default();
-                        let end = d.columns.live.get(e.saturating_sub(1)).map(total).unwrap_or_default();
+                        let peak = d.columns.live[s..e]
+                            .iter()
+                            .map(total)
+                            .max()
+                            .unwrap_or_default();
+                        let end = d
+                            .columns
+                            .live
+                            .get(e.saturating_sub(1))
+                            .map(total)
+                            .unwrap_or_default();
                         vec![phase_label(ph, lang).to_string(), b(peak), b(end)]
                     })
                     .collect();
-                Table { headers: h(&[zh(lang, "Phase", "阶段"), zh(lang, "Highest live memory", "最高存活显存"), zh(lang, "Live memory at its end", "结束时存活显存")]), rows }
+                Table {
+                    headers: h(&[
+                        zh(lang, "Phase", "阶段"),
+                        zh(lang, "Highest live memory", "最高存活显存"),
+                        zh(lang, "Live memory at its end", "结束时存活显存"),
+                    ]),
+                    rows,
+                }
             }
-            ChartData::Layers(d) => Table { headers: h(&[Msg::Layer.t(lang), zh(lang, "Saved activations", "保存的激活")]), rows: d.layers.iter().map(|(n, x)| vec![n.clone(), b(*x)]).collect() },
+            ChartData::Layers(d) => Table {
+                headers: h(&[
+                    Msg::Layer.t(lang),
+                    zh(lang, "Saved activations", "保存的激活"),
+                ]),
+                rows: d
+                    .layers
+                    .iter()
+                    .map(|(n, x)| vec![n.clone(), b(*x)])
+                    .collect(),
+            },
         }
     }
 
@@ -421,28 +692,59 @@ impl ChartData {
         match (self, lang) {
             (ChartData::Batch(d), Lang::En) => format!(
                 "Memory against batch size. {}{}",
-                d.current.map(|(x, y)| format!("At batch {x} the allocated peak is {}. ", b(y))).unwrap_or_default(),
-                d.best.map(|(x, _)| format!("The largest batch that fits is {x}.")).unwrap_or_default()
+                d.current
+                    .map(|(x, y)| format!("At batch {x} the allocated peak is {}. ", b(y)))
+                    .unwrap_or_default(),
+                d.best
+                    .map(|(x, _)| format!("The largest batch that fits is {x}."))
+                    .unwrap_or_default()
             ),
             (ChartData::Batch(d), Lang::Zh) => format!(
                 "显存随批大小变化。{}{}",
-                d.current.map(|(x, y)| format!("批大小 {x} 时已分配峰值为 {}。", b(y))).unwrap_or_default(),
-                d.best.map(|(x, _)| format!("可容纳的最大批大小为 {x}。")).unwrap_or_default()
+                d.current
+                    .map(|(x, y)| format!("批大小 {x} 时已分配峰值为 {}。", b(y)))
+                    .unwrap_or_default(),
+                d.best
+                    .map(|(x, _)| format!("可容纳的最大批大小为 {x}。"))
+                    .unwrap_or_default()
             ),
             (ChartData::Length(d), _) => {
                 let first = d.points.first().map(|p| (p.x, b(p.peak_allocated)));
                 let last = d.points.last().map(|p| (p.x, b(p.peak_allocated)));
                 match (first, last, lang) {
-                    (Some((x0, y0)), Some((x1, y1)), Lang::En) => format!("Memory against input size: {y0} at {x0}, {y1} at {x1}."),
-                    (Some((x0, y0)), Some((x1, y1)), Lang::Zh) => format!("显存随输入尺寸变化：{x0} 时 {y0}，{x1} 时 {y1}。"),
+                    (Some((x0, y0)), Some((x1, y1)), Lang::En) => {
+                        format!("Memory against input size: {y0} at {x0}, {y1} at {x1}.")
+                    }
+                    (Some((x0, y0)), Some((x1, y1)), Lang::Zh) => {
+                        format!("显存随输入尺寸变化：{x0} 时 {y0}，{x1} 时 {y1}。")
+                    }
                     _ => Msg::ChartLength.t(lang).into(),
                 }
             }
-            (ChartData::Checkpoint(_), _) => self.ckpt_saving(lang, units).unwrap_or_else(|| Msg::ChartCheckpoint.t(lang).into()),
-            (ChartData::Timeline(d), Lang::En) => format!("Memory during one training step; peak {}.", b(d.columns.live.get(d.columns.peak).map(|c| Bytes(c.iter().sum())).unwrap_or_default())),
-            (ChartData::Timeline(d), Lang::Zh) => format!("一次训练步中的显存；峰值 {}。", b(d.columns.live.get(d.columns.peak).map(|c| Bytes(c.iter().sum())).unwrap_or_default())),
+            (ChartData::Checkpoint(_), _) => self
+                .ckpt_saving(lang, units)
+                .unwrap_or_else(|| Msg::ChartCheckpoint.t(lang).into()),
+            (ChartData::Timeline(d), Lang::En) => format!(
+                "Memory during one training step; peak {}.",
+                b(d.columns
+                    .live
+                    .get(d.columns.peak)
+                    .map(|c| Bytes(c.iter().sum()))
+                    .unwrap_or_default())
+            ),
+            (ChartData::Timeline(d), Lang::Zh) => format!(
+                "一次训练步中的显存；峰值 {}。",
+                b(d.columns
+                    .live
+                    .get(d.columns.peak)
+                    .map(|c| Bytes(c.iter().sum()))
+                    .unwrap_or_default())
+            ),
             (ChartData::Layers(d), _) => match (d.layers.iter().max_by_key(|(_, x)| *x), lang) {
-                (Some((n, x)), Lang::En) => format!("Saved activations per layer; the largest is {n} with {}.", b(*x)),
+                (Some((n, x)), Lang::En) => format!(
+                    "Saved activations per layer; the largest is {n} with {}.",
+                    b(*x)
+                ),
                 (Some((n, x)), Lang::Zh) => format!("各层保存的激活；最大的是 {n}，{}。", b(*x)),
                 (None, _) => Msg::ChartLayers.t(lang).into(),
             },
@@ -461,7 +763,14 @@ mod tests {
         let info = wb.ckpt_info(plan);
         let mut models = length_plans(plan);
         models.extend(ckpt_plans(plan, &info));
-        wb.run_all(plan, &Wants { exact: false, models, ..Default::default() });
+        wb.run_all(
+            plan,
+            &Wants {
+                exact: false,
+                models,
+                ..Default::default()
+            },
+        );
         (wb, info)
     }
 
@@ -469,16 +778,37 @@ mod tests {
     fn every_stage_is_drawn_as_itself_not_as_four_segments() {
         // ResNet-50 has 4 stages: "every stage" sits at k = 4 with its own peak, which is not
         // that of 4 checkpoint_sequential segments, so the marker names the policy.
-        let stage = Plan { ckpt: Checkpointing::Stage, ..Plan::new("resnet50") };
+        let stage = Plan {
+            ckpt: Checkpointing::Stage,
+            ..Plan::new("resnet50")
+        };
         let (mut wb, info) = setup(&stage);
-        let own = wb.model(&stage).as_ref().as_ref().unwrap().at(stage.batch, None);
+        let own = wb
+            .model(&stage)
+            .as_ref()
+            .as_ref()
+            .unwrap()
+            .at(stage.batch, None);
         let d = ckpt_data(&stage, &info, Some(&own), &|p| wb.numbers(p));
-        let four = d.points.iter().find(|p| p.k == 4).expect("k = 4 on the axis");
+        let four = d
+            .points
+            .iter()
+            .find(|p| p.k == 4)
+            .expect("k = 4 on the axis");
         let current = d.current.expect("the plan's own point");
         assert_eq!(current.k, 4);
-        assert_ne!(current.peak, four.peak, "every stage drawn with the numbers of 4 segments");
-        assert_eq!(ckpt_current_label(d.current_policy, Lang::En), "your choice: every stage");
-        assert_eq!(ckpt_current_label(Checkpointing::Segments(4), Lang::En), "your choice");
+        assert_ne!(
+            current.peak, four.peak,
+            "every stage drawn with the numbers of 4 segments"
+        );
+        assert_eq!(
+            ckpt_current_label(d.current_policy, Lang::En),
+            "your choice: every stage"
+        );
+        assert_eq!(
+            ckpt_current_label(Checkpointing::Segments(4), Lang::En),
+            "your choice"
+        );
     }
 
     #[test]
@@ -487,19 +817,41 @@ mod tests {
         let info = CkptInfo::probe(&gpt2);
         let ks: Vec<u64> = ckpt_policies(&gpt2, &info).iter().map(|p| p.0).collect();
         assert_eq!(ks, (1..=12).collect::<Vec<_>>());
-        let l70 = Plan { ckpt: Checkpointing::Segments(13), ..Plan::new("llama-3-70b") };
-        let info = CkptInfo { blocks: 80, stages: 80, segments: true };
+        let l70 = Plan {
+            ckpt: Checkpointing::Segments(13),
+            ..Plan::new("llama-3-70b")
+        };
+        let info = CkptInfo {
+            blocks: 80,
+            stages: 80,
+            segments: true,
+        };
         let ks: Vec<u64> = ckpt_policies(&l70, &info).iter().map(|p| p.0).collect();
-        assert!(ks.contains(&9) && ks.contains(&13) && ks.contains(&80) && ks.len() < 20, "{ks:?}");
+        assert!(
+            ks.contains(&9) && ks.contains(&13) && ks.contains(&80) && ks.len() < 20,
+            "{ks:?}"
+        );
         let rn = Plan::new("resnet50");
-        let ks: Vec<u64> = ckpt_policies(&rn, &CkptInfo::probe(&rn)).iter().map(|p| p.0).collect();
-        assert_eq!(ks, (1..=16).collect::<Vec<_>>(), "segments of the 16 residual blocks");
+        let ks: Vec<u64> = ckpt_policies(&rn, &CkptInfo::probe(&rn))
+            .iter()
+            .map(|p| p.0)
+            .collect();
+        assert_eq!(
+            ks,
+            (1..=16).collect::<Vec<_>>(),
+            "segments of the 16 residual blocks"
+        );
         assert_eq!(ckpt_x(Checkpointing::Sqrt, &info), 9);
     }
 
     #[test]
     fn every_chart_draws_in_both_languages_with_a_table() {
-        let plan = Plan { batch: 8, seq: Some(512), gpu: Some("t4".into()), ..Plan::new("gpt2") };
+        let plan = Plan {
+            batch: 8,
+            seq: Some(512),
+            gpu: Some("t4".into()),
+            ..Plan::new("gpt2")
+        };
         let (wb, info) = setup(&plan);
         let gpu = gpus::find("t4");
         let m = wb.cached(&plan).unwrap();
@@ -507,7 +859,13 @@ mod tests {
         let n = wb.numbers(&plan).unwrap();
         let numbers_of = |p: &Plan| wb.numbers(p);
         let charts = [
-            ChartData::Batch(batch_data(batch_points(m, gpu.as_ref()), Some(&n), Some(5), m, gpu.as_ref())),
+            ChartData::Batch(batch_data(
+                batch_points(m, gpu.as_ref()),
+                Some(&n),
+                Some(5),
+                m,
+                gpu.as_ref(),
+            )),
             ChartData::Length(length_data(&plan, Some(&n), gpu.as_ref(), &numbers_of)),
             ChartData::Checkpoint(ckpt_data(&plan, &info, Some(&n), &numbers_of)),
             ChartData::Timeline(timeline_data(m, 8, gpu.as_ref())),
@@ -516,26 +874,54 @@ mod tests {
         for c in &charts {
             for lang in [Lang::En, Lang::Zh] {
                 let svg = c.svg(lang, Units::Binary, (800, 450)).unwrap();
-                assert!(svg.starts_with("<svg") && svg.len() > 2000, "{:?} {lang:?}", c.kind());
+                assert!(
+                    svg.starts_with("<svg") && svg.len() > 2000,
+                    "{:?} {lang:?}",
+                    c.kind()
+                );
                 let t = c.table(lang, Units::Decimal);
-                assert!(!t.rows.is_empty() && t.rows.iter().all(|r| r.len() == t.headers.len()), "{:?}", c.kind());
+                assert!(
+                    !t.rows.is_empty() && t.rows.iter().all(|r| r.len() == t.headers.len()),
+                    "{:?}",
+                    c.kind()
+                );
                 assert!(!c.summary(lang, Units::Binary).is_empty());
             }
         }
-        let ChartData::Length(l) = &charts[1] else { unreachable!() };
-        assert_eq!((l.pending, l.points.len()), (0, 7), "gpt2: 128..1024 in half octaves");
-        let ChartData::Checkpoint(ck) = &charts[2] else { unreachable!() };
+        let ChartData::Length(l) = &charts[1] else {
+            unreachable!()
+        };
+        assert_eq!(
+            (l.pending, l.points.len()),
+            (0, 7),
+            "gpt2: 128..1024 in half octaves"
+        );
+        let ChartData::Checkpoint(ck) = &charts[2] else {
+            unreachable!()
+        };
         assert_eq!(ck.pending, 0);
-        assert!(ck.points.last().unwrap().peak < ck.points[0].peak, "checkpointing saves memory");
-        assert!(ck.points.last().unwrap().extra_compute > 0.2, "and costs compute");
-        assert!(charts[2].ckpt_saving(Lang::En, Units::Binary).unwrap().starts_with("√N segments: −"));
+        assert!(
+            ck.points.last().unwrap().peak < ck.points[0].peak,
+            "checkpointing saves memory"
+        );
+        assert!(
+            ck.points.last().unwrap().extra_compute > 0.2,
+            "and costs compute"
+        );
+        assert!(charts[2]
+            .ckpt_saving(Lang::En, Units::Binary)
+            .unwrap()
+            .starts_with("√N segments: −"));
         let zh = charts[0].svg(Lang::Zh, Units::Binary, (800, 450)).unwrap();
         assert!(zh.contains("批大小"), "Chinese axis title");
     }
 
     #[test]
     fn length_chart_fills_in_as_points_arrive() {
-        let plan = Plan { res: Some(224), ..Plan::new("resnet18") };
+        let plan = Plan {
+            res: Some(224),
+            ..Plan::new("resnet18")
+        };
         let mut wb = Workbench::new();
         wb.model(&plan);
         let d = length_data(&plan, None, None, &|p| wb.numbers(p));

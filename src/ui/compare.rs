@@ -18,29 +18,57 @@ use crate::estimator::fit::compare;
 /// into the planner).
 fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i: usize) -> El {
     let n = i + 1;
-    let aria = move |what: ColumnControl| move || Some(ml::column_control_label(what, n, cx.lang.get()));
-    let options = || model_options().into_iter().map(|(id, name)| (id.to_string(), name.to_string())).collect();
+    let aria =
+        move |what: ColumnControl| move || Some(ml::column_control_label(what, n, cx.lang.get()));
+    let options = || {
+        model_options()
+            .into_iter()
+            .map(|(id, name)| (id.to_string(), name.to_string()))
+            .collect()
+    };
     let current = move || configs.with(|c| c.get(i).map(|p| p.model.clone()).unwrap_or_default());
-    let picker = select(&format!("compare-model-{n}"), &format!("compare-model-{n}"), options, current, move |id| configs.update(|c| {
-        if let Some(p) = c.get_mut(i) {
-            set_model(p, &id)
-        }
-    }))
+    let picker = select(
+        &format!("compare-model-{n}"),
+        &format!("compare-model-{n}"),
+        options,
+        current,
+        move |id| {
+            configs.update(|c| {
+                if let Some(p) = c.get_mut(i) {
+                    set_model(p, &id)
+                }
+            })
+        },
+    )
     .dyn_attr("aria-label", aria(ColumnControl::Model));
-    let remove = button("", || "×".into(), move || configs.update(|c| {
-        if c.len() > 1 && i < c.len() {
-            c.remove(i);
-        }
-    }))
+    let remove = button(
+        "",
+        || "×".into(),
+        move || {
+            configs.update(|c| {
+                if c.len() > 1 && i < c.len() {
+                    c.remove(i);
+                }
+            })
+        },
+    )
     .dyn_attr("aria-label", aria(ColumnControl::Remove))
-    .dyn_attr("disabled", move || (configs.with(Vec::len) <= 1).then(String::new));
+    .dyn_attr("disabled", move || {
+        (configs.with(Vec::len) <= 1).then(String::new)
+    });
     let edit = button("", cx.text(Msg::Edit), move || {
         if let Some(p) = configs.with_untracked(|c| c.get(i).cloned()) {
             plan.set(p)
         }
     })
     .dyn_attr("aria-label", aria(ColumnControl::Edit));
-    h("th").attr("scope", "col").child(picker).text(" ").child(remove).text(" ").child(edit)
+    h("th")
+        .attr("scope", "col")
+        .child(picker)
+        .text(" ")
+        .child(remove)
+        .text(" ")
+        .child(edit)
 }
 
 pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
@@ -51,14 +79,20 @@ pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     // The header is rebuilt only when configurations are added or removed; its texts follow
     // the language on their own.
     let head = h("tr").dyn_children(move || {
-        let mut cells = vec![h("th").attr("scope", "col").dyn_text(cx.text(Msg::Configuration))];
+        let mut cells = vec![h("th")
+            .attr("scope", "col")
+            .dyn_text(cx.text(Msg::Configuration))];
         cells.extend((0..count.get()).map(|i| column_head(plan, cx, configs, i)));
         cells
     });
     let body = table_body(
         move || {
             let (lang, units) = (cx.lang.get(), cx.units.get());
-            configs.with(|plans| results.with(|res| ml::compare_rows(plans, res, lang, units))).into_iter().map(|(label, cells)| std::iter::once(label.to_string()).chain(cells).collect()).collect()
+            configs
+                .with(|plans| results.with(|res| ml::compare_rows(plans, res, lang, units)))
+                .into_iter()
+                .map(|(label, cells)| std::iter::once(label.to_string()).chain(cells).collect())
+                .collect()
         },
         true,
     );
@@ -68,6 +102,12 @@ pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         .dyn_attr("aria-label", cx.attr(Label::T(Msg::CompareAria)))
         .testid("compare")
         .child(h("h2").dyn_text(cx.text(Msg::CompareHeading)))
-        .child(button("compare-add", cx.text(Msg::CompareAdd), move || configs.update(|c| c.push(plan.get_untracked()))))
-        .child(h("div").cls("table-scroll").child(h("table").child(h("thead").child(head)).child(body)))
+        .child(button("compare-add", cx.text(Msg::CompareAdd), move || {
+            configs.update(|c| c.push(plan.get_untracked()))
+        }))
+        .child(
+            h("div")
+                .cls("table-scroll")
+                .child(h("table").child(h("thead").child(head)).child(body)),
+        )
 }

@@ -130,7 +130,11 @@ impl El {
     }
     /// Children rebuilt once the page is idle whenever what `track` reads changes (at most once
     /// per idle period): for secondary content that must not delay a slider's numbers.
-    pub fn later_children(self, track: impl Fn() + 'static, build: impl Fn() -> Vec<El> + 'static) -> El {
+    pub fn later_children(
+        self,
+        track: impl Fn() + 'static,
+        build: impl Fn() -> Vec<El> + 'static,
+    ) -> El {
         self.bind_later(Box::new(track), std::rc::Rc::new(build))
     }
     fn bind_later(self, track: Box<dyn Fn()>, build: std::rc::Rc<dyn Fn() -> Vec<El>>) -> El {
@@ -162,7 +166,9 @@ impl El {
     }
     fn listen(self, event: &str, f: Box<dyn Fn(Event)>) -> El {
         let cb = Closure::<dyn Fn(Event)>::new(f);
-        let _ = self.0.add_event_listener_with_callback(event, cb.as_ref().unchecked_ref());
+        let _ = self
+            .0
+            .add_event_listener_with_callback(event, cb.as_ref().unchecked_ref());
         // The listener lives as long as the element; the page never removes listeners.
         cb.forget();
         self
@@ -186,12 +192,20 @@ struct Later {
 
 impl Later {
     fn new(el: &Element) -> Self {
-        Later { el: el.clone(), parent: Owner::current().map(|o| o.downgrade()), built: StoredValue::new_local(None) }
+        Later {
+            el: el.clone(),
+            parent: Owner::current().map(|o| o.downgrade()),
+            built: StoredValue::new_local(None),
+        }
     }
     // Not generic: one copy serves every caller (the wasm's first load is on a byte budget).
     fn fill(&self, build: Box<dyn FnOnce() -> Vec<El> + '_>) {
-        let Some(parent) = self.parent.as_ref().and_then(WeakOwner::upgrade) else { return };
-        let Some(old) = self.built.try_update_value(Option::take) else { return };
+        let Some(parent) = self.parent.as_ref().and_then(WeakOwner::upgrade) else {
+            return;
+        };
+        let Some(old) = self.built.try_update_value(Option::take) else {
+            return;
+        };
         if let Some(old) = old {
             old.cleanup();
         }
@@ -239,7 +253,10 @@ pub fn when_idle(f: Box<dyn FnOnce()>) {
 /// [`when_idle`], no sooner than `delay_ms` from now (a throttle's or a settle's wait).
 pub fn when_idle_after(delay_ms: f64, f: Box<dyn FnOnce()>) {
     if delay_ms > 0.0 {
-        set_timeout(move || when_idle(f), std::time::Duration::from_millis(delay_ms.ceil() as u64));
+        set_timeout(
+            move || when_idle(f),
+            std::time::Duration::from_millis(delay_ms.ceil() as u64),
+        );
     } else {
         when_idle(f);
     }
@@ -253,7 +270,9 @@ pub const IDLE_WAIT_MS: u32 = 2000;
 
 /// The value of the element an event came from (input, select, textarea).
 pub fn value_of(ev: &Event) -> String {
-    let Some(t) = ev.target() else { return String::new() };
+    let Some(t) = ev.target() else {
+        return String::new();
+    };
     if let Some(i) = t.dyn_ref::<HtmlInputElement>() {
         i.value()
     } else if let Some(s) = t.dyn_ref::<web_sys::HtmlSelectElement>() {
@@ -272,11 +291,29 @@ pub fn label(for_id: &str, text: impl Fn() -> String + 'static) -> El {
 
 /// A `<select>` whose options are `(value, text)`, rebuilt when what `options` reads changes;
 /// `value` selects one, `pick` receives the user's choice.
-pub fn select(id: &str, testid: &str, options: impl Fn() -> Vec<(String, String)> + 'static, value: impl Fn() -> String + 'static, pick: impl Fn(String) + 'static) -> El {
-    select_erased(id, testid, Box::new(options), std::rc::Rc::new(value), Box::new(pick))
+pub fn select(
+    id: &str,
+    testid: &str,
+    options: impl Fn() -> Vec<(String, String)> + 'static,
+    value: impl Fn() -> String + 'static,
+    pick: impl Fn(String) + 'static,
+) -> El {
+    select_erased(
+        id,
+        testid,
+        Box::new(options),
+        std::rc::Rc::new(value),
+        Box::new(pick),
+    )
 }
 
-fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, String)>>, value: std::rc::Rc<dyn Fn() -> String>, pick: Box<dyn Fn(String)>) -> El {
+fn select_erased(
+    id: &str,
+    testid: &str,
+    options: Box<dyn Fn() -> Vec<(String, String)>>,
+    value: std::rc::Rc<dyn Fn() -> String>,
+    pick: Box<dyn Fn(String)>,
+) -> El {
     let v2 = value.clone();
     h("select")
         .id(id)
@@ -303,7 +340,18 @@ fn select_erased(id: &str, testid: &str, options: Box<dyn Fn() -> Vec<(String, S
 /// updating only the cells whose text changed: a slider step rewrites a few numbers, not the
 /// table.
 pub fn table_body(rows: impl Fn() -> Vec<Vec<String>> + 'static, row_headers: bool) -> El {
-    table_body_erased(Box::new(move || rows().into_iter().map(|cells| Row { cells, total: false }).collect()), row_headers)
+    table_body_erased(
+        Box::new(move || {
+            rows()
+                .into_iter()
+                .map(|cells| Row {
+                    cells,
+                    total: false,
+                })
+                .collect()
+        }),
+        row_headers,
+    )
 }
 
 /// A table row: its cells' texts, and whether it is a subtotal (class `total`).
@@ -321,18 +369,29 @@ fn table_body_erased(rows: Box<dyn Fn() -> Vec<Row>>, row_headers: bool) -> El {
     let body = h("tbody");
     let el = body.0.clone();
     let mark = |tr: &Element, total: bool| {
-        let _ = if total { tr.set_attribute("class", "total") } else { tr.remove_attribute("class") };
+        let _ = if total {
+            tr.set_attribute("class", "total")
+        } else {
+            tr.remove_attribute("class")
+        };
     };
     // The previous rows are compared in Rust: reading each cell's text back from the DOM would
     // cost a string conversion per cell per step.
     Effect::new(move |prev: Option<Vec<Row>>| {
         let now = rows();
-        let same_shape = prev.as_ref().is_some_and(|p| p.len() == now.len() && p.iter().zip(&now).all(|(a, b)| a.cells.len() == b.cells.len()));
+        let same_shape = prev.as_ref().is_some_and(|p| {
+            p.len() == now.len()
+                && p.iter()
+                    .zip(&now)
+                    .all(|(a, b)| a.cells.len() == b.cells.len())
+        });
         match prev {
             Some(old) if same_shape => {
                 let trs = el.children();
                 for (i, (was, row)) in old.iter().zip(&now).enumerate() {
-                    let Some(tr) = trs.item(i as u32) else { continue };
+                    let Some(tr) = trs.item(i as u32) else {
+                        continue;
+                    };
                     if was.total != row.total {
                         mark(&tr, row.total);
                     }
@@ -352,7 +411,11 @@ fn table_body_erased(rows: Box<dyn Fn() -> Vec<Row>>, row_headers: bool) -> El {
                     let tr = h("tr");
                     mark(&tr.0, row.total);
                     for (j, c) in row.cells.iter().enumerate() {
-                        let cell = if j == 0 && row_headers { h("th").attr("scope", "row") } else { h("td") };
+                        let cell = if j == 0 && row_headers {
+                            h("th").attr("scope", "row")
+                        } else {
+                            h("td")
+                        };
                         let _ = tr.0.append_child(&cell.text(c).0);
                     }
                     let _ = el.append_child(&tr.0);
@@ -367,6 +430,10 @@ fn table_body_erased(rows: Box<dyn Fn() -> Vec<Row>>, row_headers: bool) -> El {
 /// A button.
 pub fn button(testid: &str, text: impl Fn() -> String + 'static, click: impl Fn() + 'static) -> El {
     let b = h("button").attr("type", "button");
-    let b = if testid.is_empty() { b } else { b.testid(testid) };
+    let b = if testid.is_empty() {
+        b
+    } else {
+        b.testid(testid)
+    };
     b.dyn_text(text).on("click", move |_| click())
 }

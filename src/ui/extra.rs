@@ -91,7 +91,10 @@ pub async fn load_panels() -> Result<(), ChunkUnavailable> {
 
 /// Paints `canvas` at its CSS box, measured now (a default size before layout), through
 /// [`super::backend::paint_canvas`].
-pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>) -> Result<(), PlotError> {
+pub(crate) fn paint(
+    canvas: &HtmlCanvasElement,
+    draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>,
+) -> Result<(), PlotError> {
     let css = match (canvas.client_width(), canvas.client_height()) {
         (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
         _ => (640.0, 360.0),
@@ -102,35 +105,103 @@ pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &dyn Fn(&DrawingArea<AnyBa
 /// A canvas in a figure with its caption, both in the page's language; the figure carries
 /// `testid`.
 pub(crate) fn figure(cx: Prefs, testid: &str, aria: Msg, caption: Msg) -> (El, HtmlCanvasElement) {
-    let canvas = h("canvas").attr("role", "img").dyn_attr("aria-label", cx.attr(Label::T(aria)));
+    let canvas = h("canvas")
+        .attr("role", "img")
+        .dyn_attr("aria-label", cx.attr(Label::T(aria)));
     let el: HtmlCanvasElement = canvas.0.clone().unchecked_into();
-    (h("figure").cls("chart").testid(testid).child(canvas).child(h("figcaption").dyn_text(cx.text(caption))), el)
+    (
+        h("figure")
+            .cls("chart")
+            .testid(testid)
+            .child(canvas)
+            .child(h("figcaption").dyn_text(cx.text(caption))),
+        el,
+    )
 }
 
 /// A labelled `<select>` whose value follows the plan and whose options, `options(lang)`, follow
 /// the plan and the language; `set` applies a pick.
-pub(crate) fn plan_select(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, options: impl Fn(Lang) -> Vec<(&'static str, &'static str)> + 'static, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) + 'static) -> El {
-    select_erased(plan, cx, label, testid, Box::new(options), Box::new(value), Box::new(set))
+pub(crate) fn plan_select(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    label: Msg,
+    testid: &str,
+    options: impl Fn(Lang) -> Vec<(&'static str, &'static str)> + 'static,
+    value: impl Fn(&Plan) -> String + 'static,
+    set: impl Fn(&mut Plan, &str) + 'static,
+) -> El {
+    select_erased(
+        plan,
+        cx,
+        label,
+        testid,
+        Box::new(options),
+        Box::new(value),
+        Box::new(set),
+    )
 }
 
 type Options = Box<dyn Fn(Lang) -> Vec<(&'static str, &'static str)>>;
 
-fn select_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, options: Options, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str)>) -> El {
+fn select_erased(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    label: Msg,
+    testid: &str,
+    options: Options,
+    value: Box<dyn Fn(&Plan) -> String>,
+    set: Box<dyn Fn(&mut Plan, &str)>,
+) -> El {
     let id = format!("x-{testid}");
-    let list = move || options(cx.lang.get()).into_iter().map(|(v, l)| (v.to_string(), l.to_string())).collect();
+    let list = move || {
+        options(cx.lang.get())
+            .into_iter()
+            .map(|(v, l)| (v.to_string(), l.to_string()))
+            .collect()
+    };
     h("div")
         .cls("field")
         .child(super::dom::label(&id, cx.text(label)))
-        .child(super::dom::select(&id, testid, list, move || plan.with(|p| value(p)), move |v| plan.update(|p| set(p, &v))))
+        .child(super::dom::select(
+            &id,
+            testid,
+            list,
+            move || plan.with(|p| value(p)),
+            move |v| plan.update(|p| set(p, &v)),
+        ))
 }
 
 /// A labelled whole-number box; `set` turns its text into a plan edit and returns false when
 /// the text is not a number (the plan is left alone).
-pub(crate) fn plan_number(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, value: impl Fn(&Plan) -> String + 'static, set: impl Fn(&mut Plan, &str) -> bool + 'static) -> El {
-    number_erased(plan, cx, label, testid, placeholder, Box::new(value), Box::new(set))
+pub(crate) fn plan_number(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    label: Msg,
+    testid: &str,
+    placeholder: Option<Label>,
+    value: impl Fn(&Plan) -> String + 'static,
+    set: impl Fn(&mut Plan, &str) -> bool + 'static,
+) -> El {
+    number_erased(
+        plan,
+        cx,
+        label,
+        testid,
+        placeholder,
+        Box::new(value),
+        Box::new(set),
+    )
 }
 
-fn number_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, value: Box<dyn Fn(&Plan) -> String>, set: Box<dyn Fn(&mut Plan, &str) -> bool>) -> El {
+fn number_erased(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    label: Msg,
+    testid: &str,
+    placeholder: Option<Label>,
+    value: Box<dyn Fn(&Plan) -> String>,
+    set: Box<dyn Fn(&mut Plan, &str) -> bool>,
+) -> El {
     let id = format!("x-{testid}");
     let input = h("input")
         .id(&id)
@@ -145,8 +216,15 @@ fn number_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, plac
             let ok = set(&mut next, &value_of(&ev));
             // Text that is not a whole number leaves the plan alone; the box says so, as the
             // numbers below still describe the last valid value.
-            if let Some(el) = ev.target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) {
-                let _ = if ok { el.remove_attribute("aria-invalid") } else { el.set_attribute("aria-invalid", "true") };
+            if let Some(el) = ev
+                .target()
+                .and_then(|t| t.dyn_into::<web_sys::Element>().ok())
+            {
+                let _ = if ok {
+                    el.remove_attribute("aria-invalid")
+                } else {
+                    el.set_attribute("aria-invalid", "true")
+                };
             }
             if ok && next != plan.get_untracked() {
                 plan.set(next);
@@ -156,16 +234,25 @@ fn number_erased(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, plac
         Some(p) => input.dyn_attr("placeholder", cx.attr(p)),
         None => input,
     };
-    h("div").cls("field").child(super::dom::label(&id, cx.text(label))).child(input)
+    h("div")
+        .cls("field")
+        .child(super::dom::label(&id, cx.text(label)))
+        .child(input)
 }
 
 /// (label, value) rows as the children of a description list.
 pub(crate) fn rows_view(rows: Vec<(&'static str, String)>) -> Vec<El> {
-    rows.into_iter().flat_map(|(k, v)| [h("dt").text(k), h("dd").text(&v)]).collect()
+    rows.into_iter()
+        .flat_map(|(k, v)| [h("dt").text(k), h("dd").text(&v)])
+        .collect()
 }
 
 /// A message in an alert paragraph.
 pub(crate) fn alert(testid: &str, message: &str) -> El {
     let p = h("p").cls("error").attr("role", "alert").text(message);
-    if testid.is_empty() { p } else { p.testid(testid) }
+    if testid.is_empty() {
+        p
+    } else {
+        p.testid(testid)
+    }
 }

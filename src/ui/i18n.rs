@@ -362,7 +362,10 @@ impl Label {
 }
 
 /// A select's (value, label) options in `lang`.
-pub fn option_texts(options: &[(&'static str, Label)], lang: Lang) -> Vec<(&'static str, &'static str)> {
+pub fn option_texts(
+    options: &[(&'static str, Label)],
+    lang: Lang,
+) -> Vec<(&'static str, &'static str)> {
     options.iter().map(|&(v, l)| (v, l.t(lang))).collect()
 }
 
@@ -516,7 +519,10 @@ pub fn notice_item(key: &str, lang: Lang) -> String {
 /// The notice for parameters the page does not know.
 pub fn notice_unknown(n: usize, lang: Lang) -> String {
     match lang {
-        Lang::En => format!("{n} unknown parameter{} ignored", if n == 1 { "" } else { "s" }),
+        Lang::En => format!(
+            "{n} unknown parameter{} ignored",
+            if n == 1 { "" } else { "s" }
+        ),
         Lang::Zh => format!("忽略了 {n} 个未知参数"),
     }
 }
@@ -548,10 +554,22 @@ mod tests {
     #[test]
     fn options_and_prefixes_follow_the_language() {
         let opts = [("a", Label::T(Msg::ModeTrain)), ("b", Label::Name("FP8"))];
-        assert_eq!(option_texts(&opts, Lang::Zh), vec![("a", "训练"), ("b", "FP8")]);
-        assert_eq!(option_texts(&opts, Lang::En), vec![("a", "Train"), ("b", "FP8")]);
-        assert_eq!(prefixed(Msg::CannotEstimate, "x", Lang::En), "Cannot estimate this plan: x");
-        assert_eq!(prefixed(Msg::CannotEstimateLayout, "x", Lang::Zh), "无法估算此布局：x");
+        assert_eq!(
+            option_texts(&opts, Lang::Zh),
+            vec![("a", "训练"), ("b", "FP8")]
+        );
+        assert_eq!(
+            option_texts(&opts, Lang::En),
+            vec![("a", "Train"), ("b", "FP8")]
+        );
+        assert_eq!(
+            prefixed(Msg::CannotEstimate, "x", Lang::En),
+            "Cannot estimate this plan: x"
+        );
+        assert_eq!(
+            prefixed(Msg::CannotEstimateLayout, "x", Lang::Zh),
+            "无法估算此布局：x"
+        );
     }
 
     #[test]

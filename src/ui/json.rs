@@ -13,7 +13,20 @@ use crate::estimator::config::Plan;
 use super::explain::Row;
 
 /// The plan's fields that have a query key of their own (everything else goes in `x`).
-pub const OWN_KEYS: [&str; 12] = ["model", "hf_config", "batch", "res", "seq", "dtype", "opt", "optimizer_impl", "ckpt", "attn", "accumulation", "gpu"];
+pub const OWN_KEYS: [&str; 12] = [
+    "model",
+    "hf_config",
+    "batch",
+    "res",
+    "seq",
+    "dtype",
+    "opt",
+    "optimizer_impl",
+    "ckpt",
+    "attn",
+    "accumulation",
+    "gpu",
+];
 
 /// The longest `x` or `cfg` value read.
 pub const MAX_JSON: usize = 16 * 1024;
@@ -122,21 +135,35 @@ fn run(op: Op<'_>) -> Out {
         Op::ApplyExtra(plan, x) => Out::Plan(with_extra(plan, x)),
         Op::ConfigText(v) => Out::Text(Some(serde_json::to_string(v).unwrap_or_default())),
         Op::Parse(text) => Out::Parsed(serde_json::from_str(text).map_err(|e| e.to_string())),
-        Op::Breakdown(plan, exact, rows) => Out::Text(Some(serde_json::to_string_pretty(&Export { plan, exact, rows }).unwrap_or_else(|_| "{}".into()))),
+        Op::Breakdown(plan, exact, rows) => Out::Text(Some(
+            serde_json::to_string_pretty(&Export { plan, exact, rows })
+                .unwrap_or_else(|_| "{}".into()),
+        )),
     }
 }
 
 /// The fields in which `plan` differs from [`own_only`] of it.
 fn extra_settings(plan: &Plan) -> Option<Map<String, Value>> {
-    let Value::Object(mine) = serde_json::to_value(plan).ok()? else { return None };
-    let Value::Object(base) = serde_json::to_value(own_only(plan)).ok()? else { return None };
-    let extra: Map<_, _> = mine.into_iter().filter(|(k, v)| base.get(k) != Some(v)).collect();
+    let Value::Object(mine) = serde_json::to_value(plan).ok()? else {
+        return None;
+    };
+    let Value::Object(base) = serde_json::to_value(own_only(plan)).ok()? else {
+        return None;
+    };
+    let extra: Map<_, _> = mine
+        .into_iter()
+        .filter(|(k, v)| base.get(k) != Some(v))
+        .collect();
     (!extra.is_empty()).then_some(extra)
 }
 
 fn with_extra(plan: &Plan, x: &str) -> Option<Plan> {
-    let Value::Object(extra) = serde_json::from_str(x).ok()? else { return None };
-    let Value::Object(mut base) = serde_json::to_value(plan).ok()? else { return None };
+    let Value::Object(extra) = serde_json::from_str(x).ok()? else {
+        return None;
+    };
+    let Value::Object(mut base) = serde_json::to_value(plan).ok()? else {
+        return None;
+    };
     for (k, v) in extra {
         if OWN_KEYS.contains(&k.as_str()) {
             return None;
@@ -161,9 +188,17 @@ mod tests {
         plan.lora = Some(serde_json::from_str(r#"{"rank": 16}"#).unwrap());
         plan.batch = 7;
         plan.gpu = Some("h100-80".into());
-        let (all, own, default) = (serde_json::to_value(&plan).unwrap(), serde_json::to_value(own_only(&plan)).unwrap(), serde_json::to_value(Plan::default()).unwrap());
+        let (all, own, default) = (
+            serde_json::to_value(&plan).unwrap(),
+            serde_json::to_value(own_only(&plan)).unwrap(),
+            serde_json::to_value(Plan::default()).unwrap(),
+        );
         for (k, v) in own.as_object().unwrap() {
-            let expected = if OWN_KEYS.contains(&k.as_str()) { &all[k] } else { &default[k] };
+            let expected = if OWN_KEYS.contains(&k.as_str()) {
+                &all[k]
+            } else {
+                &default[k]
+            };
             assert_eq!(v, expected, "{k}");
         }
     }

@@ -10,12 +10,12 @@ pub mod explain;
 pub mod export;
 pub mod i18n;
 pub mod json;
+pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
 pub mod model;
+pub mod scale_logic;
 pub mod state;
 pub mod suggest;
-pub mod url;
-pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
-pub mod scale_logic; // ui2: issue #5 parallelism panel logic
+pub mod url; // ui2: issue #5 parallelism panel logic
 
 /// Declares a split point. In a `split` build (`make dist`) a `#[wasm_split]` function: its code
 /// and all that only it reaches leave the first load for the named chunk, fetched on the first
@@ -42,15 +42,19 @@ mod backend;
 #[cfg(target_arch = "wasm32")]
 mod chart;
 #[cfg(target_arch = "wasm32")]
+pub mod compare; // ui2
+#[cfg(target_arch = "wasm32")]
 mod controls;
 #[cfg(target_arch = "wasm32")]
 mod dom;
 #[cfg(target_arch = "wasm32")]
-mod runtime;
-#[cfg(target_arch = "wasm32")] pub mod compare; // ui2
-#[cfg(target_arch = "wasm32")] pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
-#[cfg(target_arch = "wasm32")] pub mod mode_panel; // ui2
-#[cfg(target_arch = "wasm32")] pub mod parallel_panel; // ui2
+pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
+#[cfg(target_arch = "wasm32")]
+pub mod mode_panel; // ui2
+#[cfg(target_arch = "wasm32")]
+pub mod parallel_panel;
+#[cfg(target_arch = "wasm32")]
+mod runtime; // ui2
 
 #[cfg(target_arch = "wasm32")]
 pub use app::{App, Planner};

@@ -12,15 +12,21 @@ use crate::estimator::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
-use crate::presets::models;
 use crate::plots::{Marker, StackedChart};
+use crate::presets::models;
 use crate::ui::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
 
 /// The mode switch: (value, label).
-pub const MODE_OPTIONS: [(&str, Label); 3] = [("train", Label::T(Msg::ModeTrain)), ("finetune", Label::T(Msg::ModeFinetune)), ("infer", Label::T(Msg::ModeInfer))];
+pub const MODE_OPTIONS: [(&str, Label); 3] = [
+    ("train", Label::T(Msg::ModeTrain)),
+    ("finetune", Label::T(Msg::ModeFinetune)),
+    ("infer", Label::T(Msg::ModeInfer)),
+];
 
 /// Context lengths the inference chart sweeps (those the model cannot take are skipped).
-pub const CONTEXT_POINTS: [u64; 11] = [128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072];
+pub const CONTEXT_POINTS: [u64; 11] = [
+    128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072,
+];
 
 pub fn mode_value(plan: &Plan) -> &'static str {
     plan.mode.key()
@@ -69,7 +75,13 @@ pub fn quantization_options(mode: Mode) -> Vec<(&'static str, Label)> {
     match mode {
         Mode::Train => vec![("none", T(Msg::QuantNoneTrain))],
         Mode::Finetune => vec![("none", T(Msg::QuantNoneTune)), ("nf4", T(Msg::QuantQlora))],
-        Mode::Infer => vec![("none", T(Msg::QuantNoneTrain)), ("int8", T(Msg::QuantInt8)), ("w8a8", T(Msg::QuantW8a8)), ("int4", T(Msg::QuantInt4)), ("nf4", Label::Name("NF4"))],
+        Mode::Infer => vec![
+            ("none", T(Msg::QuantNoneTrain)),
+            ("int8", T(Msg::QuantInt8)),
+            ("w8a8", T(Msg::QuantW8a8)),
+            ("int4", T(Msg::QuantInt4)),
+            ("nf4", Label::Name("NF4")),
+        ],
     }
 }
 
@@ -101,7 +113,10 @@ pub fn set_quantization(plan: &mut Plan, value: &str) {
 
 /// The LoRA rank box (empty: no adapters).
 pub fn lora_rank_text(plan: &Plan) -> String {
-    plan.lora.as_ref().map(|l| l.rank.to_string()).unwrap_or_default()
+    plan.lora
+        .as_ref()
+        .map(|l| l.rank.to_string())
+        .unwrap_or_default()
 }
 
 /// Sets the LoRA rank; `None` (an empty box) removes the adapters. A rank of 0 is kept for the
@@ -119,15 +134,29 @@ pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
 }
 
 /// The LoRA targets select: (value, label, targets).
-pub const LORA_TARGETS: [(&str, Label, &[&str]); 3] = [("qv", Label::T(Msg::LoraQv), &["q", "v"]), ("qkvo", Label::T(Msg::LoraQkvo), &["q", "k", "v", "o"]), ("all", Label::T(Msg::LoraAll), &["all"])];
+pub const LORA_TARGETS: [(&str, Label, &[&str]); 3] = [
+    ("qv", Label::T(Msg::LoraQv), &["q", "v"]),
+    ("qkvo", Label::T(Msg::LoraQkvo), &["q", "k", "v", "o"]),
+    ("all", Label::T(Msg::LoraAll), &["all"]),
+];
 
 pub fn lora_targets_value(plan: &Plan) -> &'static str {
-    let t: Vec<&str> = plan.lora.as_ref().map(|l| l.targets.iter().map(String::as_str).collect()).unwrap_or_default();
-    LORA_TARGETS.iter().find(|o| o.2 == t.as_slice()).map_or("qv", |o| o.0)
+    let t: Vec<&str> = plan
+        .lora
+        .as_ref()
+        .map(|l| l.targets.iter().map(String::as_str).collect())
+        .unwrap_or_default();
+    LORA_TARGETS
+        .iter()
+        .find(|o| o.2 == t.as_slice())
+        .map_or("qv", |o| o.0)
 }
 
 pub fn set_lora_targets(plan: &mut Plan, value: &str) {
-    if let (Some(l), Some(o)) = (plan.lora.as_mut(), LORA_TARGETS.iter().find(|o| o.0 == value)) {
+    if let (Some(l), Some(o)) = (
+        plan.lora.as_mut(),
+        LORA_TARGETS.iter().find(|o| o.0 == value),
+    ) {
         l.targets = o.2.iter().map(|s| s.to_string()).collect();
     }
 }
@@ -167,10 +196,12 @@ pub fn set_kv(plan: &mut Plan, value: &str) {
 /// The context the plan serves: its `context`, else its `seq`, else the model's default;
 /// `None` for models that take images.
 pub fn context_of(plan: &Plan) -> Option<u64> {
-    plan.context.or(plan.seq).or_else(|| match models::find(&plan.model)?.input {
-        models::InputKind::Tokens { default_seq, .. } => Some(default_seq),
-        models::InputKind::Image { .. } => None,
-    })
+    plan.context
+        .or(plan.seq)
+        .or_else(|| match models::find(&plan.model)?.input {
+            models::InputKind::Tokens { default_seq, .. } => Some(default_seq),
+            models::InputKind::Image { .. } => None,
+        })
 }
 
 pub use super::state::parse_batch as parse_count;
@@ -178,7 +209,10 @@ pub use super::state::parse_batch as parse_count;
 /// What the context chart's sweep depends on: the plan without its context, so editing the
 /// context moves the marker and does not rerun the sweep.
 pub fn context_base(plan: &Plan) -> Plan {
-    Plan { context: None, ..plan.clone() }
+    Plan {
+        context: None,
+        ..plan.clone()
+    }
 }
 
 /// Memory against context length for an inference plan (empty for other modes).
@@ -191,7 +225,13 @@ pub fn context_points(base: &Plan) -> Vec<Point> {
 
 /// The inference chart of a context sweep in `lang` and `units`: the shared stacked chart with the
 /// device total, the capacity and the plan's context (its device total) marked.
-pub fn context_chart(points: &[Point], current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> StackedChart<'_> {
+pub fn context_chart(
+    points: &[Point],
+    current: Option<(u64, Bytes)>,
+    capacity: Option<Bytes>,
+    lang: Lang,
+    units: Units,
+) -> StackedChart<'_> {
     let b = |x: Bytes| fmt_bytes(x, units);
     let mut c = StackedChart::new(points, Msg::ContextLength.t(lang));
     c.unit = crate::ui::charts::unit_of(units);
@@ -213,13 +253,18 @@ pub fn context_chart(points: &[Point], current: Option<(u64, Bytes)>, capacity: 
 
 /// The inference numbers of an estimate: (label, value) rows; empty when it is not inference.
 pub fn inference_rows(e: &Estimate, lang: Lang, units: Units) -> Vec<(&'static str, String)> {
-    let Some(inf) = &e.inference else { return Vec::new() };
+    let Some(inf) = &e.inference else {
+        return Vec::new();
+    };
     let b = |x: Bytes| fmt_bytes(x, units);
     let mut rows = vec![
         (Msg::KvCache.t(lang), b(e.kv_cache_bytes)),
         (Msg::KvPerToken.t(lang), b(inf.kv_bytes_per_token)),
         (Msg::Weights.t(lang), b(e.weights_bytes)),
-        (Msg::ContextNewTokens.t(lang), format!("{} / {}", inf.context, inf.new_tokens)),
+        (
+            Msg::ContextNewTokens.t(lang),
+            format!("{} / {}", inf.context, inf.new_tokens),
+        ),
         (Msg::PrefillPeak.t(lang), b(inf.prefill_peak)),
     ];
     if let Some(d) = inf.decode_peak {
@@ -245,7 +290,10 @@ pub fn max_context(plan: &Plan) -> Option<MaxContext> {
         return None;
     }
     let gpu = plan.gpu.as_deref().and_then(crate::presets::gpus::find)?;
-    Some(MaxContext { gpu: gpu.name, found: fit::max_context(plan, gpu.memory).map_err(|e| e.to_string()) })
+    Some(MaxContext {
+        gpu: gpu.name,
+        found: fit::max_context(plan, gpu.memory).map_err(|e| e.to_string()),
+    })
 }
 
 /// [`max_context`]'s finding as a sentence.
@@ -281,33 +329,77 @@ pub fn column_control_label(what: ColumnControl, n: usize, lang: Lang) -> String
 }
 
 fn mode_label(mode: Mode, lang: Lang) -> &'static str {
-    MODE_OPTIONS.iter().find(|o| o.0 == mode.key()).map_or(mode.key(), |o| o.1.t(lang))
+    MODE_OPTIONS
+        .iter()
+        .find(|o| o.0 == mode.key())
+        .map_or(mode.key(), |o| o.1.t(lang))
 }
 
 /// The comparison table: one row per quantity, one column per configuration. Columns whose plan
 /// the estimator refuses show "–" and their message in the last row.
-pub fn compare_rows(plans: &[Plan], results: &[Result<Estimate, EstimateError>], lang: Lang, units: Units) -> Vec<(&'static str, Vec<String>)> {
-    let col = |f: &dyn Fn(&Estimate) -> String| results.iter().map(|r| r.as_ref().map_or_else(|_| "–".to_string(), f)).collect::<Vec<_>>();
-    let act = |e: &Estimate| e.category(Category::Activations).0 + e.category(Category::BackwardTemps).0;
+pub fn compare_rows(
+    plans: &[Plan],
+    results: &[Result<Estimate, EstimateError>],
+    lang: Lang,
+    units: Units,
+) -> Vec<(&'static str, Vec<String>)> {
+    let col = |f: &dyn Fn(&Estimate) -> String| {
+        results
+            .iter()
+            .map(|r| r.as_ref().map_or_else(|_| "–".to_string(), f))
+            .collect::<Vec<_>>()
+    };
+    let act =
+        |e: &Estimate| e.category(Category::Activations).0 + e.category(Category::BackwardTemps).0;
     let b = |x: Bytes| fmt_bytes(x, units);
     let mode_batch = |p: &Plan| match lang {
         Lang::En => format!("{}, batch {}", mode_label(p.mode, lang), p.batch),
         Lang::Zh => format!("{}，批大小 {}", mode_label(p.mode, lang), p.batch),
     };
     let mut rows = vec![
-        (Msg::Model.t(lang), plans.iter().map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string())).collect()),
-        (Msg::ModeBatch.t(lang), plans.iter().map(mode_batch).collect()),
-        (Msg::Parameters.t(lang), col(&|e| fmt_count(e.param_count, lang))),
-        (Msg::Trainable.t(lang), col(&|e| fmt_count(e.trainable_params, lang))),
+        (
+            Msg::Model.t(lang),
+            plans
+                .iter()
+                .map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string()))
+                .collect(),
+        ),
+        (
+            Msg::ModeBatch.t(lang),
+            plans.iter().map(mode_batch).collect(),
+        ),
+        (
+            Msg::Parameters.t(lang),
+            col(&|e| fmt_count(e.param_count, lang)),
+        ),
+        (
+            Msg::Trainable.t(lang),
+            col(&|e| fmt_count(e.trainable_params, lang)),
+        ),
         (Msg::Weights.t(lang), col(&|e| b(e.weights_bytes))),
         (Msg::ActivationsAtPeak.t(lang), col(&|e| b(Bytes(act(e))))),
-        (Msg::ActivationsPerByte.t(lang), col(&|e| if e.weights_bytes.0 == 0 { "–".into() } else { format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64) })),
+        (
+            Msg::ActivationsPerByte.t(lang),
+            col(&|e| {
+                if e.weights_bytes.0 == 0 {
+                    "–".into()
+                } else {
+                    format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64)
+                }
+            }),
+        ),
         (Msg::KvCache.t(lang), col(&|e| b(e.kv_cache_bytes))),
         (Msg::Peak.t(lang), col(&|e| b(e.peak_allocated))),
         (Msg::DeviceTotal.t(lang), col(&|e| b(e.device_total))),
     ];
     if results.iter().any(|r| r.is_err()) {
-        rows.push((Msg::MessageRow.t(lang), results.iter().map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default()).collect()));
+        rows.push((
+            Msg::MessageRow.t(lang),
+            results
+                .iter()
+                .map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default())
+                .collect(),
+        ));
     }
     rows
 }
@@ -315,8 +407,18 @@ pub fn compare_rows(plans: &[Plan], results: &[Result<Estimate, EstimateError>],
 /// The two configurations the comparison view opens with (issue #6: depthwise-separable against
 /// standard convolutions): MobileNetV2 and ResNet-50 with the current plan's other settings.
 pub fn compare_defaults(plan: &Plan) -> Vec<Plan> {
-    let base = Plan { res: None, seq: None, ..plan.clone() };
-    ["mobilenet_v2", "resnet50"].iter().map(|m| Plan { model: (*m).into(), ..base.clone() }).collect()
+    let base = Plan {
+        res: None,
+        seq: None,
+        ..plan.clone()
+    };
+    ["mobilenet_v2", "resnet50"]
+        .iter()
+        .map(|m| Plan {
+            model: (*m).into(),
+            ..base.clone()
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -325,7 +427,13 @@ mod tests {
     use crate::estimator::estimate;
 
     fn llama() -> Plan {
-        Plan { model: "llama-small".into(), batch: 1, seq: Some(256), dtype: crate::estimator::config::Precision::Bf16, ..Plan::default() }
+        Plan {
+            model: "llama-small".into(),
+            batch: 1,
+            seq: Some(256),
+            dtype: crate::estimator::config::Precision::Bf16,
+            ..Plan::default()
+        }
     }
 
     #[test]
@@ -345,16 +453,26 @@ mod tests {
         let mut p = llama();
         set_mode(&mut p, "finetune");
         set_quantization(&mut p, "nf4");
-        assert!(p.lora.is_some() && p.double_quant, "QLoRA adds adapters and double quantization");
+        assert!(
+            p.lora.is_some() && p.double_quant,
+            "QLoRA adds adapters and double quantization"
+        );
         estimate(&p).unwrap();
         set_mode(&mut p, "infer");
         assert!(p.lora.is_none());
-        assert_eq!(p.quantization, Quantization::Nf4, "serving keeps the 4-bit weights");
+        assert_eq!(
+            p.quantization,
+            Quantization::Nf4,
+            "serving keeps the 4-bit weights"
+        );
         set_kv(&mut p, "fp8");
         p.context = Some(512);
         estimate(&p).unwrap();
         set_mode(&mut p, "train");
-        assert_eq!((p.quantization, p.kv_cache_dtype, p.context), (Quantization::None, None, None));
+        assert_eq!(
+            (p.quantization, p.kv_cache_dtype, p.context),
+            (Quantization::None, None, None)
+        );
         p.parallel = Some(Default::default());
         set_mode(&mut p, "infer");
         assert!(p.parallel.is_none());
@@ -367,7 +485,10 @@ mod tests {
         assert_eq!(lora_rank_text(&p), "");
         set_lora_rank(&mut p, Some(16));
         set_lora_targets(&mut p, "qkvo");
-        assert_eq!((lora_rank_text(&p).as_str(), lora_targets_value(&p)), ("16", "qkvo"));
+        assert_eq!(
+            (lora_rank_text(&p).as_str(), lora_targets_value(&p)),
+            ("16", "qkvo")
+        );
         let a = estimate(&p).unwrap();
         set_lora_rank(&mut p, Some(64));
         assert!(estimate(&p).unwrap().trainable_params > a.trainable_params);
@@ -380,7 +501,9 @@ mod tests {
     #[test]
     fn quantization_options_follow_the_mode() {
         assert_eq!(quantization_options(Mode::Train).len(), 1);
-        assert!(quantization_options(Mode::Infer).iter().any(|o| o.0 == "int4"));
+        assert!(quantization_options(Mode::Infer)
+            .iter()
+            .any(|o| o.0 == "int4"));
         for (v, _) in KV_OPTIONS {
             let mut p = llama();
             set_kv(&mut p, v);
@@ -394,16 +517,35 @@ mod tests {
         set_mode(&mut p, "infer");
         let pts = context_points(&context_base(&p));
         assert!(pts.len() >= 4, "{} points", pts.len());
-        let kv = |q: &Point| q.by_category.iter().find(|c| c.0 == Category::KvCache).unwrap().1 .0;
+        let kv = |q: &Point| {
+            q.by_category
+                .iter()
+                .find(|c| c.0 == Category::KvCache)
+                .unwrap()
+                .1
+                 .0
+        };
         assert!(pts.windows(2).all(|w| kv(&w[1]) > kv(&w[0])));
         let e = estimate(&p).unwrap();
         let rows = inference_rows(&e, Lang::En, Units::Binary);
-        assert!(rows.iter().any(|r| r.0 == "KV cache" && r.1.ends_with("iB")));
+        assert!(rows
+            .iter()
+            .any(|r| r.0 == "KV cache" && r.1.ends_with("iB")));
         let zh = inference_rows(&e, Lang::Zh, Units::Decimal);
         assert_eq!(zh.len(), rows.len());
-        assert!(zh.iter().any(|r| r.0 == "KV 缓存" && r.1.ends_with(" MB") && !r.1.contains("iB")), "{zh:?}");
-        assert!(zh.iter().any(|r| r.0 == "预填充峰值") && zh.iter().all(|r| !r.1.contains("iB")), "{zh:?}");
-        assert!(context_points(&context_base(&llama())).is_empty(), "no sweep when training");
+        assert!(
+            zh.iter()
+                .any(|r| r.0 == "KV 缓存" && r.1.ends_with(" MB") && !r.1.contains("iB")),
+            "{zh:?}"
+        );
+        assert!(
+            zh.iter().any(|r| r.0 == "预填充峰值") && zh.iter().all(|r| !r.1.contains("iB")),
+            "{zh:?}"
+        );
+        assert!(
+            context_points(&context_base(&llama())).is_empty(),
+            "no sweep when training"
+        );
         assert_eq!(context_of(&p), Some(256));
         assert_eq!(context_of(&Plan::default()), None);
     }
@@ -413,13 +555,25 @@ mod tests {
         let mut p = llama();
         set_mode(&mut p, "infer");
         let pts = context_points(&context_base(&p));
-        let c = context_chart(&pts, Some((256, Bytes(3_000_000_000))), Some(Bytes(16_000_000_000)), Lang::Zh, Units::Decimal);
-        assert_eq!((c.x_desc, c.y_desc.as_str(), c.unit.name), ("上下文长度（token）", "显存 (GB)", "GB"));
+        let c = context_chart(
+            &pts,
+            Some((256, Bytes(3_000_000_000))),
+            Some(Bytes(16_000_000_000)),
+            Lang::Zh,
+            Units::Decimal,
+        );
+        assert_eq!(
+            (c.x_desc, c.y_desc.as_str(), c.unit.name),
+            ("上下文长度（token）", "显存 (GB)", "GB")
+        );
         assert_eq!(c.current.as_ref().unwrap().label, "上下文 256：3.00 GB");
         assert_eq!(c.capacity.as_ref().unwrap().1, "GPU 容量 16.0 GB");
         assert!(c.categories.contains(&"KV 缓存"));
         let en = context_chart(&pts, None, Some(Bytes(16 << 30)), Lang::En, Units::Binary);
-        assert_eq!((en.y_desc.as_str(), en.capacity.unwrap().1.as_str()), ("Memory (GiB)", "GPU capacity 16.0 GiB"));
+        assert_eq!(
+            (en.y_desc.as_str(), en.capacity.unwrap().1.as_str()),
+            ("Memory (GiB)", "GPU capacity 16.0 GiB")
+        );
     }
 
     #[test]
@@ -431,7 +585,12 @@ mod tests {
         let m = max_context(&p).unwrap();
         assert!(max_context_text(&m, Lang::En).starts_with("Longest context that fits T4"));
         let zh = max_context_text(&m, Lang::Zh);
-        assert!(zh.starts_with("T4") && zh.contains("可容纳的最长上下文：") && zh.ends_with(" 个 token"), "{zh}");
+        assert!(
+            zh.starts_with("T4")
+                && zh.contains("可容纳的最长上下文：")
+                && zh.ends_with(" 个 token"),
+            "{zh}"
+        );
     }
 
     #[test]
@@ -442,21 +601,40 @@ mod tests {
         let row = |l: &str| rows.iter().find(|r| r.0 == l).unwrap().1.clone();
         assert_eq!(row("Model"), vec!["MobileNetV2", "ResNet-50"]);
         assert_eq!(row("Parameters"), vec!["3.5 M", "25.6 M"]);
-        assert_eq!(row("Mode, batch"), vec!["Train, batch 32", "Train, batch 32"]);
+        assert_eq!(
+            row("Mode, batch"),
+            vec!["Train, batch 32", "Train, batch 32"]
+        );
         assert!(row("Weights").iter().all(|w| w.ends_with("MiB")));
         let zh = compare_rows(&plans, &results, Lang::Zh, Units::Decimal);
-        let zrow = |l: &str| zh.iter().find(|r| r.0 == l).unwrap_or_else(|| panic!("no row {l}: {zh:?}")).1.clone();
+        let zrow = |l: &str| {
+            zh.iter()
+                .find(|r| r.0 == l)
+                .unwrap_or_else(|| panic!("no row {l}: {zh:?}"))
+                .1
+                .clone()
+        };
         assert_eq!(zrow("模型"), vec!["MobileNetV2", "ResNet-50"]);
         assert_eq!(zrow("参数"), vec!["350.5 万", "2555.7 万"]);
         assert_eq!(zrow("模式、批大小")[0], "训练，批大小 32");
         assert_eq!(zrow("权重"), vec!["14.0 MB", "102 MB"]);
-        assert!(zrow("已分配峰值").iter().all(|w| w.ends_with(" GB")), "{zh:?}");
+        assert!(
+            zrow("已分配峰值").iter().all(|w| w.ends_with(" GB")),
+            "{zh:?}"
+        );
         // Depthwise-separable convolutions: far fewer weights, not proportionally fewer activations.
         let e: Vec<&Estimate> = results.iter().map(|r| r.as_ref().unwrap()).collect();
         let ratio_w = e[1].weights_bytes.0 as f64 / e[0].weights_bytes.0 as f64;
-        let ratio_a = e[1].category(Category::Activations).0 as f64 / e[0].category(Category::Activations).0 as f64;
-        assert!(ratio_w > 5.0 && ratio_a < ratio_w, "weights ×{ratio_w:.1}, activations ×{ratio_a:.1}");
-        let bad = vec![Plan { batch: 0, ..Plan::default() }];
+        let ratio_a = e[1].category(Category::Activations).0 as f64
+            / e[0].category(Category::Activations).0 as f64;
+        assert!(
+            ratio_w > 5.0 && ratio_a < ratio_w,
+            "weights ×{ratio_w:.1}, activations ×{ratio_a:.1}"
+        );
+        let bad = vec![Plan {
+            batch: 0,
+            ..Plan::default()
+        }];
         let rows = compare_rows(&bad, &fit::compare(&bad), Lang::En, Units::Binary);
         assert!(rows.last().unwrap().1[0].contains("batch"));
     }

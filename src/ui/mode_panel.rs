@@ -24,21 +24,31 @@ fn set_rank(p: &mut Plan, s: &str) -> bool {
         ml::set_lora_rank(p, None);
         return true;
     }
-    ml::parse_count(s).map(|r| ml::set_lora_rank(p, Some(r))).is_some()
+    ml::parse_count(s)
+        .map(|r| ml::set_lora_rank(p, Some(r)))
+        .is_some()
 }
 
 pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let mode = Memo::new(move |_| plan.with(|p| p.mode));
     let has_lora = Memo::new(move |_| plan.with(|p| p.lora.is_some()));
     // Only serving plans need their own estimate here (the page shows the others').
-    let infer_est = Memo::new_with_compare(move |_| plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))), |_, _| true);
+    let infer_est = Memo::new_with_compare(
+        move |_| plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))),
+        |_, _| true,
+    );
     let base = Memo::new(move |_| plan.with(ml::context_base));
     let points = Memo::new_with_compare(move |_| base.with(ml::context_points), |_, _| true);
     let max_ctx = Memo::new(move |_| base.with(ml::max_context));
     let is_text = Memo::new(move |_| plan.with(|p| ml::context_of(p).is_some()));
     let shown = move || mode.get() == Mode::Infer && is_text.get();
 
-    let (fig, canvas) = figure(cx, "chart-context", Msg::ContextChartAria, Msg::ContextChartCaption);
+    let (fig, canvas) = figure(
+        cx,
+        "chart-context",
+        Msg::ContextChartAria,
+        Msg::ContextChartCaption,
+    );
     let failure = h("div");
     let fail_el = failure.0.clone();
     effect(Box::new(move || {
@@ -53,7 +63,15 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             Some(Ok(e)) => e.inference.as_ref().map(|i| (i.context, e.device_total)),
             _ => None,
         });
-        let drawn = points.with(|pts| paint(&canvas, &|root, theme| draw_stacked_chart(root, &ml::context_chart(pts, current, capacity, lang, units), theme)));
+        let drawn = points.with(|pts| {
+            paint(&canvas, &|root, theme| {
+                draw_stacked_chart(
+                    root,
+                    &ml::context_chart(pts, current, capacity, lang, units),
+                    theme,
+                )
+            })
+        });
         fail_el.set_text_content(None);
         if let Err(e) = drawn {
             let _ = fail_el.append_child(&alert("", &e.to_string()).0);
@@ -65,13 +83,29 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             return Vec::new();
         }
         vec![
-            plan_number(plan, cx, Msg::LoraRank, "lora-rank", Some(Label::T(Msg::PlaceholderNone)), ml::lora_rank_text, set_rank),
+            plan_number(
+                plan,
+                cx,
+                Msg::LoraRank,
+                "lora-rank",
+                Some(Label::T(Msg::PlaceholderNone)),
+                ml::lora_rank_text,
+                set_rank,
+            ),
             group().dyn_children(move || {
                 if !has_lora.get() {
                     return Vec::new();
                 }
                 let targets = |l| ml::LORA_TARGETS.iter().map(|o| (o.0, o.1.t(l))).collect();
-                vec![plan_select(plan, cx, Msg::LoraTargets, "lora-targets", targets, |p| ml::lora_targets_value(p).into(), ml::set_lora_targets)]
+                vec![plan_select(
+                    plan,
+                    cx,
+                    Msg::LoraTargets,
+                    "lora-targets",
+                    targets,
+                    |p| ml::lora_targets_value(p).into(),
+                    ml::set_lora_targets,
+                )]
             }),
         ]
     });
@@ -80,16 +114,48 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         if m == Mode::Train {
             return Vec::new();
         }
-        vec![plan_select(plan, cx, Msg::Weights, "quantization", move |l| option_texts(&ml::quantization_options(m), l), |p| ml::quantization_value(p).into(), ml::set_quantization)]
+        vec![plan_select(
+            plan,
+            cx,
+            Msg::Weights,
+            "quantization",
+            move |l| option_texts(&ml::quantization_options(m), l),
+            |p| ml::quantization_value(p).into(),
+            ml::set_quantization,
+        )]
     });
     let serving = group().dyn_children(move || {
         if mode.get() != Mode::Infer {
             return Vec::new();
         }
         vec![
-            plan_select(plan, cx, Msg::KvCache, "kv-dtype", |l| option_texts(&ml::KV_OPTIONS, l), |p| ml::kv_value(p).into(), ml::set_kv),
-            plan_number(plan, cx, Msg::ContextTokens, "context", None, |p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default(), |p, s| ml::parse_count(s).map(|c| p.context = Some(c)).is_some()),
-            plan_number(plan, cx, Msg::NewTokens, "new-tokens", None, |p| p.new_tokens.unwrap_or(1).to_string(), |p, s| ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some()),
+            plan_select(
+                plan,
+                cx,
+                Msg::KvCache,
+                "kv-dtype",
+                |l| option_texts(&ml::KV_OPTIONS, l),
+                |p| ml::kv_value(p).into(),
+                ml::set_kv,
+            ),
+            plan_number(
+                plan,
+                cx,
+                Msg::ContextTokens,
+                "context",
+                None,
+                |p| ml::context_of(p).map(|c| c.to_string()).unwrap_or_default(),
+                |p, s| ml::parse_count(s).map(|c| p.context = Some(c)).is_some(),
+            ),
+            plan_number(
+                plan,
+                cx,
+                Msg::NewTokens,
+                "new-tokens",
+                None,
+                |p| p.new_tokens.unwrap_or(1).to_string(),
+                |p, s| ml::parse_count(s).map(|c| p.new_tokens = Some(c)).is_some(),
+            ),
         ]
     });
     let results = h("div").cls("results").dyn_children(move || {
@@ -100,14 +166,30 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             group().dyn_children(move || {
                 let (lang, units) = (cx.lang.get(), cx.units.get());
                 infer_est.with(|e| match e {
-                    Some(Ok(e)) => vec![h("dl").cls("numbers").testid("kv-summary").children(rows_view(ml::inference_rows(e, lang, units)))],
-                    Some(Err(err)) => vec![alert("mode-error", &prefixed(Msg::CannotEstimate, &err.to_string(), lang))],
+                    Some(Ok(e)) => vec![h("dl")
+                        .cls("numbers")
+                        .testid("kv-summary")
+                        .children(rows_view(ml::inference_rows(e, lang, units)))],
+                    Some(Err(err)) => vec![alert(
+                        "mode-error",
+                        &prefixed(Msg::CannotEstimate, &err.to_string(), lang),
+                    )],
                     None => Vec::new(),
                 })
             }),
             group().dyn_children(move || {
                 let lang = cx.lang.get();
-                max_ctx.with(|m| m.as_ref().map(|m| h("p").cls("detail").testid("max-context").text(&ml::max_context_text(m, lang))).into_iter().collect())
+                max_ctx.with(|m| {
+                    m.as_ref()
+                        .map(|m| {
+                            h("p")
+                                .cls("detail")
+                                .testid("max-context")
+                                .text(&ml::max_context_text(m, lang))
+                        })
+                        .into_iter()
+                        .collect()
+                })
             }),
         ]
     });
@@ -119,7 +201,15 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         .child(
             h("div")
                 .cls("controls")
-                .child(plan_select(plan, cx, Msg::ModeWhat, "mode", |l| option_texts(&ml::MODE_OPTIONS, l), |p| ml::mode_value(p).into(), ml::set_mode))
+                .child(plan_select(
+                    plan,
+                    cx,
+                    Msg::ModeWhat,
+                    "mode",
+                    |l| option_texts(&ml::MODE_OPTIONS, l),
+                    |p| ml::mode_value(p).into(),
+                    ml::set_mode,
+                ))
                 .child(finetune)
                 .child(weights)
                 .child(serving),

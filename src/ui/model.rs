@@ -84,7 +84,9 @@ impl Numbers {
     /// Memory that scales with the batch at the peak: activations, inputs and backward
     /// temporaries.
     pub fn activation_memory(&self) -> Bytes {
-        self.category(Category::Activations) + self.category(Category::Inputs) + self.category(Category::BackwardTemps)
+        self.category(Category::Activations)
+            + self.category(Category::Inputs)
+            + self.category(Category::BackwardTemps)
     }
     /// Replaces the interpolated figures with a full simulation's (same plan and batch).
     pub fn with_exact(mut self, e: &Estimate) -> Numbers {
@@ -108,13 +110,21 @@ impl Numbers {
 /// Workspaces and context the estimator charges for `gpu` (`None`: its defaults).
 pub fn device_fixed(gpu: Option<&Gpu>) -> (Bytes, Bytes) {
     let sm = gpu.map(|g| g.sm).unwrap_or(90);
-    let ws = if sm == 0 { Bytes::ZERO } else { cublas_workspaces(sm) };
+    let ws = if sm == 0 {
+        Bytes::ZERO
+    } else {
+        cublas_workspaces(sm)
+    };
     (ws, gpu.map(|g| g.context).unwrap_or(DEFAULT_CONTEXT))
 }
 
 /// The plan a model is keyed on: batch 1, no GPU.
 pub fn model_plan(plan: &Plan) -> Plan {
-    Plan { batch: 1, gpu: None, ..plan.clone() }
+    Plan {
+        batch: 1,
+        gpu: None,
+        ..plan.clone()
+    }
 }
 
 /// Cache key of a plan's model: the plan without its batch and GPU, compared whole. Hashed on
@@ -143,10 +153,16 @@ impl BatchModel {
         let base = model_plan(plan);
         // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
         // skips a copy (the LSTM), so batch 1 is not on the same line.
-        let e1 = estimate(&Plan { batch: 2, ..base.clone() })?;
+        let e1 = estimate(&Plan {
+            batch: 2,
+            ..base.clone()
+        })?;
         let mut err = None;
         for b2 in [B2, 8] {
-            match estimate(&Plan { batch: b2, ..base.clone() }) {
+            match estimate(&Plan {
+                batch: b2,
+                ..base.clone()
+            }) {
                 Ok(e2) => return BatchModel::from_estimates(&e1, &e2, b2),
                 Err(e) => err = Some(e),
             }
@@ -161,7 +177,11 @@ impl BatchModel {
             .layers
             .iter()
             .map(|l1| {
-                let y2 = e2.layers.iter().find(|l| l.layer == l1.layer).map_or(l1.bytes.0 as f64, |l| l.bytes.0 as f64);
+                let y2 = e2
+                    .layers
+                    .iter()
+                    .find(|l| l.layer == l1.layer)
+                    .map_or(l1.bytes.0 as f64, |l| l.bytes.0 as f64);
                 let slope = (y2 - l1.bytes.0 as f64) / d;
                 (l1.layer.clone(), l1.bytes.0 as f64 - 2.0 * slope, slope)
             })
@@ -201,7 +221,11 @@ impl BatchModel {
             device_total: reserved + context,
             context,
             workspaces,
-            phase: if self.lines.is_empty() { Phase::Forward } else { self.lines.phase(ev) },
+            phase: if self.lines.is_empty() {
+                Phase::Forward
+            } else {
+                self.lines.phase(ev)
+            },
             peak_op: None,
             by_category,
             per_sample,
@@ -231,18 +255,26 @@ impl BatchModel {
     /// Saved activations per block of the model at batch `b`, in forward order.
     pub fn layers_at(&self, b: u64) -> Vec<(String, Bytes)> {
         let bf = b as f64;
-        self.layers.iter().map(|(n, p, a)| (n.clone(), Bytes((p + a * bf).max(0.0).round() as u64))).collect()
+        self.layers
+            .iter()
+            .map(|(n, p, a)| (n.clone(), Bytes((p + a * bf).max(0.0).round() as u64)))
+            .collect()
     }
 
     /// The largest batch whose device total on a GPU of `capacity` the lines predict to fit
     /// (`None`: not even batch 1). [`max_batch`] confirms it with full simulations.
     pub fn max_batch_guess(&self, capacity: Bytes, gpu: Option<&Gpu>) -> Option<u64> {
         let fits = |b: u64| Ok(self.at(b, gpu).device_total <= capacity);
-        crate::estimator::sweep::largest_fitting(MAX_BATCH, fits).ok().flatten()
+        crate::estimator::sweep::largest_fitting(MAX_BATCH, fits)
+            .ok()
+            .flatten()
     }
 
     /// The step's timeline at batch `b`: `(phase, live bytes by category)` per event.
-    pub fn timeline_at(&self, b: u64) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
+    pub fn timeline_at(
+        &self,
+        b: u64,
+    ) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
         (0..self.lines.len()).map(move |i| (self.lines.phase(i), self.lines.live_at(i, b)))
     }
 }
@@ -261,8 +293,18 @@ pub struct CkptInfo {
 impl CkptInfo {
     /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
     pub fn probe(plan: &Plan) -> CkptInfo {
-        let regions = |ckpt| build_graph(&Plan { ckpt, ..model_plan(plan) }).map_or(0, |g| g.segments as u64);
-        CkptInfo { blocks: regions(Checkpointing::Block), stages: regions(Checkpointing::Stage), segments: regions(Checkpointing::Segments(2)) > 0 }
+        let regions = |ckpt| {
+            build_graph(&Plan {
+                ckpt,
+                ..model_plan(plan)
+            })
+            .map_or(0, |g| g.segments as u64)
+        };
+        CkptInfo {
+            blocks: regions(Checkpointing::Block),
+            stages: regions(Checkpointing::Stage),
+            segments: regions(Checkpointing::Segments(2)) > 0,
+        }
     }
     pub fn any(&self) -> bool {
         self.blocks > 0 || self.stages > 0 || self.segments
@@ -364,7 +406,10 @@ impl Workbench {
 
     /// The exact estimate of exactly this plan, once computed.
     pub fn exact(&self, plan: &Plan) -> Option<&Result<Estimate, EstimateError>> {
-        self.exact.as_ref().filter(|(p, _)| p == plan).map(|(_, e)| e)
+        self.exact
+            .as_ref()
+            .filter(|(p, _)| p == plan)
+            .map(|(_, e)| e)
     }
 
     /// The confirmed largest batch for the plan's GPU, once computed.
@@ -374,7 +419,11 @@ impl Workbench {
 
     /// The model's checkpointing options (probed once per model and input).
     pub fn ckpt_info(&mut self, plan: &Plan) -> CkptInfo {
-        let key = model_key(&Plan { ckpt: Checkpointing::None, accumulation: 1, ..plan.clone() });
+        let key = model_key(&Plan {
+            ckpt: Checkpointing::None,
+            accumulation: 1,
+            ..plan.clone()
+        });
         if let Some(i) = self.ckpt.get(&key) {
             return *i;
         }
@@ -400,9 +449,16 @@ impl Workbench {
             return Some(Job::Exact(plan.clone()));
         }
         if m.is_ok() && plan.gpu.is_some() && self.max_batch(plan).is_none() {
-            return Some(Job::MaxBatch(Plan { batch: 1, ..plan.clone() }));
+            return Some(Job::MaxBatch(Plan {
+                batch: 1,
+                ..plan.clone()
+            }));
         }
-        wants.models.iter().find(|p| crate::presets::lazy::ready_for(p) && self.cached(p).is_none()).map(|p| Job::Model(model_plan(p)))
+        wants
+            .models
+            .iter()
+            .find(|p| crate::presets::lazy::ready_for(p) && self.cached(p).is_none())
+            .map(|p| Job::Model(model_plan(p)))
     }
 
     /// Runs one job.
@@ -455,15 +511,38 @@ mod tests {
 
     #[test]
     fn model_matches_full_estimates_at_any_batch_and_gpu() {
-        let plan = Plan { res: Some(64), gpu: Some("a100-80".into()), ..Plan::new("resnet18") };
+        let plan = Plan {
+            res: Some(64),
+            gpu: Some("a100-80".into()),
+            ..Plan::new("resnet18")
+        };
         let m = BatchModel::new(&plan).unwrap();
         let gpu = gpus::find("a100-80");
         for b in [1u64, 5, 33, 300, 3000] {
-            let e = estimate(&Plan { batch: b, ..plan.clone() }).unwrap();
+            let e = estimate(&Plan {
+                batch: b,
+                ..plan.clone()
+            })
+            .unwrap();
             let n = m.at(b, gpu.as_ref());
-            assert!(rel(n.peak, e.peak_allocated) < 1e-3, "batch {b}: {} vs {}", n.peak, e.peak_allocated);
-            assert!(close_reserved(n.device_total, e.device_total), "batch {b}: total {} vs {}", n.device_total, e.device_total);
-            assert!(close_reserved(n.reserved, e.reserved), "batch {b}: reserved {} vs {}", n.reserved, e.reserved);
+            assert!(
+                rel(n.peak, e.peak_allocated) < 1e-3,
+                "batch {b}: {} vs {}",
+                n.peak,
+                e.peak_allocated
+            );
+            assert!(
+                close_reserved(n.device_total, e.device_total),
+                "batch {b}: total {} vs {}",
+                n.device_total,
+                e.device_total
+            );
+            assert!(
+                close_reserved(n.reserved, e.reserved),
+                "batch {b}: reserved {} vs {}",
+                n.reserved,
+                e.reserved
+            );
             assert_eq!(n.phase, e.peak_phase, "batch {b}");
             assert_eq!(n.context, e.context);
             let exact = n.clone().with_exact(&e);
@@ -472,7 +551,11 @@ mod tests {
             assert_eq!(layers.len(), e.layers.len());
             for ((name, bytes), l) in layers.iter().zip(&e.layers) {
                 assert_eq!(name, &l.layer);
-                assert!(bytes.0.abs_diff(l.bytes.0) <= (l.bytes.0 / 100).max(8 << 10), "{name} at batch {b}: {bytes} vs {}", l.bytes);
+                assert!(
+                    bytes.0.abs_diff(l.bytes.0) <= (l.bytes.0 / 100).max(8 << 10),
+                    "{name} at batch {b}: {bytes} vs {}",
+                    l.bytes
+                );
             }
         }
     }
@@ -480,10 +563,21 @@ mod tests {
     #[test]
     fn every_preset_has_a_batch_model() {
         for m in MODELS {
-            let p = Plan { dtype: Precision::AmpBf16, ..Plan::new(m.id) };
+            let p = Plan {
+                dtype: Precision::AmpBf16,
+                ..Plan::new(m.id)
+            };
             let bm = BatchModel::new(&p).unwrap_or_else(|e| panic!("{}: {e}", m.id));
-            let e = estimate(&Plan { batch: 3, ..p.clone() }).unwrap();
-            assert!(rel(bm.at(3, None).peak, e.peak_allocated) < 1e-3, "{}", m.id);
+            let e = estimate(&Plan {
+                batch: 3,
+                ..p.clone()
+            })
+            .unwrap();
+            assert!(
+                rel(bm.at(3, None).peak, e.peak_allocated) < 1e-3,
+                "{}",
+                m.id
+            );
         }
     }
 
@@ -491,18 +585,32 @@ mod tests {
     fn gpu_changes_only_the_fixed_part() {
         let plan = Plan::new("resnet18");
         let m = BatchModel::new(&plan).unwrap();
-        let (a, b) = (gpus::find("v100-16").unwrap(), gpus::find("h100-80").unwrap());
+        let (a, b) = (
+            gpus::find("v100-16").unwrap(),
+            gpus::find("h100-80").unwrap(),
+        );
         let (na, nb) = (m.at(8, Some(&a)), m.at(8, Some(&b)));
         assert_eq!(na.peak, nb.peak);
         assert_ne!(na.device_total, nb.device_total);
-        let e = estimate(&Plan { batch: 8, gpu: Some("v100-16".into()), ..plan }).unwrap();
+        let e = estimate(&Plan {
+            batch: 8,
+            gpu: Some("v100-16".into()),
+            ..plan
+        })
+        .unwrap();
         assert!(close_reserved(na.device_total, e.device_total));
-        assert_eq!(nb.device_total - na.device_total, (b.context + cublas_workspaces(b.sm)) - (a.context + cublas_workspaces(a.sm)));
+        assert_eq!(
+            nb.device_total - na.device_total,
+            (b.context + cublas_workspaces(b.sm)) - (a.context + cublas_workspaces(a.sm))
+        );
     }
 
     #[test]
     fn max_batch_guess_agrees_with_the_solver() {
-        let plan = Plan { gpu: Some("rtx4090".into()), ..Plan::new("resnet50") };
+        let plan = Plan {
+            gpu: Some("rtx4090".into()),
+            ..Plan::new("resnet50")
+        };
         let gpu = gpus::find("rtx4090").unwrap();
         let m = BatchModel::new(&plan).unwrap();
         let guess = m.max_batch_guess(gpu.memory, Some(&gpu)).unwrap();
@@ -542,19 +650,50 @@ mod tests {
     #[test]
     fn workbench_caches_and_lists_missing_work() {
         let mut wb = Workbench::new();
-        let plan = Plan { gpu: Some("t4".into()), ..Plan::new("resnet18") };
-        assert_eq!(wb.next_job(&plan, &Wants::default()), Some(Job::Model(model_plan(&plan))));
+        let plan = Plan {
+            gpu: Some("t4".into()),
+            ..Plan::new("resnet18")
+        };
+        assert_eq!(
+            wb.next_job(&plan, &Wants::default()),
+            Some(Job::Model(model_plan(&plan)))
+        );
         wb.model(&plan);
         let sims = wb.simulations;
-        wb.model(&Plan { batch: 99, gpu: Some("h100-80".into()), ..plan.clone() });
+        wb.model(&Plan {
+            batch: 99,
+            gpu: Some("h100-80".into()),
+            ..plan.clone()
+        });
         assert_eq!(wb.simulations, sims, "another batch or GPU re-simulated");
-        assert!(matches!(wb.next_job(&plan, &Wants::default()), Some(Job::MaxBatch(_))));
-        let other = Plan { dtype: Precision::AmpBf16, ..plan.clone() };
-        let wants = Wants { exact: true, models: vec![other.clone()], ..Default::default() };
+        assert!(matches!(
+            wb.next_job(&plan, &Wants::default()),
+            Some(Job::MaxBatch(_))
+        ));
+        let other = Plan {
+            dtype: Precision::AmpBf16,
+            ..plan.clone()
+        };
+        let wants = Wants {
+            exact: true,
+            models: vec![other.clone()],
+            ..Default::default()
+        };
         wb.run_all(&plan, &wants);
-        assert!(wb.exact(&plan).is_some() && wb.max_batch(&plan).is_some() && wb.cached(&other).is_some());
+        assert!(
+            wb.exact(&plan).is_some()
+                && wb.max_batch(&plan).is_some()
+                && wb.cached(&other).is_some()
+        );
         assert_eq!(wb.next_job(&plan, &wants), None);
-        assert!(wb.exact(&Plan { batch: 2, ..plan.clone() }).is_none(), "an exact estimate of another batch is not this plan's");
+        assert!(
+            wb.exact(&Plan {
+                batch: 2,
+                ..plan.clone()
+            })
+            .is_none(),
+            "an exact estimate of another batch is not this plan's"
+        );
         let n = wb.numbers(&plan).unwrap();
         let e = wb.exact(&plan).unwrap().as_ref().unwrap();
         assert!(close_reserved(n.device_total, e.device_total));
@@ -563,7 +702,11 @@ mod tests {
     #[test]
     fn invalid_plans_are_cached_errors_and_want_no_more() {
         let mut wb = Workbench::new();
-        let plan = Plan { seq: Some(4096), gpu: Some("t4".into()), ..Plan::new("gpt2") };
+        let plan = Plan {
+            seq: Some(4096),
+            gpu: Some("t4".into()),
+            ..Plan::new("gpt2")
+        };
         assert!(wb.model(&plan).is_err());
         assert_eq!(wb.next_job(&plan, &Wants::default()), None);
     }
@@ -571,7 +714,12 @@ mod tests {
     #[test]
     fn cache_is_bounded() {
         let mut wb = Workbench::new();
-        let key = |r: u64| model_key(&Plan { res: Some(32 + r), ..Plan::new("resnet50") });
+        let key = |r: u64| {
+            model_key(&Plan {
+                res: Some(32 + r),
+                ..Plan::new("resnet50")
+            })
+        };
         for r in 0..(CACHE_MODELS as u64 + 5) {
             wb.insert(key(r), Rc::new(Err(EstimateError::TooLarge)));
         }

@@ -32,8 +32,27 @@ fn curves_base(plan: &Plan) -> Plan {
     p
 }
 
-fn degree(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, placeholder: Option<Label>, which: Degree) -> El {
-    plan_number(plan, cx, label, testid, placeholder, move |p| sl::degree_text(p, which), move |p, s| sl::parse_degree(s).map(|v| sl::set_degree(p, which, v)).is_ok())
+fn degree(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    label: Msg,
+    testid: &str,
+    placeholder: Option<Label>,
+    which: Degree,
+) -> El {
+    plan_number(
+        plan,
+        cx,
+        label,
+        testid,
+        placeholder,
+        move |p| sl::degree_text(p, which),
+        move |p, s| {
+            sl::parse_degree(s)
+                .map(|v| sl::set_degree(p, which, v))
+                .is_ok()
+        },
+    )
 }
 
 fn offload_box(plan: RwSignal<Plan>, cx: Prefs, what: OffloadTarget, label: Msg) -> El {
@@ -46,12 +65,19 @@ fn offload_box(plan: RwSignal<Plan>, cx: Prefs, what: OffloadTarget, label: Msg)
         }
     }));
     let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
-    h("label").cls("check").child(input.on("change", move |_| plan.update(|p| sl::set_offload(p, what, el.checked())))).dyn_text(cx.text(label))
+    h("label")
+        .cls("check")
+        .child(input.on("change", move |_| {
+            plan.update(|p| sl::set_offload(p, what, el.checked()))
+        }))
+        .dyn_text(cx.text(label))
 }
 
 /// FSDP's bf16 mixed precision, shown while FSDP shards the model.
 fn mixed_precision_box(plan: RwSignal<Plan>, cx: Prefs) -> El {
-    let input = h("input").attr("type", "checkbox").testid("mixed-precision");
+    let input = h("input")
+        .attr("type", "checkbox")
+        .testid("mixed-precision");
     let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
     effect(Box::new(move || {
         let on = plan.with(sl::mixed_precision_on);
@@ -62,29 +88,48 @@ fn mixed_precision_box(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let el: web_sys::HtmlInputElement = input.0.clone().unchecked_into();
     h("label")
         .cls("check")
-        .child(input.on("change", move |_| plan.update(|p| sl::set_mixed_precision(p, el.checked()))))
+        .child(input.on("change", move |_| {
+            plan.update(|p| sl::set_mixed_precision(p, el.checked()))
+        }))
         .dyn_text(cx.text(Msg::MixedPrecisionBox))
         .show(move || plan.with(|p| p.parallel.as_ref().is_some_and(|q| q.fsdp)))
 }
 
 fn link(plan: RwSignal<Plan>, cx: Prefs, label: Msg, testid: &str, kind: LinkKind) -> El {
-    plan_select(plan, cx, label, testid, move |l| sl::link_options(kind, l), move |p| sl::link_value(p, kind), move |p, v| sl::set_link(p, kind, v))
+    plan_select(
+        plan,
+        cx,
+        label,
+        testid,
+        move |l| sl::link_options(kind, l),
+        move |p| sl::link_value(p, kind),
+        move |p, v| sl::set_link(p, kind, v),
+    )
 }
 
 /// The search's outcome: the cheapest layouts, each with its "Apply" button. Rebuilt on a
 /// language or units switch from the stored outcome; the search itself is not rerun.
-fn found_view(plan: RwSignal<Plan>, cx: Prefs, found: &Option<Result<Vec<Candidate>, String>>) -> Vec<El> {
+fn found_view(
+    plan: RwSignal<Plan>,
+    cx: Prefs,
+    found: &Option<Result<Vec<Candidate>, String>>,
+) -> Vec<El> {
     let (lang, units) = (cx.lang.get(), cx.units.get());
     match found {
         None => Vec::new(),
         Some(Err(m)) => vec![alert("", m)],
-        Some(Ok(list)) if list.is_empty() => vec![h("p").cls("detail").text(Msg::NoLayoutFits.t(lang))],
+        Some(Ok(list)) if list.is_empty() => {
+            vec![h("p").cls("detail").text(Msg::NoLayoutFits.t(lang))]
+        }
         Some(Ok(list)) => vec![h("ol").cls("layouts").children(
             list.iter()
                 .cloned()
                 .map(|c| {
                     let line = sl::candidate_text(&c, lang, units);
-                    let apply = button("apply-layout", cx.text(Msg::Apply), move || plan.update(|p| sl::apply_candidate(p, &c))).attr("aria-label", &format!("{} {line}", Msg::Apply.t(lang)));
+                    let apply = button("apply-layout", cx.text(Msg::Apply), move || {
+                        plan.update(|p| sl::apply_candidate(p, &c))
+                    })
+                    .attr("aria-label", &format!("{} {line}", Msg::Apply.t(lang)));
                     h("li").child(h("span").text(&line)).text(" ").child(apply)
                 })
                 .collect(),
@@ -94,13 +139,21 @@ fn found_view(plan: RwSignal<Plan>, cx: Prefs, found: &Option<Result<Vec<Candida
 
 pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let training = Memo::new(move |_| plan.with(|p| p.mode != Mode::Infer));
-    let est = Memo::new_with_compare(move |_| plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))), |_, _| true);
+    let est = Memo::new_with_compare(
+        move |_| plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))),
+        |_, _| true,
+    );
     let base = Memo::new(move |_| plan.with(curves_base));
-    let curves = Memo::new_with_compare(move |_| base.with(|b| (b.mode != Mode::Infer).then(|| sl::zero_curves(b))), |_, _| true);
+    let curves = Memo::new_with_compare(
+        move |_| base.with(|b| (b.mode != Mode::Infer).then(|| sl::zero_curves(b))),
+        |_, _| true,
+    );
     let capacity = Memo::new(move |_| plan.with(|p| sl::gpu_of(p).map(|g| g.memory)));
 
-    let (zero_fig, zero_canvas) = figure(cx, "chart-zero", Msg::ZeroChartAria, Msg::ZeroChartCaption);
-    let (rank_fig, rank_canvas) = figure(cx, "chart-ranks", Msg::RankChartAria, Msg::RankChartCaption);
+    let (zero_fig, zero_canvas) =
+        figure(cx, "chart-zero", Msg::ZeroChartAria, Msg::ZeroChartCaption);
+    let (rank_fig, rank_canvas) =
+        figure(cx, "chart-ranks", Msg::RankChartAria, Msg::RankChartCaption);
     let failure = h("div");
     let fail_el = failure.0.clone();
     effect(Box::new(move || {
@@ -121,11 +174,24 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
                 _ => &[],
             };
             let words = sl::zero_words(current, cap, lang, units);
-            paint(&zero_canvas, &|root, theme| draw_zero_chart(root, &ZeroChart { curves, current, capacity: cap, words: Some(&words) }, theme))
+            paint(&zero_canvas, &|root, theme| {
+                draw_zero_chart(
+                    root,
+                    &ZeroChart {
+                        curves,
+                        current,
+                        capacity: cap,
+                        words: Some(&words),
+                    },
+                    theme,
+                )
+            })
         });
         let b = est.with(|e| {
             let data = sl::rank_chart(e.as_ref().and_then(|e| e.as_ref().ok()), cap, lang, units);
-            paint(&rank_canvas, &|root, theme| draw_rank_chart(root, &data, theme))
+            paint(&rank_canvas, &|root, theme| {
+                draw_rank_chart(root, &data, theme)
+            })
         });
         fail_el.set_text_content(None);
         if let Err(e) = a.and(b) {
@@ -137,51 +203,144 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let search = h("div")
         .cls("search")
         .testid("layout-search")
-        .child(button("layout-search-run", cx.text(Msg::FindLayouts), move || found.set(Some(plan.with_untracked(sl::layouts).map_err(|e| e.to_string())))))
+        .child(button(
+            "layout-search-run",
+            cx.text(Msg::FindLayouts),
+            move || {
+                found.set(Some(
+                    plan.with_untracked(sl::layouts).map_err(|e| e.to_string()),
+                ))
+            },
+        ))
         .child(h("div").dyn_children(move || found.with(|f| found_view(plan, cx, f))));
 
     let offload = h("fieldset")
         .cls("field")
         .testid("offload")
-        .child(h("legend").cls("label").dyn_text(cx.text(Msg::OffloadLegend)))
-        .child(offload_box(plan, cx, OffloadTarget::Optimizer, Msg::OptimizerState))
-        .child(offload_box(plan, cx, OffloadTarget::Params, Msg::OffloadParams))
-        .child(offload_box(plan, cx, OffloadTarget::Activations, Msg::Activations));
+        .child(
+            h("legend")
+                .cls("label")
+                .dyn_text(cx.text(Msg::OffloadLegend)),
+        )
+        .child(offload_box(
+            plan,
+            cx,
+            OffloadTarget::Optimizer,
+            Msg::OptimizerState,
+        ))
+        .child(offload_box(
+            plan,
+            cx,
+            OffloadTarget::Params,
+            Msg::OffloadParams,
+        ))
+        .child(offload_box(
+            plan,
+            cx,
+            OffloadTarget::Activations,
+            Msg::Activations,
+        ));
     let zero_options = |l| sl::ZERO_OPTIONS.iter().map(|o| (o.0, o.1.t(l))).collect();
     let auto = Some(Label::T(Msg::PlaceholderAuto));
     let controls = h("div")
         .cls("controls")
-        .child(degree(plan, cx, Msg::GpusPerNode, "gpus-per-node", auto, Degree::GpusPerNode))
-        .child(degree(plan, cx, Msg::Nodes, "nodes", Some(Label::Name("1")), Degree::Nodes))
+        .child(degree(
+            plan,
+            cx,
+            Msg::GpusPerNode,
+            "gpus-per-node",
+            auto,
+            Degree::GpusPerNode,
+        ))
+        .child(degree(
+            plan,
+            cx,
+            Msg::Nodes,
+            "nodes",
+            Some(Label::Name("1")),
+            Degree::Nodes,
+        ))
         .child(degree(plan, cx, Msg::DataParallel, "dp", auto, Degree::Dp))
-        .child(degree(plan, cx, Msg::TensorParallel, "tp", None, Degree::Tp))
-        .child(degree(plan, cx, Msg::PipelineParallel, "pp", None, Degree::Pp))
-        .child(plan_select(plan, cx, Msg::Sharding, "zero", zero_options, |p| sl::zero_value(p).into(), sl::set_zero))
+        .child(degree(
+            plan,
+            cx,
+            Msg::TensorParallel,
+            "tp",
+            None,
+            Degree::Tp,
+        ))
+        .child(degree(
+            plan,
+            cx,
+            Msg::PipelineParallel,
+            "pp",
+            None,
+            Degree::Pp,
+        ))
+        .child(plan_select(
+            plan,
+            cx,
+            Msg::Sharding,
+            "zero",
+            zero_options,
+            |p| sl::zero_value(p).into(),
+            sl::set_zero,
+        ))
         .child(mixed_precision_box(plan, cx))
         .child(offload)
         .child(link(plan, cx, Msg::LinkIntra, "link", LinkKind::IntraNode))
-        .child(link(plan, cx, Msg::LinkInter, "inter-link", LinkKind::InterNode))
+        .child(link(
+            plan,
+            cx,
+            Msg::LinkInter,
+            "inter-link",
+            LinkKind::InterNode,
+        ))
         .show(move || training.get());
     let numbers = h("div").dyn_children(move || {
         let (lang, units) = (cx.lang.get(), cx.units.get());
         est.with(|e| match e {
-            Some(Ok(e)) => vec![h("dl").cls("numbers").testid("per-gpu").children(rows_view(sl::per_gpu_rows(e, lang, units)))],
-            Some(Err(err)) => vec![alert("parallel-error", &prefixed(Msg::CannotEstimateLayout, &err.to_string(), lang))],
+            Some(Ok(e)) => vec![h("dl")
+                .cls("numbers")
+                .testid("per-gpu")
+                .children(rows_view(sl::per_gpu_rows(e, lang, units)))],
+            Some(Err(err)) => vec![alert(
+                "parallel-error",
+                &prefixed(Msg::CannotEstimateLayout, &err.to_string(), lang),
+            )],
             None => Vec::new(),
         })
     });
-    let curve_error = h("div").dyn_children(move || match curves.with(|c| c.as_ref().and_then(|c| c.as_ref().err().map(|e| e.to_string()))) {
-        Some(err) => vec![alert("", &prefixed(Msg::NoZeroChart, &err, cx.lang.get()))],
-        None => Vec::new(),
+    let curve_error = h("div").dyn_children(move || {
+        match curves.with(|c| {
+            c.as_ref()
+                .and_then(|c| c.as_ref().err().map(|e| e.to_string()))
+        }) {
+            Some(err) => vec![alert("", &prefixed(Msg::NoZeroChart, &err, cx.lang.get()))],
+            None => Vec::new(),
+        }
     });
-    let results = h("div").cls("results").child(numbers).child(curve_error).child(zero_fig).child(rank_fig).child(failure).child(search).show(move || training.get());
+    let results = h("div")
+        .cls("results")
+        .child(numbers)
+        .child(curve_error)
+        .child(zero_fig)
+        .child(rank_fig)
+        .child(failure)
+        .child(search)
+        .show(move || training.get());
 
     h("section")
         .cls("panel parallel-panel")
         .dyn_attr("aria-label", cx.attr(Label::T(Msg::ParallelHeading)))
         .testid("parallel-panel")
         .child(h("h2").dyn_text(cx.text(Msg::ParallelHeading)))
-        .child(h("p").cls("detail").dyn_text(cx.text(Msg::InferOneGpu)).show(move || !training.get()))
+        .child(
+            h("p")
+                .cls("detail")
+                .dyn_text(cx.text(Msg::InferOneGpu))
+                .show(move || !training.get()),
+        )
         .child(controls)
         .child(results)
 }

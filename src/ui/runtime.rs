@@ -10,10 +10,10 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::app::Planner;
-use super::state;
 use super::charts;
 use super::i18n::{Lang, Units};
 use super::model::{Wants, Workbench};
+use super::state;
 use super::suggest;
 use crate::estimator::config::Plan;
 
@@ -83,7 +83,12 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
         let over = w.numbers(plan).is_some_and(|n| n.device_total > g.memory);
         if over && exact {
             // The suggestions' code is fetched the first time a plan does not fit.
-            match suggest::candidate_plans(suggest::Ask::Plans { plan, info: &info, capacity: g.memory, numbers_of: &|p| w.numbers(p) }) {
+            match suggest::candidate_plans(suggest::Ask::Plans {
+                plan,
+                info: &info,
+                capacity: g.memory,
+                numbers_of: &|p| w.numbers(p),
+            }) {
                 Ok(plans) => models.extend(plans),
                 Err(_) => suggestions_code = true,
             }
@@ -93,14 +98,20 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     if !embed {
         models.extend(charts::ckpt_plans(plan, &info));
     }
-    Wants { exact, models, suggestions_code }
+    Wants {
+        exact,
+        models,
+        suggestions_code,
+    }
 }
 
 /// One job, then the next one in a later task; when only the exact estimate is left and input
 /// has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
     PUMP_SCHEDULED.with(|s| s.set(false));
-    let Some(plan) = p.plan.try_get_untracked() else { return };
+    let Some(plan) = p.plan.try_get_untracked() else {
+        return;
+    };
     let quiet = now() - LAST_CHANGE.with(|c| c.get());
     let exact = quiet >= SETTLE_MS;
     let (job, suggestions_code) = wb(|w| {
@@ -139,19 +150,25 @@ fn storage() -> Option<web_sys::Storage> {
 /// opens the storage area synchronously (about 4 ms here), which would otherwise sit on the path
 /// to the first numbers.
 fn remembered(global: &str) -> Option<String> {
-    js_sys::Reflect::get(&window(), &global.into()).ok()?.as_string()
+    js_sys::Reflect::get(&window(), &global.into())
+        .ok()?
+        .as_string()
 }
 
 /// The language: the link's, else the remembered one, else the browser's.
 pub fn initial_lang(from_url: Option<Lang>) -> Lang {
-    from_url.or_else(|| remembered("vpLang").and_then(|v| Lang::parse(&v))).unwrap_or_else(|| Lang::from_browser(&window().navigator().language().unwrap_or_default()))
+    from_url
+        .or_else(|| remembered("vpLang").and_then(|v| Lang::parse(&v)))
+        .unwrap_or_else(|| Lang::from_browser(&window().navigator().language().unwrap_or_default()))
 }
 
 pub fn initial_units(from_url: Units, url_has_units: bool) -> Units {
     if url_has_units {
         return from_url;
     }
-    remembered("vpUnits").and_then(|v| Units::parse(&v)).unwrap_or(from_url)
+    remembered("vpUnits")
+        .and_then(|v| Units::parse(&v))
+        .unwrap_or(from_url)
 }
 
 /// Remembers the language and units once the page is idle: storage is synchronous, and the
@@ -173,13 +190,20 @@ pub fn location_query() -> String {
 /// The page's address without its query string.
 pub fn base_url() -> String {
     let loc = window().location();
-    format!("{}{}", loc.origin().unwrap_or_default(), loc.pathname().unwrap_or_default())
+    format!(
+        "{}{}",
+        loc.origin().unwrap_or_default(),
+        loc.pathname().unwrap_or_default()
+    )
 }
 
 /// Replaces the address bar's query string (no history entry per slider step).
 pub fn replace_query(query: &str) {
     if let Ok(h) = window().history() {
-        let url = format!("{}?{query}", window().location().pathname().unwrap_or_default());
+        let url = format!(
+            "{}?{query}",
+            window().location().pathname().unwrap_or_default()
+        );
         let _ = h.replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&url));
     }
 }
@@ -198,16 +222,25 @@ pub fn download_text(name: &str, mime: &str, content: &str) {
     let parts = js_sys::Array::of1(&wasm_bindgen::JsValue::from_str(content));
     let opts = web_sys::BlobPropertyBag::new();
     opts.set_type(mime);
-    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else { return };
-    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else { return };
+    let Ok(blob) = web_sys::Blob::new_with_str_sequence_and_options(&parts, &opts) else {
+        return;
+    };
+    let Ok(url) = web_sys::Url::create_object_url_with_blob(&blob) else {
+        return;
+    };
     download_url(name, &url);
     // The download reads the blob after this returns: release it a while later.
-    set_timeout(move || drop(web_sys::Url::revoke_object_url(&url)), Duration::from_secs(30));
+    set_timeout(
+        move || drop(web_sys::Url::revoke_object_url(&url)),
+        Duration::from_secs(30),
+    );
 }
 
 /// Offers a URL (a `data:` or `blob:` URL) as a file download.
 pub fn download_url(name: &str, url: &str) {
-    let Ok(a) = document().create_element("a") else { return };
+    let Ok(a) = document().create_element("a") else {
+        return;
+    };
     let a: web_sys::HtmlAnchorElement = a.unchecked_into();
     a.set_href(url);
     a.set_download(name);
@@ -247,7 +280,10 @@ struct DebounceState {
 
 impl Debounce {
     pub fn new(ms: u64) -> Self {
-        Debounce { state: StoredValue::new_local(DebounceState::default()), ms: ms as f64 }
+        Debounce {
+            state: StoredValue::new_local(DebounceState::default()),
+            ms: ms as f64,
+        }
     }
     pub fn call(self, f: impl FnOnce() + 'static) {
         let deadline = now() + self.ms;
@@ -261,7 +297,10 @@ impl Debounce {
         }
     }
     fn arm(self, ms: f64) {
-        set_timeout(move || self.fire(), Duration::from_millis(ms.max(0.0).ceil() as u64));
+        set_timeout(
+            move || self.fire(),
+            Duration::from_millis(ms.max(0.0).ceil() as u64),
+        );
     }
     fn fire(self) {
         let t = now();
@@ -279,4 +318,3 @@ impl Debounce {
         }
     }
 }
-

@@ -8,7 +8,10 @@
 use crate::estimator::config::{Plan, Precision};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
-use crate::estimator::parallel::{estimate_parallel, evaluate, prepare, Layout, MixedPrecision, MpDtype, Offload, Parallel, ParallelEstimate, Prepared};
+use crate::estimator::parallel::{
+    estimate_parallel, evaluate, prepare, Layout, MixedPrecision, MpDtype, Offload, Parallel,
+    ParallelEstimate, Prepared,
+};
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
 use crate::plots::rank_chart::RankChart;
@@ -41,7 +44,11 @@ pub fn parallel_of(plan: &Plan) -> Parallel {
 fn edit(plan: &mut Plan, f: impl FnOnce(&mut Parallel)) {
     let mut p = parallel_of(plan);
     f(&mut p);
-    plan.parallel = if p == Parallel::default() { None } else { Some(p) };
+    plan.parallel = if p == Parallel::default() {
+        None
+    } else {
+        Some(p)
+    };
 }
 
 /// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is `Err(())`
@@ -93,7 +100,10 @@ pub fn degree_text(plan: &Plan, which: Degree) -> String {
 pub fn zero_value(plan: &Plan) -> &'static str {
     let p = parallel_of(plan);
     let z = p.zero.unwrap_or(if p.fsdp { 3 } else { 0 });
-    ZERO_OPTIONS.iter().find(|o| o.2 == z && o.3 == p.fsdp).map_or("0", |o| o.0)
+    ZERO_OPTIONS
+        .iter()
+        .find(|o| o.2 == z && o.3 == p.fsdp)
+        .map_or("0", |o| o.0)
 }
 
 /// Picks a sharding scheme by the ZeRO select's value; unknown values change nothing.
@@ -112,13 +122,20 @@ pub fn set_zero(plan: &mut Plan, value: &str) {
 
 /// Whether the plan uses FSDP's bf16 `MixedPrecisionPolicy`.
 pub fn mixed_precision_on(plan: &Plan) -> bool {
-    plan.parallel.as_ref().is_some_and(|p| p.mixed_precision.is_some())
+    plan.parallel
+        .as_ref()
+        .is_some_and(|p| p.mixed_precision.is_some())
 }
 
 /// Turns FSDP's bf16 mixed precision (bf16 compute, fp32 reduction) on or off. The policy keeps
 /// the sharded weights in fp32, so turning it on sets the weights to fp32.
 pub fn set_mixed_precision(plan: &mut Plan, on: bool) {
-    edit(plan, |p| p.mixed_precision = on.then_some(MixedPrecision { param_dtype: MpDtype::Bf16, reduce_dtype: MpDtype::Fp32 }));
+    edit(plan, |p| {
+        p.mixed_precision = on.then_some(MixedPrecision {
+            param_dtype: MpDtype::Bf16,
+            reduce_dtype: MpDtype::Fp32,
+        })
+    });
     if on {
         plan.dtype = Precision::Fp32;
     }
@@ -149,13 +166,24 @@ pub fn set_offload(plan: &mut Plan, what: OffloadTarget, on: bool) {
         OffloadTarget::Params => o.params = on,
         OffloadTarget::Activations => o.activations = on,
     }
-    plan.offload = if o == Offload::default() { None } else { Some(o) };
+    plan.offload = if o == Offload::default() {
+        None
+    } else {
+        Some(o)
+    };
 }
 
 /// Options of a link select of one kind: (id, name), the GPU's default first as "". Link names
 /// are product names and read the same in every language.
 pub fn link_options(kind: LinkKind, lang: Lang) -> Vec<(&'static str, &'static str)> {
-    std::iter::once(("", Msg::GpuDefault.t(lang))).chain(LINKS.iter().filter(|l| l.kind == kind).map(|l| (l.id, l.name))).collect()
+    std::iter::once(("", Msg::GpuDefault.t(lang)))
+        .chain(
+            LINKS
+                .iter()
+                .filter(|l| l.kind == kind)
+                .map(|l| (l.id, l.name)),
+        )
+        .collect()
 }
 
 /// The link the plan names for `kind` ("" = the GPU's default).
@@ -178,7 +206,11 @@ pub fn set_link(plan: &mut Plan, kind: LinkKind, id: &str) {
         LinkKind::Host => {
             let mut o = plan.offload.clone().unwrap_or_default();
             o.link = v;
-            plan.offload = if o == Offload::default() { None } else { Some(o) };
+            plan.offload = if o == Offload::default() {
+                None
+            } else {
+                Some(o)
+            };
         }
     }
 }
@@ -200,23 +232,40 @@ pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, EstimateError> {
 /// refuses (parameter offload below stage 3, ...) are left out of their line.
 pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
     if plan.mode == Mode::Infer {
-        return Err(EstimateError::Unsupported("inference plans are estimated on one GPU".into()));
+        return Err(EstimateError::Unsupported(
+            "inference plans are estimated on one GPU".into(),
+        ));
     }
     let gpu = match &plan.gpu {
-        Some(id) => Some(gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?),
+        Some(id) => Some(
+            gpus::find(id)
+                .ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?,
+        ),
         None => None,
     };
     let base = parallel_of(plan);
     let gpn = base.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE).max(1);
     let mut prepared: Option<Prepared> = None;
     let mut curves: Vec<ZeroCurve> = Vec::new();
-    let schemes = [("DDP (ZeRO-0)", 0u8, false), ("ZeRO-1", 1, false), ("ZeRO-2", 2, false), ("ZeRO-3", 3, false), ("FSDP", 3, true)];
+    let schemes = [
+        ("DDP (ZeRO-0)", 0u8, false),
+        ("ZeRO-1", 1, false),
+        ("ZeRO-2", 2, false),
+        ("ZeRO-3", 3, false),
+        ("FSDP", 3, true),
+    ];
     let mut first_err = None;
     for (label, zero, fsdp) in schemes {
         let mut points = Vec::new();
         for dp in DP_DEGREES {
             let world = dp.saturating_mul(base.tp).saturating_mul(base.pp);
-            let (node_gpus, nodes) = if world <= gpn { (world, 1) } else if world % gpn == 0 { (gpn, world / gpn) } else { (world, 1) };
+            let (node_gpus, nodes) = if world <= gpn {
+                (world, 1)
+            } else if world % gpn == 0 {
+                (gpn, world / gpn)
+            } else {
+                (world, 1)
+            };
             let mut p = plan.clone();
             let mut par = base.clone();
             par.gpus_per_node = Some(node_gpus);
@@ -240,10 +289,15 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
                 points.push((layout.world, Bytes(e.per_gpu.device_total_bytes)));
             }
         }
-        curves.push(ZeroCurve { label: label.into(), points });
+        curves.push(ZeroCurve {
+            label: label.into(),
+            points,
+        });
     }
     if curves.iter().all(|c| c.points.is_empty()) {
-        return Err(first_err.unwrap_or_else(|| EstimateError::Unsupported("no layout of this plan can be estimated".into())));
+        return Err(first_err.unwrap_or_else(|| {
+            EstimateError::Unsupported("no layout of this plan can be estimated".into())
+        }));
     }
     Ok(curves)
 }
@@ -258,7 +312,12 @@ fn capacity_label(capacity: Option<Bytes>, lang: Lang, units: Units) -> Option<S
 
 /// The ZeRO chart's words: axes, the capacity line and the plan's own layout (its GPU count and
 /// per-GPU device total).
-pub fn zero_words(current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: Lang, units: Units) -> PanelWords {
+pub fn zero_words(
+    current: Option<(u64, Bytes)>,
+    capacity: Option<Bytes>,
+    lang: Lang,
+    units: Units,
+) -> PanelWords {
     PanelWords {
         unit: crate::ui::charts::unit_of(units),
         x_desc: Msg::Gpus.t(lang).into(),
@@ -266,7 +325,11 @@ pub fn zero_words(current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: 
         empty: Msg::NoLayoutChart.t(lang).into(),
         capacity: capacity_label(capacity, lang, units),
         mark: current.map(|(gpus, total)| match lang {
-            Lang::En => format!("your layout, {gpus} GPU{}: {}", if gpus == 1 { "" } else { "s" }, fmt_bytes(total, units)),
+            Lang::En => format!(
+                "your layout, {gpus} GPU{}: {}",
+                if gpus == 1 { "" } else { "s" },
+                fmt_bytes(total, units)
+            ),
             Lang::Zh => format!("当前布局，{gpus} 张 GPU：{}", fmt_bytes(total, units)),
         }),
         legend: Vec::new(),
@@ -274,10 +337,20 @@ pub fn zero_words(current: Option<(u64, Bytes)>, capacity: Option<Bytes>, lang: 
 }
 
 /// The rank chart of an estimate (no bars without one) in `lang` and `units`.
-pub fn rank_chart(e: Option<&ParallelEstimate>, capacity: Option<Bytes>, lang: Lang, units: Units) -> RankChart {
+pub fn rank_chart(
+    e: Option<&ParallelEstimate>,
+    capacity: Option<Bytes>,
+    lang: Lang,
+    units: Units,
+) -> RankChart {
     let mut chart = match e {
         Some(e) => RankChart::from_estimate(e, capacity),
-        None => RankChart { bars: Vec::new(), peak: 0, capacity, words: None },
+        None => RankChart {
+            bars: Vec::new(),
+            peak: 0,
+            capacity,
+            words: None,
+        },
     };
     if let Some(e) = e {
         let one = e.ranks.len() == 1;
@@ -289,11 +362,26 @@ pub fn rank_chart(e: Option<&ParallelEstimate>, capacity: Option<Bytes>, lang: L
             };
         }
     }
-    let mark = chart.bars.get(chart.peak).map(|b| format!("{}{}", match lang {
-        Lang::En => "peak rank: ",
-        Lang::Zh => "峰值阶段：",
-    }, fmt_bytes(b.device_total, units)));
-    let legend = [Msg::Parameters, Msg::Gradients, Msg::OptimizerState, Msg::Activations, Msg::RankOther].iter().map(|m| m.t(lang).to_string()).collect();
+    let mark = chart.bars.get(chart.peak).map(|b| {
+        format!(
+            "{}{}",
+            match lang {
+                Lang::En => "peak rank: ",
+                Lang::Zh => "峰值阶段：",
+            },
+            fmt_bytes(b.device_total, units)
+        )
+    });
+    let legend = [
+        Msg::Parameters,
+        Msg::Gradients,
+        Msg::OptimizerState,
+        Msg::Activations,
+        Msg::RankOther,
+    ]
+    .iter()
+    .map(|m| m.t(lang).to_string())
+    .collect();
     chart.words = Some(PanelWords {
         unit: crate::ui::charts::unit_of(units),
         x_desc: Msg::PipelineRank.t(lang).into(),
@@ -313,8 +401,27 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     let b = |v: u64| fmt_bytes(Bytes(v), units);
     let l = &e.layout;
     let layout = match lang {
-        Lang::En => format!("{} GPU{} ({} × {}): dp {} · tp {} · pp {}, {}", l.world, if l.world == 1 { "" } else { "s" }, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, e.scheme),
-        Lang::Zh => format!("{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}", l.world, l.nodes, l.gpus_per_node, l.dp, l.tp, l.pp, scheme_text(&e.scheme, lang)),
+        Lang::En => format!(
+            "{} GPU{} ({} × {}): dp {} · tp {} · pp {}, {}",
+            l.world,
+            if l.world == 1 { "" } else { "s" },
+            l.nodes,
+            l.gpus_per_node,
+            l.dp,
+            l.tp,
+            l.pp,
+            e.scheme
+        ),
+        Lang::Zh => format!(
+            "{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}",
+            l.world,
+            l.nodes,
+            l.gpus_per_node,
+            l.dp,
+            l.tp,
+            l.pp,
+            scheme_text(&e.scheme, lang)
+        ),
     };
     let mut rows = vec![
         (Msg::Layout.t(lang), layout),
@@ -330,21 +437,35 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
         rows.push((Msg::HostPerGpu.t(lang), b(e.host_bytes)));
     }
     let comm = match lang {
-        Lang::En => format!("{} sent, {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step)),
-        Lang::Zh => format!("发送 {}，耗时 {}", b(e.comm_bytes_per_step), seconds(e.comm_seconds_per_step)),
+        Lang::En => format!(
+            "{} sent, {}",
+            b(e.comm_bytes_per_step),
+            seconds(e.comm_seconds_per_step)
+        ),
+        Lang::Zh => format!(
+            "发送 {}，耗时 {}",
+            b(e.comm_bytes_per_step),
+            seconds(e.comm_seconds_per_step)
+        ),
     };
     rows.push((Msg::CommPerStep.t(lang), comm));
     if let Some(s) = e.step_seconds {
         rows.push((Msg::StepTime.t(lang), seconds(s)));
     }
     if let Some(eff) = e.scaling_efficiency {
-        rows.push((Msg::ScalingEfficiency.t(lang), format!("{:.0} %", eff * 100.0)));
+        rows.push((
+            Msg::ScalingEfficiency.t(lang),
+            format!("{:.0} %", eff * 100.0),
+        ));
     }
     if let Some(o) = &e.offload {
         rows.push((Msg::Offload.t(lang), offload_text(e, o, lang)));
     }
     if let Some(f) = e.fits {
-        rows.push((Msg::FitsGpu.t(lang), if f { Msg::Yes } else { Msg::No }.t(lang).into()));
+        rows.push((
+            Msg::FitsGpu.t(lang),
+            if f { Msg::Yes } else { Msg::No }.t(lang).into(),
+        ));
     }
     rows
 }
@@ -359,7 +480,11 @@ pub fn scheme_text(scheme: &str, lang: Lang) -> String {
 }
 
 /// The offload verdict in `lang`: the estimator's sentence in English, the same facts in 中文.
-fn offload_text(e: &ParallelEstimate, o: &crate::estimator::parallel::OffloadReport, lang: Lang) -> String {
+fn offload_text(
+    e: &ParallelEstimate,
+    o: &crate::estimator::parallel::OffloadReport,
+    lang: Lang,
+) -> String {
     if lang == Lang::En {
         return o.verdict.clone();
     }
@@ -370,8 +495,15 @@ fn offload_text(e: &ParallelEstimate, o: &crate::estimator::parallel::OffloadRep
     } else if o.hidden {
         format!("拷贝（经 {link} 每步 {secs}）可被计算掩盖")
     } else {
-        let act = if e.layout.offload.activations { "（save_on_cpu 的拷贝在计算流上执行）" } else { "" };
-        format!("经 {link} 每步拷贝 {secs}，其中 {} 无法被计算掩盖{act}", seconds(o.exposed_seconds_per_step))
+        let act = if e.layout.offload.activations {
+            "（save_on_cpu 的拷贝在计算流上执行）"
+        } else {
+            ""
+        };
+        format!(
+            "经 {link} 每步拷贝 {secs}，其中 {} 无法被计算掩盖{act}",
+            seconds(o.exposed_seconds_per_step)
+        )
     };
     if o.shared_memory {
         t.push_str("；主机与 GPU 共用同一内存池，整机总量不会减少");
@@ -397,17 +529,30 @@ pub fn seconds(s: f64) -> String {
 
 /// The search the panel runs: up to 64 GPUs in nodes of the plan's size, the five cheapest.
 pub fn search_options(plan: &Plan) -> SearchOptions {
-    let gpn = parallel_of(plan).gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE).max(1);
-    SearchOptions { max_gpus: 64, gpus_per_node: gpn, top: 5, ..SearchOptions::default() }
+    let gpn = parallel_of(plan)
+        .gpus_per_node
+        .unwrap_or(DEFAULT_GPUS_PER_NODE)
+        .max(1);
+    SearchOptions {
+        max_gpus: 64,
+        gpus_per_node: gpn,
+        top: 5,
+        ..SearchOptions::default()
+    }
 }
 
 /// The cheapest layouts that fit the plan's GPU (fewest GPUs, then the shortest step).
 pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
     if plan.mode == Mode::Infer {
-        return Err(EstimateError::Unsupported("the layout search plans training and fine-tuning: inference is estimated on one GPU".into()));
+        return Err(EstimateError::Unsupported(
+            "the layout search plans training and fine-tuning: inference is estimated on one GPU"
+                .into(),
+        ));
     }
     if plan.gpu.is_none() {
-        return Err(EstimateError::Unsupported("pick a GPU first: the search looks for layouts that fit it".into()));
+        return Err(EstimateError::Unsupported(
+            "pick a GPU first: the search looks for layouts that fit it".into(),
+        ));
     }
     search(plan, &search_options(plan))
 }
@@ -419,22 +564,51 @@ pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
     let step = c.step_seconds.map(seconds);
     match lang {
         Lang::En => {
-            let mut s = format!("{} GPU{}: dp {} · tp {} · pp {}, {}", c.gpus, if c.gpus == 1 { "" } else { "s" }, c.dp, c.tp, c.pp, c.scheme);
+            let mut s = format!(
+                "{} GPU{}: dp {} · tp {} · pp {}, {}",
+                c.gpus,
+                if c.gpus == 1 { "" } else { "s" },
+                c.dp,
+                c.tp,
+                c.pp,
+                c.scheme
+            );
             if offload {
-                s.push_str(if c.offload_params { ", optimizer + parameters offloaded" } else { ", optimizer offloaded" });
+                s.push_str(if c.offload_params {
+                    ", optimizer + parameters offloaded"
+                } else {
+                    ", optimizer offloaded"
+                });
             }
-            s.push_str(&format!(", micro-batch {} × {}, {peak} per GPU", c.micro_batch, c.micro_batches));
+            s.push_str(&format!(
+                ", micro-batch {} × {}, {peak} per GPU",
+                c.micro_batch, c.micro_batches
+            ));
             if let Some(t) = step {
                 s.push_str(&format!(", step {t}"));
             }
             s
         }
         Lang::Zh => {
-            let mut s = format!("{} 张 GPU：dp {} · tp {} · pp {}，{}", c.gpus, c.dp, c.tp, c.pp, scheme_text(&c.scheme, lang));
+            let mut s = format!(
+                "{} 张 GPU：dp {} · tp {} · pp {}，{}",
+                c.gpus,
+                c.dp,
+                c.tp,
+                c.pp,
+                scheme_text(&c.scheme, lang)
+            );
             if offload {
-                s.push_str(if c.offload_params { "，卸载优化器状态与参数" } else { "，卸载优化器状态" });
+                s.push_str(if c.offload_params {
+                    "，卸载优化器状态与参数"
+                } else {
+                    "，卸载优化器状态"
+                });
             }
-            s.push_str(&format!("，微批 {} × {}，每张 GPU {peak}", c.micro_batch, c.micro_batches));
+            s.push_str(&format!(
+                "，微批 {} × {}，每张 GPU {peak}",
+                c.micro_batch, c.micro_batches
+            ));
             if let Some(t) = step {
                 s.push_str(&format!("，单步 {t}"));
             }
@@ -454,7 +628,13 @@ mod tests {
     use super::*;
 
     fn gpt2() -> Plan {
-        Plan { model: "gpt2".into(), batch: 4, seq: Some(256), gpu: Some("a100-40".into()), ..Plan::default() }
+        Plan {
+            model: "gpt2".into(),
+            batch: 4,
+            seq: Some(256),
+            gpu: Some("a100-40".into()),
+            ..Plan::default()
+        }
     }
 
     #[test]
@@ -463,20 +643,41 @@ mod tests {
         assert_eq!(seconds(0.0), "0 s");
         assert_eq!(seconds(2.5e-4), "250 µs");
         let e = estimate(&gpt2()).unwrap();
-        let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
-        assert!(zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"), "{zh}");
-        let en = per_gpu_rows(&e, Lang::En, Units::Binary).into_iter().map(|(k, v)| format!("{k}{v}")).collect::<String>();
-        assert!(en.contains("1 GPU (1 × 1)") && en.contains("single replica") && !en.contains("-0"), "{en}");
+        let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary)
+            .into_iter()
+            .map(|(k, v)| format!("{k}{v}"))
+            .collect::<String>();
+        assert!(
+            zh.contains("单副本") && !zh.contains("single replica") && !zh.contains("-0"),
+            "{zh}"
+        );
+        let en = per_gpu_rows(&e, Lang::En, Units::Binary)
+            .into_iter()
+            .map(|(k, v)| format!("{k}{v}"))
+            .collect::<String>();
+        assert!(
+            en.contains("1 GPU (1 × 1)") && en.contains("single replica") && !en.contains("-0"),
+            "{en}"
+        );
     }
 
     #[test]
     fn the_offload_verdict_reads_in_chinese() {
-        let mut p = Plan { gpu: Some("a100-40".into()), ..gpt2() };
+        let mut p = Plan {
+            gpu: Some("a100-40".into()),
+            ..gpt2()
+        };
         set_degree(&mut p, Degree::Dp, Some(4));
         set_zero(&mut p, "3");
         set_offload(&mut p, OffloadTarget::Optimizer, true);
         let e = estimate(&p).unwrap();
-        let row = |lang| per_gpu_rows(&e, lang, Units::Binary).into_iter().find(|(k, _)| *k == Msg::Offload.t(lang)).map(|(_, v)| v).unwrap();
+        let row = |lang| {
+            per_gpu_rows(&e, lang, Units::Binary)
+                .into_iter()
+                .find(|(k, _)| *k == Msg::Offload.t(lang))
+                .map(|(_, v)| v)
+                .unwrap()
+        };
         let (en, zh) = (row(Lang::En), row(Lang::Zh));
         assert!(en.contains("copies"), "{en}");
         assert!(zh.contains("拷贝") && !zh.contains("copies"), "{zh}");
@@ -484,14 +685,23 @@ mod tests {
 
     #[test]
     fn mixed_precision_follows_fsdp() {
-        let mut p = Plan { dtype: Precision::Bf16, ..gpt2() };
+        let mut p = Plan {
+            dtype: Precision::Bf16,
+            ..gpt2()
+        };
         set_degree(&mut p, Degree::Dp, Some(4));
         set_zero(&mut p, "fsdp");
         set_mixed_precision(&mut p, true);
-        assert!(mixed_precision_on(&p) && p.dtype == Precision::Fp32, "fp32 master weights");
+        assert!(
+            mixed_precision_on(&p) && p.dtype == Precision::Fp32,
+            "fp32 master weights"
+        );
         assert!(estimate(&p).is_ok());
         set_zero(&mut p, "3");
-        assert!(!mixed_precision_on(&p), "ZeRO without FSDP drops the policy");
+        assert!(
+            !mixed_precision_on(&p),
+            "ZeRO without FSDP drops the policy"
+        );
         assert!(estimate(&p).is_ok());
     }
 
@@ -538,10 +748,20 @@ mod tests {
         set_link(&mut p, LinkKind::IntraNode, "");
         set_offload(&mut p, OffloadTarget::Optimizer, false);
         assert_eq!((p.parallel.clone(), p.offload.clone()), (None, None));
-        assert!(link_options(LinkKind::IntraNode, Lang::En).iter().any(|(id, _)| *id == "nvlink3"));
-        assert!(link_options(LinkKind::InterNode, Lang::En).iter().all(|(id, _)| !id.starts_with("nvlink")));
-        assert_eq!(link_options(LinkKind::IntraNode, Lang::En)[0], ("", "GPU's default"));
-        assert_eq!(link_options(LinkKind::IntraNode, Lang::Zh)[0], ("", "GPU 默认"));
+        assert!(link_options(LinkKind::IntraNode, Lang::En)
+            .iter()
+            .any(|(id, _)| *id == "nvlink3"));
+        assert!(link_options(LinkKind::InterNode, Lang::En)
+            .iter()
+            .all(|(id, _)| !id.starts_with("nvlink")));
+        assert_eq!(
+            link_options(LinkKind::IntraNode, Lang::En)[0],
+            ("", "GPU's default")
+        );
+        assert_eq!(
+            link_options(LinkKind::IntraNode, Lang::Zh)[0],
+            ("", "GPU 默认")
+        );
     }
 
     #[test]
@@ -551,7 +771,10 @@ mod tests {
         let at = |c: &ZeroCurve, n: u64| c.points.iter().find(|p| p.0 == n).map(|p| p.1).unwrap();
         // One GPU: every scheme holds the whole model.
         let one: Vec<Bytes> = curves[..4].iter().map(|c| at(c, 1)).collect();
-        assert!(one.windows(2).all(|w| w[0].0.abs_diff(w[1].0) < w[0].0 / 8), "{one:?}");
+        assert!(
+            one.windows(2).all(|w| w[0].0.abs_diff(w[1].0) < w[0].0 / 8),
+            "{one:?}"
+        );
         // Eight GPUs: each stage shards more.
         let eight: Vec<u64> = curves[..4].iter().map(|c| at(c, 8).0).collect();
         assert!(eight.windows(2).all(|w| w[1] < w[0]), "{eight:?}");
@@ -568,7 +791,10 @@ mod tests {
         let e = estimate(&p).unwrap();
         let curves = zero_curves(&p).unwrap();
         let z2 = curves.iter().find(|c| c.label == "ZeRO-2").unwrap();
-        assert_eq!(z2.points.iter().find(|q| q.0 == 4).unwrap().1 .0, e.per_gpu.device_total_bytes);
+        assert_eq!(
+            z2.points.iter().find(|q| q.0 == 4).unwrap().1 .0,
+            e.per_gpu.device_total_bytes
+        );
     }
 
     #[test]
@@ -582,8 +808,14 @@ mod tests {
         assert!(estimate(&p).is_err());
         let mut r = Plan::new("resnet18");
         set_degree(&mut r, Degree::Tp, Some(2));
-        assert!(estimate(&r).unwrap_err().to_string().contains("tensor parallelism"));
-        let inf = Plan { mode: Mode::Infer, ..gpt2() };
+        assert!(estimate(&r)
+            .unwrap_err()
+            .to_string()
+            .contains("tensor parallelism"));
+        let inf = Plan {
+            mode: Mode::Infer,
+            ..gpt2()
+        };
         assert!(estimate(&inf).is_err() && zero_curves(&inf).is_err() && layouts(&inf).is_err());
     }
 
@@ -593,18 +825,47 @@ mod tests {
         set_degree(&mut p, Degree::Dp, Some(2));
         let e = estimate(&p).unwrap();
         let rows = per_gpu_rows(&e, Lang::En, Units::Binary);
-        for label in ["Parameters", "Gradients", "Optimizer state", "Activations", "Device total", "Fits the GPU"] {
+        for label in [
+            "Parameters",
+            "Gradients",
+            "Optimizer state",
+            "Activations",
+            "Device total",
+            "Fits the GPU",
+        ] {
             assert!(rows.iter().any(|r| r.0 == label), "missing {label}");
         }
-        assert!(rows.iter().any(|r| r.0 == "Device total" && r.1.ends_with("GiB")), "{rows:?}");
+        assert!(
+            rows.iter()
+                .any(|r| r.0 == "Device total" && r.1.ends_with("GiB")),
+            "{rows:?}"
+        );
         let zh = per_gpu_rows(&e, Lang::Zh, Units::Decimal);
         assert_eq!(zh.len(), rows.len());
-        for label in ["布局", "参数", "梯度", "优化器状态", "激活", "设备总用量", "能否放入 GPU"] {
+        for label in [
+            "布局",
+            "参数",
+            "梯度",
+            "优化器状态",
+            "激活",
+            "设备总用量",
+            "能否放入 GPU",
+        ] {
             assert!(zh.iter().any(|r| r.0 == label), "missing {label}: {zh:?}");
         }
-        assert!(zh.iter().any(|r| r.0 == "能否放入 GPU" && r.1 == "是"), "{zh:?}");
-        assert!(zh.iter().any(|r| r.0 == "布局" && r.1.starts_with("2 张 GPU")), "{zh:?}");
-        assert!(zh.iter().all(|r| !r.1.contains("iB")) && zh.iter().any(|r| r.1.ends_with(" GB")), "{zh:?}");
+        assert!(
+            zh.iter().any(|r| r.0 == "能否放入 GPU" && r.1 == "是"),
+            "{zh:?}"
+        );
+        assert!(
+            zh.iter()
+                .any(|r| r.0 == "布局" && r.1.starts_with("2 张 GPU")),
+            "{zh:?}"
+        );
+        assert!(
+            zh.iter().all(|r| !r.1.contains("iB")) && zh.iter().any(|r| r.1.ends_with(" GB")),
+            "{zh:?}"
+        );
     }
 
     #[test]
@@ -621,7 +882,13 @@ mod tests {
         assert_eq!(estimate(&q).unwrap().fits, Some(true));
         assert!(candidate_text(&found[0], Lang::En, Units::Binary).starts_with("1 GPU: dp 1"));
         let zh = candidate_text(&found[0], Lang::Zh, Units::Decimal);
-        assert!(zh.starts_with("1 张 GPU：dp 1") && zh.contains("每张 GPU") && zh.contains("GB") && !zh.contains("iB"), "{zh}");
+        assert!(
+            zh.starts_with("1 张 GPU：dp 1")
+                && zh.contains("每张 GPU")
+                && zh.contains("GB")
+                && !zh.contains("iB"),
+            "{zh}"
+        );
     }
 
     #[test]
@@ -632,17 +899,37 @@ mod tests {
         let cap = Some(Bytes(40_000_000_000));
         let r = rank_chart(Some(&e), cap, Lang::Zh, Units::Decimal);
         let w = r.words.as_ref().unwrap();
-        assert_eq!((w.x_desc.as_str(), w.y_desc.as_str(), w.unit.name), ("流水线阶段", "单卡显存 (GB)", "GB"));
+        assert_eq!(
+            (w.x_desc.as_str(), w.y_desc.as_str(), w.unit.name),
+            ("流水线阶段", "单卡显存 (GB)", "GB")
+        );
         assert_eq!(w.capacity.as_deref(), Some("GPU 容量 40.0 GB"));
-        assert!(w.mark.as_deref().unwrap().starts_with("峰值阶段："), "{:?}", w.mark);
+        assert!(
+            w.mark.as_deref().unwrap().starts_with("峰值阶段："),
+            "{:?}",
+            w.mark
+        );
         assert_eq!(w.legend[2], "优化器状态");
-        assert_eq!(r.bars.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(), ["阶段 0", "阶段 1"]);
+        assert_eq!(
+            r.bars.iter().map(|b| b.label.as_str()).collect::<Vec<_>>(),
+            ["阶段 0", "阶段 1"]
+        );
         let en = rank_chart(Some(&e), cap, Lang::En, Units::Binary);
         assert_eq!(en.bars[1].label, "stage 1");
         assert_eq!(en.words.unwrap().y_desc, "Per-GPU memory (GiB)");
-        let z = zero_words(Some((8, Bytes(12_000_000_000))), cap, Lang::Zh, Units::Decimal);
+        let z = zero_words(
+            Some((8, Bytes(12_000_000_000))),
+            cap,
+            Lang::Zh,
+            Units::Decimal,
+        );
         assert_eq!(z.mark.as_deref(), Some("当前布局，8 张 GPU：12.0 GB"));
-        assert_eq!(zero_words(Some((1, Bytes(1 << 30))), None, Lang::En, Units::Binary).mark.as_deref(), Some("your layout, 1 GPU: 1.00 GiB"));
+        assert_eq!(
+            zero_words(Some((1, Bytes(1 << 30))), None, Lang::En, Units::Binary)
+                .mark
+                .as_deref(),
+            Some("your layout, 1 GPU: 1.00 GiB")
+        );
     }
 
     #[test]

@@ -67,10 +67,18 @@ pub fn parse_uint(s: &str) -> Option<u64> {
 /// itself because it never re-simulates on a batch change).
 pub fn check_batch(b: u64) -> Result<(), EstimateError> {
     if b < 1 {
-        return Err(EstimateError::TooSmall { field: "batch", min: 1, got: b });
+        return Err(EstimateError::TooSmall {
+            field: "batch",
+            min: 1,
+            got: b,
+        });
     }
     if b > MAX_BATCH {
-        return Err(EstimateError::TooBig { field: "batch", max: MAX_BATCH, got: b });
+        return Err(EstimateError::TooBig {
+            field: "batch",
+            max: MAX_BATCH,
+            got: b,
+        });
     }
     Ok(())
 }
@@ -102,7 +110,13 @@ pub fn res_positions() -> Vec<u64> {
 /// The index of the position nearest to `value` on a log scale.
 pub fn nearest_position(positions: &[u64], value: u64) -> usize {
     let lv = (value.max(1) as f64).ln();
-    positions.iter().enumerate().min_by(|(_, a), (_, b)| (((**a as f64).ln() - lv).abs()).total_cmp(&((**b as f64).ln() - lv).abs())).map_or(0, |(i, _)| i)
+    positions
+        .iter()
+        .enumerate()
+        .min_by(|(_, a), (_, b)| {
+            (((**a as f64).ln() - lv).abs()).total_cmp(&((**b as f64).ln() - lv).abs())
+        })
+        .map_or(0, |(i, _)| i)
 }
 
 /// What the model eats: square images or token sequences, with its limits.
@@ -116,8 +130,13 @@ impl InputSpec {
     /// The slider positions this model accepts.
     pub fn positions(self) -> Vec<u64> {
         match self {
-            InputSpec::Image { min, .. } => res_positions().into_iter().filter(|&r| r >= min).collect(),
-            InputSpec::Tokens { max, .. } => seq_positions().into_iter().filter(|&s| max.is_none_or(|m| s <= m)).collect(),
+            InputSpec::Image { min, .. } => {
+                res_positions().into_iter().filter(|&r| r >= min).collect()
+            }
+            InputSpec::Tokens { max, .. } => seq_positions()
+                .into_iter()
+                .filter(|&s| max.is_none_or(|m| s <= m))
+                .collect(),
         }
     }
     pub fn is_image(self) -> bool {
@@ -130,16 +149,37 @@ pub fn input_spec(plan: &Plan) -> InputSpec {
     if plan.hf_config.is_some() {
         let max = plan.hf_config.as_ref().and_then(|c| {
             let kind = c.get("model_type").and_then(|v| v.as_str()).unwrap_or("");
-            let key = if kind == "gpt2" { "n_positions" } else { "max_position_embeddings" };
+            let key = if kind == "gpt2" {
+                "n_positions"
+            } else {
+                "max_position_embeddings"
+            };
             // Only learned position tables (GPT-2, BERT) stop at their size; rotary models do not.
-            (kind == "gpt2" || kind == "bert").then(|| c.get(key).and_then(|v| v.as_u64())).flatten()
+            (kind == "gpt2" || kind == "bert")
+                .then(|| c.get(key).and_then(|v| v.as_u64()))
+                .flatten()
         });
         return InputSpec::Tokens { default: 512, max };
     }
     match models::find(&plan.model).map(|m| m.input) {
-        Some(InputKind::Image { default_res, min_res }) => InputSpec::Image { default: default_res, min: min_res },
-        Some(InputKind::Tokens { default_seq, max_seq }) => InputSpec::Tokens { default: default_seq, max: max_seq },
-        None => InputSpec::Image { default: 224, min: 1 },
+        Some(InputKind::Image {
+            default_res,
+            min_res,
+        }) => InputSpec::Image {
+            default: default_res,
+            min: min_res,
+        },
+        Some(InputKind::Tokens {
+            default_seq,
+            max_seq,
+        }) => InputSpec::Tokens {
+            default: default_seq,
+            max: max_seq,
+        },
+        None => InputSpec::Image {
+            default: 224,
+            min: 1,
+        },
     }
 }
 
@@ -198,7 +238,9 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
         attention: matches!(fam, Family::Language | Family::VisionTransformer),
         checkpointing: ckpt.any() && plan.mode != crate::estimator::config::Mode::Infer,
         training: plan.mode != crate::estimator::config::Mode::Infer,
-        causal_mask: plan.mode != crate::estimator::config::Mode::Infer && plan.attn == crate::estimator::config::AttnImpl::Sdpa && has_causal_mask(plan),
+        causal_mask: plan.mode != crate::estimator::config::Mode::Infer
+            && plan.attn == crate::estimator::config::AttnImpl::Sdpa
+            && has_causal_mask(plan),
     }
 }
 
@@ -261,11 +303,19 @@ pub fn ckpt_from_choice(choice: &str, current: Checkpointing) -> Checkpointing {
 
 /// The plan the page opens with: the core's default plan (or the first preset) on [`DEFAULT_GPU`].
 pub fn initial_plan() -> Plan {
-    let plan = Plan { gpu: Some(DEFAULT_GPU.into()), ..Plan::default() };
+    let plan = Plan {
+        gpu: Some(DEFAULT_GPU.into()),
+        ..Plan::default()
+    };
     if MODELS.iter().any(|m| m.id == plan.model) {
         return plan;
     }
-    Plan { model: MODELS.first().map_or(plan.model.clone(), |m| m.id.to_string()), ..plan }
+    Plan {
+        model: MODELS
+            .first()
+            .map_or(plan.model.clone(), |m| m.id.to_string()),
+        ..plan
+    }
 }
 
 /// Options of the model picker: (id, display name), in catalogue order.
@@ -276,11 +326,25 @@ pub fn model_options() -> Vec<(&'static str, &'static str)> {
 /// The model picker's groups in the issue's order: CNNs, vision transformers, language models,
 /// RNN; each with its presets in catalogue order.
 pub fn model_groups() -> Vec<(Family, Vec<(&'static str, &'static str)>)> {
-    [Family::Cnn, Family::VisionTransformer, Family::Language, Family::Rnn]
-        .into_iter()
-        .map(|f| (f, MODELS.iter().filter(|m| m.family == f).map(|m| (m.id, m.name)).collect::<Vec<_>>()))
-        .filter(|(_, v)| !v.is_empty())
-        .collect()
+    [
+        Family::Cnn,
+        Family::VisionTransformer,
+        Family::Language,
+        Family::Rnn,
+    ]
+    .into_iter()
+    .map(|f| {
+        (
+            f,
+            MODELS
+                .iter()
+                .filter(|m| m.family == f)
+                .map(|m| (m.id, m.name))
+                .collect::<Vec<_>>(),
+        )
+    })
+    .filter(|(_, v)| !v.is_empty())
+    .collect()
 }
 
 /// The model picker's value for a plan (`custom` for a pasted config).
@@ -307,12 +371,23 @@ pub fn set_model(plan: &mut Plan, id: &str) {
 /// Uses a pasted `config.json`. Only its JSON shape is checked here; the estimator says what it
 /// cannot model.
 pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), EstimateError> {
-    let v = super::json::parse(text).map_err(|_| EstimateError::CodeNotLoaded)?.map_err(EstimateError::BadHfConfig)?;
+    let v = super::json::parse(text)
+        .map_err(|_| EstimateError::CodeNotLoaded)?
+        .map_err(EstimateError::BadHfConfig)?;
     if !v.is_object() {
-        return Err(EstimateError::BadHfConfig("a config.json is a JSON object".into()));
+        return Err(EstimateError::BadHfConfig(
+            "a config.json is a JSON object".into(),
+        ));
     }
-    let kind = v.get("model_type").and_then(|t| t.as_str()).unwrap_or("config");
-    plan.model = kind.chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')).take(40).collect();
+    let kind = v
+        .get("model_type")
+        .and_then(|t| t.as_str())
+        .unwrap_or("config");
+    plan.model = kind
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(40)
+        .collect();
     if plan.model.is_empty() {
         plan.model = "config".into();
     }
@@ -339,7 +414,9 @@ pub fn clamp_accumulation(v: u64) -> u32 {
 /// The GPU picker's options in catalogue order: id, and the name with its memory size and
 /// bandwidth ("H100 80 GB · 3350 GB/s").
 pub fn gpu_options() -> Vec<(&'static str, String)> {
-    GPUS.iter().map(|g| (g.id, format!("{} · {:.0} GB/s", g.name, g.bandwidth_gbs))).collect()
+    GPUS.iter()
+        .map(|g| (g.id, format!("{} · {:.0} GB/s", g.name, g.bandwidth_gbs)))
+        .collect()
 }
 
 /// The picker value for the plan's GPU (`custom` for a custom capacity).
@@ -372,7 +449,11 @@ pub fn trim_float(v: f64) -> String {
 /// Backing-store size of a canvas shown at `css` pixels on a screen with `ratio` device pixels per
 /// CSS pixel, so charts stay sharp on high-DPI screens.
 pub fn backing_size(css: (f64, f64), ratio: f64) -> (u32, u32) {
-    let r = if ratio.is_finite() && ratio > 0.0 { ratio.min(4.0) } else { 1.0 };
+    let r = if ratio.is_finite() && ratio > 0.0 {
+        ratio.min(4.0)
+    } else {
+        1.0
+    };
     let px = |v: f64| (v.max(1.0) * r).round() as u32;
     (px(css.0), px(css.1))
 }
@@ -384,13 +465,33 @@ mod tests {
 
     #[test]
     fn the_padding_control_applies_to_decoders_trained_with_sdpa() {
-        for (model, yes) in [("gpt2", true), ("llama-3-8b", true), ("qwen2-0.5b", true), ("bert-base", false), ("vit_b_16", false), ("resnet50", false), ("lstm-lm", false)] {
+        for (model, yes) in [
+            ("gpt2", true),
+            ("llama-3-8b", true),
+            ("qwen2-0.5b", true),
+            ("bert-base", false),
+            ("vit_b_16", false),
+            ("resnet50", false),
+            ("lstm-lm", false),
+        ] {
             assert_eq!(has_causal_mask(&Plan::new(model)), yes, "{model}");
         }
         let shown = |p: Plan| applies(&p, &CkptInfo::default()).causal_mask;
         assert!(shown(Plan::new("gpt2")));
-        assert!(!shown(Plan { attn: crate::estimator::config::AttnImpl::Eager, ..Plan::new("gpt2") }), "eager always builds its mask");
-        assert!(!shown(Plan { mode: crate::estimator::config::Mode::Infer, ..Plan::new("gpt2") }), "serving never builds it");
+        assert!(
+            !shown(Plan {
+                attn: crate::estimator::config::AttnImpl::Eager,
+                ..Plan::new("gpt2")
+            }),
+            "eager always builds its mask"
+        );
+        assert!(
+            !shown(Plan {
+                mode: crate::estimator::config::Mode::Infer,
+                ..Plan::new("gpt2")
+            }),
+            "serving never builds it"
+        );
     }
 
     #[test]
@@ -425,7 +526,10 @@ mod tests {
         assert_eq!(parse_uint("0512"), Some(512));
         assert_eq!(parse_uint("5e3"), None);
         assert_eq!(parse_uint("９"), None);
-        assert!(check_batch(0).unwrap_err().to_string().contains("batch must be at least 1"));
+        assert!(check_batch(0)
+            .unwrap_err()
+            .to_string()
+            .contains("batch must be at least 1"));
         assert!(check_batch(MAX_BATCH + 1).is_err());
         assert!(check_batch(7).is_ok());
     }
@@ -461,8 +565,17 @@ mod tests {
 
     #[test]
     fn input_limits_follow_the_model() {
-        assert_eq!(*input_spec(&Plan::new("gpt2")).positions().last().unwrap(), 1024);
-        assert_eq!(*input_spec(&Plan::new("llama-3-8b")).positions().last().unwrap(), 131_072);
+        assert_eq!(
+            *input_spec(&Plan::new("gpt2")).positions().last().unwrap(),
+            1024
+        );
+        assert_eq!(
+            *input_spec(&Plan::new("llama-3-8b"))
+                .positions()
+                .last()
+                .unwrap(),
+            131_072
+        );
         assert_eq!(input_spec(&Plan::new("resnet50")).positions()[0], 32);
         assert_eq!(input_size(&Plan::new("llama-3-70b")), 8192);
         assert_eq!(clamp_input(5000, input_spec(&Plan::new("gpt2"))), 1024);
@@ -473,25 +586,52 @@ mod tests {
 
     #[test]
     fn ckpt_choices_per_model() {
-        let names = |id: &str| ckpt_choices(&CkptInfo::probe(&Plan::new(id))).into_iter().map(|c| c.0).collect::<Vec<_>>();
+        let names = |id: &str| {
+            ckpt_choices(&CkptInfo::probe(&Plan::new(id)))
+                .into_iter()
+                .map(|c| c.0)
+                .collect::<Vec<_>>()
+        };
         assert_eq!(names("resnet50"), ["none", "stage", "block", "sqrt", "k"]);
         assert_eq!(names("gpt2"), ["none", "block", "sqrt", "k"]);
         assert_eq!(names("lstm-lm"), ["none"]);
-        assert_eq!(ckpt_from_choice("k", Checkpointing::Segments(5)), Checkpointing::Segments(5));
-        assert_eq!(ckpt_from_choice("k", Checkpointing::Block), Checkpointing::Segments(2));
-        for c in [Checkpointing::None, Checkpointing::Stage, Checkpointing::Block, Checkpointing::Sqrt, Checkpointing::Segments(3)] {
-            assert_eq!(ckpt_from_choice(ckpt_choice(c), Checkpointing::Segments(3)), c);
+        assert_eq!(
+            ckpt_from_choice("k", Checkpointing::Segments(5)),
+            Checkpointing::Segments(5)
+        );
+        assert_eq!(
+            ckpt_from_choice("k", Checkpointing::Block),
+            Checkpointing::Segments(2)
+        );
+        for c in [
+            Checkpointing::None,
+            Checkpointing::Stage,
+            Checkpointing::Block,
+            Checkpointing::Sqrt,
+            Checkpointing::Segments(3),
+        ] {
+            assert_eq!(
+                ckpt_from_choice(ckpt_choice(c), Checkpointing::Segments(3)),
+                c
+            );
         }
     }
 
     #[test]
     fn changing_model_resets_what_belonged_to_the_old_one() {
-        let mut p = Plan { res: Some(512), ckpt: Checkpointing::Stage, ..initial_plan() };
+        let mut p = Plan {
+            res: Some(512),
+            ckpt: Checkpointing::Stage,
+            ..initial_plan()
+        };
         let same = p.model.clone();
         set_model(&mut p, &same);
         assert_eq!(p.res, Some(512));
         set_model(&mut p, "resnet18");
-        assert_eq!((p.model.as_str(), p.res, p.ckpt), ("resnet18", None, Checkpointing::None));
+        assert_eq!(
+            (p.model.as_str(), p.res, p.ckpt),
+            ("resnet18", None, Checkpointing::None)
+        );
     }
 
     #[test]
@@ -502,7 +642,13 @@ mod tests {
         let cfg = r#"{"model_type": "gpt2", "n_embd": 256, "n_layer": 2, "n_head": 4, "n_positions": 512, "vocab_size": 1000}"#;
         set_config(&mut p, cfg).unwrap();
         assert_eq!(model_choice(&p), "custom");
-        assert_eq!(input_spec(&p), InputSpec::Tokens { default: 512, max: Some(512) });
+        assert_eq!(
+            input_spec(&p),
+            InputSpec::Tokens {
+                default: 512,
+                max: Some(512)
+            }
+        );
         assert!(estimate(&p).is_ok());
         set_model(&mut p, "gpt2");
         assert!(p.hf_config.is_none());
@@ -515,15 +661,42 @@ mod tests {
         assert!(p.gpu.as_deref().and_then(gpus::find).is_some());
         let groups = model_groups();
         assert_eq!(groups[0].0, Family::Cnn);
-        assert_eq!(groups.iter().map(|g| g.1.len()).sum::<usize>(), MODELS.len());
+        assert_eq!(
+            groups.iter().map(|g| g.1.len()).sum::<usize>(),
+            MODELS.len()
+        );
     }
 
     #[test]
     fn gpu_options_show_memory_and_bandwidth() {
         let o = gpu_options();
-        assert!(o.iter().any(|(id, t)| *id == "h100-80" && t == "H100 80 GB · 3350 GB/s"), "{o:?}");
-        for want in ["v100-16", "v100-32", "a100-40", "a100-80", "h200-141", "b200-192", "gh200-96", "l4", "t4", "a10", "rtx3090", "rtx4090", "rtx5090", "rtx6000ada", "mi300x", "m3-max-128"] {
-            assert!(o.iter().any(|(id, _)| *id == want), "{want} missing from the catalogue");
+        assert!(
+            o.iter()
+                .any(|(id, t)| *id == "h100-80" && t == "H100 80 GB · 3350 GB/s"),
+            "{o:?}"
+        );
+        for want in [
+            "v100-16",
+            "v100-32",
+            "a100-40",
+            "a100-80",
+            "h200-141",
+            "b200-192",
+            "gh200-96",
+            "l4",
+            "t4",
+            "a10",
+            "rtx3090",
+            "rtx4090",
+            "rtx5090",
+            "rtx6000ada",
+            "mi300x",
+            "m3-max-128",
+        ] {
+            assert!(
+                o.iter().any(|(id, _)| *id == want),
+                "{want} missing from the catalogue"
+            );
         }
     }
 
@@ -533,8 +706,14 @@ mod tests {
         assert_eq!(custom_gpu("23.50").as_deref(), Some("custom:23.5"));
         assert_eq!(custom_gpu("-1"), None);
         assert_eq!(custom_gpu("NaN"), None);
-        let p = Plan { gpu: Some("custom:12".into()), ..initial_plan() };
-        assert_eq!((gpu_choice(&p).as_str(), custom_gib(&p)), ("custom", Some(12.0)));
+        let p = Plan {
+            gpu: Some("custom:12".into()),
+            ..initial_plan()
+        };
+        assert_eq!(
+            (gpu_choice(&p).as_str(), custom_gib(&p)),
+            ("custom", Some(12.0))
+        );
     }
 
     #[test]

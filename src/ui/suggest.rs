@@ -17,7 +17,10 @@ pub enum Fix {
     Precision(Precision),
     Checkpointing(Checkpointing),
     /// A smaller micro-batch with more accumulation steps: the same effective batch.
-    Accumulate { batch: u64, steps: u32 },
+    Accumulate {
+        batch: u64,
+        steps: u32,
+    },
     FusedOptimizer,
     Optimizer(OptimizerKind),
     /// A smaller resolution or sequence length.
@@ -76,14 +79,27 @@ fn candidate(plan: &Plan, fix: Fix) -> Candidate {
 /// (`numbers_of`, `None` while a plan's model is still missing): how far the batch must be split
 /// for accumulation, and whether the combined changes also need a split. The page calls this
 /// again as models arrive, so the list grows until everything it needs is simulated.
-pub fn candidates(plan: &Plan, info: &CkptInfo, capacity: Bytes, numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> Vec<Candidate> {
+pub fn candidates(
+    plan: &Plan,
+    info: &CkptInfo,
+    capacity: Bytes,
+    numbers_of: &dyn Fn(&Plan) -> Option<Numbers>,
+) -> Vec<Candidate> {
     let mut v = Vec::new();
     if let Some(fit) = largest_fitting(plan, plan.batch.saturating_sub(1), capacity, numbers_of) {
         if let Some((micro, steps)) = split_batch(plan.batch, plan.accumulation, fit) {
-            v.push(candidate(plan, Fix::Accumulate { batch: micro, steps }));
+            v.push(candidate(
+                plan,
+                Fix::Accumulate {
+                    batch: micro,
+                    steps,
+                },
+            ));
         }
     }
-    if matches!(plan.opt, OptimizerKind::Adam | OptimizerKind::Adamw) && plan.optimizer_impl() == OptimizerImpl::Foreach {
+    if matches!(plan.opt, OptimizerKind::Adam | OptimizerKind::Adamw)
+        && plan.optimizer_impl() == OptimizerImpl::Foreach
+    {
         v.push(candidate(plan, Fix::FusedOptimizer));
     }
     match plan.dtype {
@@ -109,7 +125,12 @@ pub fn candidates(plan: &Plan, info: &CkptInfo, capacity: Bytes, numbers_of: &dy
     }
     let size = state::input_size(plan);
     let positions = state::input_spec(plan).positions();
-    if let Some(&smaller) = positions.iter().rev().find(|&&p| p * 2 <= size).or_else(|| positions.iter().rev().find(|&&p| p < size)) {
+    if let Some(&smaller) = positions
+        .iter()
+        .rev()
+        .find(|&&p| p * 2 <= size)
+        .or_else(|| positions.iter().rev().find(|&&p| p < size))
+    {
         v.push(candidate(plan, Fix::InputSize(smaller)));
     }
     // Everything that keeps the task as it is, together.
@@ -120,17 +141,26 @@ pub fn candidates(plan: &Plan, info: &CkptInfo, capacity: Bytes, numbers_of: &dy
     if info.blocks > 0 && plan.ckpt != Checkpointing::Block {
         all.push(Fix::Checkpointing(Checkpointing::Block));
     }
-    if matches!(plan.opt, OptimizerKind::Adam | OptimizerKind::Adamw) && plan.optimizer_impl() == OptimizerImpl::Foreach {
+    if matches!(plan.opt, OptimizerKind::Adam | OptimizerKind::Adamw)
+        && plan.optimizer_impl() == OptimizerImpl::Foreach
+    {
         all.push(Fix::FusedOptimizer);
     }
     if all.len() >= 2 {
         let c = candidate(plan, Fix::Combined(all.clone()));
         // Together, if still too big, the changes also split the batch.
         let over = numbers_of(&c.plan).map(|n| n.device_total > capacity);
-        let fit = if over == Some(true) { largest_fitting(&c.plan, plan.batch.saturating_sub(1), capacity, numbers_of) } else { None };
+        let fit = if over == Some(true) {
+            largest_fitting(&c.plan, plan.batch.saturating_sub(1), capacity, numbers_of)
+        } else {
+            None
+        };
         match fit.and_then(|f| split_batch(plan.batch, plan.accumulation, f)) {
             Some((micro, steps)) => {
-                all.push(Fix::Accumulate { batch: micro, steps });
+                all.push(Fix::Accumulate {
+                    batch: micro,
+                    steps,
+                });
                 v.push(c);
                 v.push(candidate(plan, Fix::Combined(all)));
             }
@@ -157,12 +187,25 @@ pub struct Suggestion {
 }
 
 /// The largest batch up to `limit` at which `numbers_of` says the plan fits `capacity`.
-fn largest_fitting(plan: &Plan, limit: u64, capacity: Bytes, numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> Option<u64> {
+fn largest_fitting(
+    plan: &Plan,
+    limit: u64,
+    capacity: Bytes,
+    numbers_of: &dyn Fn(&Plan) -> Option<Numbers>,
+) -> Option<u64> {
     if limit == 0 {
         return None;
     }
-    let fits = |b: u64| Ok(numbers_of(&Plan { batch: b, ..plan.clone() }).is_some_and(|n| n.device_total <= capacity));
-    crate::estimator::sweep::largest_fitting(limit, fits).ok().flatten()
+    let fits = |b: u64| {
+        Ok(numbers_of(&Plan {
+            batch: b,
+            ..plan.clone()
+        })
+        .is_some_and(|n| n.device_total <= capacity))
+    };
+    crate::estimator::sweep::largest_fitting(limit, fits)
+        .ok()
+        .flatten()
 }
 
 /// The micro-batch and steps that keep the effective batch when at most `fit` samples fit:
@@ -172,7 +215,9 @@ pub fn split_batch(batch: u64, accumulation: u32, fit: u64) -> Option<(u64, u32)
         return None;
     }
     let min_k = batch.div_ceil(fit);
-    let k = (min_k..=(2 * min_k).min(batch)).find(|k| batch.is_multiple_of(*k)).unwrap_or(min_k);
+    let k = (min_k..=(2 * min_k).min(batch))
+        .find(|k| batch.is_multiple_of(*k))
+        .unwrap_or(min_k);
     let micro = batch.div_ceil(k);
     let steps = (accumulation as u64).saturating_mul(k);
     (steps <= MAX_ACCUMULATION as u64).then_some((micro, steps as u32))
@@ -180,10 +225,17 @@ pub fn split_batch(batch: u64, accumulation: u32, fit: u64) -> Option<(u64, u32)
 
 /// Evaluates and ranks the candidates. `numbers_of` gives a plan's numbers (`None` while its
 /// model is still being simulated: that candidate is left out for now).
-pub fn evaluate(current: &Numbers, capacity: Bytes, cands: &[Candidate], numbers_of: &dyn Fn(&Plan) -> Option<Numbers>) -> Vec<Suggestion> {
+pub fn evaluate(
+    current: &Numbers,
+    capacity: Bytes,
+    cands: &[Candidate],
+    numbers_of: &dyn Fn(&Plan) -> Option<Numbers>,
+) -> Vec<Suggestion> {
     let mut out: Vec<Suggestion> = Vec::new();
     for c in cands {
-        let Some(n) = numbers_of(&c.plan) else { continue };
+        let Some(n) = numbers_of(&c.plan) else {
+            continue;
+        };
         if n.device_total < current.device_total {
             out.push(Suggestion {
                 fix: c.fix.clone(),
@@ -197,16 +249,39 @@ pub fn evaluate(current: &Numbers, capacity: Bytes, cands: &[Candidate], numbers
         }
     }
     // A combination only when no single change fits, and then only its best form.
-    if out.iter().any(|s| s.fits && !matches!(s.fix, Fix::Combined(_))) {
+    if out
+        .iter()
+        .any(|s| s.fits && !matches!(s.fix, Fix::Combined(_)))
+    {
         out.retain(|s| !matches!(s.fix, Fix::Combined(_)));
-    } else if out.iter().filter(|s| matches!(s.fix, Fix::Combined(_))).count() > 1 {
-        if let Some(worse) = out.iter().position(|s| matches!(s.fix, Fix::Combined(_)) && !s.fits) {
-            if out.iter().any(|s| matches!(s.fix, Fix::Combined(_)) && s.fits) {
+    } else if out
+        .iter()
+        .filter(|s| matches!(s.fix, Fix::Combined(_)))
+        .count()
+        > 1
+    {
+        if let Some(worse) = out
+            .iter()
+            .position(|s| matches!(s.fix, Fix::Combined(_)) && !s.fits)
+        {
+            if out
+                .iter()
+                .any(|s| matches!(s.fix, Fix::Combined(_)) && s.fits)
+            {
                 out.remove(worse);
             }
         }
     }
-    out.sort_by(|a, b| b.fits.cmp(&a.fits).then(if a.fits { a.fix.tier().cmp(&b.fix.tier()) } else { std::cmp::Ordering::Equal }).then(b.saving.cmp(&a.saving)));
+    out.sort_by(|a, b| {
+        b.fits
+            .cmp(&a.fits)
+            .then(if a.fits {
+                a.fix.tier().cmp(&b.fix.tier())
+            } else {
+                std::cmp::Ordering::Equal
+            })
+            .then(b.saving.cmp(&a.saving))
+    });
     out
 }
 
@@ -214,21 +289,93 @@ pub fn evaluate(current: &Numbers, capacity: Bytes, cands: &[Candidate], numbers
 pub fn title(fix: &Fix, spec: InputSpec, lang: Lang) -> String {
     let zh = lang == Lang::Zh;
     match fix {
-        Fix::Precision(Precision::AmpBf16) => if zh { "bf16 自动混合精度" } else { "bf16 autocast" }.into(),
-        Fix::Precision(Precision::AmpFp16) => if zh { "fp16 自动混合精度" } else { "fp16 autocast" }.into(),
-        Fix::Precision(Precision::Bf16) => if zh { "纯 bf16 权重与优化器状态" } else { "Pure bf16 weights and optimizer state" }.into(),
-        Fix::Precision(Precision::Fp16) => if zh { "纯 fp16 权重与优化器状态" } else { "Pure fp16 weights and optimizer state" }.into(),
+        Fix::Precision(Precision::AmpBf16) => if zh {
+            "bf16 自动混合精度"
+        } else {
+            "bf16 autocast"
+        }
+        .into(),
+        Fix::Precision(Precision::AmpFp16) => if zh {
+            "fp16 自动混合精度"
+        } else {
+            "fp16 autocast"
+        }
+        .into(),
+        Fix::Precision(Precision::Bf16) => if zh {
+            "纯 bf16 权重与优化器状态"
+        } else {
+            "Pure bf16 weights and optimizer state"
+        }
+        .into(),
+        Fix::Precision(Precision::Fp16) => if zh {
+            "纯 fp16 权重与优化器状态"
+        } else {
+            "Pure fp16 weights and optimizer state"
+        }
+        .into(),
         Fix::Precision(Precision::Fp32) => "fp32".into(),
-        Fix::Checkpointing(Checkpointing::Block) => if zh { "每个块做检查点" } else { "Checkpoint every block" }.into(),
-        Fix::Checkpointing(Checkpointing::Stage) => if zh { "每个阶段做检查点" } else { "Checkpoint every stage" }.into(),
-        Fix::Checkpointing(Checkpointing::Sqrt) => if zh { "检查点分 √N 段" } else { "Checkpoint √N segments" }.into(),
-        Fix::Checkpointing(Checkpointing::Segments(k)) => if zh { format!("检查点分 {k} 段") } else { format!("Checkpoint {k} segments") },
-        Fix::Checkpointing(Checkpointing::None) => if zh { "不做检查点" } else { "No checkpointing" }.into(),
-        Fix::Accumulate { batch, steps } => if zh { format!("批大小 {batch} × {steps} 步梯度累积") } else { format!("Batch {batch} × {steps} accumulation steps") },
-        Fix::FusedOptimizer => if zh { "融合优化器（fused=True）" } else { "Fused optimizer (fused=True)" }.into(),
-        Fix::Optimizer(OptimizerKind::SgdMomentum) => if zh { "用带动量的 SGD 代替 Adam" } else { "SGD with momentum instead of Adam" }.into(),
-        Fix::Optimizer(OptimizerKind::Sgd) => if zh { "不带动量的 SGD" } else { "Plain SGD, no momentum" }.into(),
-        Fix::Optimizer(OptimizerKind::Adamw8bit) => if zh { "8 位 AdamW（bitsandbytes）" } else { "8-bit AdamW (bitsandbytes)" }.into(),
+        Fix::Checkpointing(Checkpointing::Block) => if zh {
+            "每个块做检查点"
+        } else {
+            "Checkpoint every block"
+        }
+        .into(),
+        Fix::Checkpointing(Checkpointing::Stage) => if zh {
+            "每个阶段做检查点"
+        } else {
+            "Checkpoint every stage"
+        }
+        .into(),
+        Fix::Checkpointing(Checkpointing::Sqrt) => if zh {
+            "检查点分 √N 段"
+        } else {
+            "Checkpoint √N segments"
+        }
+        .into(),
+        Fix::Checkpointing(Checkpointing::Segments(k)) => {
+            if zh {
+                format!("检查点分 {k} 段")
+            } else {
+                format!("Checkpoint {k} segments")
+            }
+        }
+        Fix::Checkpointing(Checkpointing::None) => if zh {
+            "不做检查点"
+        } else {
+            "No checkpointing"
+        }
+        .into(),
+        Fix::Accumulate { batch, steps } => {
+            if zh {
+                format!("批大小 {batch} × {steps} 步梯度累积")
+            } else {
+                format!("Batch {batch} × {steps} accumulation steps")
+            }
+        }
+        Fix::FusedOptimizer => if zh {
+            "融合优化器（fused=True）"
+        } else {
+            "Fused optimizer (fused=True)"
+        }
+        .into(),
+        Fix::Optimizer(OptimizerKind::SgdMomentum) => if zh {
+            "用带动量的 SGD 代替 Adam"
+        } else {
+            "SGD with momentum instead of Adam"
+        }
+        .into(),
+        Fix::Optimizer(OptimizerKind::Sgd) => if zh {
+            "不带动量的 SGD"
+        } else {
+            "Plain SGD, no momentum"
+        }
+        .into(),
+        Fix::Optimizer(OptimizerKind::Adamw8bit) => if zh {
+            "8 位 AdamW（bitsandbytes）"
+        } else {
+            "8-bit AdamW (bitsandbytes)"
+        }
+        .into(),
         Fix::Optimizer(o) => o.name().into(),
         Fix::InputSize(v) => match (spec.is_image(), zh) {
             (true, false) => format!("Resolution {v}"),
@@ -236,13 +383,21 @@ pub fn title(fix: &Fix, spec: InputSpec, lang: Lang) -> String {
             (false, false) => format!("Sequence length {v}"),
             (false, true) => format!("序列长度 {v}"),
         },
-        Fix::Combined(fixes) => fixes.iter().map(|f| title(f, spec, lang)).collect::<Vec<_>>().join(" + "),
+        Fix::Combined(fixes) => fixes
+            .iter()
+            .map(|f| title(f, spec, lang))
+            .collect::<Vec<_>>()
+            .join(" + "),
     }
 }
 
 /// The change's effect: "−3.1 GiB → 20.4 GiB".
 pub fn effect(s: &Suggestion, units: Units) -> String {
-    format!("−{} → {}", fmt_bytes(s.saving, units), fmt_bytes(s.after, units))
+    format!(
+        "−{} → {}",
+        fmt_bytes(s.saving, units),
+        fmt_bytes(s.after, units)
+    )
 }
 
 /// What the change costs.
@@ -256,9 +411,24 @@ pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
     };
     for f in fixes {
         parts.push(match f {
-            Fix::FusedOptimizer => if zh { "无代价：同样的计算，一个内核完成" } else { "no cost: the same update in one kernel" }.into(),
-            Fix::Precision(Precision::AmpBf16 | Precision::AmpFp16) => if zh { "通常无代价：矩阵乘以 16 位计算，权重仍为 fp32" } else { "usually free: matmuls in 16 bits, weights stay fp32" }.into(),
-            Fix::Precision(_) => if zh { "权重与优化器状态降为 16 位：注意收敛" } else { "16-bit weights and optimizer state: watch convergence" }.into(),
+            Fix::FusedOptimizer => if zh {
+                "无代价：同样的计算，一个内核完成"
+            } else {
+                "no cost: the same update in one kernel"
+            }
+            .into(),
+            Fix::Precision(Precision::AmpBf16 | Precision::AmpFp16) => if zh {
+                "通常无代价：矩阵乘以 16 位计算，权重仍为 fp32"
+            } else {
+                "usually free: matmuls in 16 bits, weights stay fp32"
+            }
+            .into(),
+            Fix::Precision(_) => if zh {
+                "权重与优化器状态降为 16 位：注意收敛"
+            } else {
+                "16-bit weights and optimizer state: watch convergence"
+            }
+            .into(),
             Fix::Checkpointing(_) => {
                 if zh {
                     format!("计算量 +{}", fmt_pct(compute))
@@ -276,9 +446,24 @@ pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
                     (false, true) => format!("等效批大小为 {eff}（原为 {was}）"),
                 }
             }
-            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => if zh { "需要 bitsandbytes；8 位矩估计，通常精度相当" } else { "needs bitsandbytes; 8-bit moments, usually the same accuracy" }.into(),
-            Fix::Optimizer(_) => if zh { "换了优化器：需重新调学习率" } else { "another optimizer: retune the learning rate" }.into(),
-            Fix::InputSize(_) => if zh { "改变了输入数据" } else { "changes what the model sees" }.into(),
+            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => if zh {
+                "需要 bitsandbytes；8 位矩估计，通常精度相当"
+            } else {
+                "needs bitsandbytes; 8-bit moments, usually the same accuracy"
+            }
+            .into(),
+            Fix::Optimizer(_) => if zh {
+                "换了优化器：需重新调学习率"
+            } else {
+                "another optimizer: retune the learning rate"
+            }
+            .into(),
+            Fix::InputSize(_) => if zh {
+                "改变了输入数据"
+            } else {
+                "changes what the model sees"
+            }
+            .into(),
             Fix::Combined(_) => String::new(),
         });
     }
@@ -304,9 +489,23 @@ pub type NumbersOf<'a> = &'a dyn Fn(&Plan) -> Option<Numbers>;
 #[derive(Clone, Copy)]
 pub enum Ask<'a> {
     /// The candidates' plans, for the page to simulate.
-    Plans { plan: &'a Plan, info: &'a CkptInfo, capacity: Bytes, numbers_of: NumbersOf<'a> },
+    Plans {
+        plan: &'a Plan,
+        info: &'a CkptInfo,
+        capacity: Bytes,
+        numbers_of: NumbersOf<'a>,
+    },
     /// The ranked suggestions, with their texts.
-    Shown { plan: &'a Plan, current: &'a Numbers, info: &'a CkptInfo, capacity: Bytes, numbers_of: NumbersOf<'a>, spec: InputSpec, lang: Lang, units: Units },
+    Shown {
+        plan: &'a Plan,
+        current: &'a Numbers,
+        info: &'a CkptInfo,
+        capacity: Bytes,
+        numbers_of: NumbersOf<'a>,
+        spec: InputSpec,
+        lang: Lang,
+        units: Units,
+    },
 }
 
 pub enum Answer {
@@ -316,12 +515,37 @@ pub enum Answer {
 
 fn answer(ask: Ask<'_>) -> Answer {
     match ask {
-        Ask::Plans { plan, info, capacity, numbers_of } => Answer::Plans(candidates(plan, info, capacity, numbers_of).into_iter().map(|c| c.plan).collect()),
-        Ask::Shown { plan, current, info, capacity, numbers_of, spec, lang, units } => {
+        Ask::Plans {
+            plan,
+            info,
+            capacity,
+            numbers_of,
+        } => Answer::Plans(
+            candidates(plan, info, capacity, numbers_of)
+                .into_iter()
+                .map(|c| c.plan)
+                .collect(),
+        ),
+        Ask::Shown {
+            plan,
+            current,
+            info,
+            capacity,
+            numbers_of,
+            spec,
+            lang,
+            units,
+        } => {
             let cands = candidates(plan, info, capacity, numbers_of);
             let shown = evaluate(current, capacity, &cands, numbers_of)
                 .into_iter()
-                .map(|s| Shown { title: title(&s.fix, spec, lang), effect: effect(&s, units), cost: cost(&s, plan, lang), fits: s.fits, plan: s.plan })
+                .map(|s| Shown {
+                    title: title(&s.fix, spec, lang),
+                    effect: effect(&s, units),
+                    cost: cost(&s, plan, lang),
+                    fits: s.fits,
+                    plan: s.plan,
+                })
                 .collect();
             Answer::Shown(shown)
         }
@@ -360,7 +584,11 @@ mod tests {
         // As the page does: list, simulate what is missing, list again until nothing is.
         loop {
             let cands = candidates(plan, &info, cap, &|p| wb.numbers(p));
-            let wants = Wants { exact: false, models: cands.iter().map(|c| c.plan.clone()).collect(), ..Default::default() };
+            let wants = Wants {
+                exact: false,
+                models: cands.iter().map(|c| c.plan.clone()).collect(),
+                ..Default::default()
+            };
             match wb.next_job(plan, &wants) {
                 Some(j) => wb.run(j),
                 None => break,
@@ -374,22 +602,43 @@ mod tests {
 
     #[test]
     fn a_big_vision_batch_gets_ranked_fixes_that_fit() {
-        let plan = Plan { batch: 512, gpu: Some("rtx4090".into()), ..Plan::new("resnet50") };
+        let plan = Plan {
+            batch: 512,
+            gpu: Some("rtx4090".into()),
+            ..Plan::new("resnet50")
+        };
         let (n, s) = suggest(&plan);
-        assert!(n.device_total > gpus::find("rtx4090").unwrap().memory, "the plan should not fit");
+        assert!(
+            n.device_total > gpus::find("rtx4090").unwrap().memory,
+            "the plan should not fit"
+        );
         assert!(!s.is_empty());
         assert!(s[0].fits, "the best suggestion fits: {:?}", s[0].fix);
         for w in s.windows(2) {
             assert!(w[0].fits >= w[1].fits, "fitting suggestions come first");
         }
         assert!(s.iter().all(|x| x.saving.0 > 0 && x.after < n.device_total));
-        let acc = s.iter().find(|x| matches!(x.fix, Fix::Accumulate { .. })).expect("an accumulation split");
-        let Fix::Accumulate { batch, steps } = acc.fix else { unreachable!() };
+        let acc = s
+            .iter()
+            .find(|x| matches!(x.fix, Fix::Accumulate { .. }))
+            .expect("an accumulation split");
+        let Fix::Accumulate { batch, steps } = acc.fix else {
+            unreachable!()
+        };
         assert_eq!(batch * steps as u64, 512, "same effective batch");
         assert!(acc.fits);
-        assert!(s.iter().any(|x| x.fix == Fix::Precision(Precision::AmpBf16)));
-        let ck = s.iter().find(|x| matches!(x.fix, Fix::Checkpointing(_))).expect("checkpointing");
-        assert!(cost(ck, &plan, Lang::En).contains("compute"), "{}", cost(ck, &plan, Lang::En));
+        assert!(s
+            .iter()
+            .any(|x| x.fix == Fix::Precision(Precision::AmpBf16)));
+        let ck = s
+            .iter()
+            .find(|x| matches!(x.fix, Fix::Checkpointing(_)))
+            .expect("checkpointing");
+        assert!(
+            cost(ck, &plan, Lang::En).contains("compute"),
+            "{}",
+            cost(ck, &plan, Lang::En)
+        );
         // Applying a suggestion gives its plan, which the estimator confirms.
         let e = crate::estimator::estimate(&s[0].plan).unwrap();
         assert!(e.device_total <= gpus::find("rtx4090").unwrap().memory);
@@ -397,11 +646,28 @@ mod tests {
 
     #[test]
     fn a_llm_that_needs_everything_gets_a_combination() {
-        let plan = Plan { batch: 8, seq: Some(1024), gpu: Some("rtx4090".into()), ..Plan::new("gpt2-medium") };
+        let plan = Plan {
+            batch: 8,
+            seq: Some(1024),
+            gpu: Some("rtx4090".into()),
+            ..Plan::new("gpt2-medium")
+        };
         let (_, s) = suggest(&plan);
         assert!(!s.is_empty());
-        let texts: Vec<String> = s.iter().map(|x| format!("{} {}", title(&x.fix, state::input_spec(&plan), Lang::En), effect(x, Units::Binary))).collect();
-        assert!(texts.iter().all(|t| t.contains("−") && t.contains("→")), "{texts:?}");
+        let texts: Vec<String> = s
+            .iter()
+            .map(|x| {
+                format!(
+                    "{} {}",
+                    title(&x.fix, state::input_spec(&plan), Lang::En),
+                    effect(x, Units::Binary)
+                )
+            })
+            .collect();
+        assert!(
+            texts.iter().all(|t| t.contains("−") && t.contains("→")),
+            "{texts:?}"
+        );
         assert!(s.iter().any(|x| x.fits), "{texts:?}");
     }
 
@@ -412,14 +678,41 @@ mod tests {
         assert_eq!(split_batch(97, 1, 40), Some((33, 3)));
         assert_eq!(split_batch(8, 1, 8), None);
         assert_eq!(split_batch(8, 1, 0), None);
-        assert_eq!(split_batch(1 << 20, 1 << 15, 1), None, "beyond the accumulation limit");
+        assert_eq!(
+            split_batch(1 << 20, 1 << 15, 1),
+            None,
+            "beyond the accumulation limit"
+        );
     }
 
     #[test]
     fn titles_in_both_languages() {
-        let spec = InputSpec::Image { default: 224, min: 32 };
-        assert_eq!(title(&Fix::Accumulate { batch: 16, steps: 4 }, spec, Lang::En), "Batch 16 × 4 accumulation steps");
-        assert_eq!(title(&Fix::Precision(Precision::AmpBf16), spec, Lang::Zh), "bf16 自动混合精度");
-        assert_eq!(title(&Fix::Combined(vec![Fix::FusedOptimizer, Fix::InputSize(112)]), spec, Lang::En), "Fused optimizer (fused=True) + Resolution 112");
+        let spec = InputSpec::Image {
+            default: 224,
+            min: 32,
+        };
+        assert_eq!(
+            title(
+                &Fix::Accumulate {
+                    batch: 16,
+                    steps: 4
+                },
+                spec,
+                Lang::En
+            ),
+            "Batch 16 × 4 accumulation steps"
+        );
+        assert_eq!(
+            title(&Fix::Precision(Precision::AmpBf16), spec, Lang::Zh),
+            "bf16 自动混合精度"
+        );
+        assert_eq!(
+            title(
+                &Fix::Combined(vec![Fix::FusedOptimizer, Fix::InputSize(112)]),
+                spec,
+                Lang::En
+            ),
+            "Fused optimizer (fused=True) + Resolution 112"
+        );
     }
 }

@@ -9,7 +9,9 @@
 //! layout, offloading, …) as one JSON object with the plan's own keys, read by the plan's own
 //! deserializer (unknown keys refused), so settings added to [`Plan`] later round-trip too.
 
-use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
+use crate::estimator::config::{
+    AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
+};
 use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
 use crate::presets::{gpus, models};
 
@@ -35,7 +37,13 @@ pub enum ChartKind {
 }
 
 impl ChartKind {
-    pub const ALL: [ChartKind; 5] = [ChartKind::Batch, ChartKind::Length, ChartKind::Checkpoint, ChartKind::Timeline, ChartKind::Layers];
+    pub const ALL: [ChartKind; 5] = [
+        ChartKind::Batch,
+        ChartKind::Length,
+        ChartKind::Checkpoint,
+        ChartKind::Timeline,
+        ChartKind::Layers,
+    ];
     pub fn code(self) -> &'static str {
         match self {
             ChartKind::Batch => "batch",
@@ -89,7 +97,10 @@ impl Parsed {
     }
 }
 
-const KEYS: [&str; 17] = ["model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn", "gpu", "lang", "units", "embed", "chart", "x"];
+const KEYS: [&str; 17] = [
+    "model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn",
+    "gpu", "lang", "units", "embed", "chart", "x",
+];
 
 /// Decodes `%XX` escapes and `+`; `None` for a broken escape or bytes that are not UTF-8.
 pub fn percent_decode(s: &str) -> Option<String> {
@@ -135,7 +146,15 @@ fn uint(v: &str, min: u64, max: u64) -> Option<u64> {
 }
 
 fn precision(v: &str) -> Option<Precision> {
-    [Precision::Fp32, Precision::AmpBf16, Precision::AmpFp16, Precision::Bf16, Precision::Fp16].into_iter().find(|p| p.name() == v)
+    [
+        Precision::Fp32,
+        Precision::AmpBf16,
+        Precision::AmpFp16,
+        Precision::Bf16,
+        Precision::Fp16,
+    ]
+    .into_iter()
+    .find(|p| p.name() == v)
 }
 
 fn optimizer(v: &str) -> Option<OptimizerKind> {
@@ -151,7 +170,13 @@ pub fn optimizer_impl_name(o: OptimizerImpl) -> &'static str {
 }
 
 fn optimizer_impl(v: &str) -> Option<OptimizerImpl> {
-    [OptimizerImpl::Foreach, OptimizerImpl::Fused, OptimizerImpl::ForLoop].into_iter().find(|o| optimizer_impl_name(*o) == v)
+    [
+        OptimizerImpl::Foreach,
+        OptimizerImpl::Fused,
+        OptimizerImpl::ForLoop,
+    ]
+    .into_iter()
+    .find(|o| optimizer_impl_name(*o) == v)
 }
 
 pub fn attn_name(a: AttnImpl) -> &'static str {
@@ -162,24 +187,31 @@ pub fn attn_name(a: AttnImpl) -> &'static str {
 }
 
 fn attn(v: &str) -> Option<AttnImpl> {
-    [AttnImpl::Sdpa, AttnImpl::Eager].into_iter().find(|a| attn_name(*a) == v)
+    [AttnImpl::Sdpa, AttnImpl::Eager]
+        .into_iter()
+        .find(|a| attn_name(*a) == v)
 }
 
 fn ckpt(v: &str) -> Option<Checkpointing> {
     if v.len() > 12 {
         return None;
     }
-    Checkpointing::parse(v).ok().filter(|c| !matches!(c, Checkpointing::Segments(k) if *k > 4096))
+    Checkpointing::parse(v)
+        .ok()
+        .filter(|c| !matches!(c, Checkpointing::Segments(k) if *k > 4096))
 }
 
 /// A query string's pairs (without its `?`), at most [`MAX_PAIRS`]: the decoded key (`None` for
 /// a broken escape) and the raw value.
 fn pairs(query: &str) -> impl Iterator<Item = (Option<String>, &str)> {
     let q = query.strip_prefix('?').unwrap_or(query);
-    q.split('&').filter(|p| !p.is_empty()).take(MAX_PAIRS).map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        (percent_decode(k), v)
-    })
+    q.split('&')
+        .filter(|p| !p.is_empty())
+        .take(MAX_PAIRS)
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(k), v)
+        })
 }
 
 /// Whether the plan a query string asks for needs the builders behind [`crate::presets::lazy`]
@@ -188,7 +220,9 @@ fn pairs(query: &str) -> impl Iterator<Item = (Option<String>, &str)> {
 pub fn wants_lazy_models(query: &str) -> bool {
     pairs(query).any(|(k, v)| match k.as_deref() {
         Some("cfg") => true,
-        Some("model") => percent_decode(v).and_then(|m| models::find(&m)).is_some_and(crate::presets::lazy::deferred),
+        Some("model") => percent_decode(v)
+            .and_then(|m| models::find(&m))
+            .is_some_and(crate::presets::lazy::deferred),
         _ => false,
     })
 }
@@ -201,7 +235,13 @@ pub fn wants_json(query: &str) -> bool {
 /// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
 /// to the page's defaults ([`state::initial_plan`]) and is reported.
 pub fn parse_query(query: &str) -> Parsed {
-    let mut out = Parsed { plan: state::initial_plan(), view: View::default(), rejected: Vec::new(), unknown: 0, too_long: false };
+    let mut out = Parsed {
+        plan: state::initial_plan(),
+        view: View::default(),
+        rejected: Vec::new(),
+        unknown: 0,
+        too_long: false,
+    };
     let q = query.strip_prefix('?').unwrap_or(query);
     if q.len() > MAX_QUERY || q.split('&').count() > MAX_PAIRS {
         out.too_long = true;
@@ -225,7 +265,12 @@ pub fn parse_query(query: &str) -> Parsed {
             None => reject(&mut out.rejected, key),
         }
     }
-    let get = |key: &str| values.iter().find(|(k, _)| *k == key).map(|(_, v)| v.as_str());
+    let get = |key: &str| {
+        values
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, v)| v.as_str())
+    };
     let plan = &mut out.plan;
 
     // The model first: everything else is judged against it. A config.json, when it can be
@@ -252,23 +297,40 @@ pub fn parse_query(query: &str) -> Parsed {
         let ok = match *key {
             "batch" => uint(v, 1, MAX_BATCH).map(|b| plan.batch = b).is_some(),
             "res" => match spec {
-                InputSpec::Image { min, .. } => uint(v, min.max(1), crate::estimator::MAX_RES).map(|r| plan.res = Some(r)).is_some(),
+                InputSpec::Image { min, .. } => uint(v, min.max(1), crate::estimator::MAX_RES)
+                    .map(|r| plan.res = Some(r))
+                    .is_some(),
                 InputSpec::Tokens { .. } => false,
             },
             "seq" => match spec {
-                InputSpec::Tokens { max, .. } => uint(v, 1, max.unwrap_or(crate::estimator::MAX_SEQ).min(crate::estimator::MAX_SEQ)).map(|s| plan.seq = Some(s)).is_some(),
+                InputSpec::Tokens { max, .. } => uint(
+                    v,
+                    1,
+                    max.unwrap_or(crate::estimator::MAX_SEQ)
+                        .min(crate::estimator::MAX_SEQ),
+                )
+                .map(|s| plan.seq = Some(s))
+                .is_some(),
                 InputSpec::Image { .. } => false,
             },
             "dtype" => precision(v).map(|p| plan.dtype = p).is_some(),
             "opt" => optimizer(v).map(|o| plan.opt = o).is_some(),
-            "opt_impl" => optimizer_impl(v).map(|o| plan.optimizer_impl = Some(o)).is_some(),
+            "opt_impl" => optimizer_impl(v)
+                .map(|o| plan.optimizer_impl = Some(o))
+                .is_some(),
             "ckpt" => ckpt(v).map(|c| plan.ckpt = c).is_some(),
-            "acc" => uint(v, 1, MAX_ACCUMULATION as u64).map(|a| plan.accumulation = a as u32).is_some(),
+            "acc" => uint(v, 1, MAX_ACCUMULATION as u64)
+                .map(|a| plan.accumulation = a as u32)
+                .is_some(),
             "attn" => attn(v).map(|a| plan.attn = a).is_some(),
-            "gpu" => (v.len() <= 32 && gpus::find(v).is_some()).then(|| plan.gpu = Some(v.to_string())).is_some(),
+            "gpu" => (v.len() <= 32 && gpus::find(v).is_some())
+                .then(|| plan.gpu = Some(v.to_string()))
+                .is_some(),
             "lang" => Lang::parse(v).map(|l| out.view.lang = Some(l)).is_some(),
             "units" => Units::parse(v).map(|u| out.view.units = u).is_some(),
-            "embed" => matches!(v, "1" | "0" | "true" | "false").then(|| out.view.embed = matches!(v, "1" | "true")).is_some(),
+            "embed" => matches!(v, "1" | "0" | "true" | "false")
+                .then(|| out.view.embed = matches!(v, "1" | "true"))
+                .is_some(),
             "chart" => ChartKind::parse(v).map(|c| out.view.chart = c).is_some(),
             _ => true,
         };
@@ -292,12 +354,24 @@ pub fn parse_query(query: &str) -> Parsed {
     }
     // Settings that are each valid but do not go together with the model fall back one by one.
     let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
-        ("ckpt", |p| p.ckpt != Checkpointing::None, |p| p.ckpt = Checkpointing::None),
-        ("attn", |p| p.attn != AttnImpl::Sdpa, |p| p.attn = AttnImpl::Sdpa),
-        ("res", |p| p.res.is_some() || p.seq.is_some(), |p| {
-            p.res = None;
-            p.seq = None
-        }),
+        (
+            "ckpt",
+            |p| p.ckpt != Checkpointing::None,
+            |p| p.ckpt = Checkpointing::None,
+        ),
+        (
+            "attn",
+            |p| p.attn != AttnImpl::Sdpa,
+            |p| p.attn = AttnImpl::Sdpa,
+        ),
+        (
+            "res",
+            |p| p.res.is_some() || p.seq.is_some(),
+            |p| {
+                p.res = None;
+                p.seq = None
+            },
+        ),
     ];
     // Each graph is built once: a plan that builds is not built again below.
     let mut builds = false;
@@ -308,7 +382,14 @@ pub fn parse_query(query: &str) -> Parsed {
         }
         if set(plan) {
             undo(plan);
-            reject(&mut out.rejected, if key == "res" && !spec.is_image() { "seq" } else { key });
+            reject(
+                &mut out.rejected,
+                if key == "res" && !spec.is_image() {
+                    "seq"
+                } else {
+                    key
+                },
+            );
         }
     }
     // A policy some builders ignore rather than refuse (ResNets have no sequential segments).
@@ -376,7 +457,10 @@ pub fn to_query(plan: &Plan, view: &View) -> Result<String, json::NotLoaded> {
             q.push(("chart", view.chart.code().into()));
         }
     }
-    Ok(q.iter().map(|(k, v)| format!("{k}={}", percent_encode(v))).collect::<Vec<_>>().join("&"))
+    Ok(q.iter()
+        .map(|(k, v)| format!("{k}={}", percent_encode(v)))
+        .collect::<Vec<_>>()
+        .join("&"))
 }
 
 #[cfg(test)]
@@ -393,14 +477,33 @@ mod tests {
 
     #[test]
     fn json_links_are_told_apart_before_parsing() {
-        for (q, yes) in [("", false), ("?model=gpt2&batch=8", false), ("x=%7B%7D", true), ("?model=gpt2&cfg=%7B%7D", true), ("%78=1", true), ("xx=1", false)] {
+        for (q, yes) in [
+            ("", false),
+            ("?model=gpt2&batch=8", false),
+            ("x=%7B%7D", true),
+            ("?model=gpt2&cfg=%7B%7D", true),
+            ("%78=1", true),
+            ("xx=1", false),
+        ] {
             assert_eq!(wants_json(q), yes, "{q}");
         }
     }
 
     #[test]
     fn lazy_model_links_are_told_apart_before_parsing() {
-        for (q, yes) in [("", false), ("?model=resnet50&batch=8", false), ("model=unet", true), ("model=wide_resnet50_2", false), ("?model=gpt2", true), ("batch=4&model=llama-3-70b", true), ("model=vit_b_16", true), ("model=lstm-lm", true), ("cfg=%7B%7D", true), ("model=nonsense", false), ("%6Dodel=gpt2", true)] {
+        for (q, yes) in [
+            ("", false),
+            ("?model=resnet50&batch=8", false),
+            ("model=unet", true),
+            ("model=wide_resnet50_2", false),
+            ("?model=gpt2", true),
+            ("batch=4&model=llama-3-70b", true),
+            ("model=vit_b_16", true),
+            ("model=lstm-lm", true),
+            ("cfg=%7B%7D", true),
+            ("model=nonsense", false),
+            ("%6Dodel=gpt2", true),
+        ] {
             assert_eq!(wants_lazy_models(q), yes, "{q}");
         }
     }
@@ -418,34 +521,77 @@ mod tests {
             gpu: Some("custom:23.5".into()),
             ..state::initial_plan()
         };
-        round_trip(&plan, &View { lang: Some(Lang::Zh), units: Units::Decimal, embed: true, chart: ChartKind::Timeline });
-        let text = Plan { seq: Some(8192), attn: AttnImpl::Eager, ckpt: Checkpointing::Segments(7), gpu: Some("h200-141".into()), ..Plan::new("llama-3-70b") };
+        round_trip(
+            &plan,
+            &View {
+                lang: Some(Lang::Zh),
+                units: Units::Decimal,
+                embed: true,
+                chart: ChartKind::Timeline,
+            },
+        );
+        let text = Plan {
+            seq: Some(8192),
+            attn: AttnImpl::Eager,
+            ckpt: Checkpointing::Segments(7),
+            gpu: Some("h200-141".into()),
+            ..Plan::new("llama-3-70b")
+        };
         round_trip(&text, &View::default());
         round_trip(&state::initial_plan(), &View::default());
-        round_trip(&Plan { ckpt: Checkpointing::Sqrt, gpu: Some(state::DEFAULT_GPU.into()), ..Plan::new("gpt2") }, &View { lang: Some(Lang::En), ..View::default() }.normalised());
+        round_trip(
+            &Plan {
+                ckpt: Checkpointing::Sqrt,
+                gpu: Some(state::DEFAULT_GPU.into()),
+                ..Plan::new("gpt2")
+            },
+            &View {
+                lang: Some(Lang::En),
+                ..View::default()
+            }
+            .normalised(),
+        );
     }
 
     impl View {
         /// English is the default and is not written to links.
         fn normalised(self) -> View {
-            View { lang: self.lang.filter(|l| *l != Lang::En), ..self }
+            View {
+                lang: self.lang.filter(|l| *l != Lang::En),
+                ..self
+            }
         }
     }
 
     #[test]
     fn settings_without_a_key_of_their_own_round_trip() {
-        let mut plan = Plan { seq: Some(2048), gpu: Some("h100-80".into()), ..Plan::new("llama-3-8b") };
+        let mut plan = Plan {
+            seq: Some(2048),
+            gpu: Some("h100-80".into()),
+            ..Plan::new("llama-3-8b")
+        };
         plan.mode = crate::estimator::config::Mode::Finetune;
         plan.lora = Some(serde_json::from_str(r#"{"rank": 16}"#).unwrap());
         plan.quantization = crate::estimator::config::Quantization::Nf4;
         let q = to_query(&plan, &View::default()).unwrap();
         assert!(q.contains("&x=%7B"), "{q}");
         round_trip(&plan, &View::default());
-        let unpadded = Plan { causal_mask: crate::estimator::config::CausalMask::Skipped, gpu: Some("h100-80".into()), ..Plan::new("gpt2") };
-        assert!(to_query(&unpadded, &View::default()).unwrap().contains("causal_mask"));
+        let unpadded = Plan {
+            causal_mask: crate::estimator::config::CausalMask::Skipped,
+            gpu: Some("h100-80".into()),
+            ..Plan::new("gpt2")
+        };
+        assert!(to_query(&unpadded, &View::default())
+            .unwrap()
+            .contains("causal_mask"));
         round_trip(&unpadded, &View::default());
         // A hostile or broken `x` is refused whole; what it cannot set is refused too.
-        for bad in ["x=%7B%22batch%22%3A5%7D", "x=%7B%22nope%22%3A1%7D", "x=%5B1%5D", "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D"] {
+        for bad in [
+            "x=%7B%22batch%22%3A5%7D",
+            "x=%7B%22nope%22%3A1%7D",
+            "x=%5B1%5D",
+            "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D",
+        ] {
             let p = parse_query(&format!("model=gpt2&{bad}"));
             assert!(p.rejected.contains(&"x"), "{bad}: {:?}", p.rejected);
             assert_eq!(p.plan.model, "gpt2");
@@ -501,7 +647,10 @@ mod tests {
             ("chart=../../etc/passwd", "chart"),
             ("cfg=%7B%22model_type%22%3A%22evil%22%7D", "cfg"),
             ("cfg=not-json", "cfg"),
-            ("cfg=%7B%22model_type%22%3A%22%3Cb%3E%22%7D&model=%3Cscript%3E", "model"),
+            (
+                "cfg=%7B%22model_type%22%3A%22%3Cb%3E%22%7D&model=%3Cscript%3E",
+                "model",
+            ),
             ("batch=8&batch=9", "batch"),
             ("model=gpt2&seq=999999", "seq"),
             ("model=unet&ckpt=sqrt", "ckpt"),
@@ -510,11 +659,17 @@ mod tests {
             let p = parse_query(q);
             assert!(p.rejected.contains(key), "{q}: rejected {:?}", p.rejected);
             assert!(p.has_problems());
-            assert!(crate::estimator::estimate(&p.plan).is_ok(), "{q}: the fallback plan does not estimate");
+            assert!(
+                crate::estimator::estimate(&p.plan).is_ok(),
+                "{q}: the fallback plan does not estimate"
+            );
         }
         // What was valid beside a bad key is kept.
         let p = parse_query("batch=bad&dtype=bf16&model=gpt2");
-        assert_eq!((p.plan.batch, p.plan.dtype, p.plan.model.as_str()), (state::initial_plan().batch, Precision::Bf16, "gpt2"));
+        assert_eq!(
+            (p.plan.batch, p.plan.dtype, p.plan.model.as_str()),
+            (state::initial_plan().batch, Precision::Bf16, "gpt2")
+        );
     }
 
     #[test]
@@ -524,7 +679,10 @@ mod tests {
         let long = format!("model={}", "a".repeat(MAX_QUERY + 1));
         let p = parse_query(&long);
         assert!(p.too_long && p.plan == state::initial_plan());
-        let many = (0..100).map(|i| format!("k{i}=1")).collect::<Vec<_>>().join("&");
+        let many = (0..100)
+            .map(|i| format!("k{i}=1"))
+            .collect::<Vec<_>>()
+            .join("&");
         assert!(parse_query(&many).too_long);
     }
 
@@ -538,7 +696,11 @@ mod tests {
         assert_eq!(p.plan.seq, None);
         // a resolution the U-Net cannot pool down: the size falls back
         let p = parse_query("model=unet&res=40");
-        assert!(p.rejected.contains(&"res") && p.plan.res.is_none(), "{:?}", p);
+        assert!(
+            p.rejected.contains(&"res") && p.plan.res.is_none(),
+            "{:?}",
+            p
+        );
     }
 
     #[test]

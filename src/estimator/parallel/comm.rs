@@ -86,23 +86,55 @@ impl Topology {
         let gpn = self.gpus_per_node.max(1);
         let stride = stride.max(1);
         if n <= 1 || stride.saturating_mul(n) <= gpn {
-            return GroupLink { link: self.intra.id, bytes_per_s: self.intra.bytes_per_s(), latency_s: self.intra.latency_us * 1e-6, crosses_nodes: false };
+            return GroupLink {
+                link: self.intra.id,
+                bytes_per_s: self.intra.bytes_per_s(),
+                latency_s: self.intra.latency_us * 1e-6,
+                crosses_nodes: false,
+            };
         }
-        let local = if stride >= gpn { 1 } else { (gpn / stride).clamp(1, n) };
+        let local = if stride >= gpn {
+            1
+        } else {
+            (gpn / stride).clamp(1, n)
+        };
         let net = self.inter.bytes_per_s() * self.nics_per_node as f64 * local as f64 / gpn as f64;
-        let intra = if local > 1 { self.intra.bytes_per_s() } else { f64::INFINITY };
-        let (bw, id) = if net <= intra { (net, self.inter.id) } else { (intra, self.intra.id) };
-        GroupLink { link: id, bytes_per_s: bw, latency_s: self.inter.latency_us.max(self.intra.latency_us) * 1e-6, crosses_nodes: true }
+        let intra = if local > 1 {
+            self.intra.bytes_per_s()
+        } else {
+            f64::INFINITY
+        };
+        let (bw, id) = if net <= intra {
+            (net, self.inter.id)
+        } else {
+            (intra, self.intra.id)
+        };
+        GroupLink {
+            link: id,
+            bytes_per_s: bw,
+            latency_s: self.inter.latency_us.max(self.intra.latency_us) * 1e-6,
+            crosses_nodes: true,
+        }
     }
     /// The link between neighbours of a pipeline of `n` stages `stride` ranks apart; the slowest
     /// boundary sets the pace, so one crossing between nodes makes it the network's.
     pub fn pair(&self, stride: u64, n: u64) -> GroupLink {
         let gpn = self.gpus_per_node.max(1);
         if stride.max(1).saturating_mul(n) <= gpn {
-            return GroupLink { link: self.intra.id, bytes_per_s: self.intra.bytes_per_s(), latency_s: self.intra.latency_us * 1e-6, crosses_nodes: false };
+            return GroupLink {
+                link: self.intra.id,
+                bytes_per_s: self.intra.bytes_per_s(),
+                latency_s: self.intra.latency_us * 1e-6,
+                crosses_nodes: false,
+            };
         }
         let net = self.inter.bytes_per_s() * self.nics_per_node as f64 / gpn as f64;
-        GroupLink { link: self.inter.id, bytes_per_s: net, latency_s: self.inter.latency_us * 1e-6, crosses_nodes: true }
+        GroupLink {
+            link: self.inter.id,
+            bytes_per_s: net,
+            latency_s: self.inter.latency_us * 1e-6,
+            crosses_nodes: true,
+        }
     }
 }
 

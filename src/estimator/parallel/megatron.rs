@@ -47,7 +47,11 @@ pub fn layer_activation_bytes(s: u64, b: u64, h: u64, a: u64, t: u64, scheme: Sc
 /// device multiplies it by `1 + (p − 1)/(p·v)`.
 pub fn first_stage_activation_bytes(per_layer: f64, layers: u64, p: u64, v: u64) -> f64 {
     let (l, p, v) = (layers as f64, p.max(1) as f64, v.max(1) as f64);
-    let factor = if v > 1.0 { 1.0 + (p - 1.0) / (p * v) } else { 1.0 };
+    let factor = if v > 1.0 {
+        1.0 + (p - 1.0) / (p * v)
+    } else {
+        1.0
+    };
     per_layer * l * factor
 }
 
@@ -58,7 +62,13 @@ mod tests {
     #[test]
     fn degree_one_is_the_unparallel_row() {
         let none = layer_activation_bytes(2048, 1, 12288, 96, 1, Scheme::None);
-        assert_eq!(layer_activation_bytes(2048, 1, 12288, 96, 1, Scheme::Tensor), none);
-        assert_eq!(layer_activation_bytes(2048, 1, 12288, 96, 1, Scheme::TensorSequence), none);
+        assert_eq!(
+            layer_activation_bytes(2048, 1, 12288, 96, 1, Scheme::Tensor),
+            none
+        );
+        assert_eq!(
+            layer_activation_bytes(2048, 1, 12288, 96, 1, Scheme::TensorSequence),
+            none
+        );
     }
 }

@@ -60,7 +60,11 @@ pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
         .map(|op| {
             let mut v: Vec<TensorId> = Vec::new();
             for &t in &op.inputs {
-                let p = if g.tensors[t].is_param { Some(t) } else { cast_of.get(&t).copied() };
+                let p = if g.tensors[t].is_param {
+                    Some(t)
+                } else {
+                    cast_of.get(&t).copied()
+                };
                 if let Some(p) = p {
                     if !v.contains(&p) {
                         v.push(p);
@@ -98,7 +102,12 @@ pub fn blocks(g: &Graph) -> Vec<Block> {
                 b.ops.end = i + 1;
                 b.param_elems += elems;
             }
-            _ => out.push(Block { name: key, ops: i..i + 1, numbered, param_elems: elems }),
+            _ => out.push(Block {
+                name: key,
+                ops: i..i + 1,
+                numbered,
+                param_elems: elems,
+            }),
         }
     }
     out
@@ -155,7 +164,11 @@ pub fn stage_ranges(g: &Graph, bl: &[Block], chunks: usize) -> Vec<Range<usize>>
         .into_iter()
         .map(|r| {
             let start = bl.get(r.start).map(|b| b.ops.start).unwrap_or(0);
-            let end = if r.end == 0 { start } else { bl[r.end - 1].ops.end };
+            let end = if r.end == 0 {
+                start
+            } else {
+                bl[r.end - 1].ops.end
+            };
             start..end.min(g.ops.len())
         })
         .collect()
@@ -184,7 +197,12 @@ pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
     out.tp.sequence_parallel = g.tp.sequence_parallel;
     out.tp.seq_dim = g.tp.seq_dim;
     out.tp.heads = g.tp.heads;
-    let mut m = Mapper { smap: vec![None; ns], tmap: vec![None; g.tensors.len()], born: &born, start: range.start };
+    let mut m = Mapper {
+        smap: vec![None; ns],
+        tmap: vec![None; g.tensors.len()],
+        born: &born,
+        start: range.start,
+    };
     let mut seg_map: HashMap<usize, usize> = HashMap::new();
     for i in range.clone() {
         let op = &g.ops[i];
@@ -192,7 +210,11 @@ pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
         r.inputs = op.inputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
         r.outputs = op.outputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
         r.saved = op.saved.iter().map(|&t| m.map(g, t, &mut out)).collect();
-        r.grads = op.grads.iter().map(|&(t, f)| (m.map(g, t, &mut out), f)).collect();
+        r.grads = op
+            .grads
+            .iter()
+            .map(|&(t, f)| (m.map(g, t, &mut out), f))
+            .collect();
         r.segment = op.segment.map(|s| {
             let next = seg_map.len();
             *seg_map.entry(s).or_insert(next)
@@ -216,7 +238,10 @@ pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
         for i in range.clone() {
             for &t in &g.ops[i].outputs {
                 let s = g.tensors[t].storage;
-                if born[s] == i && last_use[s] >= range.end && g.storages[s].kind == StorageKind::Activation {
+                if born[s] == i
+                    && last_use[s] >= range.end
+                    && g.storages[s].kind == StorageKind::Activation
+                {
                     sent.push(t);
                 }
             }
@@ -227,7 +252,9 @@ pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
         for op in &g.ops[range.end..] {
             for &t in &op.inputs {
                 let s = g.tensors[t].storage;
-                if sent.iter().any(|&x| g.tensors[x].storage == s) && !by_storage.iter().any(|&x| g.tensors[x].storage == s) {
+                if sent.iter().any(|&x| g.tensors[x].storage == s)
+                    && !by_storage.iter().any(|&x| g.tensors[x].storage == s)
+                {
                     by_storage.push(t);
                 }
             }
@@ -266,13 +293,26 @@ impl Mapper<'_> {
             Some(x) => x,
             None => {
                 let st = &g.storages[s];
-                let kind = if st.kind == StorageKind::Activation && self.born[s] < self.start { StorageKind::Input } else { st.kind };
-                out.storages.push(Storage { bytes: st.bytes, kind });
+                let kind = if st.kind == StorageKind::Activation && self.born[s] < self.start {
+                    StorageKind::Input
+                } else {
+                    st.kind
+                };
+                out.storages.push(Storage {
+                    bytes: st.bytes,
+                    kind,
+                });
                 self.smap[s] = Some(out.storages.len() - 1);
                 out.storages.len() - 1
             }
         };
-        out.tensors.push(Tensor { shape: old.shape.clone(), dtype: old.dtype, storage: sid, requires_grad: old.requires_grad, is_param: old.is_param });
+        out.tensors.push(Tensor {
+            shape: old.shape.clone(),
+            dtype: old.dtype,
+            storage: sid,
+            requires_grad: old.requires_grad,
+            is_param: old.is_param,
+        });
         self.tmap[t] = Some(out.tensors.len() - 1);
         out.tensors.len() - 1
     }
@@ -307,11 +347,17 @@ mod tests {
     #[test]
     fn block_keys() {
         assert_eq!(block_key("layer1.0.conv1"), ("layer1.0".into(), true));
-        assert_eq!(block_key("model.layers.12.mlp.up"), ("model.layers.12".into(), true));
+        assert_eq!(
+            block_key("model.layers.12.mlp.up"),
+            ("model.layers.12".into(), true)
+        );
         assert_eq!(block_key("fc"), ("fc".into(), false));
         assert_eq!(block_key("bn1"), ("bn1".into(), false));
         assert_eq!(block_key("layer1"), ("layer1".into(), false));
-        assert_eq!(block_key("encoder.layers.encoder_layer_3.mlp"), ("encoder.layers.encoder_layer_3".into(), true));
+        assert_eq!(
+            block_key("encoder.layers.encoder_layer_3.mlp"),
+            ("encoder.layers.encoder_layer_3".into(), true)
+        );
     }
 
     #[test]

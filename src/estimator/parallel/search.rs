@@ -29,7 +29,13 @@ pub struct SearchOptions {
 
 impl Default for SearchOptions {
     fn default() -> Self {
-        SearchOptions { max_gpus: 64, gpus_per_node: 8, top: 10, zero_stages: vec![0, 1, 2, 3], offload: false }
+        SearchOptions {
+            max_gpus: 64,
+            gpus_per_node: 8,
+            top: 10,
+            zero_stages: vec![0, 1, 2, 3],
+            offload: false,
+        }
     }
 }
 
@@ -60,10 +66,18 @@ fn divisors(n: u64) -> Vec<u64> {
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
 pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, EstimateError> {
-    let id = plan.gpu.as_deref().ok_or_else(|| EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into()))?;
-    let gpu = gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?;
+    let id = plan.gpu.as_deref().ok_or_else(|| {
+        EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
+    })?;
+    let gpu =
+        gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?;
     let gpn = opts.gpus_per_node.max(1);
-    let base_m = plan.parallel.as_ref().and_then(|p| p.micro_batches).unwrap_or(plan.accumulation).max(1) as u64;
+    let base_m = plan
+        .parallel
+        .as_ref()
+        .and_then(|p| p.micro_batches)
+        .unwrap_or(plan.accumulation)
+        .max(1) as u64;
     let global = plan.batch.saturating_mul(base_m);
     let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
     worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
@@ -82,7 +96,11 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                     continue;
                 }
                 let per_replica = global / dp;
-                let zs: Vec<u8> = if dp > 1 { opts.zero_stages.clone() } else { vec![0, 3] };
+                let zs: Vec<u8> = if dp > 1 {
+                    opts.zero_stages.clone()
+                } else {
+                    vec![0, 3]
+                };
                 // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
                 // with parameter offload.
                 let mut stages: Vec<(u8, bool, bool)> = Vec::new();
@@ -100,7 +118,10 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                     }
                 }
                 let mut done = vec![false; stages.len()];
-                for m in divisors(per_replica).into_iter().filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64) {
+                for m in divisors(per_replica)
+                    .into_iter()
+                    .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
+                {
                     if done.iter().all(|&d| d) {
                         break;
                     }
@@ -124,9 +145,17 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                         par.interleave = 1;
                         par.sequence_parallel = par.sequence_parallel && tp > 1;
                         p.parallel = Some(par);
-                        p.offload = (off_opt || off_params).then(|| Offload { optimizer: off_opt, params: off_params, ..plan.offload.clone().unwrap_or_default() });
-                        let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else { continue };
-                        let prep = cache.entry((tp, pp, b, m)).or_insert_with(|| prepare(&p, &layout).ok());
+                        p.offload = (off_opt || off_params).then(|| Offload {
+                            optimizer: off_opt,
+                            params: off_params,
+                            ..plan.offload.clone().unwrap_or_default()
+                        });
+                        let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else {
+                            continue;
+                        };
+                        let prep = cache
+                            .entry((tp, pp, b, m))
+                            .or_insert_with(|| prepare(&p, &layout).ok());
                         let Some(prep) = prep.as_ref() else { continue };
                         let e: ParallelEstimate = evaluate(&p, &layout, prep, Some(&gpu));
                         if e.fits != Some(true) {
@@ -156,7 +185,8 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
         here.sort_by(|a, b| {
             let ka = a.step_seconds.unwrap_or(f64::INFINITY);
             let kb = b.step_seconds.unwrap_or(f64::INFINITY);
-            ka.total_cmp(&kb).then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
+            ka.total_cmp(&kb)
+                .then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
         });
         found.extend(here);
     }

@@ -79,12 +79,24 @@ pub struct TpState {
 
 impl Default for TpState {
     fn default() -> Self {
-        TpState { size: 1, sequence_parallel: false, seq_dim: 1, heads: None, comm: Vec::new(), f_inputs: Vec::new(), gathered: Vec::new() }
+        TpState {
+            size: 1,
+            sequence_parallel: false,
+            seq_dim: 1,
+            heads: None,
+            comm: Vec::new(),
+            f_inputs: Vec::new(),
+            gathered: Vec::new(),
+        }
     }
 }
 
 fn divisors(n: u64) -> String {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    (1..=n)
+        .filter(|d| n.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 impl Graph {
@@ -104,13 +116,22 @@ impl Graph {
 
     fn tp_comm(&mut self, backward: bool, collective: Collective, bytes: u64) {
         let op = self.ops.len().saturating_sub(1);
-        self.tp.comm.push(CommRecord { op, backward, collective, bytes });
+        self.tp.comm.push(CommRecord {
+            op,
+            backward,
+            collective,
+            bytes,
+        });
     }
 
     /// Checks that the degree divides the attention heads and the key/value heads (grouped-query
     /// attention replicates a key/value head when the degree exceeds their number, as Megatron's
     /// `num_query_groups` does); returns one rank's `(heads, kv_heads)`.
-    pub fn tp_attention_heads(&mut self, heads: u64, kv_heads: u64) -> Result<(u64, u64), EstimateError> {
+    pub fn tp_attention_heads(
+        &mut self,
+        heads: u64,
+        kv_heads: u64,
+    ) -> Result<(u64, u64), EstimateError> {
         let t = self.tp_size();
         self.tp.heads = Some(heads);
         if !heads.is_multiple_of(t) {
@@ -132,7 +153,10 @@ impl Graph {
     pub fn tp_local(&self, dim: u64, what: &str) -> Result<u64, EstimateError> {
         let t = self.tp_size();
         if !dim.is_multiple_of(t) {
-            return Err(EstimateError::BadLayout(format!("tensor parallelism tp = {t} does not divide the {what} ({dim}): use tp among {}", divisors(dim))));
+            return Err(EstimateError::BadLayout(format!(
+                "tensor parallelism tp = {t} does not divide the {what} ({dim}): use tp among {}",
+                divisors(dim)
+            )));
         }
         Ok(dim / t)
     }
@@ -174,7 +198,10 @@ impl Graph {
         let d = self.tp.seq_dim.min(shape.len().saturating_sub(1));
         let t = self.tp_size();
         if !shape[d].is_multiple_of(t) {
-            return Err(EstimateError::BadLayout(format!("sequence parallelism: tp = {t} does not divide the sequence length {}", shape[d])));
+            return Err(EstimateError::BadLayout(format!(
+                "sequence parallelism: tp = {t} does not divide the sequence length {}",
+                shape[d]
+            )));
         }
         shape[d] /= t;
         let rg = self.t(x).requires_grad;
@@ -188,7 +215,14 @@ impl Graph {
 
     /// Column-parallel linear (`ColumnParallelLinear`, `gather_output=False`): `fout` is the full
     /// output width; one rank computes `fout/t` columns.
-    pub fn column_parallel_linear(&mut self, leaf: &str, x: TensorId, fin: u64, fout: u64, bias: bool) -> R {
+    pub fn column_parallel_linear(
+        &mut self,
+        leaf: &str,
+        x: TensorId,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+    ) -> R {
         if self.tp_size() == 1 {
             return self.linear(leaf, x, fin, fout, bias);
         }
@@ -196,7 +230,11 @@ impl Graph {
         self.push(leaf);
         let r = (|| {
             let w = self.param(vec![local, fin])?;
-            let b = if bias { Some(self.param(vec![local])?) } else { None };
+            let b = if bias {
+                Some(self.param(vec![local])?)
+            } else {
+                None
+            };
             self.column_parallel_linear_with(x, w, b)
         })();
         self.pop();
@@ -204,7 +242,12 @@ impl Graph {
     }
 
     /// Column-parallel linear with existing local weights `[out/t, in]` (a tied LM head).
-    pub fn column_parallel_linear_with(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> R {
+    pub fn column_parallel_linear_with(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        b: Option<TensorId>,
+    ) -> R {
         if self.tp_size() == 1 {
             return self.linear_with(x, w, b);
         }
@@ -253,7 +296,14 @@ impl Graph {
     /// Row-parallel linear (`RowParallelLinear`, `input_is_parallel=True`): `fin` is the full input
     /// width; the input holds `fin/t` of it. The partial outputs are all-reduced (or reduce-scattered
     /// to a sequence shard), then the replicated bias is added.
-    pub fn row_parallel_linear(&mut self, leaf: &str, x: TensorId, fin: u64, fout: u64, bias: bool) -> R {
+    pub fn row_parallel_linear(
+        &mut self,
+        leaf: &str,
+        x: TensorId,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+    ) -> R {
         if self.tp_size() == 1 {
             return self.linear(leaf, x, fin, fout, bias);
         }
@@ -261,7 +311,11 @@ impl Graph {
         self.push(leaf);
         let r = (|| {
             let w = self.param(vec![fout, local])?;
-            let b = if bias { Some(self.param(vec![fout])?) } else { None };
+            let b = if bias {
+                Some(self.param(vec![fout])?)
+            } else {
+                None
+            };
             let mut y = self.linear_with(x, w, None)?;
             if self.sp() {
                 y = self.sp_reduce_scatter(y)?;
@@ -286,7 +340,13 @@ impl Graph {
     /// zeroes the others (Megatron keeps an int64 copy of the shifted ids and a bool mask), then
     /// the partial embeddings are all-reduced (reduce-scattered with sequence parallelism).
     /// Returns the output and the local weight (for a tied head).
-    pub fn vocab_parallel_embedding(&mut self, leaf: &str, ids: TensorId, vocab: u64, dim: u64) -> Result<(TensorId, TensorId), EstimateError> {
+    pub fn vocab_parallel_embedding(
+        &mut self,
+        leaf: &str,
+        ids: TensorId,
+        vocab: u64,
+        dim: u64,
+    ) -> Result<(TensorId, TensorId), EstimateError> {
         if self.tp_size() == 1 {
             return self.embedding(leaf, ids, vocab, dim);
         }
@@ -316,7 +376,12 @@ impl Graph {
             return self.cross_entropy(logits, target);
         }
         let x = self.fp32(logits)?;
-        let sm = self.alloc(self.shape(x), DType::F32, StorageKind::Activation, self.t(x).requires_grad)?;
+        let sm = self.alloc(
+            self.shape(x),
+            DType::F32,
+            StorageKind::Activation,
+            self.t(x).requires_grad,
+        )?;
         let mut op = self.op("vocab_parallel_softmax", "loss");
         op.flops = 5.0 * self.numel(x) as f64;
         op.inputs = vec![x];
@@ -328,12 +393,22 @@ impl Graph {
         for _ in 0..3 {
             self.tp_comm(false, Collective::AllReduce, rows * 4);
         }
-        let loss = self.alloc(vec![], DType::F32, StorageKind::Activation, self.t(sm).requires_grad)?;
+        let loss = self.alloc(
+            vec![],
+            DType::F32,
+            StorageKind::Activation,
+            self.t(sm).requires_grad,
+        )?;
         let mut op = self.op("vocab_parallel_nll", "loss");
         op.inputs = vec![sm, target];
         op.outputs = vec![loss];
         op.saved = vec![target];
-        op.grads = self.t(sm).requires_grad.then_some((sm, GradFlow::Alias)).into_iter().collect();
+        op.grads = self
+            .t(sm)
+            .requires_grad
+            .then_some((sm, GradFlow::Alias))
+            .into_iter()
+            .collect();
         self.record(op);
         self.keep(loss);
         Ok(loss)

@@ -43,7 +43,15 @@ use super::Piece;
 /// mixed-precision Adam: fp32 master weights, momentum and variance), with 2-byte parameters and
 /// gradients: stage 0 `(2 + 2 + K)Ψ`, 1 `4Ψ + KΨ/N`, 2 `2Ψ + (2 + K)Ψ/N`, 3 `(2 + 2 + K)Ψ/N`.
 pub fn paper_model_states(psi: f64, nd: f64, k: f64, stage: u8) -> f64 {
-    let s = shard_model_states(ModelStates { params: 2.0 * psi, grads: 2.0 * psi, optimizer: k * psi }, nd, stage);
+    let s = shard_model_states(
+        ModelStates {
+            params: 2.0 * psi,
+            grads: 2.0 * psi,
+            optimizer: k * psi,
+        },
+        nd,
+        stage,
+    );
     s.params + s.grads + s.optimizer
 }
 
@@ -59,9 +67,21 @@ pub struct ModelStates {
 pub fn shard_model_states(full: ModelStates, nd: f64, stage: u8) -> ModelStates {
     let nd = nd.max(1.0);
     ModelStates {
-        params: if stage >= 3 { full.params / nd } else { full.params },
-        grads: if stage >= 2 { full.grads / nd } else { full.grads },
-        optimizer: if stage >= 1 { full.optimizer / nd } else { full.optimizer },
+        params: if stage >= 3 {
+            full.params / nd
+        } else {
+            full.params
+        },
+        grads: if stage >= 2 {
+            full.grads / nd
+        } else {
+            full.grads
+        },
+        optimizer: if stage >= 1 {
+            full.optimizer / nd
+        } else {
+            full.optimizer
+        },
     }
 }
 
@@ -97,7 +117,9 @@ pub fn greedy_partition(numels: &[u64], n: u64) -> Vec<Vec<usize>> {
     // Stable sort, as Python's `sorted`: equal sizes keep registration order.
     order.sort_by_key(|&i| Reverse(numels[i]));
     // `_get_min_index` takes the first rank of least load: a min-heap on (load, rank).
-    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n.min(numels.len().max(1))).map(|r| Reverse((0, r))).collect();
+    let mut heap: BinaryHeap<Reverse<(u64, usize)>> = (0..n.min(numels.len().max(1)))
+        .map(|r| Reverse((0, r)))
+        .collect();
     let mut out = vec![Vec::new(); n];
     for i in order {
         if let Some(Reverse((load, r))) = heap.pop() {
@@ -152,7 +174,14 @@ pub struct Sharding {
 
 impl Sharding {
     pub fn none() -> Sharding {
-        Sharding { dp: 1, zero: 0, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }
+        Sharding {
+            dp: 1,
+            zero: 0,
+            fsdp: false,
+            bucket_view: false,
+            offload_optimizer: false,
+            offload_params: false,
+        }
     }
     fn params_sharded(&self) -> bool {
         self.zero >= 3 || (self.zero == 2 && self.fsdp)
@@ -204,7 +233,9 @@ pub struct RankLive {
 
 impl RankLive {
     pub fn total(&self) -> u64 {
-        self.cats.iter().fold(self.comm_buffers, |a, &b| a.saturating_add(b))
+        self.cats
+            .iter()
+            .fold(self.comm_buffers, |a, &b| a.saturating_add(b))
     }
     pub fn add(&mut self, o: &RankLive) {
         for i in 0..Category::COUNT {
@@ -217,7 +248,12 @@ impl RankLive {
 impl<'a> Sharded<'a> {
     /// `mp`: FSDP's mixed precision — the graph was built in its `param_dtype`; the shards (and so
     /// the sharded gradients and the optimizer state) are fp32.
-    pub fn new(piece: &'a Piece, sh: Sharding, states_per_param: u64, mp: Option<super::MixedPrecision>) -> Sharded<'a> {
+    pub fn new(
+        piece: &'a Piece,
+        sh: Sharding,
+        states_per_param: u64,
+        mp: Option<super::MixedPrecision>,
+    ) -> Sharded<'a> {
         let g: &Graph = &piece.g;
         let n = sh.dp.max(1);
         let mut params = Vec::new();
@@ -229,10 +265,20 @@ impl<'a> Sharded<'a> {
             let full = rounded(g.storages[t.storage].bytes.0);
             // Under a mixed-precision policy the shards are the model's fp32 master weights
             // (`Layout::resolve` refuses the policy over other weights).
-            let bits = if mp.is_some() { crate::estimator::units::DType::F32.bits() } else { t.dtype.bits() };
+            let bits = if mp.is_some() {
+                crate::estimator::units::DType::F32.bits()
+            } else {
+                t.dtype.bits()
+            };
             let shard = rounded((padded_shard_elems(&t.shape, n) * bits).div_ceil(8));
             index_of[ti] = params.len();
-            params.push(ParamShard { full, shard, trainable: t.requires_grad, unit: None, arrival: None });
+            params.push(ParamShard {
+                full,
+                shard,
+                trainable: t.requires_grad,
+                unit: None,
+                arrival: None,
+            });
         }
         for (i, ps) in piece.op_params.iter().enumerate() {
             for &p in ps {
@@ -249,7 +295,11 @@ impl<'a> Sharded<'a> {
         // simulator steals it into `.grad` there.
         for (i, op) in g.ops.iter().enumerate() {
             for &(t, _) in &op.grads {
-                let k = if g.tensors[t].is_param { index_of[t] } else { usize::MAX };
+                let k = if g.tensors[t].is_param {
+                    index_of[t]
+                } else {
+                    usize::MAX
+                };
                 if k != usize::MAX {
                     params[k].arrival = Some(params[k].arrival.map_or(i, |a: usize| a.max(i)));
                 }
@@ -281,15 +331,31 @@ impl<'a> Sharded<'a> {
         }
         let param_shard_total: u64 = params.iter().map(|p| p.shard).sum();
         let grad_shard_total: u64 = params.iter().filter(|p| p.trainable).map(|p| p.shard).sum();
-        let opt_full: u64 = params.iter().filter(|p| p.trainable).map(|p| p.full * states_per_param).sum();
+        let opt_full: u64 = params
+            .iter()
+            .filter(|p| p.trainable)
+            .map(|p| p.full * states_per_param)
+            .sum();
         let opt_rank = match sh.zero {
             0 => opt_full,
             1 if !sh.fsdp => {
                 let tr: Vec<&ParamShard> = params.iter().filter(|p| p.trainable).collect();
                 let numels: Vec<u64> = tr.iter().map(|p| p.full).collect();
-                greedy_partition(&numels, n).iter().map(|idx| idx.iter().map(|&i| tr[i].full * states_per_param).sum::<u64>()).max().unwrap_or(0)
+                greedy_partition(&numels, n)
+                    .iter()
+                    .map(|idx| {
+                        idx.iter()
+                            .map(|&i| tr[i].full * states_per_param)
+                            .sum::<u64>()
+                    })
+                    .max()
+                    .unwrap_or(0)
             }
-            _ => params.iter().filter(|p| p.trainable).map(|p| p.shard * states_per_param).sum(),
+            _ => params
+                .iter()
+                .filter(|p| p.trainable)
+                .map(|p| p.shard * states_per_param)
+                .sum(),
         };
         // Fraction of the backward's work done once op i's backward has run (backward ≈ 2× the
         // op's forward FLOPs, in reverse order): when a gradient arriving there is ready.
@@ -303,7 +369,11 @@ impl<'a> Sharded<'a> {
         let (mut buckets, mut bucket_ready) = (Vec::new(), Vec::new());
         if n > 1 && sh.zero <= 1 && !sh.fsdp {
             // Ready order: the reverse of the forward.
-            let mut order: Vec<(usize, u64)> = params.iter().filter(|p| p.trainable).map(|p| (p.arrival.unwrap_or(0), p.full)).collect();
+            let mut order: Vec<(usize, u64)> = params
+                .iter()
+                .filter(|p| p.trainable)
+                .map(|p| (p.arrival.unwrap_or(0), p.full))
+                .collect();
             order.sort_by_key(|&(a, _)| std::cmp::Reverse(a));
             let bytes: Vec<u64> = order.iter().map(|&(_, b)| b).collect();
             let sizes = ddp_buckets(&bytes, DDP_FIRST_BUCKET, DDP_BUCKET_CAP);
@@ -339,7 +409,25 @@ impl<'a> Sharded<'a> {
                 prv = Some(u);
             }
         }
-        Sharded { piece, sh, params, unit_full, unit_grad_full, unit_grad_shard, root_full, root_grad_shard, param_shard_total, grad_shard_total, opt_full, opt_rank, buckets, bucket_ready, next_unit, prev_unit, mp }
+        Sharded {
+            piece,
+            sh,
+            params,
+            unit_full,
+            unit_grad_full,
+            unit_grad_shard,
+            root_full,
+            root_grad_shard,
+            param_shard_total,
+            grad_shard_total,
+            opt_full,
+            opt_rank,
+            buckets,
+            bucket_ready,
+            next_unit,
+            prev_unit,
+            mp,
+        }
     }
 
     /// Bytes of the parameters at rest on this rank (shards when they are sharded).
@@ -354,7 +442,11 @@ impl<'a> Sharded<'a> {
         self.params.iter().map(|p| p.full).sum()
     }
     pub fn grads_full(&self) -> u64 {
-        self.params.iter().filter(|p| p.trainable).map(|p| p.full).sum()
+        self.params
+            .iter()
+            .filter(|p| p.trainable)
+            .map(|p| p.full)
+            .sum()
     }
     /// Gradient bytes as reduced (in FSDP's `reduce_dtype`).
     pub fn grads_reduced(&self) -> u64 {
@@ -362,7 +454,10 @@ impl<'a> Sharded<'a> {
     }
     fn reduced_bytes(&self, unsharded: u64) -> u64 {
         match self.mp {
-            Some(m) => (unsharded as u128 * m.reduce_dtype.bits() as u128 / m.param_dtype.bits() as u128) as u64,
+            Some(m) => {
+                (unsharded as u128 * m.reduce_dtype.bits() as u128 / m.param_dtype.bits() as u128)
+                    as u64
+            }
             None => unsharded,
         }
     }
@@ -415,7 +510,11 @@ impl<'a> Sharded<'a> {
 
         // Parameters.
         if sh.params_sharded() {
-            let rest = if sh.offload_params { 0 } else { self.param_shard_total };
+            let rest = if sh.offload_params {
+                0
+            } else {
+                self.param_shard_total
+            };
             let mut gathered = 0u64;
             if stepping {
                 let i = op.unwrap_or(0);
@@ -440,7 +539,11 @@ impl<'a> Sharded<'a> {
                     if let Some(u) = unit {
                         gathered += self.unit_full[u];
                     }
-                    let pre = if phase == Phase::Forward { self.next_unit[i] } else { self.prev_unit[i] };
+                    let pre = if phase == Phase::Forward {
+                        self.next_unit[i]
+                    } else {
+                        self.prev_unit[i]
+                    };
                     if let Some(n) = pre {
                         gathered += self.unit_full[n];
                     }
@@ -464,7 +567,9 @@ impl<'a> Sharded<'a> {
                             if shards_on_gpu && !persist {
                                 g += self.unit_grad_shard[u];
                             }
-                            if last_reduced.is_none_or(|l: usize| self.piece.units[l].start < self.piece.units[u].start) {
+                            if last_reduced.is_none_or(|l: usize| {
+                                self.piece.units[l].start < self.piece.units[u].start
+                            }) {
                                 last_reduced = Some(u);
                             }
                         }
@@ -509,12 +614,16 @@ impl<'a> Sharded<'a> {
             c[Category::OptimizerTemps.index()] = 0;
         } else if sh.zero >= 1 && self.opt_full > 0 {
             c[Category::OptimizerState.index()] = self.opt_rank;
-            let t = c[Category::OptimizerTemps.index()] as u128 * self.opt_rank as u128 / self.opt_full as u128;
+            let t = c[Category::OptimizerTemps.index()] as u128 * self.opt_rank as u128
+                / self.opt_full as u128;
             c[Category::OptimizerTemps.index()] = t as u64;
         } else if sh.zero >= 1 {
             c[Category::OptimizerState.index()] = 0;
         }
-        RankLive { cats: c, comm_buffers: comm }
+        RankLive {
+            cats: c,
+            comm_buffers: comm,
+        }
     }
 }
 
@@ -534,7 +643,11 @@ mod tests {
 
     #[test]
     fn buckets_cover_every_gradient() {
-        let b = ddp_buckets(&[4 << 20, 1 << 20, 30 << 20, 2 << 20], DDP_FIRST_BUCKET, DDP_BUCKET_CAP);
+        let b = ddp_buckets(
+            &[4 << 20, 1 << 20, 30 << 20, 2 << 20],
+            DDP_FIRST_BUCKET,
+            DDP_BUCKET_CAP,
+        );
         assert_eq!(b.iter().sum::<u64>(), 37 << 20);
         assert_eq!(b[0], 4 << 20);
     }
@@ -542,7 +655,10 @@ mod tests {
     #[test]
     fn greedy_is_largest_first() {
         let p = greedy_partition(&[1, 5, 3, 3], 2);
-        let loads: Vec<u64> = p.iter().map(|v| v.iter().map(|&i| [1u64, 5, 3, 3][i]).sum()).collect();
+        let loads: Vec<u64> = p
+            .iter()
+            .map(|v| v.iter().map(|&i| [1u64, 5, 3, 3][i]).sum())
+            .collect();
         assert_eq!(loads.iter().max(), Some(&6));
     }
 }
