@@ -4,7 +4,8 @@
 
 mod common;
 use proptest::prelude::*;
-use vram_planner::estimator::config::{BuildCtx, OptimizerKind, Plan, Precision};
+use vram_planner::estimator::config::{BuildCtx, OptimizerKind, Precision};
+use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
@@ -20,7 +21,8 @@ use vram_planner::estimator::parallel::zero::{
 use vram_planner::estimator::parallel::*;
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::DType;
-use vram_planner::estimator::{estimate, Estimate};
+use vram_planner::estimator::{Estimate};
+use vram_planner::plan::{estimate};
 
 #[track_caller]
 fn assert_close(got: f64, want: f64, rel_tol: f64) {
@@ -1084,7 +1086,7 @@ fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
     );
     // The shards are fp32 (2 bytes more per parameter and rank than bf16 ones), the gathered
     // units and the activations bf16.
-    let count = vram_planner::estimator::estimate(&plan("bf16", false))
+    let count = vram_planner::plan::estimate(&plan("bf16", false))
         .unwrap()
         .param_count;
     // (Each shard is padded and rounded to 512 B on its own: a few KiB of slack.)

@@ -3,7 +3,7 @@
 //! modules, exactly as the page computes it.
 
 use plotters::prelude::*;
-use vram_planner::estimator::config::Plan;
+use vram_planner::plan::Plan;
 use vram_planner::estimator::timeline::Category;
 use vram_planner::estimator::units::Bytes;
 use vram_planner::plots::batch::draw_stacked_chart;
@@ -148,7 +148,7 @@ fn context_chart_draws_the_kv_band_on_top() {
         let top = bands.iter().map(|b| b.1[i].2).fold(0.0, f64::max);
         assert!((top - p.peak_allocated.gib()).abs() < 1e-9);
     }
-    let e = vram_planner::estimator::estimate(&plan).unwrap();
+    let e = vram_planner::plan::estimate(&plan).unwrap();
     let data = mode_logic::context_chart(
         &points,
         Some((256, e.device_total)),

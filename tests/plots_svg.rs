@@ -2,9 +2,9 @@
 //! a browser.
 
 use plotters::prelude::*;
-use vram_planner::estimator::config::Plan;
-use vram_planner::estimator::estimate;
-use vram_planner::estimator::sweep::{log_points, sweep, Axis};
+use vram_planner::plan::Plan;
+use vram_planner::plan::estimate;
+use vram_planner::plan::sweep::{log_points, sweep, Axis};
 use vram_planner::estimator::timeline::Category;
 use vram_planner::estimator::units::Bytes;
 use vram_planner::plots::batch::bands;
@@ -35,7 +35,7 @@ fn svg_of(data: &StackedChart, theme: Theme, size: (u32, u32)) -> String {
 }
 
 fn batch_chart<'a>(
-    points: &'a [vram_planner::estimator::sweep::Point],
+    points: &'a [vram_planner::plan::sweep::Point],
     current: Option<(u64, Bytes)>,
     capacity: Option<Bytes>,
 ) -> StackedChart<'a> {
@@ -49,7 +49,7 @@ fn batch_chart<'a>(
     c
 }
 
-fn resnet18_sweep() -> Vec<vram_planner::estimator::sweep::Point> {
+fn resnet18_sweep() -> Vec<vram_planner::plan::sweep::Point> {
     sweep(
         &Plan::new("resnet18"),
         Axis::Batch,

@@ -3,8 +3,9 @@
 //! makes the estimator panic.
 
 use proptest::prelude::*;
-use vram_planner::estimator::config::{Checkpointing, OptimizerKind, Plan, Precision};
-use vram_planner::estimator::estimate;
+use vram_planner::estimator::config::{Checkpointing, OptimizerKind, Precision};
+use vram_planner::plan::{Plan};
+use vram_planner::plan::estimate;
 use vram_planner::estimator::timeline::Category;
 use vram_planner::presets::models::{InputKind, MODELS};
 

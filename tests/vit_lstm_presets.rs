@@ -19,9 +19,10 @@
 mod common;
 
 use vram_planner::cli::reference::compare_line;
-use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Plan, Precision};
+use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Precision};
+use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
-use vram_planner::estimator::{build_graph, estimate};
+use vram_planner::plan::{build_graph, estimate};
 use vram_planner::presets::models;
 
 const REFERENCE: &str = include_str!("data/pytorch-step-memory.jsonl");

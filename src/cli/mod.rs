@@ -7,9 +7,9 @@ use std::io::Read;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::estimator::config::Plan;
-use crate::estimator::parallel::{self, search, ParallelEstimate};
-use crate::estimator::{estimate, Estimate};
+use crate::estimator::parallel::{self, OffloadReport, ParallelEstimate};
+use crate::estimator::Estimate;
+use crate::plan::{self, estimate, search, Plan};
 use crate::presets::{gpus, models};
 
 #[derive(Parser)]
@@ -97,7 +97,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let plan = read_plan(config)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
             let par = if plan.is_parallel() {
-                Some(parallel::estimate_parallel(&plan).map_err(|e| e.to_string())?)
+                Some(plan::estimate_parallel(&plan).map_err(|e| e.to_string())?)
             } else {
                 None
             };
@@ -216,7 +216,7 @@ pub fn estimate_json_with(
                 "compute_seconds": p.compute_seconds,
                 "scaling_efficiency": p.scaling_efficiency,
                 "samples_per_step": p.samples_per_step,
-                "offload": p.offload,
+                "offload": p.offload.as_ref().map(offload_json),
                 "fits": p.fits,
             },
         }),
@@ -224,13 +224,47 @@ pub fn estimate_json_with(
             "per_gpu": parallel::single_gpu(e),
             "host_bytes": 0,
             "communication": {"bytes_per_step": 0, "seconds_per_step": 0.0, "exposed_seconds_per_step": 0.0, "items": []},
-            "step_seconds": gpu.map(|g| parallel::single_gpu_step_seconds(plan, e, &g)),
+            "step_seconds": gpu.map(|g| parallel::single_gpu_step_seconds(&plan.setup(), e, &g)),
         }),
     };
     if let (Some(o), serde_json::Value::Object(x)) = (v.as_object_mut(), extra) {
         o.extend(x);
     }
     v
+}
+
+/// The offload report with its verdict in words.
+fn offload_json(o: &OffloadReport) -> serde_json::Value {
+    let mut v = serde_json::json!(o);
+    if let Some(m) = v.as_object_mut() {
+        m.insert("verdict".into(), offload_verdict(o).into());
+    }
+    v
+}
+
+/// Whether offload's copies hide behind compute, in a sentence.
+fn offload_verdict(o: &OffloadReport) -> String {
+    let (secs, link) = (o.transfer_seconds_per_step, o.link_name);
+    let verdict = if !o.timed {
+        format!("{secs:.3} s of copies per step over {link}; give a GPU to compare with compute")
+    } else if o.hidden {
+        format!("copies ({secs:.3} s per step over {link}) hide behind compute")
+    } else {
+        format!(
+            "copies take {secs:.3} s per step over {link}, {:.3} s of it not hidden behind compute{}",
+            o.exposed_seconds_per_step,
+            if o.on_compute_stream {
+                " (save_on_cpu copies run on the compute stream)"
+            } else {
+                ""
+            }
+        )
+    };
+    if o.shared_memory {
+        format!("{verdict}; host and GPU share one memory pool, so the machine's total does not shrink")
+    } else {
+        verdict
+    }
 }
 
 fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
@@ -273,11 +307,11 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         if let (Some(g), true) = (&gpu, plan.mode != crate::estimator::tune::Mode::Train) {
             let ok = |r: Result<Option<u64>, _>| r.ok().flatten();
             let ctx = if plan.mode == crate::estimator::tune::Mode::Infer {
-                ok(crate::estimator::fit::max_context(plan, g.memory))
+                ok(crate::plan::fit::max_context(plan, g.memory))
             } else {
                 None
             };
-            m.insert("fit".into(), serde_json::json!({"max_batch": ok(crate::estimator::fit::max_batch(plan, g.memory)), "max_context": ctx}));
+            m.insert("fit".into(), serde_json::json!({"max_batch": ok(crate::plan::fit::max_batch(plan, g.memory)), "max_context": ctx}));
         }
     }
     v
@@ -368,7 +402,7 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
             Bytes(o.host_bytes),
             Bytes(o.host_bytes_per_node),
             Bytes(o.gpu_bytes_saved),
-            o.verdict
+            offload_verdict(o)
         );
     }
     if let (Some(f), Some(g)) = (p.fits, plan.gpu.as_deref().and_then(gpus::find)) {

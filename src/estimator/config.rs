@@ -1,8 +1,6 @@
-//! The plan: what the user asks about. Its keys are those of the reference records
-//! (`model`, `hf_config`, `batch`, `res`, `seq`, `dtype`, `opt`, `ckpt`, `attn`, `cudnn`) plus
-//! further options; unknown keys are refused so a typo never silently changes nothing.
-//! Fine-tuning and inference keys (`mode`, `lora`, `quantization`, `kv_cache_dtype`,
-//! `sparsity`, `frozen`, `context`, `new_tokens`) are described in [`super::tune`].
+//! The settings of one step ([`Setup`]), the choices they are made of (checkpointing,
+//! attention kernel, causal mask, device) and what a model builder is given ([`BuildCtx`]).
+//! Fine-tuning and inference settings are described in [`super::tune`].
 
 use serde::{Deserialize, Serialize};
 
@@ -117,153 +115,48 @@ pub enum Device {
     Cpu,
 }
 
-fn one() -> u64 {
-    1
-}
-fn one32() -> u32 {
-    1
-}
-
-/// A training set-up to estimate.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Plan {
-    /// Preset name (`vram-planner models`), or a label when `hf_config` is given.
-    pub model: String,
-    /// A Hugging Face `config.json` (GPT-2, BERT, LLaMA, Mistral, Qwen2) defining the model.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hf_config: Option<serde_json::Value>,
+/// The settings of one step, every name already resolved: what the core simulates. The plan
+/// layer (`crate::plan::Plan`) reads them from the user's keys.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Setup {
     /// Micro-batch size.
-    #[serde(default = "one")]
     pub batch: u64,
-    /// Square image side in pixels (vision models).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Square image side in pixels (vision models); `None`: the model's default.
     pub res: Option<u64>,
-    /// Sequence length in tokens (text models).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Sequence length in tokens (text models); `None`: the model's default.
     pub seq: Option<u64>,
-    #[serde(default)]
     pub dtype: Precision,
-    #[serde(default, alias = "optimizer")]
     pub opt: OptimizerKind,
-    /// How the optimizer step runs; default: PyTorch's own choice for the device
-    /// ([`Plan::optimizer_impl`]).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// How the optimizer step runs; `None`: PyTorch's own choice ([`Setup::optimizer_impl`]).
     pub optimizer_impl: Option<OptimizerImpl>,
-    #[serde(default)]
     pub ckpt: Checkpointing,
-    #[serde(default)]
     pub attn: AttnImpl,
-    /// Language models: whether the causal mask is materialised (a padded or packed batch, and
-    /// the reference set) or skipped (an unpadded batch: SDPA's `is_causal`). See [`CausalMask`].
-    #[serde(default, skip_serializing_if = "is_default_mask")]
     pub causal_mask: CausalMask,
-    /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
-    /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
-    /// defaults to false and true is refused.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// LSTM: whether the cuDNN RNN kernel runs; `None`: on CUDA only.
     pub cudnn: Option<bool>,
-    #[serde(default)]
     pub device: Device,
     /// Gradient-accumulation micro-batches per optimizer step.
-    #[serde(default = "one32")]
     pub accumulation: u32,
-    /// GPU preset name for the fit verdict and the device-level numbers.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu: Option<String>,
-    /// Pre-training (`train`), fine-tuning (`finetune`: frozen layers, LoRA, QLoRA) or serving
-    /// (`infer`: forward only, KV cache).
-    #[serde(default)]
     pub mode: Mode,
-    /// LoRA adapters (peft `LoraConfig`); fine-tuning only.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lora: Option<LoraConfig>,
-    /// Weight format of the transformer blocks' linear layers.
-    #[serde(default)]
     pub quantization: Quantization,
-    /// NF4: quantize the absmax constants again (bitsandbytes `compress_statistics`).
-    #[serde(default)]
     pub double_quant: bool,
-    /// Elements per quantization block (NF4 default 64, INT4 default 128).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group_size: Option<u64>,
-    /// Element type of the KV cache (default: the activations' dtype).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_dtype: Option<KvDtype>,
-    /// Structured sparsity of the transformer blocks' linear weights (inference).
-    #[serde(default)]
     pub sparsity: Sparsity,
-    /// Frozen parameters for partial fine-tuning: the embeddings and the first N blocks, or a
-    /// list of module paths.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frozen: Option<Frozen>,
-    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Inference: prompt tokens per sequence.
     pub context: Option<u64>,
-    /// Inference: tokens generated per sequence (`generate(max_new_tokens)`, default 1: the
-    /// prefill alone produces the first one).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Inference: tokens generated per sequence.
     pub new_tokens: Option<u64>,
-    /// Multi-GPU layout (data, tensor and pipeline parallelism, ZeRO/FSDP). Absent: one GPU,
-    /// estimated exactly as before.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Multi-GPU layout; `None`: one GPU.
     pub parallel: Option<super::parallel::Parallel>,
-    /// What lives in host memory instead of on the GPU (ZeRO-Offload / ZeRO-Infinity).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// What lives in host memory instead of on the GPU.
     pub offload: Option<super::parallel::Offload>,
 }
 
-impl Default for Plan {
-    fn default() -> Self {
-        Plan {
-            model: "resnet50".into(),
-            hf_config: None,
-            batch: 32,
-            res: None,
-            seq: None,
-            dtype: Precision::Fp32,
-            opt: OptimizerKind::Adam,
-            optimizer_impl: None,
-            ckpt: Checkpointing::None,
-            attn: AttnImpl::Sdpa,
-            causal_mask: CausalMask::Materialized,
-            cudnn: None,
-            device: Device::Cuda,
-            accumulation: 1,
-            gpu: None,
-            mode: Mode::Train,
-            lora: None,
-            quantization: Quantization::None,
-            double_quant: false,
-            group_size: None,
-            kv_cache_dtype: None,
-            sparsity: Sparsity::None,
-            frozen: None,
-            context: None,
-            new_tokens: None,
-            parallel: None,
-            offload: None,
-        }
-    }
-}
-
-fn is_default_mask(m: &CausalMask) -> bool {
-    *m == CausalMask::Materialized
-}
-
-impl Plan {
-    pub fn new(model: &str) -> Self {
-        Plan {
-            model: model.into(),
-            ..Plan::default()
-        }
-    }
-    /// Whether the plan spreads over GPUs or host memory (a `parallel` or `offload` key): the
-    /// per-GPU estimate (`parallel::estimate_parallel`) answers it.
-    pub fn is_parallel(&self) -> bool {
-        self.parallel.is_some() || self.offload.is_some()
-    }
-    /// The optimizer implementation that runs: the plan's, else PyTorch's default
+impl Setup {
+    /// The optimizer implementation that runs: the setting, else PyTorch's default
     /// (`torch/optim/optimizer.py` `_default_to_fused_or_foreach`): foreach when all parameters
     /// are on CUDA, the per-parameter for-loop on the CPU.
     pub fn optimizer_impl(&self) -> OptimizerImpl {
@@ -274,7 +167,7 @@ impl Plan {
     }
 }
 
-/// What a model builder needs, resolved from the plan.
+/// What a model builder needs, resolved from the setup.
 #[derive(Clone, Debug)]
 pub struct BuildCtx {
     pub batch: u64,

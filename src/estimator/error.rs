@@ -1,11 +1,11 @@
-//! Errors a user can act on. Every way an estimate can fail is one variant with its remedy.
+//! Errors a user can act on. Every way an estimate of given values can fail is one variant with
+//! its remedy; failures to resolve a name (a model, a GPU, a link) are the plan layer's
+//! (`crate::plan::PlanError`).
 
 use thiserror::Error;
 
 #[derive(Debug, Error, Clone, PartialEq)]
 pub enum EstimateError {
-    #[error("unknown model '{0}': pick one of the presets (`vram-planner models` lists them) or pass a Hugging Face config.json")]
-    UnknownModel(String),
     #[error("{field} must be at least {min}, got {got}")]
     TooSmall {
         field: &'static str,
@@ -33,8 +33,4 @@ pub enum EstimateError {
     /// A multi-GPU layout that cannot run (see `estimator::parallel`).
     #[error("invalid parallel layout: {0}")]
     BadLayout(String),
-    /// The page fetches the code of every model but the ResNets on first use (see
-    /// `presets::lazy`); asked for one before that code arrived.
-    #[error("the code for this model has not been fetched yet: check the connection and pick the model again")]
-    CodeNotLoaded,
 }

@@ -1,21 +1,18 @@
-//! The estimator core: pure Rust, no web dependency. A model is a tape of ops with shapes
-//! ([`graph`], [`ops`]); one training step is replayed as PyTorch runs it ([`simulate`]); the
-//! result is a timeline of live bytes by category and phase, its peak and a breakdown.
-//!
-//! ```
-//! use vram_planner::estimator::{estimate, config::Plan};
-//! let mut plan = Plan::new("resnet18");
-//! plan.batch = 8;
-//! let e = estimate(&plan).unwrap();
-//! assert!(e.peak_allocated.gib() > 0.1);
-//! ```
+//! The estimator core: pure Rust, no web dependency, and no names. It takes values: a model
+//! ([`model::ModelSpec`]: its input, capabilities and builder), the step's settings
+//! ([`config::Setup`]) and the hardware ([`hardware::Gpu`], [`hardware::Link`]). A model is a tape
+//! of ops with shapes ([`graph`], [`ops`]); one training step is replayed as PyTorch runs it
+//! ([`simulate`]); the result is a timeline of live bytes by category and phase, its peak and a
+//! breakdown ([`Estimate`]). Multi-GPU layouts are in [`parallel`]. Turning preset names into
+//! these values is the plan layer's work (`crate::plan`).
 
 pub mod checkpoint;
 pub mod config;
 pub mod device;
 pub mod error;
-pub mod fit;
 pub mod graph;
+pub mod hardware;
+pub mod model;
 pub mod ops;
 pub mod ops_cnn;
 pub mod ops_cpu;
@@ -25,15 +22,15 @@ pub mod ops_tune;
 pub mod optimizer;
 pub mod parallel;
 pub mod simulate;
-pub mod sweep;
 pub mod timeline;
 pub mod tune;
 pub mod units;
 
 use serde::Serialize;
 
-use crate::presets::{gpus, models};
-use config::{BuildCtx, Plan};
+use config::{BuildCtx, Setup};
+use hardware::{DeviceOverhead, Gpu};
+use model::{InputKind, ModelSpec};
 use error::EstimateError;
 use graph::Graph;
 use graph::{Precision, StorageKind};
@@ -148,128 +145,127 @@ fn check_range(field: &'static str, v: u64, min: u64, max: u64) -> Result<(), Es
     Ok(())
 }
 
-/// Validates the plan and builds the model's forward tape (inference: the prefill's).
-pub fn build_graph(plan: &Plan) -> Result<Graph, EstimateError> {
-    build_graph_step(plan, None)
+/// Validates the settings and builds the model's forward tape (inference: the prefill's).
+pub fn build_graph(model: &ModelSpec, setup: &Setup) -> Result<Graph, EstimateError> {
+    build_graph_step(model, setup, None)
 }
 
-/// The prompt tokens and generated tokens of an inference plan.
-fn infer_lengths(plan: &Plan, default_seq: u64) -> Result<(u64, u64), EstimateError> {
-    let context = plan.context.or(plan.seq).unwrap_or(default_seq);
+/// The prompt tokens and generated tokens of an inference step.
+fn infer_lengths(setup: &Setup, default_seq: u64) -> Result<(u64, u64), EstimateError> {
+    let context = setup.context.or(setup.seq).unwrap_or(default_seq);
     check_range("context", context, 1, MAX_SEQ)?;
-    let new_tokens = plan.new_tokens.unwrap_or(1);
+    let new_tokens = setup.new_tokens.unwrap_or(1);
     check_range("new_tokens", new_tokens, 1, MAX_SEQ)?;
     check_range("context + new_tokens", context + new_tokens, 2, MAX_SEQ + 1)?;
     Ok((context, new_tokens))
 }
 
-/// Builds one graph; for inference plans `decode` picks the last decode step instead of the
-/// prefill.
-fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateError> {
-    check_range("batch", plan.batch, 1, MAX_BATCH)?;
+/// Builds one graph; for inference `decode` picks the last decode step instead of the prefill.
+fn build_graph_step(
+    model: &ModelSpec,
+    setup: &Setup,
+    decode: Option<()>,
+) -> Result<Graph, EstimateError> {
+    check_range("batch", setup.batch, 1, MAX_BATCH)?;
     check_range(
         "accumulation",
-        plan.accumulation as u64,
+        setup.accumulation as u64,
         1,
         MAX_ACCUMULATION as u64,
     )?;
-    let tune = TuneCtx::from_plan(plan)?;
+    let tune = TuneCtx::from_plan(setup)?;
     // QLoRA (`prepare_model_for_kbit_training`): every parameter that is not 4-bit is upcast to
     // fp32; the 4-bit layers compute in `tune.nf4_compute`. Autocast, if asked for, stays on.
-    let precision = match (tune.quant, tune.mode, plan.dtype) {
+    let precision = match (tune.quant, tune.mode, setup.dtype) {
         (Quantization::Nf4, Mode::Finetune, Precision::Bf16 | Precision::Fp16) => Precision::Fp32,
         (_, _, p) => p,
     };
     if tune.mode == Mode::Infer {
-        if plan.ckpt != config::Checkpointing::None {
+        if setup.ckpt != config::Checkpointing::None {
             return Err(EstimateError::Unsupported("checkpointing trades recomputation for saved activations; inference saves none (use \"ckpt\": \"none\")".into()));
         }
-        if plan.accumulation != 1 {
+        if setup.accumulation != 1 {
             return Err(EstimateError::Unsupported(
                 "gradient accumulation applies to training".into(),
             ));
         }
     }
     let mut ctx = BuildCtx {
-        batch: plan.batch,
+        batch: setup.batch,
         res: 224,
         seq: 512,
         precision,
-        ckpt: plan.ckpt,
-        attn: plan.attn,
-        causal_mask: plan.causal_mask,
-        cudnn: plan.cudnn.unwrap_or(plan.device == config::Device::Cuda),
-        device: plan.device,
+        ckpt: setup.ckpt,
+        attn: setup.attn,
+        causal_mask: setup.causal_mask,
+        cudnn: setup.cudnn.unwrap_or(setup.device == config::Device::Cuda),
+        device: setup.device,
         tune,
         tp: 1,
         sequence_parallel: false,
     };
-    if let Some(par) = &plan.parallel {
+    if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
     }
 
-    if let Some(res) = plan.res {
+    if let Some(res) = setup.res {
         check_range("res", res, 1, MAX_RES)?;
     }
-    if let Some(seq) = plan.seq {
+    if let Some(seq) = setup.seq {
         check_range("seq", seq, 1, MAX_SEQ)?;
     }
-    let text = plan.hf_config.is_some()
-        || models::find(&plan.model)
-            .is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
-    let image = !text
-        && models::find(&plan.model)
-            .is_some_and(|m| matches!(m.input, models::InputKind::Image { .. }));
-    if !text || plan.model == "lstm-lm" && plan.hf_config.is_none() {
+    if !model.caps.language_model {
         if matches!(ctx.tune.frozen, Some(tune::Frozen::Layers(_))) {
             return Err(EstimateError::Unsupported("\"frozen\": N counts transformer blocks; for this model list module paths (e.g. [\"conv1\", \"layer1\"])".into()));
         }
         if ctx.tune.lora.is_some()
             || !ctx.tune.dense_linears()
-            || plan.kv_cache_dtype.is_some()
-            || plan.context.is_some()
-            || plan.new_tokens.is_some()
+            || setup.kv_cache_dtype.is_some()
+            || setup.context.is_some()
+            || setup.new_tokens.is_some()
         {
-            return Err(EstimateError::Unsupported(format!("LoRA, quantization, sparsity and the KV cache are modelled for language models; {} takes {}", plan.model, if image { "batch and resolution" } else { "plain training or inference" })));
+            return Err(EstimateError::Unsupported(format!(
+                "LoRA, quantization, sparsity and the KV cache are modelled for language models; {} takes {}",
+                model.label,
+                if model.input.is_tokens() {
+                    "plain training or inference"
+                } else {
+                    "batch and resolution"
+                }
+            )));
         }
     }
-    if let Some(cfg) = &plan.hf_config {
-        ctx.seq = plan.seq.unwrap_or(512);
-        set_infer_step(plan, &mut ctx, decode)?;
-        return crate::presets::lazy::build(crate::presets::lazy::LazyModel::Config(cfg), &ctx);
+    if ctx.tune.mode == Mode::Infer && !model.caps.inference {
+        return Err(EstimateError::Unsupported(format!(
+            "inference of {} is not modelled",
+            model.label
+        )));
     }
-    let preset =
-        models::find(&plan.model).ok_or_else(|| EstimateError::UnknownModel(plan.model.clone()))?;
-    if ctx.tune.mode == Mode::Infer && preset.id == "lstm-lm" {
-        return Err(EstimateError::Unsupported(
-            "inference of the LSTM language model is not modelled".into(),
-        ));
-    }
-    match preset.input {
-        models::InputKind::Image {
+    match model.input {
+        InputKind::Image {
             default_res,
             min_res,
         } => {
-            ctx.res = plan.res.unwrap_or(default_res);
+            ctx.res = setup.res.unwrap_or(default_res);
             if ctx.res < min_res {
                 return Err(EstimateError::ResolutionTooSmall {
-                    model: plan.model.clone(),
+                    model: model.label.clone(),
                     res: ctx.res,
                     min: min_res,
                 });
             }
         }
-        models::InputKind::Tokens {
+        InputKind::Tokens {
             default_seq,
             max_seq,
         } => {
-            ctx.seq = plan.seq.unwrap_or(default_seq);
-            set_infer_step(plan, &mut ctx, decode)?;
+            ctx.seq = setup.seq.unwrap_or(default_seq);
+            set_infer_step(setup, &mut ctx, decode)?;
             if let Some(max) = max_seq {
                 if ctx.seq > max {
                     return Err(EstimateError::SequenceTooLong {
-                        model: plan.model.clone(),
+                        model: model.label.clone(),
                         seq: ctx.seq,
                         max,
                     });
@@ -277,24 +273,21 @@ fn build_graph_step(plan: &Plan, decode: Option<()>) -> Result<Graph, EstimateEr
             }
         }
     }
-    match preset.build {
-        Some(build) => build(&ctx),
-        None => crate::presets::lazy::build(crate::presets::lazy::LazyModel::Preset(preset), &ctx),
-    }
+    (model.build)(&ctx)
 }
 
-/// Inference plans of language models: the forward to build (prefill of the prompt, or the last
+/// Inference of language models: the forward to build (prefill of the prompt, or the last
 /// decode step over `context + new_tokens - 2` cached tokens).
 fn set_infer_step(
-    plan: &Plan,
+    setup: &Setup,
     ctx: &mut BuildCtx,
     decode: Option<()>,
 ) -> Result<(), EstimateError> {
     if ctx.tune.mode != Mode::Infer {
         return Ok(());
     }
-    let (context, new_tokens) = infer_lengths(plan, ctx.seq)?;
-    let kv_dtype = plan.kv_cache_dtype.map(|k| k.dtype());
+    let (context, new_tokens) = infer_lengths(setup, ctx.seq)?;
+    let kv_dtype = setup.kv_cache_dtype.map(|k| k.dtype());
     ctx.tune.infer = Some(match decode {
         None => InferStep {
             past: 0,
@@ -316,38 +309,28 @@ fn set_infer_step(
     Ok(())
 }
 
-/// Estimates one training step of `plan`; for an inference plan, the prefill and the last decode
-/// step, reporting the larger peak.
-pub fn estimate(plan: &Plan) -> Result<Estimate, EstimateError> {
-    let g = build_graph(plan)?;
-    let gpu = match &plan.gpu {
-        Some(id) => Some(
-            gpus::find(id)
-                .ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?,
-        ),
-        None => None,
+/// Estimates one training step of `model` under `setup` on `gpu` (`None`: the default card, see
+/// [`hardware::DeviceOverhead`]); for inference, the prefill and the last decode step,
+/// reporting the larger peak.
+pub fn estimate(
+    model: &ModelSpec,
+    setup: &Setup,
+    gpu: Option<&Gpu>,
+) -> Result<Estimate, EstimateError> {
+    let g = build_graph(model, setup)?;
+    let prefill = estimate_graph(&model.label, setup, &g, gpu);
+    let InputKind::Tokens { default_seq, .. } = model.input else {
+        return Ok(prefill);
     };
-    let prefill = estimate_graph(plan, &g, gpu.as_ref());
-    let text = plan.hf_config.is_some()
-        || models::find(&plan.model)
-            .is_some_and(|m| matches!(m.input, models::InputKind::Tokens { .. }));
-    if plan.mode != Mode::Infer || !text {
+    if setup.mode != Mode::Infer {
         return Ok(prefill);
     }
-    let default_seq = models::find(&plan.model)
-        .and_then(|m| match m.input {
-            models::InputKind::Tokens { default_seq, .. } if plan.hf_config.is_none() => {
-                Some(default_seq)
-            }
-            _ => None,
-        })
-        .unwrap_or(512);
-    let (context, new_tokens) = infer_lengths(plan, plan.seq.unwrap_or(default_seq))?;
-    let per_token = Bytes(g.storage_bytes(StorageKind::KvCache).0 / (plan.batch * context));
+    let (context, new_tokens) = infer_lengths(setup, setup.seq.unwrap_or(default_seq))?;
+    let per_token = Bytes(g.storage_bytes(StorageKind::KvCache).0 / (setup.batch * context));
     let prefill_peak = prefill.peak_allocated;
     let (mut best, decode_peak) = if new_tokens >= 2 {
-        let dg = build_graph_step(plan, Some(()))?;
-        let decode = estimate_graph(plan, &dg, gpu.as_ref());
+        let dg = build_graph_step(model, setup, Some(()))?;
+        let decode = estimate_graph(&model.label, setup, &dg, gpu);
         let dp = decode.peak_allocated;
         if dp > prefill_peak {
             (decode, Some(dp))
@@ -391,7 +374,7 @@ fn block_of(name: &str) -> &str {
 }
 
 /// Estimates a step of an already built graph.
-pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estimate {
+pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
     let opts = StepOptions {
         optimizer: plan.opt,
         optimizer_impl: plan.optimizer_impl(),
@@ -451,14 +434,11 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
                 .fold(counters, |a, b| a.saturating_add(b)),
         )
     };
-    let sm = gpu.map(|g| g.sm).unwrap_or(90);
-    let workspaces = if sm == 0 {
-        Bytes::ZERO
-    } else {
-        device::cublas_workspaces(sm)
-    };
+    let DeviceOverhead {
+        workspaces,
+        context,
+    } = DeviceOverhead::of(gpu);
     let reserved = r.timeline.reserved() + workspaces;
-    let context = gpu.map(|g| g.context).unwrap_or(device::DEFAULT_CONTEXT);
     let mut layers: Vec<LayerActivation> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {
         let b = r.saved_after_forward[i];
@@ -480,7 +460,7 @@ pub fn estimate_graph(plan: &Plan, g: &Graph, gpu: Option<&gpus::Gpu>) -> Estima
         }
     }
     Estimate {
-        model: plan.model.clone(),
+        model: label.to_string(),
         param_count: g.param_count(),
         param_bytes,
         grad_bytes,
@@ -533,18 +513,5 @@ mod tests {
         ] {
             assert_eq!(block_of(name), block, "{name}");
         }
-        // ViT's chart shows its twelve encoder blocks, not one "encoder" bar.
-        let e = estimate(&Plan {
-            model: "vit_b_16".into(),
-            ..Plan::default()
-        })
-        .unwrap();
-        assert_eq!(
-            e.layers
-                .iter()
-                .filter(|l| l.layer.starts_with("encoder.layers."))
-                .count(),
-            12
-        );
     }
 }

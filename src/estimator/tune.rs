@@ -286,7 +286,7 @@ impl Default for TuneCtx {
 impl TuneCtx {
     /// Checks the plan's fine-tuning/inference keys against its mode; refuses keys that would
     /// change nothing (a LoRA config in a training plan, a KV-cache dtype when training, ...).
-    pub fn from_plan(plan: &super::config::Plan) -> Result<TuneCtx, EstimateError> {
+    pub fn from_plan(plan: &super::config::Setup) -> Result<TuneCtx, EstimateError> {
         let mode = plan.mode;
         let name = mode.key();
         if plan.lora.is_some() && mode != Mode::Finetune {

@@ -11,7 +11,7 @@ use super::{
     draw_legend, draw_message, english_categories, frame, style_mesh, tick, MemUnit, PlotError,
     Swatch,
 };
-use crate::estimator::sweep::Point;
+use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 

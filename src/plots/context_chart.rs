@@ -1,10 +1,10 @@
 //! Inference memory against context length: the allocated peak of a context sweep
-//! ([`crate::estimator::fit::context_sweep`]) stacked by category, the KV cache as its own band.
+//! ([`crate::plan::fit::context_sweep`]) stacked by category, the KV cache as its own band.
 //! The chart itself is the shared [`super::batch::StackedChart`], labelled in the page's language
 //! by `ui::mode_logic::context_chart`.
 
 use super::batch::bands;
-use crate::estimator::sweep::Point;
+use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
 
 /// The bands bottom to top, as every stacked chart draws them ([`super::batch::bands`]): the

@@ -10,25 +10,9 @@
 //! Apple's unified memory is the Metal `recommendedMaxWorkingSetSize` of macOS 14–15 (75 % of
 //! the RAM; macOS 26 allows more on 128 GB machines).
 
+pub use crate::estimator::hardware::Gpu;
 use crate::estimator::units::Bytes;
 
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Gpu {
-    pub id: &'static str,
-    pub name: &'static str,
-    pub memory: Bytes,
-    /// Memory bandwidth, GB/s.
-    pub bandwidth_gbs: f64,
-    /// CUDA compute capability × 10 (0 for non-NVIDIA).
-    pub sm: u32,
-    /// Dense bf16/fp16 tensor TFLOPS.
-    pub tflops_bf16: f64,
-    /// Dense fp32 (non-tensor-core) TFLOPS from the data sheet: PyTorch runs fp32 matmuls in full
-    /// fp32 by default (`torch.backends.cuda.matmul.allow_tf32 = False`).
-    pub tflops_fp32: f64,
-    /// CUDA context and loaded kernels (measured with `nvidia-smi` minus PyTorch's reserved, typical).
-    pub context: Bytes,
-}
 
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;

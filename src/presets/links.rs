@@ -8,38 +8,8 @@
 //! nccl-tests "bus bandwidth" it is compared with is unidirectional too
 //! (NVIDIA/nccl-tests `doc/PERFORMANCE.md`).
 
-use super::gpus::Gpu;
-
-/// Where a link sits.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LinkKind {
-    /// Between GPUs of one node (NVLink, PCIe through a switch, Infinity Fabric).
-    IntraNode,
-    /// Between nodes: one port (NIC) per GPU in rail-optimised clusters.
-    InterNode,
-    /// Between a GPU and host memory (offload).
-    Host,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
-pub struct Link {
-    pub id: &'static str,
-    pub name: &'static str,
-    pub kind: LinkKind,
-    /// Bandwidth per direction, GB/s. For [`Link::shared_memory`] links it is resolved against
-    /// the GPU (see [`Link::for_gpu`]).
-    pub gbs_per_direction: f64,
-    /// Per-message start-up time (α of the α–β model), microseconds: one ring step pays it once.
-    /// Typical small-message latencies of NCCL over each fabric (nccl-tests at 8 B is 10–20 µs per
-    /// collective across a few steps).
-    pub latency_us: f64,
-    /// Host and GPU share one physical memory (Apple unified memory): "offload" is a copy inside
-    /// the same DRAM and frees nothing of the machine's total.
-    pub shared_memory: bool,
-    /// The data-sheet figure the bandwidth comes from.
-    pub source: &'static str,
-}
+pub use crate::estimator::hardware::{Link, LinkKind};
+use crate::estimator::hardware::Gpu;
 
 const fn link(
     id: &'static str,
@@ -99,20 +69,6 @@ pub fn find(id: &str) -> Option<Link> {
     LINKS.iter().find(|l| l.id == id).copied()
 }
 
-impl Link {
-    /// The link with a shared-memory bandwidth resolved against `gpu`: half its memory
-    /// bandwidth, since a copy inside one DRAM reads and writes every byte.
-    pub fn for_gpu(mut self, gpu: Option<&Gpu>) -> Link {
-        if self.shared_memory {
-            self.gbs_per_direction = gpu.map(|g| g.bandwidth_gbs / 2.0).unwrap_or(200.0);
-        }
-        self
-    }
-    /// Bytes per second per direction.
-    pub fn bytes_per_s(&self) -> f64 {
-        self.gbs_per_direction * 1e9
-    }
-}
 
 fn by_id(id: &str) -> Link {
     // Every id below is in the table (checked by a test).

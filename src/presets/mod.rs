@@ -1,10 +1,10 @@
-//! Presets as data: models (built op by op from their reference definitions), GPUs.
+//! Presets as data: models (built op by op from their reference definitions), GPUs and links.
+//! The plan layer (`crate::plan::resolve`) looks them up by name.
 
 pub mod cnn;
 pub mod generate;
 pub mod gpus;
 pub mod hf;
-pub mod lazy;
 pub mod links;
 pub mod models;
 pub mod rnn;

@@ -3,6 +3,7 @@
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
+pub use crate::estimator::model::InputKind;
 
 use super::{hf, vision};
 
@@ -26,17 +27,6 @@ impl Family {
     }
 }
 
-/// What the model consumes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum InputKind {
-    /// Square images; the default side and the smallest side the architecture accepts.
-    Image { default_res: u64, min_res: u64 },
-    /// Token sequences; the default length and the position limit (`None`: unbounded, e.g. RoPE).
-    Tokens {
-        default_seq: u64,
-        max_seq: Option<u64>,
-    },
-}
 
 pub struct ModelPreset {
     pub id: &'static str,
@@ -46,7 +36,7 @@ pub struct ModelPreset {
     /// Exact parameter count (torchvision / transformers), checked against the built graph.
     pub params: u64,
     /// The builder, when the page's first load carries it (the ResNets: the default plan is
-    /// ResNet-50). `None`: [`super::lazy`] builds it, from code the page fetches on first use.
+    /// ResNet-50). `None`: the plan layer's lazy seam (`crate::plan::lazy`) builds it, from code the page fetches on first use.
     pub build: Option<fn(&BuildCtx) -> Result<Graph, EstimateError>>,
 }
 
@@ -365,8 +355,10 @@ pub fn text_model_type(id: &str) -> Option<&'static str> {
 }
 
 /// Builds a language-model preset through the `config.json` import.
-pub(super) fn text_preset(id: &str, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let cfg = text_config(id).ok_or_else(|| EstimateError::UnknownModel(id.into()))?;
+pub(crate) fn text_preset(id: &str, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
+    let cfg = text_config(id).ok_or_else(|| {
+        EstimateError::Unsupported(format!("the preset {id} has no config.json"))
+    })?;
     hf::build_from_config(&cfg, ctx)
 }
 

@@ -18,7 +18,7 @@ use super::runtime::{self, wb};
 use super::state::{self, InputSpec};
 use super::suggest;
 use super::url::{self, ChartKind, View};
-use crate::estimator::config::Plan;
+use crate::plan::Plan;
 use crate::estimator::error::EstimateError;
 use crate::presets::gpus::Gpu;
 

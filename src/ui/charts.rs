@@ -5,8 +5,9 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::estimator::config::{Checkpointing, Plan};
-use crate::estimator::sweep::{log_points, Point};
+use crate::estimator::config::{Checkpointing};
+use crate::plan::{Plan};
+use crate::plan::sweep::{log_points, Point};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::plots::timeline::{columns, Columns};

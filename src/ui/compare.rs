@@ -11,8 +11,8 @@ use super::extra::Prefs;
 use super::i18n::{Label, Msg};
 use super::mode_logic::{self as ml, ColumnControl};
 use super::state::{model_options, set_model};
-use crate::estimator::config::Plan;
-use crate::estimator::fit::compare;
+use crate::plan::Plan;
+use crate::plan::fit::compare;
 
 /// The header cell of configuration `i`: its model picker, "×" (remove) and "Edit" (load it
 /// into the planner).

@@ -9,9 +9,8 @@ use super::dom::{h, label, select, value_of, El};
 use super::i18n::{self, Lang, Msg, Units};
 use super::state;
 use super::url;
-use crate::estimator::config::{
-    AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
-};
+use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::plan::{Plan};
 
 fn field(class: &str) -> El {
     h("div").cls(class)
@@ -95,12 +94,12 @@ pub fn model_picker(p: Planner) -> El {
     // The builders of all models but the ResNets are fetched on first use (presets::lazy): the plan
     // changes once they are here, so it never holds a model the page cannot build.
     let with_code = move |next: Plan| {
-        if crate::presets::lazy::ready_for(&next) {
+        if crate::plan::lazy::ready_for(&next) {
             fetch.set(Fetch::Done);
             plan.set(next);
         } else {
             // (On failure the picker goes back to the plan's model: its value tracks `fetch`.)
-            fetch_then(fetch, crate::presets::lazy::load(), move || plan.set(next));
+            fetch_then(fetch, crate::plan::lazy::load(), move || plan.set(next));
         }
     };
     let groups = groups

@@ -7,7 +7,8 @@
 
 use serde::Serialize;
 
-use crate::estimator::config::{OptimizerImpl, OptimizerKind, Plan};
+use crate::estimator::config::{OptimizerImpl, OptimizerKind};
+use crate::plan::{Plan};
 use crate::estimator::device::cublas_workspaces;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
@@ -368,7 +369,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
 mod tests {
     use super::*;
     use crate::estimator::config::Precision;
-    use crate::estimator::estimate;
+    use crate::plan::estimate;
     use crate::presets::gpus;
     use crate::ui::model::BatchModel;
 

@@ -1,7 +1,7 @@
 //! Downloads of the breakdown: CSV (one row per component, with its formula) and JSON (the plan
 //! and the rows). Cells that a spreadsheet would run as a formula are quoted with a leading `'`.
 
-use crate::estimator::config::Plan;
+use crate::plan::Plan;
 
 use super::charts::Table;
 use super::explain::Row;

@@ -15,7 +15,7 @@ use web_sys::HtmlCanvasElement;
 use super::backend::AnyBackend;
 use super::dom::{h, value_of, El};
 use super::i18n::{Label, Lang, Msg, Units};
-use crate::estimator::config::Plan;
+use crate::plan::Plan;
 use crate::plots::{PlotError, Theme};
 
 /// The page's language and units as the panels read them. Bindings that read them rebuild only
@@ -79,7 +79,7 @@ pub async fn load_panels() -> Result<(), ChunkUnavailable> {
     // The panels size language models (their plans are their own, not the page's): they need
     // the lazily fetched builders whatever the page shows.
     // They also read and write settings as JSON.
-    let ok = crate::presets::lazy::load().await && super::json::load().await;
+    let ok = crate::plan::lazy::load().await && super::json::load().await;
     ok.then_some(()).ok_or(ChunkUnavailable)
 }
 

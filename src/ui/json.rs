@@ -8,7 +8,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::estimator::config::Plan;
+use crate::plan::Plan;
 
 use super::explain::Row;
 

@@ -70,13 +70,13 @@ pub fn mount() {
     // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.
     let query = runtime::location_query();
     let (seq, json) = (url::wants_lazy_models(&query), url::wants_json(&query));
-    if (seq && !crate::presets::lazy::loaded()) || (json && !json::loaded()) {
+    if (seq && !crate::plan::lazy::loaded()) || (json && !json::loaded()) {
         // (Leptos's executor starts with the mount: this runs on wasm-bindgen's.)
         wasm_bindgen_futures::spawn_local(async move {
             // Failed (offline before the service worker cached them): the link's settings are
             // then reported as unusable and the page opens on its defaults.
             if seq {
-                crate::presets::lazy::load().await;
+                crate::plan::lazy::load().await;
             }
             if json {
                 json::load().await;

@@ -3,12 +3,13 @@
 //! takes, the inference numbers (KV cache, prefill and decode peaks, the longest context that
 //! fits), the context sweep of the inference chart and its words, the rows of the comparison table, with
 //! their texts in the page's language and sizes in its units. Every number comes from the
-//! estimator ([`crate::estimator::fit`], [`crate::estimator::estimate`]).
+//! estimator ([`crate::plan::fit`], [`crate::estimator::estimate`]).
 
-use crate::estimator::config::{KvDtype, LoraConfig, Mode, Plan, Quantization, Sparsity};
+use crate::estimator::config::{KvDtype, LoraConfig, Mode, Quantization, Sparsity};
+use crate::plan::{Plan};
 use crate::estimator::error::EstimateError;
-use crate::estimator::fit;
-use crate::estimator::sweep::Point;
+use crate::plan::fit;
+use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
@@ -424,7 +425,7 @@ pub fn compare_defaults(plan: &Plan) -> Vec<Plan> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::estimate;
+    use crate::plan::estimate;
 
     fn llama() -> Plan {
         Plan {

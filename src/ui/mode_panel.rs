@@ -10,8 +10,9 @@ use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Pr
 use super::i18n::{option_texts, prefixed, Label, Msg};
 use super::mode_logic as ml;
 use super::scale_logic::gpu_of;
-use crate::estimator::config::{Mode, Plan};
-use crate::estimator::estimate;
+use crate::estimator::config::{Mode};
+use crate::plan::{Plan};
+use crate::plan::estimate;
 use crate::plots::draw_stacked_chart;
 
 /// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.

@@ -14,13 +14,15 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
-use crate::estimator::config::{Checkpointing, Plan};
+use crate::estimator::config::{Checkpointing};
+use crate::plan::{Plan};
 use crate::estimator::device::{cublas_workspaces, DEFAULT_CONTEXT};
 use crate::estimator::error::EstimateError;
-use crate::estimator::sweep::{max_batch, BatchLines, Point};
+use crate::plan::sweep::{max_batch, BatchLines, Point};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
-use crate::estimator::{build_graph, estimate, Estimate, MAX_BATCH};
+use crate::estimator::{Estimate, MAX_BATCH};
+use crate::plan::{build_graph, estimate};
 use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
@@ -265,7 +267,7 @@ impl BatchModel {
     /// (`None`: not even batch 1). [`max_batch`] confirms it with full simulations.
     pub fn max_batch_guess(&self, capacity: Bytes, gpu: Option<&Gpu>) -> Option<u64> {
         let fits = |b: u64| Ok(self.at(b, gpu).device_total <= capacity);
-        crate::estimator::sweep::largest_fitting(MAX_BATCH, fits)
+        crate::plan::sweep::largest_fitting(MAX_BATCH, fits)
             .ok()
             .flatten()
     }
@@ -374,7 +376,7 @@ impl Workbench {
         let m = Rc::new(BatchModel::new(plan));
         self.simulations += 2;
         // Not kept without its code: the same plan builds once that has been fetched.
-        if crate::presets::lazy::ready_for(plan) {
+        if crate::plan::lazy::ready_for(plan) {
             self.insert(model_key(plan), m.clone());
         }
         m
@@ -428,7 +430,7 @@ impl Workbench {
             return *i;
         }
         let info = CkptInfo::probe(plan);
-        if crate::presets::lazy::ready_for(plan) {
+        if crate::plan::lazy::ready_for(plan) {
             self.ckpt.insert(key, info);
         }
         info
@@ -439,7 +441,7 @@ impl Workbench {
     pub fn next_job(&self, plan: &Plan, wants: &Wants) -> Option<Job> {
         // Nothing to run until the plan's code is here (the page fetches it before it sets such
         // a plan; this only keeps a stray one from spinning).
-        if !crate::presets::lazy::ready_for(plan) {
+        if !crate::plan::lazy::ready_for(plan) {
             return None;
         }
         let Some(m) = self.cached(plan) else {
@@ -457,7 +459,7 @@ impl Workbench {
         wants
             .models
             .iter()
-            .find(|p| crate::presets::lazy::ready_for(p) && self.cached(p).is_none())
+            .find(|p| crate::plan::lazy::ready_for(p) && self.cached(p).is_none())
             .map(|p| Job::Model(model_plan(p)))
     }
 

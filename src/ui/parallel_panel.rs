@@ -12,8 +12,9 @@ use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Pr
 use super::i18n::{prefixed, Label, Msg};
 use super::scale_logic as sl;
 use super::scale_logic::{Degree, OffloadTarget};
-use crate::estimator::config::{Mode, Plan};
-use crate::estimator::parallel::search::Candidate;
+use crate::estimator::config::{Mode};
+use crate::plan::{Plan};
+use crate::plan::search::Candidate;
 use crate::estimator::units::Bytes;
 use crate::plots::rank_chart::draw_rank_chart;
 use crate::plots::zero_chart::{draw_zero_chart, ZeroChart};

@@ -15,7 +15,7 @@ use super::i18n::{Lang, Units};
 use super::model::{Wants, Workbench};
 use super::state;
 use super::suggest;
-use crate::estimator::config::Plan;
+use crate::plan::Plan;
 
 thread_local! {
     static WB: RefCell<Workbench> = RefCell::new(Workbench::new());

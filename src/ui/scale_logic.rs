@@ -5,9 +5,10 @@
 //! their texts in the page's language and sizes in its units. Every number comes from
 //! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
-use crate::estimator::config::{Plan, Precision};
+use crate::estimator::config::{Precision};
+use crate::plan::{Plan};
 use crate::estimator::error::EstimateError;
-use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
+use crate::plan::search::{search, Candidate, SearchOptions};
 use crate::estimator::parallel::{
     estimate_parallel, evaluate, prepare, Layout, MixedPrecision, MpDtype, Offload, Parallel,
     ParallelEstimate, Prepared,

@@ -2,7 +2,8 @@
 //! components stay thin: slider scales, parsing what the user typed, which controls apply to
 //! the chosen model, and the pickers' options. Nothing here knows about Leptos or the DOM.
 
-use crate::estimator::config::{Checkpointing, Plan};
+use crate::estimator::config::{Checkpointing};
+use crate::plan::{Plan};
 use crate::estimator::error::EstimateError;
 use crate::estimator::units::parse_decimal;
 use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
@@ -461,7 +462,7 @@ pub fn backing_size(css: (f64, f64), ratio: f64) -> (u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::estimate;
+    use crate::plan::estimate;
 
     #[test]
     fn the_padding_control_applies_to_decoders_trained_with_sdpa() {

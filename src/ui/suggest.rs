@@ -3,7 +3,8 @@
 //! estimator's, not a rule of thumb), ranked with the ones that fit first and the cheapest first
 //! among those, each with its effect and its cost.
 
-use crate::estimator::config::{Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision};
+use crate::estimator::config::{Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::plan::{Plan};
 use crate::estimator::units::Bytes;
 use crate::estimator::MAX_ACCUMULATION;
 
@@ -203,7 +204,7 @@ fn largest_fitting(
         })
         .is_some_and(|n| n.device_total <= capacity))
     };
-    crate::estimator::sweep::largest_fitting(limit, fits)
+    crate::plan::sweep::largest_fitting(limit, fits)
         .ok()
         .flatten()
 }
@@ -640,7 +641,7 @@ mod tests {
             cost(ck, &plan, Lang::En)
         );
         // Applying a suggestion gives its plan, which the estimator confirms.
-        let e = crate::estimator::estimate(&s[0].plan).unwrap();
+        let e = crate::plan::estimate(&s[0].plan).unwrap();
         assert!(e.device_total <= gpus::find("rtx4090").unwrap().memory);
     }
 

@@ -9,10 +9,10 @@
 //! layout, offloading, …) as one JSON object with the plan's own keys, read by the plan's own
 //! deserializer (unknown keys refused), so settings added to [`Plan`] later round-trip too.
 
-use crate::estimator::config::{
-    AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
-};
-use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
+use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
+use crate::plan::{Plan};
+use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH};
+use crate::plan::{build_graph};
 use crate::presets::{gpus, models};
 
 use super::i18n::{Lang, Units};
@@ -214,7 +214,7 @@ fn pairs(query: &str) -> impl Iterator<Item = (Option<String>, &str)> {
         })
 }
 
-/// Whether the plan a query string asks for needs the builders behind [`crate::presets::lazy`]
+/// Whether the plan a query string asks for needs the builders behind [`crate::plan::lazy`]
 /// (all but the ResNets'): a `cfg`, or a `model` whose builder is deferred. Judged before
 /// [`parse_query`], which builds the plan to check it.
 pub fn wants_lazy_models(query: &str) -> bool {
@@ -222,7 +222,7 @@ pub fn wants_lazy_models(query: &str) -> bool {
         Some("cfg") => true,
         Some("model") => percent_decode(v)
             .and_then(|m| models::find(&m))
-            .is_some_and(crate::presets::lazy::deferred),
+            .is_some_and(crate::plan::lazy::deferred),
         _ => false,
     })
 }
@@ -660,7 +660,7 @@ mod tests {
             assert!(p.rejected.contains(key), "{q}: rejected {:?}", p.rejected);
             assert!(p.has_problems());
             assert!(
-                crate::estimator::estimate(&p.plan).is_ok(),
+                crate::plan::estimate(&p.plan).is_ok(),
                 "{q}: the fallback plan does not estimate"
             );
         }

@@ -16,8 +16,7 @@
 use serde::Serialize;
 
 use crate::estimator::graph::Precision;
-use crate::presets::gpus::Gpu;
-use crate::presets::links::Link;
+use crate::estimator::hardware::{Gpu, Link};
 
 pub use super::tp::Collective;
 
@@ -155,11 +154,42 @@ pub fn copy_seconds(bytes: u64, l: &Link) -> f64 {
     l.latency_us * 1e-6 + bytes as f64 / (l.bytes_per_s() * BUS_EFFICIENCY)
 }
 
+/// What a transfer belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Traffic {
+    /// DDP's gradient all-reduce.
+    Dp,
+    /// ZeRO's collectives.
+    Zero,
+    /// FSDP's collectives.
+    Fsdp,
+    /// Tensor parallelism's collectives.
+    Tp,
+    /// Pipeline sends between stages.
+    Pp,
+    /// Copies to and from host memory.
+    Offload,
+}
+
+impl std::fmt::Display for Traffic {
+    /// The key the JSON output carries (`dp`, `zero`, `fsdp`, `tp`, `pp`, `offload`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Traffic::Dp => "dp",
+            Traffic::Zero => "zero",
+            Traffic::Fsdp => "fsdp",
+            Traffic::Tp => "tp",
+            Traffic::Pp => "pp",
+            Traffic::Offload => "offload",
+        })
+    }
+}
+
 /// One kind of traffic of a step, per GPU.
 #[derive(Clone, Debug, Serialize)]
 pub struct CommItem {
-    /// `dp`, `zero`, `fsdp`, `tp`, `pp` or `offload`.
-    pub scheme: &'static str,
+    pub scheme: Traffic,
     pub what: String,
     pub collective: Option<Collective>,
     /// Ranks in the group (1 for host copies).

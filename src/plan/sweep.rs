@@ -1,11 +1,12 @@
 //! Sweeps for the charts (memory against batch, resolution, sequence length, checkpoint
 //! segments) and the solver for the largest batch that fits a memory budget.
 
-use super::config::{Checkpointing, Plan};
-use super::error::EstimateError;
-use super::timeline::{Category, Phase};
-use super::units::Bytes;
-use super::{estimate, Estimate, MAX_BATCH};
+use super::{estimate, Plan, PlanError};
+use crate::estimator::config::Checkpointing;
+use crate::estimator::error::EstimateError;
+use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::units::Bytes;
+use crate::estimator::{Estimate, MAX_BATCH};
 
 /// One point of a sweep: the swept value and the peak broken down by category.
 #[derive(Clone, Debug, serde::Serialize)]
@@ -106,7 +107,7 @@ pub struct BatchLines {
 }
 
 impl BatchLines {
-    pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, EstimateError> {
+    pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, PlanError> {
         let b1 = 2u64; // batch 1 can skip layout copies (LSTM), so it may lie off the line
         let b2 = hi.clamp(4, 1024);
         let e1 = estimate(&with(plan, Axis::Batch, b1))?;
@@ -121,11 +122,11 @@ impl BatchLines {
         b1: u64,
         e2: &Estimate,
         b2: u64,
-    ) -> Result<BatchLines, EstimateError> {
+    ) -> Result<BatchLines, PlanError> {
         if e1.timeline.events.len() != e2.timeline.events.len() || b2 <= b1 {
-            return Err(EstimateError::Unsupported(
+            return Err(PlanError::Estimate(EstimateError::Unsupported(
                 "the step's ops change with the batch size".into(),
-            ));
+            )));
         }
         let d = (b2 - b1) as f64;
         let mut lines = Vec::with_capacity(e1.timeline.events.len());
@@ -329,7 +330,7 @@ pub fn log_points(lo: u64, hi: u64, n: usize) -> Vec<u64> {
 /// The largest batch whose device total fits `capacity` (memory never falls as the batch grows).
 /// [`BatchLines`] predicts it; full estimates around the prediction confirm it, so the answer is
 /// exactly what [`estimate`] says. `Ok(None)` when even batch 1 does not fit.
-pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
+pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
     let fits = |b: u64| fits_at(plan, Axis::Batch, b, capacity);
     if !fits(1)? {
         return Ok(None);
@@ -372,15 +373,15 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
     bisect(lo, hi, fits).map(Some)
 }
 
-fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
+fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
     largest_fitting(MAX_BATCH, |b| fits_at(plan, Axis::Batch, b, capacity))
 }
 
 /// Whether `plan` with `axis` set to `x` fits `capacity`; sizes past the supported limits do not.
-pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool, EstimateError> {
+pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool, PlanError> {
     match estimate(&with(plan, axis, x)) {
         Ok(e) => Ok(e.device_total <= capacity),
-        Err(EstimateError::TooLarge | EstimateError::TooBig { .. }) => Ok(false),
+        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -389,8 +390,8 @@ pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool,
 /// grows: doubling from 1, then bisection. `Ok(None)` when `fits(1)` is false.
 pub fn largest_fitting(
     max: u64,
-    mut fits: impl FnMut(u64) -> Result<bool, EstimateError>,
-) -> Result<Option<u64>, EstimateError> {
+    mut fits: impl FnMut(u64) -> Result<bool, PlanError>,
+) -> Result<Option<u64>, PlanError> {
     if !fits(1)? {
         return Ok(None);
     }
@@ -412,8 +413,8 @@ pub fn largest_fitting(
 fn bisect(
     mut lo: u64,
     mut hi: u64,
-    mut fits: impl FnMut(u64) -> Result<bool, EstimateError>,
-) -> Result<u64, EstimateError> {
+    mut fits: impl FnMut(u64) -> Result<bool, PlanError>,
+) -> Result<u64, PlanError> {
     while hi - lo > 1 {
         let mid = lo + (hi - lo) / 2;
         if fits(mid)? {

@@ -3,13 +3,13 @@
 //! the inference chart ([`context_sweep`], the KV cache as its own category) and several plans
 //! side by side ([`compare`]). Every answer is a full estimate: nothing is extrapolated.
 
-use super::config::Plan;
-use super::error::EstimateError;
+use super::{estimate, Plan, PlanError};
+use crate::estimator::error::EstimateError;
 use super::sweep::{self, Point};
-use super::timeline::Category;
-use super::tune::Mode;
-use super::units::Bytes;
-use super::{estimate, Estimate, MAX_SEQ};
+use crate::estimator::timeline::Category;
+use crate::estimator::tune::Mode;
+use crate::estimator::units::Bytes;
+use crate::estimator::{Estimate, MAX_SEQ};
 
 fn with_context(plan: &Plan, c: u64) -> Plan {
     let mut p = plan.clone();
@@ -17,17 +17,17 @@ fn with_context(plan: &Plan, c: u64) -> Plan {
     p
 }
 
-fn fits(plan: &Plan, capacity: Bytes) -> Result<bool, EstimateError> {
+fn fits(plan: &Plan, capacity: Bytes) -> Result<bool, PlanError> {
     match estimate(plan) {
         Ok(e) => Ok(e.device_total <= capacity),
-        Err(EstimateError::TooLarge | EstimateError::TooBig { .. }) => Ok(false),
+        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => Ok(false),
         Err(e) => Err(e),
     }
 }
 
 /// The largest batch whose device total (reserved segments, workspaces, CUDA context) fits
 /// `capacity`; `Ok(None)` when batch 1 does not.
-pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
+pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
     sweep::max_batch(plan, capacity)
 }
 
@@ -35,11 +35,11 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateEr
 /// total fits `capacity`: memory only grows with the context (cache, prefill activations), so an
 /// exponential search and a bisection of full estimates find the exact boundary. `Ok(None)` when
 /// a one-token prompt does not fit.
-pub fn max_context(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, EstimateError> {
+pub fn max_context(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
     if plan.mode != Mode::Infer {
-        return Err(EstimateError::Unsupported(
+        return Err(PlanError::Estimate(EstimateError::Unsupported(
             "the longest context applies to \"mode\": \"infer\"".into(),
-        ));
+        )));
     }
     let new_tokens = plan.new_tokens.unwrap_or(1);
     let max = MAX_SEQ.saturating_sub(new_tokens).max(1);
@@ -65,6 +65,6 @@ pub fn context_sweep(plan: &Plan, xs: &[u64]) -> Vec<Point> {
 }
 
 /// Several configurations estimated side by side (the comparison view).
-pub fn compare(plans: &[Plan]) -> Vec<Result<Estimate, EstimateError>> {
+pub fn compare(plans: &[Plan]) -> Vec<Result<Estimate, PlanError>> {
     plans.iter().map(estimate).collect()
 }

@@ -9,10 +9,9 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{evaluate, prepare, Layout, Offload, ParallelEstimate, Prepared};
-use crate::estimator::config::Plan;
+use super::{prepare, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
-use crate::presets::gpus;
+use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
 
 /// What the search may vary.
 #[derive(Clone, Debug)]
@@ -44,7 +43,7 @@ impl Default for SearchOptions {
 pub struct Candidate {
     pub plan: Plan,
     pub gpus: u64,
-    pub scheme: String,
+    pub scheme: crate::estimator::parallel::Scheme,
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
@@ -65,12 +64,10 @@ fn divisors(n: u64) -> Vec<u64> {
 }
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
-pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, EstimateError> {
-    let id = plan.gpu.as_deref().ok_or_else(|| {
+pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanError> {
+    let gpu = resolve::gpu(plan)?.ok_or_else(|| {
         EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
     })?;
-    let gpu =
-        gpus::find(id).ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?;
     let gpn = opts.gpus_per_node.max(1);
     let base_m = plan
         .parallel
@@ -150,21 +147,25 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, Estim
                             params: off_params,
                             ..plan.offload.clone().unwrap_or_default()
                         });
-                        let Ok(layout) = Layout::resolve(&p, Some(&gpu)) else {
+                        let Ok(links) = resolve::layout_links(&p, Some(&gpu)) else {
+                            continue;
+                        };
+                        let setup = p.setup();
+                        let Ok(layout) = Layout::resolve(&setup, links) else {
                             continue;
                         };
                         let prep = cache
                             .entry((tp, pp, b, m))
                             .or_insert_with(|| prepare(&p, &layout).ok());
                         let Some(prep) = prep.as_ref() else { continue };
-                        let e: ParallelEstimate = evaluate(&p, &layout, prep, Some(&gpu));
+                        let e: ParallelEstimate = evaluate(&setup, &layout, prep, Some(&gpu), None);
                         if e.fits != Some(true) {
                             continue;
                         }
                         done[k] = true;
                         here.push(Candidate {
                             gpus: w,
-                            scheme: e.scheme.clone(),
+                            scheme: e.scheme,
                             dp,
                             tp,
                             pp,

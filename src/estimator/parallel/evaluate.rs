@@ -1,0 +1,300 @@
+//! A layout evaluated: each pipeline rank's peak over its chunks' timelines rewritten for the
+//! data-parallel sharding and the micro-batches in flight, its host memory, its traffic
+//! ([`super::traffic`]) and the step time.
+
+use super::comm::{self, CommItem, Traffic};
+use super::layout::{Layout, Links};
+use super::piece::Prepared;
+use super::report::{OffloadReport, ParallelEstimate, PerGpu, RankReport};
+use super::settings::Offload;
+use super::traffic::comm_items;
+use super::zero::{RankLive, Sharded};
+use super::pipeline;
+use crate::estimator::config::Setup;
+use crate::estimator::error::EstimateError;
+use crate::estimator::hardware::{DeviceOverhead, Gpu};
+use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::Estimate;
+
+fn cat_name(i: usize) -> &'static str {
+    Category::ALL[i].key()
+}
+
+/// Estimates `setup` on its multi-GPU layout over `links`, with pieces made by `prep`
+/// ([`super::prepare`] for a model, [`super::prepare_graph`] for a graph built by hand). With
+/// offload, the same layout without it is evaluated too, for what offload saves.
+pub fn estimate_parallel_with(
+    plan: &Setup,
+    gpu: Option<&Gpu>,
+    links: Links,
+    prep: impl Fn(&Layout) -> Result<Prepared, EstimateError>,
+) -> Result<ParallelEstimate, EstimateError> {
+    let layout = Layout::resolve(plan, links)?;
+    let prepared = prep(&layout)?;
+    let baseline = if layout.offload.any() {
+        let mut base = layout.clone();
+        base.offload = Offload::default();
+        let without = if layout.offload.activations {
+            evaluate(plan, &base, &prep(&base)?, gpu, None)
+        } else {
+            evaluate(plan, &base, &prepared, gpu, None)
+        };
+        Some(without.per_gpu.peak_allocated_bytes)
+    } else {
+        None
+    };
+    Ok(evaluate(plan, &layout, &prepared, gpu, baseline))
+}
+
+/// One pipeline rank's memory at its peak and what it keeps on the host.
+struct RankMemory {
+    stage: u64,
+    chunks: Vec<usize>,
+    in_flight: u64,
+    peak_phase: Phase,
+    peak_op: Option<String>,
+    memory: PerGpu,
+    breakdown: Vec<(String, u64)>,
+    host: u64,
+}
+
+/// Per-rank memory, communication and time of `layout` over prepared pieces.
+/// `baseline_peak`: the peak allocated of the same layout without offload, to report what
+/// offload saves (`None`: not computed, reported as 0).
+pub fn evaluate(
+    plan: &Setup,
+    layout: &Layout,
+    prep: &Prepared,
+    gpu: Option<&Gpu>,
+    baseline_peak: Option<u64>,
+) -> ParallelEstimate {
+    let sh = layout.sharding();
+    let states = plan.opt.states_per_param();
+    let sharded: Vec<Sharded> = prep
+        .pieces
+        .iter()
+        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
+        .collect();
+    let topo = layout.topology();
+    let overhead = DeviceOverhead::of(gpu);
+    let (workspaces, context) = (overhead.workspaces.0, overhead.context.0);
+    let peak_flops = gpu.map(|g| comm::peak_flops(g, layout.compute_precision(plan)) * layout.mfu);
+    let m = layout.micro_batches as u64;
+    let (pp, v) = (layout.pp, layout.interleave);
+
+    let mut ranks = Vec::new();
+    for i in 0..pp {
+        let chunks: Vec<usize> = (0..v)
+            .map(|j| (i + j * pp) as usize)
+            .filter(|&c| c < prep.pieces.len())
+            .collect();
+        let n_in_flight = pipeline::in_flight(i, pp, m, v);
+        let mean_in_flight = chunks
+            .iter()
+            .map(|&c| prep.pieces[c].in_flight)
+            .sum::<u64>()
+            / chunks.len().max(1) as u64;
+        let extra = n_in_flight.saturating_sub(1) * mean_in_flight;
+        // What each chunk holds while another runs: its state at the start of the step, without
+        // the micro-batch's inputs (counted in flight).
+        let statics: Vec<RankLive> = chunks
+            .iter()
+            .map(|&c| {
+                let ev = &prep.pieces[c].r.timeline.events[0];
+                let mut l = sharded[c].at(ev);
+                l.cats[Category::Inputs.index()] = 0;
+                l
+            })
+            .collect();
+        let mut best: Option<(RankLive, Phase, Option<String>)> = None;
+        let mut consider = |l: RankLive, ph: Phase, op: Option<String>| {
+            if best.as_ref().is_none_or(|b| l.total() > b.0.total()) {
+                best = Some((l, ph, op));
+            }
+        };
+        let mut opt_sum = RankLive::default();
+        for (k, &c) in chunks.iter().enumerate() {
+            let piece = &prep.pieces[c];
+            let mut others = RankLive::default();
+            for (k2, s) in statics.iter().enumerate() {
+                if k2 != k {
+                    others.add(s);
+                }
+            }
+            for ev in &piece.r.timeline.events {
+                let mut l = sharded[c].at(ev);
+                if ev.phase == Phase::Optimizer {
+                    opt_sum.add(&l);
+                    continue;
+                }
+                if matches!(ev.phase, Phase::Forward | Phase::Backward) {
+                    l.cats[Category::Activations.index()] += extra;
+                }
+                l.add(&others);
+                let name = ev.op.map(|o| {
+                    let op = &piece.g.ops[o];
+                    if op.name.is_empty() {
+                        op.kind.to_string()
+                    } else {
+                        format!("{} ({})", op.name, op.kind)
+                    }
+                });
+                consider(l, ev.phase, name);
+            }
+        }
+        consider(opt_sum, Phase::Optimizer, None);
+        let (live, peak_phase, peak_op) =
+            best.unwrap_or((RankLive::default(), Phase::Forward, None));
+        let memory = PerGpu::of(&live, prep.overhead, workspaces, context);
+        let mut breakdown: Vec<(String, u64)> = (0..Category::COUNT)
+            .map(|k| (cat_name(k).to_string(), live.cats[k]))
+            .collect();
+        breakdown.push(("comm_buffers".into(), live.comm_buffers));
+
+        // Host memory of this rank.
+        let mut host = 0u64;
+        for &c in &chunks {
+            let s = &sharded[c];
+            if layout.offload.optimizer {
+                // The state, and the gradients and parameters of the share this rank steps on,
+                // pinned (with parameter offload that copy is the parameter shard itself).
+                host += s.optimizer_state()
+                    + s.optimizer_share(s.grads_full())
+                    + s.optimizer_share(s.params_full());
+            } else if layout.offload.params {
+                host += s.params_at_rest();
+            }
+            host += prep.pieces[c].offloaded * n_in_flight.max(1).min(m.max(1) * v);
+        }
+        ranks.push(RankMemory {
+            stage: i,
+            chunks,
+            in_flight: n_in_flight,
+            peak_phase,
+            peak_op,
+            memory,
+            breakdown,
+            host,
+        });
+    }
+
+    // Communication and time per rank.
+    let mut reports = Vec::new();
+    let mut all_items: Vec<Vec<CommItem>> = Vec::new();
+    let mut compute_per_mb = Vec::new();
+    let mut fwd_per_mb = Vec::new();
+    for r in &ranks {
+        let (i, chunks) = (&r.stage, &r.chunks);
+        let f: f64 = chunks.iter().map(|&c| prep.pieces[c].forward_flops()).sum();
+        let st: f64 = chunks.iter().map(|&c| prep.pieces[c].step_flops()).sum();
+        let (cf, cs) = match peak_flops {
+            Some(pf) => (f / pf, st / pf),
+            None => (0.0, 0.0),
+        };
+        fwd_per_mb.push(cf);
+        compute_per_mb.push(cs);
+        let items = comm_items(layout, &topo, prep, &sharded, chunks, *i, cf, cs - cf);
+        all_items.push(items);
+    }
+    let c_max = compute_per_mb.iter().cloned().fold(0.0, f64::max);
+    let compute = if pp > 1 {
+        c_max * (m as f64 + (pp - 1) as f64 / v as f64)
+    } else {
+        c_max * m as f64
+    };
+    // Ranks wait for each other every step: the slowest sets the pace.
+    let exposed_max = all_items
+        .iter()
+        .map(|it| it.iter().map(|x| x.exposed_seconds).sum::<f64>())
+        .fold(0.0, f64::max);
+    let step = compute + exposed_max;
+    for (k, r) in ranks.into_iter().enumerate() {
+        let items = &all_items[k];
+        reports.push(RankReport {
+            stage: r.stage,
+            chunks: r.chunks.iter().map(|&c| c as u64).collect(),
+            micro_batches_in_flight: r.in_flight,
+            peak_phase: r.peak_phase,
+            peak_op: r.peak_op,
+            memory: r.memory,
+            breakdown: r.breakdown,
+            host_bytes: r.host,
+            compute_seconds: compute_per_mb[k] * m as f64,
+            comm_bytes_sent: items
+                .iter()
+                .filter(|x| x.scheme != Traffic::Offload)
+                .map(|x| x.bytes_sent)
+                .sum(),
+            comm_seconds: items
+                .iter()
+                .filter(|x| x.scheme != Traffic::Offload)
+                .map(|x| x.seconds)
+                .sum(),
+            exposed_comm_seconds: items
+                .iter()
+                .filter(|x| x.scheme != Traffic::Offload)
+                .map(|x| x.exposed_seconds)
+                .sum(),
+        });
+    }
+    let peak_rank = (0..reports.len())
+        .max_by_key(|&k| (reports[k].memory.device_total_bytes, std::cmp::Reverse(k)))
+        .unwrap_or(0);
+    let busiest = (0..reports.len())
+        .max_by(|&a, &b| reports[a].comm_bytes_sent.cmp(&reports[b].comm_bytes_sent))
+        .unwrap_or(0);
+    let per_gpu = reports[peak_rank].memory.clone();
+    let host_bytes = reports.iter().map(|r| r.host_bytes).max().unwrap_or(0);
+    let useful = compute_per_mb.iter().sum::<f64>() / compute_per_mb.len().max(1) as f64 * m as f64;
+
+    let offload = layout.offload.any().then(|| {
+        let items: Vec<&CommItem> = all_items[peak_rank].iter().filter(|x| x.scheme == Traffic::Offload).collect();
+        let transfer: u64 = items.iter().map(|x| x.bytes_sent + x.bytes_received).sum();
+        let secs: f64 = items.iter().map(|x| x.seconds).sum();
+        let exposed: f64 = items.iter().map(|x| x.exposed_seconds).sum();
+        let hidden = exposed <= 1e-3 * step.max(1e-9) || exposed == 0.0;
+        OffloadReport {
+            link: layout.host_link.id,
+            link_gbs_per_direction: layout.host_link.gbs_per_direction,
+            link_name: layout.host_link.name,
+            shared_memory: layout.host_link.shared_memory,
+            host_bytes,
+            host_bytes_per_node: host_bytes.saturating_mul(layout.gpus_per_node),
+            gpu_bytes_saved: baseline_peak
+                .map_or(0, |b| b.saturating_sub(per_gpu.peak_allocated_bytes)),
+            transfer_bytes_per_step: transfer,
+            transfer_seconds_per_step: secs,
+            exposed_seconds_per_step: exposed,
+            hidden,
+            timed: peak_flops.is_some(),
+            on_compute_stream: layout.offload.activations,
+        }
+    });
+    let communication = all_items[busiest].clone();
+    let fits = gpu.map(|g| per_gpu.device_total_bytes <= g.memory.0);
+    ParallelEstimate {
+        scheme: layout.scheme(),
+        layout: layout.clone(),
+        peak_rank,
+        per_gpu,
+        host_bytes,
+        comm_bytes_per_step: reports[busiest].comm_bytes_sent,
+        comm_seconds_per_step: reports[busiest].comm_seconds,
+        comm_exposed_seconds_per_step: reports[busiest].exposed_comm_seconds,
+        communication,
+        compute_seconds: peak_flops.map(|_| compute),
+        step_seconds: peak_flops.map(|_| step),
+        scaling_efficiency: peak_flops.map(|_| if step > 0.0 { useful / step } else { 1.0 }),
+        samples_per_step: plan.batch.saturating_mul(m).saturating_mul(layout.dp),
+        ranks: reports,
+        offload,
+        fits,
+    }
+}
+
+
+/// Compute seconds of a single-GPU step at the default MFU.
+pub fn single_gpu_step_seconds(plan: &Setup, e: &Estimate, gpu: &Gpu) -> f64 {
+    e.step_flops(plan.accumulation) / (comm::peak_flops(gpu, plan.dtype) * comm::DEFAULT_MFU)
+}
+

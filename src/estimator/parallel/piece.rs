@@ -1,0 +1,227 @@
+//! The model cut for a layout: built with its tensor-parallel degree, sliced into pipeline
+//! chunks, each chunk simulated once ([`Piece`]); [`Prepared`] is what every layout with the
+//! same model-parallel degrees shares.
+
+use std::ops::Range;
+
+use super::layout::{bad, Layout};
+use super::{offload, pipeline};
+use crate::estimator::config::Setup;
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::{Graph, StorageKind, TensorId};
+use crate::estimator::model::ModelSpec;
+use crate::estimator::simulate::{simulate, StepOptions, StepResult, BLOCK};
+
+/// One simulated piece of the model (the whole model, or one pipeline chunk).
+pub struct Piece {
+    pub g: Graph,
+    pub r: StepResult,
+    /// Parameters each op reads (through autocast's casts).
+    pub op_params: Vec<Vec<TensorId>>,
+    /// The FSDP unit (numbered block) of each op; `None`: the root.
+    pub unit_of_op: Vec<Option<usize>>,
+    pub units: Vec<Range<usize>>,
+    pub accumulation: u32,
+    /// Bytes one micro-batch leaves on the GPU after its forward (saved activations, the inputs it
+    /// received, the output it sends): what each further micro-batch in flight adds.
+    pub in_flight: u64,
+    /// Saved-activation bytes packed to the host per micro-batch (activation offload).
+    pub offloaded: u64,
+    /// Bytes sent to the next chunk per micro-batch, and gradient bytes sent back to the previous.
+    pub send_next: u64,
+    pub send_prev: u64,
+}
+
+fn rounded(b: u64) -> u64 {
+    b.div_ceil(BLOCK) * BLOCK
+}
+
+impl Piece {
+    fn new(mut g: Graph, opts: &StepOptions, offload_acts: bool, last: bool) -> Piece {
+        let offloaded = if offload_acts {
+            offload::offload_activations(&mut g)
+        } else {
+            0
+        };
+        let r = simulate(&g, opts);
+        let op_params = pipeline::op_params(&g);
+        let bl = pipeline::blocks(&g);
+        let mut unit_of_op = vec![None; g.ops.len()];
+        let mut units = Vec::new();
+        for b in bl.iter().filter(|b| b.numbered) {
+            for u in unit_of_op[b.ops.clone()].iter_mut() {
+                *u = Some(units.len());
+            }
+            units.push(b.ops.clone());
+        }
+        let mut saved_in_op = vec![false; g.storages.len()];
+        for op in &g.ops {
+            for &t in &op.saved {
+                saved_in_op[g.tensors[t].storage] = true;
+            }
+        }
+        let mut in_flight: u64 = r.saved_after_forward.iter().sum();
+        let mut send_prev = 0;
+        for (s, st) in g.storages.iter().enumerate() {
+            if st.kind == StorageKind::Input {
+                in_flight += rounded(st.bytes.0);
+                let _ = s;
+            }
+        }
+        for t in g
+            .tensors
+            .iter()
+            .filter(|t| g.storages[t.storage].kind == StorageKind::Input && t.requires_grad)
+        {
+            send_prev += g.storages[t.storage].bytes.0;
+        }
+        let mut seen = Vec::new();
+        let mut send_next = 0;
+        for &t in &g.kept {
+            let s = g.tensors[t].storage;
+            if !saved_in_op[s] && !seen.contains(&s) {
+                seen.push(s);
+                in_flight += rounded(g.storages[s].bytes.0);
+            }
+            if !last {
+                send_next += g.storages[s].bytes.0;
+            }
+        }
+        Piece {
+            g,
+            r,
+            op_params,
+            unit_of_op,
+            units,
+            accumulation: opts.accumulation,
+            in_flight,
+            offloaded,
+            send_next,
+            send_prev,
+        }
+    }
+
+    pub(super) fn forward_flops(&self) -> f64 {
+        self.r.forward_flops
+    }
+    pub(super) fn step_flops(&self) -> f64 {
+        3.0 * self.r.forward_flops + self.r.recompute_flops
+    }
+}
+
+
+fn tp_check(model: &ModelSpec, g: &Graph, tp: u64) -> Result<(), EstimateError> {
+    if tp <= 1 {
+        return Ok(());
+    }
+    if g.tp.size == tp && g.tp.heads.is_some() {
+        return Ok(());
+    }
+    if !model.caps.attention {
+        return Err(bad(format!(
+            "{} has no attention heads to split: tensor parallelism (tp = {tp}) applies to transformer models; use dp, zero or pp",
+            model.label
+        )));
+    }
+    Err(bad(format!(
+        "the builder of {} does not shard its layers yet (it must call the tensor-parallel hook, `estimator::parallel::tp`): tp = {tp} cannot be estimated",
+        model.label
+    )))
+}
+
+/// Everything that depends only on the model and the model-parallel degrees (tp, pp, chunks),
+/// shared by layouts that differ in dp, ZeRO stage or links.
+pub struct Prepared {
+    pub pieces: Vec<Piece>,
+    pub chunks: u64,
+    pub forward_flops_full: f64,
+    /// Reserved minus allocated of the simulated step (allocator fragmentation), carried to ranks.
+    pub overhead: u64,
+}
+
+/// Builds the graph for `layout`'s tensor-parallel degree, cuts it into `pp·interleave` chunks
+/// and simulates each.
+pub fn prepare(
+    model: &ModelSpec,
+    plan: &Setup,
+    layout: &Layout,
+) -> Result<Prepared, EstimateError> {
+    let mut bp = plan.clone();
+    let mut par = bp.parallel.clone().unwrap_or_default();
+    par.tp = layout.tp;
+    par.sequence_parallel = layout.sequence_parallel;
+    bp.parallel = Some(par);
+    bp.accumulation = 1;
+    // Under a mixed-precision policy the step runs as a model in its param_dtype would; the
+    // fp32 shards are accounted by the sharding.
+    bp.dtype = layout.compute_precision(plan);
+    let g = crate::estimator::build_graph(model, &bp)?;
+    tp_check(model, &g, layout.tp)?;
+    prepare_graph(&model.label, plan, layout, g)
+}
+
+/// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
+pub fn prepare_graph(
+    label: &str,
+    plan: &Setup,
+    layout: &Layout,
+    g: Graph,
+) -> Result<Prepared, EstimateError> {
+    if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
+        return Err(bad(format!(
+            "the graph was not built with tensor parallelism tp = {}",
+            layout.tp
+        )));
+    }
+    let opts = StepOptions {
+        optimizer: plan.opt,
+        optimizer_impl: plan.optimizer_impl(),
+        accumulation: layout.micro_batches,
+        device: plan.device,
+    };
+    let chunks = layout.pp * layout.interleave;
+    let bl = pipeline::blocks(&g);
+    if chunks as usize > bl.len() {
+        let layers = bl.iter().filter(|b| b.numbered).count();
+        return Err(bad(format!(
+            "the pipeline (pp = {}{}) is deeper than the layers of {}: it splits into {} blocks ({layers} numbered layers plus the rest); use at most pp·interleave = {}",
+            layout.pp,
+            if layout.interleave > 1 { format!(" × interleave {}", layout.interleave) } else { String::new() },
+            label,
+            bl.len(),
+            bl.len()
+        )));
+    }
+    let forward_flops_full: f64 = g.ops.iter().map(|o| o.flops).sum();
+    let whole = simulate(&g, &opts);
+    let overhead = whole
+        .timeline
+        .reserved()
+        .0
+        .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
+    let pieces = if chunks == 1 {
+        vec![Piece::new(g, &opts, layout.offload.activations, true)]
+    } else {
+        let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
+        let n = ranges.len();
+        ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                Piece::new(
+                    pipeline::slice(&g, r),
+                    &opts,
+                    layout.offload.activations,
+                    i + 1 == n,
+                )
+            })
+            .collect()
+    };
+    Ok(Prepared {
+        pieces,
+        chunks,
+        forward_flops_full,
+        overhead,
+    })
+}
+

@@ -1,0 +1,98 @@
+//! The plan layer: between what a user names and what the core computes. A [`Plan`] names its
+//! model, GPU and links; [`resolve`] turns those names into values (presets from
+//! `crate::presets`, a pasted `config.json`), [`lazy`] fetches the page's model code on first
+//! use, and the drivers here run the core for the page and the CLI: one estimate
+//! ([`estimate`]), a multi-GPU layout ([`estimate_parallel`]), sweeps over batch, resolution and
+//! sequence ([`sweep`]), what fits a GPU ([`fit`]) and the cheapest layouts ([`search`]).
+//!
+//! ```
+//! use vram_planner::plan::{estimate, Plan};
+//! let mut plan = Plan::new("resnet18");
+//! plan.batch = 8;
+//! let e = estimate(&plan).unwrap();
+//! assert!(e.peak_allocated.gib() > 0.1);
+//! ```
+
+pub mod error;
+pub mod fit;
+pub mod lazy;
+pub mod resolve;
+pub mod search;
+pub mod spec;
+pub mod sweep;
+
+pub use error::PlanError;
+pub use spec::Plan;
+
+use crate::estimator::graph::Graph;
+use crate::estimator::parallel::{self, Layout, ParallelEstimate, Prepared};
+use crate::estimator::Estimate;
+
+/// Refuses a plan whose model code the page has not fetched yet.
+fn ensure_loaded(plan: &Plan) -> Result<(), PlanError> {
+    if lazy::ready_for(plan) {
+        Ok(())
+    } else {
+        Err(PlanError::CodeNotLoaded)
+    }
+}
+
+/// Validates the plan and builds its model's forward tape (inference: the prefill's).
+pub fn build_graph(plan: &Plan) -> Result<Graph, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    Ok(crate::estimator::build_graph(&model, &plan.setup())?)
+}
+
+/// Estimates one step of `plan` on its GPU (see [`crate::estimator::estimate`]).
+pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    let gpu = resolve::gpu(plan)?;
+    Ok(crate::estimator::estimate(&model, &plan.setup(), gpu.as_ref())?)
+}
+
+/// Builds, cuts and simulates `plan`'s model for `layout` (shared by layouts that differ only
+/// in dp, ZeRO stage or links).
+pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    Ok(parallel::prepare(&model, &plan.setup(), layout)?)
+}
+
+/// Estimates `plan` on its multi-GPU layout (its `parallel` and `offload` keys).
+pub fn estimate_parallel(plan: &Plan) -> Result<ParallelEstimate, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    let gpu = resolve::gpu(plan)?;
+    let links = resolve::layout_links(plan, gpu.as_ref())?;
+    let setup = plan.setup();
+    Ok(parallel::estimate_parallel_with(
+        &setup,
+        gpu.as_ref(),
+        links,
+        |layout| parallel::prepare(&model, &setup, layout),
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ViT's chart shows its twelve encoder blocks, not one "encoder" bar.
+    #[test]
+    fn vit_layers_group_into_its_encoder_blocks() {
+        let e = estimate(&Plan {
+            model: "vit_b_16".into(),
+            ..Plan::default()
+        })
+        .unwrap();
+        assert_eq!(
+            e.layers
+                .iter()
+                .filter(|l| l.layer.starts_with("encoder.layers."))
+                .count(),
+            12
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! The plan as the user writes it: the JSON the CLI reads, the page keeps in its URL and the
+//! reference records carry. Its keys are those of the reference records (`model`, `hf_config`,
+//! `batch`, `res`, `seq`, `dtype`, `opt`, `ckpt`, `attn`, `cudnn`) plus further options;
+//! unknown keys are refused so a typo never silently changes nothing. Names (`model`, `gpu`,
+//! links) are resolved by [`super::resolve`]; everything else is the core's [`Setup`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::estimator::config::{
+    AttnImpl, CausalMask, Checkpointing, Device, Frozen, KvDtype, LoraConfig, Mode,
+    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity,
+};
+use crate::estimator::parallel::{Offload, Parallel};
+
+fn one() -> u64 {
+    1
+}
+fn one32() -> u32 {
+    1
+}
+
+/// A training set-up to estimate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Plan {
+    /// Preset name (`vram-planner models`), or a label when `hf_config` is given.
+    pub model: String,
+    /// A Hugging Face `config.json` (GPT-2, BERT, LLaMA, Mistral, Qwen2) defining the model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hf_config: Option<serde_json::Value>,
+    /// Micro-batch size.
+    #[serde(default = "one")]
+    pub batch: u64,
+    /// Square image side in pixels (vision models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub res: Option<u64>,
+    /// Sequence length in tokens (text models).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+    #[serde(default)]
+    pub dtype: Precision,
+    #[serde(default, alias = "optimizer")]
+    pub opt: OptimizerKind,
+    /// How the optimizer step runs; default: PyTorch's own choice for the device
+    /// ([`Plan::optimizer_impl`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub optimizer_impl: Option<OptimizerImpl>,
+    #[serde(default)]
+    pub ckpt: Checkpointing,
+    #[serde(default)]
+    pub attn: AttnImpl,
+    /// Language models: whether the causal mask is materialised (a padded or packed batch, and
+    /// the reference set) or skipped (an unpadded batch: SDPA's `is_causal`). See [`CausalMask`].
+    #[serde(default, skip_serializing_if = "is_default_mask")]
+    pub causal_mask: CausalMask,
+    /// LSTM: whether the cuDNN RNN kernel runs (the reference cases use PyTorch's native cell).
+    /// Defaults to true on CUDA; the CPU has no cuDNN (oneDNN's LSTM runs there), so it
+    /// defaults to false and true is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cudnn: Option<bool>,
+    #[serde(default)]
+    pub device: Device,
+    /// Gradient-accumulation micro-batches per optimizer step.
+    #[serde(default = "one32")]
+    pub accumulation: u32,
+    /// GPU preset name for the fit verdict and the device-level numbers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<String>,
+    /// Pre-training (`train`), fine-tuning (`finetune`: frozen layers, LoRA, QLoRA) or serving
+    /// (`infer`: forward only, KV cache).
+    #[serde(default)]
+    pub mode: Mode,
+    /// LoRA adapters (peft `LoraConfig`); fine-tuning only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lora: Option<LoraConfig>,
+    /// Weight format of the transformer blocks' linear layers.
+    #[serde(default)]
+    pub quantization: Quantization,
+    /// NF4: quantize the absmax constants again (bitsandbytes `compress_statistics`).
+    #[serde(default)]
+    pub double_quant: bool,
+    /// Elements per quantization block (NF4 default 64, INT4 default 128).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<u64>,
+    /// Element type of the KV cache (default: the activations' dtype).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv_cache_dtype: Option<KvDtype>,
+    /// Structured sparsity of the transformer blocks' linear weights (inference).
+    #[serde(default)]
+    pub sparsity: Sparsity,
+    /// Frozen parameters for partial fine-tuning: the embeddings and the first N blocks, or a
+    /// list of module paths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frozen: Option<Frozen>,
+    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<u64>,
+    /// Inference: tokens generated per sequence (`generate(max_new_tokens)`, default 1: the
+    /// prefill alone produces the first one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub new_tokens: Option<u64>,
+    /// Multi-GPU layout (data, tensor and pipeline parallelism, ZeRO/FSDP). Absent: one GPU,
+    /// estimated exactly as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<Parallel>,
+    /// What lives in host memory instead of on the GPU (ZeRO-Offload / ZeRO-Infinity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offload: Option<Offload>,
+}
+
+impl Default for Plan {
+    fn default() -> Self {
+        Plan {
+            model: "resnet50".into(),
+            hf_config: None,
+            batch: 32,
+            res: None,
+            seq: None,
+            dtype: Precision::Fp32,
+            opt: OptimizerKind::Adam,
+            optimizer_impl: None,
+            ckpt: Checkpointing::None,
+            attn: AttnImpl::Sdpa,
+            causal_mask: CausalMask::Materialized,
+            cudnn: None,
+            device: Device::Cuda,
+            accumulation: 1,
+            gpu: None,
+            mode: Mode::Train,
+            lora: None,
+            quantization: Quantization::None,
+            double_quant: false,
+            group_size: None,
+            kv_cache_dtype: None,
+            sparsity: Sparsity::None,
+            frozen: None,
+            context: None,
+            new_tokens: None,
+            parallel: None,
+            offload: None,
+        }
+    }
+}
+
+fn is_default_mask(m: &CausalMask) -> bool {
+    *m == CausalMask::Materialized
+}
+
+impl Plan {
+    pub fn new(model: &str) -> Self {
+        Plan {
+            model: model.into(),
+            ..Plan::default()
+        }
+    }
+    /// Whether the plan spreads over GPUs or host memory (a `parallel` or `offload` key): the
+    /// per-GPU estimate (`parallel::estimate_parallel`) answers it.
+    pub fn is_parallel(&self) -> bool {
+        self.parallel.is_some() || self.offload.is_some()
+    }
+    /// The optimizer implementation that runs ([`Setup::optimizer_impl`]).
+    pub fn optimizer_impl(&self) -> OptimizerImpl {
+        self.setup().optimizer_impl()
+    }
+    /// The step's settings, for the core: every key but the names (`model`, `hf_config`,
+    /// `gpu`), which [`super::resolve`] turns into values.
+    pub fn setup(&self) -> Setup {
+        Setup {
+            batch: self.batch,
+            res: self.res,
+            seq: self.seq,
+            dtype: self.dtype,
+            opt: self.opt,
+            optimizer_impl: self.optimizer_impl,
+            ckpt: self.ckpt,
+            attn: self.attn,
+            causal_mask: self.causal_mask,
+            cudnn: self.cudnn,
+            device: self.device,
+            accumulation: self.accumulation,
+            mode: self.mode,
+            lora: self.lora.clone(),
+            quantization: self.quantization,
+            double_quant: self.double_quant,
+            group_size: self.group_size,
+            kv_cache_dtype: self.kv_cache_dtype,
+            sparsity: self.sparsity,
+            frozen: self.frozen.clone(),
+            context: self.context,
+            new_tokens: self.new_tokens,
+            parallel: self.parallel.clone(),
+            offload: self.offload.clone(),
+        }
+    }
+}
+
