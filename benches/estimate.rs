@@ -4,10 +4,10 @@
 
 use std::time::{Duration, Instant};
 
-use vram_planner::estimator::config::{Precision};
-use vram_planner::plan::{Plan};
-use vram_planner::plan::sweep::{log_points, max_batch, sweep, Axis};
+use vram_planner::estimator::config::Precision;
 use vram_planner::estimator::units::Bytes;
+use vram_planner::plan::sweep::{log_points, max_batch, sweep, Axis};
+use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
 
 fn time<F: FnMut()>(name: &str, reps: u32, mut f: F) {

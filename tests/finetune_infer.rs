@@ -4,14 +4,17 @@
 //! optimizer state, inference keeps no training state, 2:4 sparsity halves weights but not
 //! activations, QLoRA's fp32 upcast costs activation memory, the solvers find exact boundaries).
 
-use vram_planner::estimator::config::{Checkpointing, Frozen, KvDtype, LoraConfig, Mode, OptimizerKind, Precision, Quantization, Sparsity};
-use vram_planner::plan::{Plan};
+use vram_planner::estimator::config::{
+    Checkpointing, Frozen, KvDtype, LoraConfig, Mode, OptimizerKind, Precision, Quantization,
+    Sparsity,
+};
 use vram_planner::estimator::error::EstimateError;
-use vram_planner::plan::fit::{compare, context_sweep, max_batch, max_context};
 use vram_planner::estimator::timeline::Category;
 use vram_planner::estimator::tune::{kv_cache_bytes, lora_params, nf4_weight_bytes};
 use vram_planner::estimator::units::{Bytes, DType};
-use vram_planner::estimator::{Estimate};
+use vram_planner::estimator::Estimate;
+use vram_planner::plan::fit::{compare, context_sweep, max_batch, max_context};
+use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
 
 /// Steps measured with a copy of the reference harness extended with peft 0.21, bitsandbytes

@@ -5,7 +5,6 @@
 mod common;
 use proptest::prelude::*;
 use vram_planner::estimator::config::{BuildCtx, OptimizerKind, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
@@ -21,8 +20,9 @@ use vram_planner::estimator::parallel::zero::{
 use vram_planner::estimator::parallel::*;
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::DType;
-use vram_planner::estimator::{Estimate};
-use vram_planner::plan::{estimate};
+use vram_planner::estimator::Estimate;
+use vram_planner::plan::estimate;
+use vram_planner::plan::Plan;
 
 #[track_caller]
 fn assert_close(got: f64, want: f64, rel_tol: f64) {

@@ -3,9 +3,9 @@
 //! modules, exactly as the page computes it.
 
 use plotters::prelude::*;
-use vram_planner::plan::Plan;
 use vram_planner::estimator::timeline::Category;
 use vram_planner::estimator::units::Bytes;
+use vram_planner::plan::Plan;
 use vram_planner::plots::batch::draw_stacked_chart;
 use vram_planner::plots::context_chart::context_bands;
 use vram_planner::plots::rank_chart::{draw_rank_chart, RankChart};

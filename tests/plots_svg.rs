@@ -2,11 +2,11 @@
 //! a browser.
 
 use plotters::prelude::*;
-use vram_planner::plan::Plan;
-use vram_planner::plan::estimate;
-use vram_planner::plan::sweep::{log_points, sweep, Axis};
 use vram_planner::estimator::timeline::Category;
 use vram_planner::estimator::units::Bytes;
+use vram_planner::plan::estimate;
+use vram_planner::plan::sweep::{log_points, sweep, Axis};
+use vram_planner::plan::Plan;
 use vram_planner::plots::batch::bands;
 use vram_planner::plots::timeline::columns;
 use vram_planner::plots::{

@@ -4,9 +4,9 @@
 
 use proptest::prelude::*;
 use vram_planner::estimator::config::{Checkpointing, OptimizerKind, Precision};
-use vram_planner::plan::{Plan};
-use vram_planner::plan::estimate;
 use vram_planner::estimator::timeline::Category;
+use vram_planner::plan::estimate;
+use vram_planner::plan::Plan;
 use vram_planner::presets::models::{InputKind, MODELS};
 
 fn model() -> impl Strategy<Value = &'static str> {

@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use serde_json::json;
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::config::{AttnImpl, CausalMask, Checkpointing, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
+use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
 use vram_planner::presets::models::{self, Family};
 

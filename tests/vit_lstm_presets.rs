@@ -20,8 +20,8 @@ mod common;
 
 use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
+use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
 use vram_planner::presets::models;
 

@@ -5,8 +5,8 @@
 #![cfg(target_arch = "wasm32")]
 
 use leptos::prelude::*;
-use vram_planner::estimator::config::{Mode};
-use vram_planner::plan::{Plan};
+use vram_planner::estimator::config::Mode;
+use vram_planner::plan::Plan;
 use vram_planner::ui::extra::panels;
 use vram_planner::ui::i18n::{Lang, Units};
 use wasm_bindgen::JsCast;

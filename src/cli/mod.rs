@@ -261,7 +261,9 @@ fn offload_verdict(o: &OffloadReport) -> String {
         )
     };
     if o.shared_memory {
-        format!("{verdict}; host and GPU share one memory pool, so the machine's total does not shrink")
+        format!(
+            "{verdict}; host and GPU share one memory pool, so the machine's total does not shrink"
+        )
     } else {
         verdict
     }

@@ -126,8 +126,7 @@ fn compare_plan_record(
     let mut checks = Vec::new();
     if plan.is_parallel() && plan.mode != crate::estimator::config::Mode::Infer {
         // A multi-GPU record measures one rank: compare with the per-GPU estimate.
-        let par = crate::plan::estimate_parallel(&plan)
-            .map_err(|e| (id.clone(), e.to_string()))?;
+        let par = crate::plan::estimate_parallel(&plan).map_err(|e| (id.clone(), e.to_string()))?;
         checks.extend(
             measured("peak_r512").map(|m| ("per-GPU step", par.per_gpu.peak_allocated_bytes, m)),
         );

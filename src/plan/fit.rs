@@ -3,9 +3,9 @@
 //! the inference chart ([`context_sweep`], the KV cache as its own category) and several plans
 //! side by side ([`compare`]). Every answer is a full estimate: nothing is extrapolated.
 
+use super::sweep::{self, Point};
 use super::{estimate, Plan, PlanError};
 use crate::estimator::error::EstimateError;
-use super::sweep::{self, Point};
 use crate::estimator::timeline::Category;
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
@@ -20,7 +20,9 @@ fn with_context(plan: &Plan, c: u64) -> Plan {
 fn fits(plan: &Plan, capacity: Bytes) -> Result<bool, PlanError> {
     match estimate(plan) {
         Ok(e) => Ok(e.device_total <= capacity),
-        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => Ok(false),
+        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => {
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }

@@ -100,7 +100,11 @@ mod tests {
         // Every deferred preset has a builder behind the seam (natively linked in: always ready).
         for m in models::MODELS.iter().filter(|m| deferred(m)) {
             let ctx = BuildCtx::new(2, 64, 128, crate::estimator::config::Precision::Fp32);
-            assert!(build(LazyModel::Preset(m), &ctx).unwrap().is_ok(), "{}", m.id);
+            assert!(
+                build(LazyModel::Preset(m), &ctx).unwrap().is_ok(),
+                "{}",
+                m.id
+            );
         }
         assert!(ready_for(&Plan::new("gpt2")));
     }

@@ -49,7 +49,11 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
     let model = resolve::model(plan)?;
     ensure_loaded(plan)?;
     let gpu = resolve::gpu(plan)?;
-    Ok(crate::estimator::estimate(&model, &plan.setup(), gpu.as_ref())?)
+    Ok(crate::estimator::estimate(
+        &model,
+        &plan.setup(),
+        gpu.as_ref(),
+    )?)
 }
 
 /// Builds, cuts and simulates `plan`'s model for `layout` (shared by layouts that differ only

@@ -27,7 +27,10 @@ fn capabilities(family: Family) -> Capabilities {
 
 /// Builds behind the lazy seam; the plan layer checks [`lazy::ready_for`] before any build, so
 /// code that is not there is reported as [`PlanError::CodeNotLoaded`] before the core runs.
-fn deferred_build(m: LazyModel<'_>, ctx: &crate::estimator::config::BuildCtx) -> Result<crate::estimator::graph::Graph, EstimateError> {
+fn deferred_build(
+    m: LazyModel<'_>,
+    ctx: &crate::estimator::config::BuildCtx,
+) -> Result<crate::estimator::graph::Graph, EstimateError> {
     lazy::build(m, ctx).unwrap_or_else(|_| {
         Err(EstimateError::Unsupported(
             "the model's code has not been fetched".into(),
@@ -49,7 +52,8 @@ pub fn model(plan: &Plan) -> Result<ModelSpec, PlanError> {
             build: Rc::new(move |ctx| deferred_build(LazyModel::Config(&cfg), ctx)),
         });
     }
-    let preset = models::find(&plan.model).ok_or_else(|| PlanError::UnknownModel(plan.model.clone()))?;
+    let preset =
+        models::find(&plan.model).ok_or_else(|| PlanError::UnknownModel(plan.model.clone()))?;
     Ok(preset_spec(preset))
 }
 
@@ -87,7 +91,11 @@ pub fn layout_links(plan: &Plan, gpu: Option<&Gpu>) -> Result<Links, PlanError> 
                     id: id.to_string(),
                     choices: format!(
                         "one of {}",
-                        links::LINKS.iter().map(|l| l.id).collect::<Vec<_>>().join(", ")
+                        links::LINKS
+                            .iter()
+                            .map(|l| l.id)
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 })
             })

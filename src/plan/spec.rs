@@ -7,8 +7,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
-    AttnImpl, CausalMask, Checkpointing, Device, Frozen, KvDtype, LoraConfig, Mode,
-    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity,
+    AttnImpl, CausalMask, Checkpointing, Device, Frozen, KvDtype, LoraConfig, Mode, OptimizerImpl,
+    OptimizerKind, Precision, Quantization, Setup, Sparsity,
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
@@ -193,4 +193,3 @@ impl Plan {
         }
     }
 }
-

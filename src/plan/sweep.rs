@@ -381,7 +381,9 @@ fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanErr
 pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool, PlanError> {
     match estimate(&with(plan, axis, x)) {
         Ok(e) => Ok(e.device_total <= capacity),
-        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => Ok(false),
+        Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => {
+            Ok(false)
+        }
         Err(e) => Err(e),
     }
 }

@@ -11,9 +11,9 @@ use super::{
     draw_legend, draw_message, english_categories, frame, style_mesh, tick, MemUnit, PlotError,
     Swatch,
 };
-use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
+use crate::plan::sweep::Point;
 
 /// A marked value on the x axis, with the label drawn beside it.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,8 +4,8 @@
 //! by `ui::mode_logic::context_chart`.
 
 use super::batch::bands;
-use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
+use crate::plan::sweep::Point;
 
 /// The bands bottom to top, as every stacked chart draws them ([`super::batch::bands`]): the
 /// KV cache is the last category, so it sits on top of the weights and activations and its growth

@@ -13,7 +13,6 @@
 pub use crate::estimator::hardware::Gpu;
 use crate::estimator::units::Bytes;
 
-
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 

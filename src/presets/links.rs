@@ -8,8 +8,8 @@
 //! nccl-tests "bus bandwidth" it is compared with is unidirectional too
 //! (NVIDIA/nccl-tests `doc/PERFORMANCE.md`).
 
-pub use crate::estimator::hardware::{Link, LinkKind};
 use crate::estimator::hardware::Gpu;
+pub use crate::estimator::hardware::{Link, LinkKind};
 
 const fn link(
     id: &'static str,
@@ -68,7 +68,6 @@ pub const LINKS: &[Link] = &[
 pub fn find(id: &str) -> Option<Link> {
     LINKS.iter().find(|l| l.id == id).copied()
 }
-
 
 fn by_id(id: &str) -> Link {
     // Every id below is in the table (checked by a test).

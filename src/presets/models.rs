@@ -27,7 +27,6 @@ impl Family {
     }
 }
 
-
 pub struct ModelPreset {
     pub id: &'static str,
     pub name: &'static str,
@@ -356,9 +355,8 @@ pub fn text_model_type(id: &str) -> Option<&'static str> {
 
 /// Builds a language-model preset through the `config.json` import.
 pub(crate) fn text_preset(id: &str, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let cfg = text_config(id).ok_or_else(|| {
-        EstimateError::Unsupported(format!("the preset {id} has no config.json"))
-    })?;
+    let cfg = text_config(id)
+        .ok_or_else(|| EstimateError::Unsupported(format!("the preset {id} has no config.json")))?;
     hf::build_from_config(&cfg, ctx)
 }
 

@@ -5,16 +5,16 @@
 use super::comm::{self, CommItem, Traffic};
 use super::layout::{Layout, Links};
 use super::piece::Prepared;
+use super::pipeline;
 use super::report::{OffloadReport, ParallelEstimate, PerGpu, RankReport};
 use super::settings::Offload;
 use super::traffic::comm_items;
 use super::zero::{RankLive, Sharded};
-use super::pipeline;
 use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
+use crate::estimator::estimate::Estimate;
 use crate::estimator::hardware::{DeviceOverhead, Gpu};
 use crate::estimator::timeline::{Category, Phase};
-use crate::estimator::Estimate;
 
 fn cat_name(i: usize) -> &'static str {
     Category::ALL[i].key()
@@ -248,7 +248,10 @@ pub fn evaluate(
     let useful = compute_per_mb.iter().sum::<f64>() / compute_per_mb.len().max(1) as f64 * m as f64;
 
     let offload = layout.offload.any().then(|| {
-        let items: Vec<&CommItem> = all_items[peak_rank].iter().filter(|x| x.scheme == Traffic::Offload).collect();
+        let items: Vec<&CommItem> = all_items[peak_rank]
+            .iter()
+            .filter(|x| x.scheme == Traffic::Offload)
+            .collect();
         let transfer: u64 = items.iter().map(|x| x.bytes_sent + x.bytes_received).sum();
         let secs: f64 = items.iter().map(|x| x.seconds).sum();
         let exposed: f64 = items.iter().map(|x| x.exposed_seconds).sum();
@@ -292,9 +295,7 @@ pub fn evaluate(
     }
 }
 
-
 /// Compute seconds of a single-GPU step at the default MFU.
 pub fn single_gpu_step_seconds(plan: &Setup, e: &Estimate, gpu: &Gpu) -> f64 {
     e.step_flops(plan.accumulation) / (comm::peak_flops(gpu, plan.dtype) * comm::DEFAULT_MFU)
 }
-

@@ -1,15 +1,48 @@
 //! A layout: the `parallel` and `offload` settings validated, every default resolved, over the
 //! links the caller resolved.
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use super::comm::{self, Topology};
-use super::report::Scheme;
 use super::settings::{MixedPrecision, Offload};
 use super::zero::Sharding;
 use crate::estimator::config::{Precision, Setup};
 use crate::estimator::error::EstimateError;
 use crate::estimator::hardware::Link;
+
+/// The data-parallel scheme of a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scheme {
+    /// One replica of the model: no data parallelism.
+    SingleReplica,
+    /// DistributedDataParallel.
+    Ddp,
+    /// DeepSpeed ZeRO stage 1, 2 or 3.
+    Zero(u8),
+    /// FSDP `FULL_SHARD` (ZeRO-3).
+    FsdpFullShard,
+    /// FSDP `SHARD_GRAD_OP` (ZeRO-2).
+    FsdpShardGradOp,
+}
+
+impl std::fmt::Display for Scheme {
+    /// The scheme's technical name, as the JSON output carries it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Scheme::SingleReplica => f.pad("single replica"),
+            Scheme::Ddp => f.pad("DDP"),
+            Scheme::Zero(z) => f.pad(&format!("ZeRO-{z}")),
+            Scheme::FsdpFullShard => f.pad("FSDP (FULL_SHARD)"),
+            Scheme::FsdpShardGradOp => f.pad("FSDP (SHARD_GRAD_OP)"),
+        }
+    }
+}
+
+impl Serialize for Scheme {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
 
 /// The links a layout runs over: between GPUs of a node, between nodes, and to host memory.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,7 +99,6 @@ fn degree(field: &'static str, v: u64) -> Result<u64, EstimateError> {
     }
     Ok(v)
 }
-
 
 impl Layout {
     /// The precision the units compute in: the plan's, or a mixed-precision policy's param_dtype.
@@ -150,10 +182,10 @@ impl Layout {
             (None, a) => a,
         };
         degree("parallel.micro_batches", micro_batches as u64)?;
-        if micro_batches as u64 > crate::estimator::MAX_ACCUMULATION as u64 {
+        if micro_batches as u64 > crate::estimator::estimate::MAX_ACCUMULATION as u64 {
             return Err(EstimateError::TooBig {
                 field: "parallel.micro_batches",
-                max: crate::estimator::MAX_ACCUMULATION as u64,
+                max: crate::estimator::estimate::MAX_ACCUMULATION as u64,
                 got: micro_batches as u64,
             });
         }
@@ -244,4 +276,3 @@ impl Layout {
         }
     }
 }
-

@@ -39,7 +39,7 @@ pub mod zero;
 
 pub use comm::{CommItem, Traffic};
 pub use evaluate::{estimate_parallel_with, evaluate, single_gpu_step_seconds};
-pub use layout::{Layout, Links};
+pub use layout::{Layout, Links, Scheme};
 pub use piece::{prepare, prepare_graph, Piece, Prepared};
-pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport, Scheme};
+pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport};
 pub use settings::{MixedPrecision, MpDtype, Offload, Parallel};

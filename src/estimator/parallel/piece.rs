@@ -109,7 +109,6 @@ impl Piece {
     }
 }
 
-
 fn tp_check(model: &ModelSpec, g: &Graph, tp: u64) -> Result<(), EstimateError> {
     if tp <= 1 {
         return Ok(());
@@ -155,7 +154,7 @@ pub fn prepare(
     // Under a mixed-precision policy the step runs as a model in its param_dtype would; the
     // fp32 shards are accounted by the sharding.
     bp.dtype = layout.compute_precision(plan);
-    let g = crate::estimator::build_graph(model, &bp)?;
+    let g = crate::estimator::estimate::build_graph(model, &bp)?;
     tp_check(model, &g, layout.tp)?;
     prepare_graph(&model.label, plan, layout, g)
 }
@@ -224,4 +223,3 @@ pub fn prepare_graph(
         overhead,
     })
 }
-

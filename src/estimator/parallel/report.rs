@@ -1,47 +1,13 @@
 //! What a multi-GPU estimate answers: per-GPU memory, each pipeline rank, communication, offload
 //! and step time, as facts and enums; the page and the CLI put them in words.
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 
 use super::comm::CommItem;
-use super::layout::Layout;
+use super::layout::{Layout, Scheme};
 use super::zero::RankLive;
+use crate::estimator::estimate::Estimate;
 use crate::estimator::timeline::{Category, Phase};
-use crate::estimator::Estimate;
-
-/// The data-parallel scheme of a layout.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scheme {
-    /// One replica of the model: no data parallelism.
-    SingleReplica,
-    /// DistributedDataParallel.
-    Ddp,
-    /// DeepSpeed ZeRO stage 1, 2 or 3.
-    Zero(u8),
-    /// FSDP `FULL_SHARD` (ZeRO-3).
-    FsdpFullShard,
-    /// FSDP `SHARD_GRAD_OP` (ZeRO-2).
-    FsdpShardGradOp,
-}
-
-impl std::fmt::Display for Scheme {
-    /// The scheme's technical name, as the JSON output carries it.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Scheme::SingleReplica => f.pad("single replica"),
-            Scheme::Ddp => f.pad("DDP"),
-            Scheme::Zero(z) => f.pad(&format!("ZeRO-{z}")),
-            Scheme::FsdpFullShard => f.pad("FSDP (FULL_SHARD)"),
-            Scheme::FsdpShardGradOp => f.pad("FSDP (SHARD_GRAD_OP)"),
-        }
-    }
-}
-
-impl Serialize for Scheme {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
 
 /// Live bytes of one rank at its peak, by what they are for.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -153,7 +119,6 @@ pub struct ParallelEstimate {
     pub fits: Option<bool>,
 }
 
-
 /// The per-GPU answer of a single-GPU estimate, in the same shape as a multi-GPU one.
 pub fn single_gpu(e: &Estimate) -> PerGpu {
     let c = |k: Category| e.category(k).0;
@@ -171,4 +136,3 @@ pub fn single_gpu(e: &Estimate) -> PerGpu {
         device_total_bytes: e.device_total.0,
     }
 }
-

@@ -149,4 +149,3 @@ impl Offload {
         self.optimizer || self.params || self.activations
     }
 }
-

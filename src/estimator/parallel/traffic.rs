@@ -154,7 +154,11 @@ pub(super) fn comm_items(
                     .unwrap_or(grads);
                 let agf = secs(Collective::AllGather, params);
                 out.push(item(
-                    if layout.fsdp { Traffic::Fsdp } else { Traffic::Zero },
+                    if layout.fsdp {
+                        Traffic::Fsdp
+                    } else {
+                        Traffic::Zero
+                    },
                     "parameter all-gather in forward (each micro-batch)".into(),
                     Collective::AllGather,
                     dp,
@@ -174,7 +178,11 @@ pub(super) fn comm_items(
                     let agb = secs(Collective::AllGather, b);
                     bwd_busy += agb;
                     out.push(item(
-                        if layout.fsdp { Traffic::Fsdp } else { Traffic::Zero },
+                        if layout.fsdp {
+                            Traffic::Fsdp
+                        } else {
+                            Traffic::Zero
+                        },
                         "parameter all-gather in backward (each micro-batch)".into(),
                         Collective::AllGather,
                         dp,
@@ -189,7 +197,11 @@ pub(super) fn comm_items(
                 let exposed =
                     ((bwd_busy - bwd).max(secs(Collective::ReduceScatter, last_unit))) * m as f64;
                 out.push(item(
-                    if layout.fsdp { Traffic::Fsdp } else { Traffic::Zero },
+                    if layout.fsdp {
+                        Traffic::Fsdp
+                    } else {
+                        Traffic::Zero
+                    },
                     "gradient reduce-scatter (each micro-batch)".into(),
                     Collective::ReduceScatter,
                     dp,
@@ -226,7 +238,16 @@ pub(super) fn comm_items(
                 c
             )
             .to_ascii_lowercase();
-            out.push(item(Traffic::Tp, what, c, tp, bytes, calls * m, &l, f64::INFINITY));
+            out.push(item(
+                Traffic::Tp,
+                what,
+                c,
+                tp,
+                bytes,
+                calls * m,
+                &l,
+                f64::INFINITY,
+            ));
         }
     }
     // Pipeline parallelism: activations forward, gradients back, per micro-batch and chunk.
@@ -324,4 +345,3 @@ pub(super) fn comm_items(
     }
     out
 }
-
