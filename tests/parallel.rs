@@ -22,14 +22,7 @@ use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::DType;
 use vram_planner::estimator::{estimate, Estimate};
 
-#[track_caller]
-fn assert_close(got: f64, want: f64, rel_tol: f64) {
-    let err = (got - want).abs() / want.abs();
-    assert!(
-        err <= rel_tol,
-        "got {got}, want {want} (rel err {err:.4} > {rel_tol})"
-    );
-}
+use common::assert_close;
 
 fn plan_with(model: &str, batch: u64, par: Parallel) -> Plan {
     let mut p = Plan::new(model);
@@ -1043,21 +1036,21 @@ proptest! {
 /// the per-GPU estimate within 0.01 % of each.
 #[test]
 fn fsdp2_ranks_measured_within_a_hundredth_of_a_percent() {
-    common::assert_replays(include_str!("data/fsdp2-steps.jsonl"), 17, 1e-4);
+    common::assert_replays(&common::FSDP2, 17, 1e-4);
 }
 
 /// One DDP rank (`ddp-steps.jsonl`): the single-GPU step plus the reducer's gradient buckets,
 /// with and without `gradient_as_bucket_view`, a CNN and two language models.
 #[test]
 fn ddp_ranks_measured_within_a_hundredth_of_a_percent() {
-    common::assert_replays(include_str!("data/ddp-steps.jsonl"), 7, 1e-4);
+    common::assert_replays(&common::DDP, 7, 1e-4);
 }
 
 /// One ZeRO-1 rank (`zero1-steps.jsonl`): DDP plus `ZeroRedundancyOptimizer`, whose greedy
 /// partition leaves each rank the optimizer state of its share of the parameters.
 #[test]
 fn zero1_ranks_measured_within_a_hundredth_of_a_percent() {
-    common::assert_replays(include_str!("data/zero1-steps.jsonl"), 5, 1e-4);
+    common::assert_replays(&common::ZERO1, 5, 1e-4);
 }
 
 /// FSDP's MixedPrecisionPolicy: fp32 shards and Adam state, bf16 gathered units and activations
@@ -1126,12 +1119,12 @@ fn fsdp_mixed_precision_sits_between_bf16_and_fp32() {
 #[test]
 fn fsdp2_offload_host_memory_measured() {
     let mut n = 0;
-    for line in include_str!("data/fsdp2-steps.jsonl")
-        .lines()
-        .filter(|l| l.contains("host_bytes_end"))
+    for r in common::FSDP2
+        .records()
+        .iter()
+        .filter(|r| r.get("host_bytes_end").is_some())
     {
-        let r: serde_json::Value = serde_json::from_str(line).unwrap();
-        let plan: Plan = serde_json::from_value(r["plan"].clone()).unwrap();
+        let plan = common::plan_of(r);
         let host = estimate_parallel(&plan).unwrap().host_bytes as f64;
         let measured = r["host_bytes_end"].as_u64().unwrap() as f64;
         assert!(
