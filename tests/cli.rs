@@ -26,7 +26,7 @@ fn text(b: &[u8]) -> String {
 }
 
 #[test]
-fn estimate_prints_json_with_the_issue_keys() {
+fn estimate_prints_json_with_the_fine_tuning_and_per_gpu_keys() {
     let plan = r#"{"model":"llama-2-7b","mode":"finetune","seq":512,"dtype":"bf16","lora":{"rank":16,"targets":["q","k","v","o"]},"gpu":"a100-80","parallel":{"gpus_per_node":2,"dp":2,"zero":2}}"#;
     let out = run(&["estimate", "--format", "json"], plan);
     assert!(out.status.success(), "{}", text(&out.stderr));

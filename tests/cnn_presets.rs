@@ -1,14 +1,14 @@
 //! The CNN presets: exact parameter counts (torchvision 0.29.2 and the reference harness), the
-//! smallest resolution each builds at, checkpointing segment rules, and every measured reference
-//! case of the CNNs added here within 3 %.
+//! smallest resolution each builds at, checkpointing segment rules, every measured step of the
+//! CNNs added here within 3 % (and 0.5 %, the drift that means an op's modelling changed), and
+//! the ResNet `checkpoint_sequential` and smallest-resolution steps within 0.1 %.
 
 mod common;
 
-use vram_planner::cli::reference::compare_line;
-use vram_planner::estimator::checkpoint::{sequential_segments, sqrt_segments};
-use vram_planner::estimator::config::Checkpointing;
 use vram_planner::plan::build_graph;
-use vram_planner::plan::Plan;
+use vram_planner::estimator::checkpoint::{sequential_segments, sqrt_segments};
+use vram_planner::estimator::config::{Checkpointing};
+use vram_planner::plan::{Plan};
 use vram_planner::presets::models::{self, Family, InputKind};
 
 /// `sum(p.numel() for p in model.parameters())` of torchvision 0.29.2 / `harness/models.py`.
@@ -163,56 +163,43 @@ fn checkpointing_saves_memory() {
         "mobilenet_v2",
     ] {
         let p = plan(id, 224, 32);
-        let none = vram_planner::plan::estimate(&p).unwrap().peak_allocated;
+        let none = vram_planner::plan::estimate(&p)
+            .unwrap()
+            .peak_allocated;
         let mut q = p.clone();
         q.ckpt = Checkpointing::Sqrt;
-        let sqrt = vram_planner::plan::estimate(&q).unwrap().peak_allocated;
+        let sqrt = vram_planner::plan::estimate(&q)
+            .unwrap()
+            .peak_allocated;
         assert!(sqrt < none, "{id}: sqrt {sqrt} < none {none}");
     }
 }
 
-/// Compares every CUDA record of the checked models; returns the case count and the cases off
-/// by more than `tol`.
-fn compare_file(text: &str, tol: f64) -> (usize, Vec<String>) {
-    let mut n = 0;
-    let mut failures = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let model = v["model"].as_str().unwrap_or("");
-        if !CHECKED.contains(&model) || v["device"].as_str() == Some("cpu") {
-            continue;
-        }
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        n += 1;
-        if c.rel_err.abs() > tol {
-            failures.push(format!("{}: {:+.3} %", c.case_id, 100.0 * c.rel_err));
-        }
-    }
-    (n, failures)
+/// Replays the CUDA records of the checked models.
+fn checked_cases(file: &common::Measured) -> Vec<common::Replayed> {
+    file.replay_where(|r| {
+        CHECKED.contains(&r["model"].as_str().unwrap_or("")) && r["device"].as_str() != Some("cpu")
+    })
 }
 
 #[test]
 fn reference_cases_within_3_percent() {
-    let (n, failures) = compare_file(include_str!("data/pytorch-step-memory.jsonl"), 0.03);
-    assert_eq!(n, 63, "CUDA reference cases of the models added here");
-    assert!(
-        failures.is_empty(),
-        "off by more than 3 %:\n{}",
-        failures.join("\n")
+    let cases = checked_cases(&common::REFERENCE_SET);
+    assert_eq!(
+        cases.len(),
+        63,
+        "CUDA reference cases of the models added here"
     );
+    common::assert_within(&cases, 0.03);
 }
 
 /// MobileNetV2, ConvNeXt-T and the checkpointing modes the shared set lacks, measured with the
 /// same harness (`tests/data/PROVENANCE.md`).
 #[test]
 fn extra_oracle_cases_within_3_percent() {
-    let (n, failures) = compare_file(include_str!("data/cnn-extra-step-memory.jsonl"), 0.03);
-    assert_eq!(n, 22);
-    assert!(
-        failures.is_empty(),
-        "off by more than 3 %:\n{}",
-        failures.join("\n")
-    );
+    let cases = checked_cases(&common::CNN_EXTRA);
+    assert_eq!(cases.len(), 22);
+    common::assert_within(&cases, 0.03);
 }
 
 /// ResNets under `checkpoint_sequential` over their residual blocks (√N, 2 and 8 segments),
@@ -220,7 +207,7 @@ fn extra_oracle_cases_within_3_percent() {
 /// modelled op by op, so these are held to 0.1 %.
 #[test]
 fn resnet_segment_cases_within_a_tenth_of_a_percent() {
-    common::assert_replays(include_str!("data/resnet-segments-steps.jsonl"), 6, 1e-3);
+    common::assert_replays(&common::RESNET_SEGMENTS, 6, 1e-3);
 }
 
 /// Every image model at the smallest resolution it takes (ResNets at 1–24 px: every ResNet
@@ -228,7 +215,7 @@ fn resnet_segment_cases_within_a_tenth_of_a_percent() {
 /// (`tests/data/PROVENANCE.md`): exact, as at 224.
 #[test]
 fn smallest_resolutions_match_pytorch() {
-    common::assert_replays(include_str!("data/small-res-steps.jsonl"), 10, 1e-3);
+    common::assert_replays(&common::SMALL_RES, 10, 1e-3);
 }
 
 #[test]
@@ -254,16 +241,8 @@ fn resnet_segments_follow_checkpoint_sequential() {
 /// modelling changed.
 #[test]
 fn reference_cases_stay_tight() {
-    for text in [
-        include_str!("data/pytorch-step-memory.jsonl"),
-        include_str!("data/cnn-extra-step-memory.jsonl"),
-    ] {
-        let (_, failures) = compare_file(text, 0.005);
-        assert!(
-            failures.is_empty(),
-            "off by more than 0.5 %:\n{}",
-            failures.join("\n")
-        );
+    for file in [&common::REFERENCE_SET, &common::CNN_EXTRA] {
+        common::assert_within(&checked_cases(file), 0.005);
     }
 }
 

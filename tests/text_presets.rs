@@ -1,26 +1,17 @@
 //! Language models: exact parameter counts of every preset (as transformers 5.24 counts them,
 //! `sum(p.numel() for p in model.parameters())`, tied weights once), the measured training steps
-//! of GPT-2, BERT-base and the two LLaMA shapes within 3 %, `config.json` import errors, and the
+//! of GPT-2, BERT-base and the two LLaMA shapes and the further language-model steps within 3 %,
+//! the segment-checkpointed and unpadded steps within 0.1 %, `config.json` import errors, and the
 //! estimator's speed on the largest preset.
 
 mod common;
 use proptest::prelude::*;
 use serde_json::json;
-use vram_planner::cli::reference::compare_line;
 use vram_planner::estimator::config::{AttnImpl, CausalMask, Checkpointing, Precision};
+use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
-use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
 use vram_planner::presets::models::{self, Family};
-
-const DATA: &str = include_str!("data/pytorch-step-memory.jsonl");
-/// Further steps measured with the same oracle (`shared/reference/harness`, `measure.run_case`,
-/// fake CUDA, adamw) for the presets and paths the reference set lacks: Qwen2 (GQA, tied), Mistral
-/// and Llama 3 (GQA), GPT-2 medium/large, BERT-large, eager attention under autocast,
-/// checkpointing with eager attention.
-const EXTRA: &str = include_str!("data/text-extra-steps.jsonl");
-/// Unpadded batches (no causal mask, `enable_gqa`), measured the same way; see PROVENANCE.md.
-const UNPADDED: &str = include_str!("data/unpadded-steps.jsonl");
 
 /// Counted with transformers 5.24 on the meta device from the same configs.
 const PARAMS: &[(&str, u64)] = &[
@@ -53,7 +44,7 @@ fn small_plan(model: &str) -> Plan {
 /// (`data/PROVENANCE.md`, `text-segments-steps.jsonl`): within 0.1 %.
 #[test]
 fn text_segment_cases_within_a_tenth_of_a_percent() {
-    common::assert_replays(include_str!("data/text-segments-steps.jsonl"), 7, 1e-3);
+    common::assert_replays(&common::TEXT_SEGMENTS, 7, 1e-3);
 }
 
 #[test]
@@ -76,60 +67,47 @@ fn text_model(model: &str) -> bool {
 
 #[test]
 fn every_measured_step_of_the_language_models_within_3_percent() {
-    let mut n = 0;
-    let mut worst = (0.0f64, String::new());
-    for line in DATA.lines().filter(|l| !l.trim().is_empty()) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        if !text_model(v["model"].as_str().unwrap_or("")) {
-            continue;
-        }
+    let cases =
+        common::REFERENCE_SET.replay_where(|r| text_model(r["model"].as_str().unwrap_or("")));
+    for r in &cases {
         assert!(
-            v.get("hf_config").is_some(),
-            "language records carry their config"
+            r.record.get("hf_config").is_some(),
+            "{}: language records carry their config",
+            r.case.case_id
         );
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        n += 1;
-        assert!(
-            c.rel_err.abs() <= 0.03,
-            "{}: predicted {} measured {} ({:+.2} %)",
-            c.case_id,
-            c.predicted,
-            c.measured,
-            100.0 * c.rel_err
-        );
-        if c.rel_err.abs() > worst.0 {
-            worst = (c.rel_err.abs(), c.case_id);
-        }
     }
+    common::assert_within(&cases, 0.03);
+    let worst = cases
+        .iter()
+        .map(|r| &r.case)
+        .max_by(|a, b| a.rel_err.abs().total_cmp(&b.rel_err.abs()))
+        .unwrap();
     println!(
-        "{n} language-model steps, worst {:.4} % ({})",
-        100.0 * worst.0,
-        worst.1
+        "{} language-model steps, worst {:.4} % ({})",
+        cases.len(),
+        100.0 * worst.rel_err.abs(),
+        worst.case_id
     );
-    assert!(n >= 48, "expected the GPT-2/BERT/LLaMA records, found {n}");
+    assert!(
+        cases.len() >= 48,
+        "expected the GPT-2/BERT/LLaMA records, found {}",
+        cases.len()
+    );
 }
 
+/// Further steps measured with the same oracle (`shared/reference/harness`, `measure.run_case`,
+/// fake CUDA, adamw) for the presets and paths the reference set lacks: Qwen2 (GQA, tied),
+/// Mistral and Llama 3 (GQA), GPT-2 medium/large, BERT-large, eager attention under autocast,
+/// checkpointing with eager attention.
 #[test]
 fn further_measured_steps_within_3_percent() {
-    let mut n = 0;
-    for line in EXTRA.lines().filter(|l| !l.trim().is_empty()) {
-        let (c, _) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
-        assert!(
-            c.rel_err.abs() <= 0.03,
-            "{}: predicted {} measured {} ({:+.2} %)",
-            c.case_id,
-            c.predicted,
-            c.measured,
-            100.0 * c.rel_err
-        );
-        n += 1;
-    }
-    assert_eq!(n, 13);
+    common::assert_replays(&common::TEXT_EXTRA, 13, 0.03);
 }
 
+/// Unpadded batches (no causal mask, `enable_gqa`), measured the same way; see PROVENANCE.md.
 #[test]
 fn unpadded_batches_measured_within_a_tenth_of_a_percent() {
-    common::assert_replays(UNPADDED, 13, 1e-3);
+    common::assert_replays(&common::UNPADDED, 13, 1e-3);
 }
 
 #[test]
@@ -170,12 +148,12 @@ fn an_unpadded_batch_skips_the_mask_and_the_repeated_heads() {
 
 #[test]
 fn presets_and_config_import_build_the_same_model() {
-    for line in DATA
-        .lines()
-        .filter(|l| l.contains("\"model\": \"gpt2\"") || l.contains("\"model\": \"llama-small\""))
+    for v in common::REFERENCE_SET
+        .records()
+        .into_iter()
+        .filter(|r| r["model"] == "gpt2" || r["model"] == "llama-small")
         .take(4)
     {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
         let model = v["model"].as_str().unwrap();
         let mut from_cfg = small_plan(model);
         from_cfg.hf_config = Some(v["hf_config"].clone());
