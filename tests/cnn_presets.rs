@@ -5,10 +5,10 @@
 
 mod common;
 
-use vram_planner::plan::build_graph;
 use vram_planner::estimator::checkpoint::{sequential_segments, sqrt_segments};
-use vram_planner::estimator::config::{Checkpointing};
-use vram_planner::plan::{Plan};
+use vram_planner::estimator::config::Checkpointing;
+use vram_planner::plan::build_graph;
+use vram_planner::plan::Plan;
 use vram_planner::presets::models::{self, Family, InputKind};
 
 /// `sum(p.numel() for p in model.parameters())` of torchvision 0.29.2 / `harness/models.py`.
@@ -163,14 +163,10 @@ fn checkpointing_saves_memory() {
         "mobilenet_v2",
     ] {
         let p = plan(id, 224, 32);
-        let none = vram_planner::plan::estimate(&p)
-            .unwrap()
-            .peak_allocated;
+        let none = vram_planner::plan::estimate(&p).unwrap().peak_allocated;
         let mut q = p.clone();
         q.ckpt = Checkpointing::Sqrt;
-        let sqrt = vram_planner::plan::estimate(&q)
-            .unwrap()
-            .peak_allocated;
+        let sqrt = vram_planner::plan::estimate(&q).unwrap().peak_allocated;
         assert!(sqrt < none, "{id}: sqrt {sqrt} < none {none}");
     }
 }

@@ -16,8 +16,8 @@ use vram_planner::estimator::tune::{kv_cache_bytes, lora_params, nf4_weight_byte
 use vram_planner::estimator::units::{Bytes, DType};
 use vram_planner::estimator::Estimate;
 use vram_planner::plan::fit::{compare, context_sweep, max_batch, max_context};
-use vram_planner::plan::Plan;
 use vram_planner::plan::{build_graph, estimate};
+use vram_planner::plan::{Plan, PlanError};
 
 fn lora(rank: u64, alpha: f64, targets: &[&str]) -> LoraConfig {
     LoraConfig {
@@ -469,7 +469,12 @@ fn depthwise_separable_against_standard_convolutions() {
 
 #[test]
 fn options_that_do_not_apply_are_refused() {
-    let unsupported = |p: &Plan| matches!(estimate(p), Err(EstimateError::Unsupported(_)));
+    let unsupported = |p: &Plan| {
+        matches!(
+            estimate(p),
+            Err(PlanError::Estimate(EstimateError::Unsupported(_)))
+        )
+    };
     let mut p = Plan::new("llama-small");
     p.lora = Some(lora(8, 8.0, &["q"]));
     assert!(unsupported(&p), "LoRA in a pre-training plan");

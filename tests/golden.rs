@@ -7,13 +7,13 @@ mod common;
 
 use common::assert_close;
 use vram_planner::estimator::config::{AttnImpl, Precision};
-use vram_planner::plan::{Plan};
-use vram_planner::plan::estimate;
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
 use vram_planner::estimator::optimizer::{OptimizerImpl, OptimizerKind};
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::{tensor_bytes, Bytes, DType, Elems};
+use vram_planner::plan::estimate;
+use vram_planner::plan::Plan;
 use vram_planner::presets::models;
 
 fn opts(opt: OptimizerKind) -> StepOptions {

@@ -85,7 +85,7 @@ proptest! {
         let ck = match estimate(&p) {
             Ok(e) => e,
             Err(e) => {
-                prop_assert!(matches!(e, vram_planner::estimator::error::EstimateError::Unsupported(_)), "{e}");
+                prop_assert!(matches!(e, vram_planner::plan::PlanError::Estimate(vram_planner::estimator::error::EstimateError::Unsupported(_))), "{e}");
                 return Ok(());
             }
         };

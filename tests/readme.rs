@@ -9,8 +9,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use vram_planner::estimator::config::{CausalMask, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::plan::estimate;
+use vram_planner::plan::Plan;
 
 const GIB: f64 = (1u64 << 30) as f64;
 

@@ -8,9 +8,9 @@ mod common;
 use proptest::prelude::*;
 use serde_json::json;
 use vram_planner::estimator::config::{AttnImpl, CausalMask, Checkpointing, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::plan::{build_graph, estimate};
+use vram_planner::plan::{Plan, PlanError};
 use vram_planner::presets::models::{self, Family};
 
 /// Counted with transformers 5.24 on the meta device from the same configs.
@@ -164,7 +164,7 @@ fn presets_and_config_import_build_the_same_model() {
     }
 }
 
-fn with_config(cfg: serde_json::Value) -> Result<vram_planner::estimator::Estimate, EstimateError> {
+fn with_config(cfg: serde_json::Value) -> Result<vram_planner::estimator::Estimate, PlanError> {
     let mut p = small_plan("custom");
     p.hf_config = Some(cfg);
     estimate(&p)
@@ -188,7 +188,7 @@ fn malformed_or_unsupported_configs_are_errors() {
         json!({"model_type": "mistral", "tie_word_embeddings": "yes"}),
     ] {
         match with_config(cfg.clone()) {
-            Err(EstimateError::BadHfConfig(msg)) => assert!(!msg.is_empty()),
+            Err(PlanError::Estimate(EstimateError::BadHfConfig(msg))) => assert!(!msg.is_empty()),
             other => panic!("{cfg}: expected BadHfConfig, got {other:?}"),
         }
     }
@@ -201,7 +201,10 @@ fn learned_positions_limit_the_sequence() {
     p.seq = Some(65);
     assert!(matches!(
         estimate(&p),
-        Err(EstimateError::SequenceTooLong { max: 64, .. })
+        Err(PlanError::Estimate(EstimateError::SequenceTooLong {
+            max: 64,
+            ..
+        }))
     ));
     p.seq = Some(64);
     assert!(estimate(&p).is_ok());
@@ -209,7 +212,7 @@ fn learned_positions_limit_the_sequence() {
     b.seq = Some(513);
     assert!(matches!(
         estimate(&b),
-        Err(EstimateError::SequenceTooLong { .. })
+        Err(PlanError::Estimate(EstimateError::SequenceTooLong { .. }))
     ));
     // Rotary positions have no limit.
     let mut l = small_plan("llama-small");

@@ -20,9 +20,9 @@
 mod common;
 
 use vram_planner::estimator::config::{Checkpointing, Device, OptimizerImpl, Precision};
-use vram_planner::plan::{Plan};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::plan::{build_graph, estimate};
+use vram_planner::plan::{Plan, PlanError};
 use vram_planner::presets::models;
 
 fn plan(model: &str, batch: u64) -> Plan {
@@ -148,7 +148,9 @@ fn cpu_lstm_refuses_what_does_not_run_there() {
     );
     p.cudnn = Some(true);
     match estimate(&p) {
-        Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn"), "{msg}"),
+        Err(PlanError::Estimate(EstimateError::Unsupported(msg))) => {
+            assert!(msg.contains("cudnn"), "{msg}")
+        }
         other => panic!(
             "expected an error, got {:?}",
             other.map(|e| e.peak_allocated)
@@ -156,7 +158,10 @@ fn cpu_lstm_refuses_what_does_not_run_there() {
     }
     p.cudnn = None;
     p.dtype = Precision::Fp16;
-    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+    assert!(matches!(
+        estimate(&p),
+        Err(PlanError::Estimate(EstimateError::Unsupported(_)))
+    ));
     // oneDNN's layer is one op: no step limit on the CPU.
     p.dtype = Precision::Fp32;
     p.seq = Some(vram_planner::presets::rnn::MAX_NATIVE_STEPS + 1);
@@ -183,7 +188,7 @@ fn resolution_not_divisible_by_the_patch_is_an_error() {
         let mut p = plan("vit_b_16", 2);
         p.res = Some(res);
         match estimate(&p) {
-            Err(EstimateError::Unsupported(msg)) => {
+            Err(PlanError::Estimate(EstimateError::Unsupported(msg))) => {
                 assert!(msg.contains("divisible by 16"), "{msg}")
             }
             other => panic!(
@@ -196,7 +201,9 @@ fn resolution_not_divisible_by_the_patch_is_an_error() {
     p.res = Some(8);
     assert!(matches!(
         estimate(&p),
-        Err(EstimateError::ResolutionTooSmall { .. })
+        Err(PlanError::Estimate(
+            EstimateError::ResolutionTooSmall { .. }
+        ))
     ));
     p.res = Some(16);
     assert!(
@@ -232,7 +239,7 @@ fn vit_checkpointing_policies() {
     assert_eq!(peak(Checkpointing::Segments(1)).unwrap(), none);
     assert!(matches!(
         peak(Checkpointing::Stage),
-        Err(EstimateError::Unsupported(_))
+        Err(PlanError::Estimate(EstimateError::Unsupported(_)))
     ));
 }
 
@@ -291,7 +298,9 @@ fn native_lstm_refuses_sequences_it_cannot_unroll() {
     p.cudnn = Some(false);
     p.seq = Some(vram_planner::presets::rnn::MAX_NATIVE_STEPS + 1);
     match estimate(&p) {
-        Err(EstimateError::Unsupported(msg)) => assert!(msg.contains("cudnn: true"), "{msg}"),
+        Err(PlanError::Estimate(EstimateError::Unsupported(msg))) => {
+            assert!(msg.contains("cudnn: true"), "{msg}")
+        }
         other => panic!(
             "expected an error, got {:?}",
             other.map(|e| e.peak_allocated)
@@ -308,8 +317,14 @@ fn native_lstm_refuses_sequences_it_cannot_unroll() {
 fn options_that_do_not_apply_are_refused() {
     let mut p = plan("vit_b_16", 2);
     p.attn = vram_planner::estimator::config::AttnImpl::Eager;
-    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+    assert!(matches!(
+        estimate(&p),
+        Err(PlanError::Estimate(EstimateError::Unsupported(_)))
+    ));
     let mut p = plan("lstm-lm", 2);
     p.ckpt = Checkpointing::Block;
-    assert!(matches!(estimate(&p), Err(EstimateError::Unsupported(_))));
+    assert!(matches!(
+        estimate(&p),
+        Err(PlanError::Estimate(EstimateError::Unsupported(_)))
+    ));
 }

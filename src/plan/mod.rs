@@ -56,6 +56,13 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
     )?)
 }
 
+/// The plan's multi-GPU layout, validated, its GPU and links resolved.
+pub fn layout(plan: &Plan) -> Result<Layout, PlanError> {
+    let gpu = resolve::gpu(plan)?;
+    let links = resolve::layout_links(plan, gpu.as_ref())?;
+    Ok(Layout::resolve(&plan.setup(), links)?)
+}
+
 /// Builds, cuts and simulates `plan`'s model for `layout` (shared by layouts that differ only
 /// in dp, ZeRO stage or links).
 pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, PlanError> {

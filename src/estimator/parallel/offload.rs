@@ -15,7 +15,7 @@
 //!   current (compute) stream, so they do not hide behind compute.
 //!
 //! Unified memory (GH200 over NVLink-C2C, Apple silicon) is one more host link with its own
-//! bandwidth ([`crate::presets::links`]); on Apple silicon the host is the same memory pool.
+//! bandwidth (the `presets` links table); on Apple silicon the host is the same memory pool.
 
 use crate::estimator::graph::{Graph, StorageKind};
 use crate::estimator::simulate::BLOCK;
