@@ -21,14 +21,14 @@ export TRUNK_SKIP_VERSION_CHECK := true
 
 WASM_TARGET := wasm32-unknown-unknown
 TRUNK_VERSION := 0.21.14
-# Splits the page's wasm at its split points (the #5/#6 panels) into lazily fetched chunks.
+# Splits the page's wasm at its split points into lazily fetched chunks.
 WASM_SPLIT_VERSION := 0.2.4
 # wasm-bindgen-cli must equal the wasm-bindgen crate the build links (Trunk.toml pins the same).
 WASM_BINDGEN_VERSION := $(shell awk '$$0 == "name = \"wasm-bindgen\"" { getline; gsub(/[^0-9.]/, ""); print; exit }' $(ROOT)/Cargo.lock)
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-# Issue #4's budget for the first load: all of dist/ gzipped but the lazily fetched chunks.
+# The budget for the first load: all of dist/ gzipped but the lazily fetched chunks.
 SIZE_BUDGET_BYTES := 200000
 
 DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)

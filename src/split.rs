@@ -1,4 +1,4 @@
-//! Synchronous calls into lazily fetched WebAssembly chunks. A page built with the `split`
+//! Synchronous calls into lazily fetched WebAssembly chunks. A page built with the `lazy-chunks`
 //! feature moves code that the default page does not need into chunks (`make split-wasm`); a
 //! `#[wasm_split]` function is async because its first call fetches its chunk. Once that fetch
 //! has been awaited, its future completes on its first poll (the loader is an initialised
@@ -31,7 +31,7 @@ mod tests {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct NotLoaded;
 
-#[cfg(all(target_arch = "wasm32", feature = "split"))]
+#[cfg(all(target_arch = "wasm32", feature = "lazy-chunks"))]
 impl From<wasm_split_helpers::SplitLoaderError> for NotLoaded {
     fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
         NotLoaded
@@ -40,14 +40,14 @@ impl From<wasm_split_helpers::SplitLoaderError> for NotLoaded {
 
 /// Puts `run` (one entry point taking a request `Op` and answering `Out`) behind a chunk: it
 /// declares, in the calling module, `call(op) -> Result<Out, NotLoaded>`, `loaded()` and
-/// `async load() -> bool`. In a `split` build (wasm32) `run` and all that only it reaches move
+/// `async load() -> bool`. In a `lazy-chunks` build (wasm32) `run` and all that only it reaches move
 /// to the chunk named `chunk`, fetched by `load`, then called synchronously with [`poll_now`];
 /// elsewhere `call` runs `run` directly and `loaded` is always true. `split` and `preload` name
 /// the generated split function and its preload (the names must be unique in the crate).
 #[macro_export]
 macro_rules! lazy_chunk {
     ($chunk:ident, $split:ident, $preload:ident, fn $run:ident($op:ty) -> $out:ty) => {
-        #[cfg(not(all(target_arch = "wasm32", feature = "split")))]
+        #[cfg(not(all(target_arch = "wasm32", feature = "lazy-chunks")))]
         mod chunk_imp {
             use super::*;
 
@@ -66,7 +66,7 @@ macro_rules! lazy_chunk {
             }
         }
 
-        #[cfg(all(target_arch = "wasm32", feature = "split"))]
+        #[cfg(all(target_arch = "wasm32", feature = "lazy-chunks"))]
         mod chunk_imp {
             use super::*;
             use std::sync::atomic::{AtomicBool, Ordering};

@@ -294,7 +294,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         "recompute_flops": e.recompute_flops,
         "gpu": gpu.map(|g| serde_json::json!({"id": g.id, "memory_bytes": g.memory.0, "fits": e.device_total <= g.memory})),
     });
-    // Fine-tuning and inference (issue 6).
+    // Fine-tuning and inference.
     if let Some(m) = v.as_object_mut() {
         m.insert("mode".into(), e.mode.key().into());
         m.insert("trainable_params".into(), e.trainable_params.into());

@@ -1,6 +1,6 @@
 //! Every model builder but the ResNets' (language models, pasted config.json files, ViTs, the
 //! LSTM, the other CNNs) behind one seam, so that the page can fetch their code only when a plan
-//! first needs it. A page built with the `split` feature keeps them, and the code that only they
+//! first needs it. A page built with the `lazy-chunks` feature keeps them, and the code that only they
 //! reach (attention, LoRA and quantised linears, the config.json reader, depthwise and
 //! transposed convolutions), in a WebAssembly chunk: the default plan is ResNet-50, so the first
 //! load does without it. Once fetched, calls into the chunk run synchronously, so the estimator

@@ -21,12 +21,12 @@
 
 pub mod batch;
 pub mod checkpoint;
-pub mod context_chart; // ui2: issue #6 inference chart
+pub mod context_chart;
 pub mod layers;
-pub mod rank_chart; // ui2: issue #5 per-rank chart
+pub mod rank_chart;
 pub mod theme;
 pub mod timeline;
-pub mod zero_chart; // ui2: issue #5 ZeRO chart
+pub mod zero_chart;
 
 use std::fmt;
 

@@ -1,6 +1,6 @@
 //! Colours and sizes shared by every chart. Sizes are in CSS pixels and multiplied by
 //! [`Theme::scale`], which the page sets to `devicePixelRatio` so canvases stay sharp on high-DPI
-//! screens (plotters draws in backing-store pixels; plotters issue #164).
+//! screens (plotters draws in backing-store pixels).
 
 use plotters::style::RGBColor;
 
