@@ -3,7 +3,9 @@
 # GitHub: only the Rust crate, npm and Debian package registries are used.
 #
 #   make serve   the app at http://127.0.0.1:8080 with live reload
-#   make test    native tests, wasm component tests in headless Chromium, browser end-to-end tests
+#   make test    formatting and lints, native tests, wasm component tests in headless Chromium,
+#                browser end-to-end tests
+#   make lint    cargo fmt --check and clippy -D warnings, native and wasm32
 #   make dist    release build into dist/ (works under any sub-path)
 #   make size    every dist/ file with raw and gzip bytes; fails above the weight budget
 
@@ -33,7 +35,7 @@ SIZE_BUDGET_BYTES := 200000
 
 DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
 
-.PHONY: help serve test dist size tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch test-native test-wasm test-e2e
+.PHONY: help serve test dist size tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch lint test-native test-wasm test-e2e
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -125,7 +127,17 @@ size: dist
 
 # --- tests ---------------------------------------------------------------------------------
 
-test: test-native test-wasm test-e2e size
+test: lint test-native test-wasm test-e2e size
+
+# rustfmt's default style; clippy with every warning an error, for the native crate (library,
+# CLI, tests, benchmark) and for the page's wasm32 build (library, binary and its browser tests,
+# with and without the lazy chunks).
+lint: wasm-target fetch
+	@echo "==> lint: cargo fmt --check, cargo clippy -D warnings (native and wasm32)"
+	cargo fmt --all --check
+	cargo clippy --locked --offline --all-targets -- -D warnings
+	cargo clippy --locked --offline --target $(WASM_TARGET) --lib --bins --test web --test web_panels -- -D warnings
+	cargo clippy --locked --offline --target $(WASM_TARGET) --features lazy-chunks --lib --bins -- -D warnings
 
 test-native: fetch
 	@echo "==> native: cargo test"

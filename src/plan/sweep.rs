@@ -65,7 +65,7 @@ pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
         if let Ok(lines) = BatchLines::new(plan, xs.iter().copied().max().unwrap_or(1)) {
             return xs
                 .iter()
-                .filter(|&&x| x >= 1 && x <= MAX_BATCH)
+                .filter(|&&x| (1..=MAX_BATCH).contains(&x))
                 .map(|&x| lines.point(x))
                 .collect();
         }
@@ -133,9 +133,9 @@ impl BatchLines {
         let mut reserved = Vec::with_capacity(e1.timeline.events.len());
         for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
             let mut l = [(0.0, 0.0); Category::COUNT];
-            for c in 0..Category::COUNT {
+            for (c, line) in l.iter_mut().enumerate() {
                 let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
-                l[c] = (a.live.0[c] as f64 - slope * b1 as f64, slope);
+                *line = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }
             lines.push(l);
             let (r1, r2) = (

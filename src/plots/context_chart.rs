@@ -7,10 +7,13 @@ use super::batch::bands;
 use crate::estimator::timeline::Category;
 use crate::plan::sweep::Point;
 
+/// One edge of a band: (context, lower GiB, upper GiB).
+pub type Edge = (f64, f64, f64);
+
 /// The bands bottom to top, as every stacked chart draws them ([`super::batch::bands`]): the
 /// KV cache is the last category, so it sits on top of the weights and activations and its growth
 /// with the context is visible. Each edge is (context, lower GiB, upper GiB).
-pub fn context_bands(points: &[Point]) -> Vec<(Category, Vec<(f64, f64, f64)>)> {
+pub fn context_bands(points: &[Point]) -> Vec<(Category, Vec<Edge>)> {
     bands(points)
         .into_iter()
         .map(|b| (b.category, b.edges))

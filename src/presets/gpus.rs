@@ -10,7 +10,9 @@
 //! Apple's unified memory is the Metal `recommendedMaxWorkingSetSize` of macOS 14–15 (75 % of
 //! the RAM; macOS 26 allows more on 128 GB machines).
 
+use crate::estimator::device::DEFAULT_CONTEXT;
 pub use crate::estimator::hardware::Gpu;
+use crate::estimator::hardware::DEFAULT_SM;
 use crate::estimator::units::Bytes;
 
 const GIB: u64 = 1 << 30;
@@ -205,16 +207,19 @@ pub fn find(id: &str) -> Option<Gpu> {
     if !(gib.is_finite() && gib > 0.0 && gib <= 1_048_576.0) {
         return None;
     }
-    // fp32 at 1/16 of the tensor-core rate: the A100's ratio (19.5 of 312 TFLOPS, NVIDIA A100 data sheet).
+    // A card of unknown kind is the card the estimate assumes when none is named (its compute
+    // capability and context: `DeviceOverhead`), so naming only a capacity changes only the
+    // capacity. fp32 at 1/16 of the tensor-core rate: the A100's ratio (19.5 of 312 TFLOPS,
+    // NVIDIA A100 data sheet).
     Some(Gpu {
         id: "custom",
         name: "Custom",
         memory: Bytes((gib * GIB as f64) as u64),
         bandwidth_gbs: 1000.0,
-        sm: 80,
+        sm: DEFAULT_SM,
         tflops_bf16: 300.0,
         tflops_fp32: 300.0 / 16.0,
-        context: Bytes(500 * MIB),
+        context: DEFAULT_CONTEXT,
     })
 }
 
@@ -258,6 +263,14 @@ mod tests {
                 g.memory.gib()
             );
         }
+    }
+
+    /// A custom card differs from no card only in its capacity: the same workspaces and context.
+    #[test]
+    fn a_custom_card_has_the_default_overhead() {
+        use crate::estimator::hardware::DeviceOverhead;
+        let custom = super::find("custom:24").unwrap();
+        assert_eq!(DeviceOverhead::of(Some(&custom)), DeviceOverhead::of(None));
     }
 
     #[test]

@@ -35,9 +35,13 @@ pub struct ModelPreset {
     /// Exact parameter count (torchvision / transformers), checked against the built graph.
     pub params: u64,
     /// The builder, when the page's first load carries it (the ResNets: the default plan is
-    /// ResNet-50). `None`: the plan layer's lazy seam (`crate::plan::lazy`) builds it, from code the page fetches on first use.
-    pub build: Option<fn(&BuildCtx) -> Result<Graph, EstimateError>>,
+    /// ResNet-50). `None`: the plan layer's lazy seam (`crate::plan::lazy`) builds it, from
+    /// code the page fetches on first use.
+    pub build: Option<BuildFn>,
 }
+
+/// A builder the first load links in.
+pub type BuildFn = fn(&BuildCtx) -> Result<Graph, EstimateError>;
 
 const fn tokens(default_seq: u64, max_seq: Option<u64>) -> InputKind {
     InputKind::Tokens {

@@ -120,11 +120,11 @@ pub fn partition(weights: &[u64], k: usize) -> Vec<Range<usize>> {
     let n = weights.len();
     let k = k.clamp(1, n.max(1));
     if n == 0 {
-        return vec![0..0];
+        return std::iter::once(0..0).collect();
     }
     let mut prefix = vec![0u64; n + 1];
-    for i in 0..n {
-        prefix[i + 1] = prefix[i] + weights[i];
+    for (i, w) in weights.iter().enumerate() {
+        prefix[i + 1] = prefix[i] + w;
     }
     // best[j][i]: smallest max-sum splitting the first i items into j runs; cut[j][i]: start of the last run.
     let inf = u64::MAX;

@@ -403,9 +403,9 @@ impl<'a> Sharded<'a> {
             next_unit[i] = nxt.filter(|&u| Some(u) != piece.unit_of_op[i]);
         }
         let mut prv = None;
-        for i in 0..nops {
-            prev_unit[i] = prv.filter(|&u| Some(u) != piece.unit_of_op[i]);
-            if let Some(u) = piece.unit_of_op[i] {
+        for (prev, &unit) in prev_unit.iter_mut().zip(&piece.unit_of_op) {
+            *prev = prv.filter(|&u| Some(u) != unit);
+            if let Some(u) = unit {
                 prv = Some(u);
             }
         }
