@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use super::generate;
 use super::text::{self, Activation, Arch, TextConfig};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
@@ -280,9 +281,14 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
     })
 }
 
-/// Builds the training step of the model a `config.json` defines.
+/// Builds the step of the model a `config.json` defines: training, or serving (a LLaMA-family
+/// model generates with its KV cache, [`generate`]; the others run the prompt's forward).
 pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     let tc = parse(cfg)?;
+    if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
+        text::check_positions(&tc, ctx)?;
+        return generate::llama_step(&tc, ctx);
+    }
     text::build(&tc, ctx)
 }
 

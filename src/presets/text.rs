@@ -158,20 +158,10 @@ pub(crate) fn heads_view(
 
 /// Builds the training step's forward tape of `cfg` at `ctx` (batch, sequence, precision,
 /// checkpointing, attention implementation).
+/// Serving a LLaMA-family model is [`super::generate`]'s.
 pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
-    if let Some(max) = cfg.max_positions {
-        if ctx.seq > max {
-            return Err(EstimateError::SequenceTooLong {
-                model: cfg.model_type.clone(),
-                seq: ctx.seq,
-                max,
-            });
-        }
-    }
+    check_positions(cfg, ctx)?;
     if let Some(step) = ctx.tune.infer {
-        if cfg.arch == Arch::Llama {
-            return super::generate::llama_step(cfg, ctx);
-        }
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
         if !step.is_prefill() || step.kv_dtype.is_some() {
             return Err(EstimateError::Unsupported(format!(
@@ -193,6 +183,18 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
+}
+
+/// Refuses a sequence longer than the model's learned positions.
+pub fn check_positions(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    match cfg.max_positions {
+        Some(max) if ctx.seq > max => Err(EstimateError::SequenceTooLong {
+            model: cfg.model_type.clone(),
+            seq: ctx.seq,
+            max,
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `"frozen": N`: the embeddings and the first `N` blocks of the stack (module names as the
