@@ -16,9 +16,6 @@ use super::optimizer::{OptimizerImpl, OptimizerKind};
 use super::timeline::{Category, Live, Phase, Timeline};
 use super::units::Bytes;
 
-/// The CUDA caching allocator rounds every block up to 512 bytes (`c10/cuda/CUDACachingAllocator.cpp`, `kMinBlockSize`).
-pub const BLOCK: u64 = 512;
-
 #[derive(Clone, Copy, Debug)]
 pub struct StepOptions {
     pub optimizer: OptimizerKind,
@@ -41,7 +38,7 @@ pub struct StepResult {
 }
 
 fn rounded(b: Bytes) -> u64 {
-    b.round_up(BLOCK).0
+    b.allocator_block().0
 }
 
 fn kind_category(k: StorageKind) -> Category {
@@ -171,7 +168,7 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
         opt.optimizer
             .step_counter_bytes(opt.optimizer_impl, opt.device),
     )
-    .round_up(BLOCK);
+    .allocator_block();
     // Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
     if !opt.optimizer.is_paged() {
         let mut any_8bit = false;

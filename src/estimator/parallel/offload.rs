@@ -18,8 +18,8 @@
 //! bandwidth ([`crate::presets::links`]); on Apple silicon the host is the same memory pool.
 
 use crate::estimator::graph::{Graph, StorageKind};
-use crate::estimator::simulate::BLOCK;
 use crate::estimator::units::Bytes;
+use crate::estimator::units::ALLOCATOR_BLOCK as BLOCK;
 
 /// Rewrites `g` as `save_on_cpu` runs it: saved activations of ops outside checkpointed
 /// segments are no longer held on the GPU; each op's backward allocates its copies back as

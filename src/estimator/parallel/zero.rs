@@ -33,8 +33,8 @@
 //! ops run.
 
 use crate::estimator::graph::Graph;
-use crate::estimator::simulate::BLOCK;
 use crate::estimator::timeline::{Category, Event, Phase};
+use crate::estimator::units::ALLOCATOR_BLOCK as BLOCK;
 
 use super::Piece;
 
