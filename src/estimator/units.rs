@@ -78,6 +78,12 @@ impl Sub for Bytes {
         Bytes(self.0.saturating_sub(o.0))
     }
 }
+impl std::ops::Div<u64> for Bytes {
+    type Output = Bytes;
+    fn div(self, d: u64) -> Bytes {
+        Bytes(self.0 / d)
+    }
+}
 impl std::iter::Sum for Bytes {
     fn sum<I: Iterator<Item = Bytes>>(it: I) -> Bytes {
         it.fold(Bytes::ZERO, |a, b| a + b)

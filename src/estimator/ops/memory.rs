@@ -46,20 +46,10 @@ impl Graph {
         Ok(outs)
     }
 
-    /// A materialising copy (`.contiguous()` after a transpose, `permute(...).reshape`).
+    /// A materialising copy whose gradient passes straight back (`.contiguous()` after a
+    /// transpose, `permute(...).reshape`): [`Graph::copy`] without `grad_copy`.
     pub fn contiguous(&mut self, x: TensorId, shape: Vec<u64>) -> R {
-        let y = self.out_like(shape, self.dtype(x), &[x])?;
-        let mut op = self.op("clone", "");
-        op.inputs = vec![x];
-        op.outputs = vec![y];
-        op.grads = self
-            .t(x)
-            .requires_grad
-            .then_some((x, GradFlow::Alias))
-            .into_iter()
-            .collect();
-        self.record(op);
-        Ok(y)
+        self.copy(x, shape, false)
     }
 
     /// A materialising copy (`.contiguous()`, or the `clone` that `reshape`/`matmul` make of a
