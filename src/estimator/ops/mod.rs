@@ -52,10 +52,14 @@ use super::units::{Bytes, DType};
 type R = Result<TensorId, EstimateError>;
 
 impl Graph {
+    /// The error for operands an op cannot take, naming the module being built so the user
+    /// knows which layer of the configuration to change.
     fn bad_shape(&self, what: impl std::fmt::Display) -> EstimateError {
         EstimateError::Unsupported(format!("{}: {what}", self.name("")))
     }
 
+    /// A new activation tensor that requires grad when any of `inputs` does (autograd records
+    /// a node for the op then).
     fn out_like(&mut self, shape: Vec<u64>, dtype: DType, inputs: &[TensorId]) -> R {
         let rg = self.requires_grad(inputs);
         self.alloc(shape, dtype, StorageKind::Activation, rg)
