@@ -64,7 +64,7 @@ impl Graph {
     fn conv2d_inner(&mut self, x: TensorId, c: Conv) -> R {
         let s = self.shape(x);
         if s.len() != 4 || s[1] != c.cin {
-            return Err(self.bad_shape(&format!("conv2d expects [N,{},H,W], got {:?}", c.cin, s)));
+            return Err(self.bad_shape(format!("conv2d expects [N,{},H,W], got {:?}", c.cin, s)));
         }
         let w = self.param(vec![c.cout, c.cin / c.groups, c.k, c.k])?;
         let b = if c.bias {

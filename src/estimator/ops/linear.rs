@@ -27,7 +27,7 @@ impl Graph {
         let mut s = self.shape(x);
         let ws = self.shape(w);
         if s.last() != Some(&ws[1]) {
-            return Err(self.bad_shape(&format!("linear expects last dim {}, got {:?}", ws[1], s)));
+            return Err(self.bad_shape(format!("linear expects last dim {}, got {:?}", ws[1], s)));
         }
         let xc = self.lowp(x)?;
         let wc = self.lowp(w)?;
@@ -95,7 +95,7 @@ impl Graph {
         let sb = self.shape(b);
         let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
         if sb[sb.len() - 2] != k {
-            return Err(self.bad_shape(&format!("matmul {:?} @ {:?}", sa, sb)));
+            return Err(self.bad_shape(format!("matmul {:?} @ {:?}", sa, sb)));
         }
         let ac = self.lowp(a)?;
         let bc = self.lowp(b)?;

@@ -14,7 +14,7 @@ impl Graph {
         let rg = self.t(x).requires_grad;
         let n: u64 = shape.iter().product();
         if n != self.numel(x) {
-            return Err(self.bad_shape(&format!("view {:?} -> {:?}", self.shape(x), shape)));
+            return Err(self.bad_shape(format!("view {:?} -> {:?}", self.shape(x), shape)));
         }
         let y = self.alias(x, shape, rg);
         let mut op = self.op("view", "");
@@ -39,7 +39,7 @@ impl Graph {
         let rg = self.t(x).requires_grad;
         let total: u64 = shapes.iter().map(|s| s.iter().product::<u64>()).sum();
         if total > self.numel(x) {
-            return Err(self.bad_shape(&format!("split of {:?} into {:?}", self.shape(x), shapes)));
+            return Err(self.bad_shape(format!("split of {:?} into {:?}", self.shape(x), shapes)));
         }
         let outs: Vec<TensorId> = shapes.into_iter().map(|s| self.alias(x, s, rg)).collect();
         self.record_simple("split", vec![x], outs.clone(), vec![], 0.0);
@@ -59,7 +59,7 @@ impl Graph {
     /// otherwise the gradient passes through.
     pub fn copy(&mut self, x: TensorId, shape: Vec<u64>, grad_copy: bool) -> R {
         if shape.iter().product::<u64>() != self.numel(x) {
-            return Err(self.bad_shape(&format!("copy {:?} -> {:?}", self.shape(x), shape)));
+            return Err(self.bad_shape(format!("copy {:?} -> {:?}", self.shape(x), shape)));
         }
         let rg = self.t(x).requires_grad;
         let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
@@ -86,7 +86,7 @@ impl Graph {
                 .iter()
                 .any(|&d| d >= s.len() || std::mem::replace(&mut seen[d], true))
         {
-            return Err(self.bad_shape(&format!("permute {dims:?} of a {}-d tensor", s.len())));
+            return Err(self.bad_shape(format!("permute {dims:?} of a {}-d tensor", s.len())));
         }
         let shape = dims.iter().map(|&d| s[d]).collect();
         let rg = self.t(x).requires_grad;
@@ -173,7 +173,7 @@ impl Graph {
     /// `x` alive. Backward is `select_backward`: a zero-filled gradient of `x`'s full size.
     pub fn select(&mut self, x: TensorId, shape: Vec<u64>) -> R {
         if shape.iter().product::<u64>() > self.numel(x) {
-            return Err(self.bad_shape(&format!("select {:?} out of {:?}", shape, self.shape(x))));
+            return Err(self.bad_shape(format!("select {:?} out of {:?}", shape, self.shape(x))));
         }
         let rg = self.t(x).requires_grad;
         let y = self.alias(x, shape, rg);

@@ -20,6 +20,7 @@ impl Graph {
     /// format, wrapped in LoRA adapters when the plan targets it.
     /// Plain dense layers go through the tensor-parallel constructors (column-parallel for q, k,
     /// v, gate, up; row-parallel for o, down), which are `linear` itself on one GPU.
+    #[allow(clippy::too_many_arguments)]
     pub fn block_linear(
         &mut self,
         leaf: &str,

@@ -35,7 +35,7 @@ impl Graph {
     ) -> Result<(TensorId, TensorId), EstimateError> {
         let gs = self.shape(ig);
         if gs.len() != 2 || self.shape(hg) != gs || !gs[1].is_multiple_of(4) {
-            return Err(self.bad_shape(&format!("LSTM gates must be [B, 4H], got {:?}", gs)));
+            return Err(self.bad_shape(format!("LSTM gates must be [B, 4H], got {:?}", gs)));
         }
         let (b, hid) = (gs[0], gs[1] / 4);
         let cxc = self.lowp(cx)?;
@@ -105,7 +105,7 @@ impl Graph {
     ) -> Result<(TensorId, (TensorId, TensorId)), EstimateError> {
         let s = self.shape(x);
         if s.len() != 3 {
-            return Err(self.bad_shape(&format!("LSTM input must be [B, L, E], got {:?}", s)));
+            return Err(self.bad_shape(format!("LSTM input must be [B, L, E], got {:?}", s)));
         }
         let (b, l, e) = (s[0], s[1], s[2]);
         // Autocast casts the input (`cached_cast`: a plain cast of a non-leaf).
