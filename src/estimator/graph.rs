@@ -3,7 +3,7 @@
 //! Each op is one plain record ([`OpRecord`]) of what it reads, what it allocates, what autograd
 //! saves for backward, how gradients flow back through it and its FLOPs. Tensors live in
 //! storages, so views and in-place ops share memory exactly as they do in PyTorch. The op
-//! constructors (`ops.rs`) append records; [`crate::estimator::simulate`] replays the tape.
+//! constructors (`ops/`) append records; [`crate::estimator::simulate`] replays the tape.
 
 use super::error::EstimateError;
 use super::units::{tensor_bytes, Bytes, DType, Elems};
@@ -171,20 +171,6 @@ impl Graph {
             inference: false,
             frozen: Vec::new(),
         }
-    }
-
-    /// A new tape for a model builder: the precision, and the fine-tuning/inference settings
-    /// that decide which parameters train ([`Graph::frozen`], [`Graph::inference`]).
-    pub fn for_build(ctx: &super::config::BuildCtx) -> Self {
-        let mut g = Graph::new(ctx.precision);
-        g.inference = ctx.tune.mode == super::tune::Mode::Infer;
-        if ctx.tune.lora.is_some() {
-            g.frozen.push("*".into());
-        }
-        if let Some(super::tune::Frozen::Modules(m)) = &ctx.tune.frozen {
-            g.frozen.extend(m.iter().cloned());
-        }
-        g
     }
 
     /// Whether a parameter created in the current module is frozen.
@@ -424,12 +410,5 @@ impl Graph {
             .filter(|s| s.kind == kind)
             .map(|s| s.bytes)
             .sum()
-    }
-}
-
-impl std::ops::Div<u64> for Bytes {
-    type Output = Bytes;
-    fn div(self, d: u64) -> Bytes {
-        Bytes(self.0 / d)
     }
 }

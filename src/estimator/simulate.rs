@@ -11,13 +11,10 @@
 //! allocator's 512-byte blocks.
 
 use super::config::Device;
-use super::graph::{GradFlow, Graph, StorageKind};
-use super::optimizer::{OptimizerImpl, OptimizerKind};
+use super::graph::{GradFlow, Graph, StorageKind, TensorId};
+use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
 use super::timeline::{Category, Live, Phase, Timeline};
-use super::units::Bytes;
-
-/// The CUDA caching allocator rounds every block up to 512 bytes (`c10/cuda/CUDACachingAllocator.cpp`, `kMinBlockSize`).
-pub const BLOCK: u64 = 512;
+use super::units::{Bytes, DType};
 
 #[derive(Clone, Copy, Debug)]
 pub struct StepOptions {
@@ -41,7 +38,7 @@ pub struct StepResult {
 }
 
 fn rounded(b: Bytes) -> u64 {
-    b.round_up(BLOCK).0
+    b.allocator_block().0
 }
 
 fn kind_category(k: StorageKind) -> Category {
@@ -54,6 +51,7 @@ fn kind_category(k: StorageKind) -> Category {
     }
 }
 
+/// A gradient tensor of the backward pass, shared by the inputs it was passed through to.
 struct GradObj {
     bytes: u64,
     refs: u32,
@@ -62,430 +60,584 @@ struct GradObj {
 
 /// Replays `g` for one steady-state step (the second of a loop: optimizer state exists).
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
-    let ns = g.storages.len();
-    let nops = g.ops.len();
-    let sbytes: Vec<u64> = g.storages.iter().map(|s| rounded(s.bytes)).collect();
-    let persistent = |s: usize| g.storages[s].kind != StorageKind::Activation;
-
-    // Static liveness facts of the forward tape.
-    let mut last_use = vec![None::<usize>; ns];
-    let mut born = vec![None::<usize>; ns];
-    let mut savers = vec![0u32; ns];
-    let mut seg_first = vec![usize::MAX; g.segments];
-    let mut seg_last = vec![0usize; g.segments];
-    for (i, op) in g.ops.iter().enumerate() {
-        for &t in op.inputs.iter().chain(op.outputs.iter()) {
-            let s = g.tensors[t].storage;
-            last_use[s] = Some(i);
-        }
-        for &t in &op.outputs {
-            let s = g.tensors[t].storage;
-            if born[s].is_none() && !persistent(s) {
-                born[s] = Some(i);
-            }
-        }
-        if let Some(seg) = op.segment {
-            seg_first[seg] = seg_first[seg].min(i);
-            seg_last[seg] = seg_last[seg].max(i);
-        }
-    }
-    let mut kept = vec![false; ns];
-    for &t in &g.kept {
-        kept[g.tensors[t].storage] = true;
-    }
-    let mut cached = vec![false; ns];
-    for &(_, c) in &g.cast_cache {
-        cached[g.tensors[c].storage] = true;
-    }
-    // Saved tensors of ordinary ops pin their storage until the op's backward; a segment's
-    // inputs are pinned by the checkpoint until the segment's first op has run backward.
-    let mut held_until: Vec<Vec<usize>> = vec![Vec::new(); nops];
-    let mut distinct_saved: Vec<Vec<usize>> = vec![Vec::new(); nops];
-    for (i, op) in g.ops.iter().enumerate() {
-        let mut ss: Vec<usize> = op.saved.iter().map(|&t| g.tensors[t].storage).collect();
-        ss.sort_unstable();
-        ss.dedup();
-        distinct_saved[i] = ss.clone();
-        if op.segment.is_none() {
-            for &s in &ss {
-                if !persistent(s) {
-                    savers[s] += 1;
-                    held_until[i].push(s);
-                }
-            }
-        }
-    }
-    let mut seg_inputs: Vec<Vec<usize>> = vec![Vec::new(); g.segments];
-    for (seg, inputs) in seg_inputs.iter_mut().enumerate() {
-        if seg_first[seg] == usize::MAX {
-            continue;
-        }
-        for i in seg_first[seg]..=seg_last[seg] {
-            for &t in &g.ops[i].inputs {
-                let s = g.tensors[t].storage;
-                if !persistent(s)
-                    && born[s].is_some_and(|b| b < seg_first[seg])
-                    && !inputs.contains(&s)
-                {
-                    inputs.push(s);
-                }
-            }
-        }
-        for &s in inputs.iter() {
-            savers[s] += 1;
-            held_until[seg_first[seg]].push(s);
-        }
-    }
-
-    let mut live = Live::default();
-    let mut tl = Timeline::default();
-    let mut alive = vec![false; ns];
-    let mut cat_of = vec![Category::Activations; ns];
-
-    // Start of the step: params, buffers, the batch, optimizer state; `.grad` from the previous
-    // step is still there until `zero_grad(set_to_none=True)`.
-    let mut param_bytes_by_dtype: Vec<(super::units::DType, u64)> = Vec::new();
-    let mut grads_total = 0u64;
-    for (s, st) in g.storages.iter().enumerate() {
-        if persistent(s) {
-            alive[s] = true;
-            cat_of[s] = kind_category(st.kind);
-            live.add(cat_of[s], Bytes(sbytes[s]));
-        }
-    }
-    for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
-        let b = sbytes[t.storage];
-        grads_total += b;
-        match param_bytes_by_dtype.iter_mut().find(|(d, _)| *d == t.dtype) {
-            Some((_, v)) => *v += b,
-            None => param_bytes_by_dtype.push((t.dtype, b)),
-        }
-    }
-    let trainable: Vec<u64> = g
-        .tensors
-        .iter()
-        .filter(|t| t.is_param && t.requires_grad)
-        .map(|t| sbytes[t.storage])
-        .collect();
-    let counter = Bytes(
-        opt.optimizer
-            .step_counter_bytes(opt.optimizer_impl, opt.device),
-    )
-    .round_up(BLOCK);
-    // Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
-    if !opt.optimizer.is_paged() {
-        let mut any_8bit = false;
-        for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
-            let states = opt.optimizer.state_storages(t.numel(), t.dtype);
-            any_8bit |= opt.optimizer.is_bnb() && t.numel() >= super::optimizer::BNB_MIN_8BIT_SIZE;
-            for b in states {
-                live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
-            }
-            if counter.0 > 0 {
-                live.add(Category::OptimizerState, counter);
-            }
-        }
-        for b in opt.optimizer.shared_state(any_8bit) {
-            live.add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
-        }
-    }
-    for &b in &trainable {
-        live.add(Category::Gradients, Bytes(b));
-    }
-    let _ = grads_total;
-    tl.push(Phase::ZeroGrad, None, live);
-    let grads_persist = opt.accumulation > 1;
-    if !grads_persist {
-        for &b in &trainable {
-            live.sub(Category::Gradients, Bytes(b));
-        }
-    }
-
-    // ---- forward ----
-    let mut forward_flops = 0.0;
-    let mut saved_after_forward = vec![0u64; nops];
-    let free = |s: usize, alive: &mut Vec<bool>, live: &mut Live, cat_of: &Vec<Category>| {
-        if alive[s] {
-            alive[s] = false;
-            live.sub(cat_of[s], Bytes(sbytes[s]));
-        }
-    };
-    for (i, op) in g.ops.iter().enumerate() {
-        forward_flops += op.flops;
-        for &t in &op.outputs {
-            let s = g.tensors[t].storage;
-            if born[s] == Some(i) && !alive[s] {
-                alive[s] = true;
-                cat_of[s] = Category::Activations;
-                live.add(Category::Activations, Bytes(sbytes[s]));
-            }
-        }
-        let mut at = live;
-        at.add(Category::Activations, Bytes(rounded(op.fwd_scratch)));
-        tl.push(Phase::Forward, Some(i), at);
-        for &t in op.inputs.iter().chain(op.outputs.iter()) {
-            let s = g.tensors[t].storage;
-            if last_use[s] == Some(i) && !persistent(s) && savers[s] == 0 && !kept[s] && !cached[s]
-            {
-                free(s, &mut alive, &mut live, &cat_of);
-            }
-        }
-    }
-    // The autocast region ends: its weight-cast cache is cleared.
-    for s in 0..ns {
-        if cached[s] && savers[s] == 0 && !kept[s] {
-            free(s, &mut alive, &mut live, &cat_of);
-        }
-    }
+    let tape = Tape::new(g);
+    let mut step = Replay::new(&tape);
+    step.zero_grad(opt);
+    let forward_flops = step.forward();
+    step.end_autocast();
     // Inference (`torch.no_grad()`): the step is the forward alone.
     if g.inference {
         return StepResult {
-            timeline: tl,
+            timeline: step.tl,
             forward_flops,
             recompute_flops: 0.0,
-            saved_after_forward,
+            saved_after_forward: vec![0; g.ops.len()],
         };
     }
-    // Attribute each saved storage once, to the first op that holds it.
-    let mut counted = vec![false; ns];
-    for i in 0..nops {
-        for &s in &held_until[i] {
-            if alive[s] && !counted[s] {
-                counted[s] = true;
-                saved_after_forward[i] += sbytes[s];
+    let saved_after_forward = step.saved_after_forward();
+    let recompute_flops = step.backward();
+    step.optimizer_step(opt);
+    StepResult {
+        timeline: step.tl,
+        forward_flops,
+        recompute_flops,
+        saved_after_forward,
+    }
+}
+
+/// What the forward tape says before anything runs: each storage's rounded size, the op that
+/// creates it and the last op that touches it, who saves it for backward, and the extent and
+/// inputs of each checkpointed segment.
+struct Tape<'g> {
+    g: &'g Graph,
+    /// Bytes of each storage as the caching allocator hands them out.
+    sbytes: Vec<u64>,
+    last_use: Vec<Option<usize>>,
+    /// The op that creates each activation storage.
+    born: Vec<Option<usize>>,
+    /// Backward nodes (and segments) that hold each storage after forward.
+    savers: Vec<u32>,
+    seg_first: Vec<usize>,
+    seg_last: Vec<usize>,
+    /// Kept alive by the training loop (the loss).
+    kept: Vec<bool>,
+    /// Autocast's cached weight casts.
+    cached: Vec<bool>,
+    /// Storages each op's backward releases: its saved tensors, or a segment's inputs at the
+    /// segment's first op.
+    held_until: Vec<Vec<usize>>,
+    distinct_saved: Vec<Vec<usize>>,
+}
+
+impl<'g> Tape<'g> {
+    fn new(g: &'g Graph) -> Self {
+        let ns = g.storages.len();
+        let nops = g.ops.len();
+        let mut t = Tape {
+            g,
+            sbytes: g.storages.iter().map(|s| rounded(s.bytes)).collect(),
+            last_use: vec![None; ns],
+            born: vec![None; ns],
+            savers: vec![0; ns],
+            seg_first: vec![usize::MAX; g.segments],
+            seg_last: vec![0; g.segments],
+            kept: vec![false; ns],
+            cached: vec![false; ns],
+            held_until: vec![Vec::new(); nops],
+            distinct_saved: vec![Vec::new(); nops],
+        };
+        for (i, op) in g.ops.iter().enumerate() {
+            for &x in op.inputs.iter().chain(op.outputs.iter()) {
+                t.last_use[g.tensors[x].storage] = Some(i);
+            }
+            for &x in &op.outputs {
+                let s = g.tensors[x].storage;
+                if t.born[s].is_none() && !t.persistent(s) {
+                    t.born[s] = Some(i);
+                }
+            }
+            if let Some(seg) = op.segment {
+                t.seg_first[seg] = t.seg_first[seg].min(i);
+                t.seg_last[seg] = t.seg_last[seg].max(i);
+            }
+        }
+        for &x in &g.kept {
+            t.kept[g.tensors[x].storage] = true;
+        }
+        for &(_, c) in &g.cast_cache {
+            t.cached[g.tensors[c].storage] = true;
+        }
+        t.pin_saved();
+        t.pin_segment_inputs();
+        t
+    }
+
+    /// Parameters, buffers, inputs and the KV cache outlive the step.
+    fn persistent(&self, s: usize) -> bool {
+        self.g.storages[s].kind != StorageKind::Activation
+    }
+    fn storage(&self, t: TensorId) -> usize {
+        self.g.tensors[t].storage
+    }
+
+    /// Saved tensors of ordinary ops pin their storage until the op's backward (autograd's
+    /// `SavedVariable`s live in the node).
+    fn pin_saved(&mut self) {
+        for (i, op) in self.g.ops.iter().enumerate() {
+            let mut ss: Vec<usize> = op.saved.iter().map(|&x| self.storage(x)).collect();
+            ss.sort_unstable();
+            ss.dedup();
+            self.distinct_saved[i] = ss.clone();
+            if op.segment.is_none() {
+                for &s in &ss {
+                    if !self.persistent(s) {
+                        self.savers[s] += 1;
+                        self.held_until[i].push(s);
+                    }
+                }
             }
         }
     }
 
-    // ---- backward ----
-    let mut objs: Vec<GradObj> = Vec::new();
-    let mut grad_of: Vec<Option<usize>> = vec![None; g.tensors.len()];
-    let mut has_grad = vec![false; g.tensors.len()];
-    let mut recompute_flops = 0.0;
-    // Recomputed copies of a segment's storages and the savers still holding each.
-    let mut re_alive = vec![false; ns];
-    let mut re_savers = vec![0u32; ns];
-    let mut seg_done = vec![false; g.segments];
-    // Last op of a recomputation that uses each storage.
-    let mut re_last = vec![None::<usize>; ns];
+    /// A checkpointed segment saves nothing but keeps its inputs (non-reentrant
+    /// `torch.utils.checkpoint` saves the inputs of the recomputation) until its first op has
+    /// run backward.
+    fn pin_segment_inputs(&mut self) {
+        for seg in 0..self.g.segments {
+            let first = self.seg_first[seg];
+            if first == usize::MAX {
+                continue;
+            }
+            let mut inputs: Vec<usize> = Vec::new();
+            for op in &self.g.ops[first..=self.seg_last[seg]] {
+                for &x in &op.inputs {
+                    let s = self.storage(x);
+                    if !self.persistent(s)
+                        && self.born[s].is_some_and(|b| b < first)
+                        && !inputs.contains(&s)
+                    {
+                        inputs.push(s);
+                    }
+                }
+            }
+            for s in inputs {
+                self.savers[s] += 1;
+                self.held_until[first].push(s);
+            }
+        }
+    }
+}
 
-    let drop_ref = |o: usize, objs: &mut Vec<GradObj>, live: &mut Live| {
-        let ob = &mut objs[o];
+/// The step being replayed: live bytes by category, the timeline, which storages are alive,
+/// and the gradients of the backward pass.
+struct Replay<'t, 'g> {
+    tape: &'t Tape<'g>,
+    live: Live,
+    tl: Timeline,
+    alive: Vec<bool>,
+    cat_of: Vec<Category>,
+    /// Holders left of each storage (counts down in backward).
+    savers: Vec<u32>,
+    /// Parameter gradients that stay between micro-batches (gradient accumulation).
+    grads_persist: bool,
+    objs: Vec<GradObj>,
+    grad_of: Vec<Option<usize>>,
+    /// Parameters whose `.grad` exists.
+    has_grad: Vec<bool>,
+    /// Recomputed copies of a segment's storages and the savers still holding each.
+    re_alive: Vec<bool>,
+    re_savers: Vec<u32>,
+    seg_done: Vec<bool>,
+    /// Last op of a recomputation that uses each storage.
+    re_last: Vec<Option<usize>>,
+}
+
+impl<'t, 'g> Replay<'t, 'g> {
+    fn new(tape: &'t Tape<'g>) -> Self {
+        let (g, ns) = (tape.g, tape.g.storages.len());
+        Replay {
+            tape,
+            live: Live::default(),
+            tl: Timeline::default(),
+            alive: vec![false; ns],
+            cat_of: vec![Category::Activations; ns],
+            savers: tape.savers.clone(),
+            grads_persist: false,
+            objs: Vec::new(),
+            grad_of: vec![None; g.tensors.len()],
+            has_grad: vec![false; g.tensors.len()],
+            re_alive: vec![false; ns],
+            re_savers: vec![0; ns],
+            seg_done: vec![false; g.segments],
+            re_last: vec![None; ns],
+        }
+    }
+
+    /// Bytes of each trainable parameter's storage, in tensor order.
+    fn trainable(&self) -> Vec<u64> {
+        self.tape
+            .g
+            .tensors
+            .iter()
+            .filter(|t| t.is_param && t.requires_grad)
+            .map(|t| self.tape.sbytes[t.storage])
+            .collect()
+    }
+
+    /// The start of the step: parameters, buffers, the batch and the optimizer state are
+    /// resident, and `.grad` from the previous step is still there until
+    /// `optimizer.zero_grad(set_to_none=True)` drops it. With gradient accumulation the
+    /// replayed micro-batch is a later one, whose `.grad` exists and is added to in place.
+    /// Paged optimizer state lives in CUDA managed memory, outside the caching allocator.
+    fn zero_grad(&mut self, opt: &StepOptions) {
+        let (g, tape) = (self.tape.g, self.tape);
+        for (s, st) in g.storages.iter().enumerate() {
+            if tape.persistent(s) {
+                self.alive[s] = true;
+                self.cat_of[s] = kind_category(st.kind);
+                self.live.add(self.cat_of[s], Bytes(tape.sbytes[s]));
+            }
+        }
+        let counter = Bytes(
+            opt.optimizer
+                .step_counter_bytes(opt.optimizer_impl, opt.device),
+        )
+        .allocator_block();
+        if !opt.optimizer.is_paged() {
+            let mut any_8bit = false;
+            for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
+                let states = opt.optimizer.state_storages(t.numel(), t.dtype);
+                any_8bit |= opt.optimizer.is_bnb() && t.numel() >= BNB_MIN_8BIT_SIZE;
+                for b in states {
+                    self.live
+                        .add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+                }
+                if counter.0 > 0 {
+                    self.live.add(Category::OptimizerState, counter);
+                }
+            }
+            for b in opt.optimizer.shared_state(any_8bit) {
+                self.live
+                    .add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+            }
+        }
+        let trainable = self.trainable();
+        for &b in &trainable {
+            self.live.add(Category::Gradients, Bytes(b));
+        }
+        self.tl.push(Phase::ZeroGrad, None, self.live);
+        self.grads_persist = opt.accumulation > 1;
+        if !self.grads_persist {
+            for &b in &trainable {
+                self.live.sub(Category::Gradients, Bytes(b));
+            }
+        }
+    }
+
+    /// Frees an activation storage (the caching allocator takes the block back).
+    fn free(&mut self, s: usize) {
+        if self.alive[s] {
+            self.alive[s] = false;
+            self.live.sub(self.cat_of[s], Bytes(self.tape.sbytes[s]));
+        }
+    }
+
+    /// The forward pass: each op allocates its outputs (and scratch it frees again); a storage
+    /// is freed after its last use unless autograd saved it, the loop keeps it (the loss) or
+    /// autocast caches it. Returns the forward FLOPs.
+    fn forward(&mut self) -> f64 {
+        let tape = self.tape;
+        let mut flops = 0.0;
+        for (i, op) in tape.g.ops.iter().enumerate() {
+            flops += op.flops;
+            for &t in &op.outputs {
+                let s = tape.storage(t);
+                if tape.born[s] == Some(i) && !self.alive[s] {
+                    self.alive[s] = true;
+                    self.cat_of[s] = Category::Activations;
+                    self.live.add(Category::Activations, Bytes(tape.sbytes[s]));
+                }
+            }
+            let mut at = self.live;
+            at.add(Category::Activations, Bytes(rounded(op.fwd_scratch)));
+            self.tl.push(Phase::Forward, Some(i), at);
+            for &t in op.inputs.iter().chain(op.outputs.iter()) {
+                let s = tape.storage(t);
+                if tape.last_use[s] == Some(i)
+                    && !tape.persistent(s)
+                    && self.savers[s] == 0
+                    && !tape.kept[s]
+                    && !tape.cached[s]
+                {
+                    self.free(s);
+                }
+            }
+        }
+        flops
+    }
+
+    /// The autocast region ends: its weight-cast cache is cleared (`torch.autocast.__exit__`
+    /// calls `clear_autocast_cache`); casts autograd saved stay with their nodes.
+    fn end_autocast(&mut self) {
+        for s in 0..self.alive.len() {
+            if self.tape.cached[s] && self.savers[s] == 0 && !self.tape.kept[s] {
+                self.free(s);
+            }
+        }
+    }
+
+    /// Bytes each op leaves saved for backward, each saved storage attributed once, to the
+    /// first op that holds it (for the per-layer chart).
+    fn saved_after_forward(&self) -> Vec<u64> {
+        let tape = self.tape;
+        let mut counted = vec![false; self.alive.len()];
+        let mut saved = vec![0u64; tape.g.ops.len()];
+        for (i, held) in tape.held_until.iter().enumerate() {
+            for &s in held {
+                if self.alive[s] && !counted[s] {
+                    counted[s] = true;
+                    saved[i] += tape.sbytes[s];
+                }
+            }
+        }
+        saved
+    }
+
+    /// Drops one reference to a gradient tensor; the last one frees it.
+    fn drop_ref(&mut self, o: usize) {
+        let ob = &mut self.objs[o];
         ob.refs -= 1;
         if ob.refs == 0 {
-            live.sub(ob.cat, Bytes(ob.bytes));
+            self.live.sub(ob.cat, Bytes(ob.bytes));
         }
-    };
-
-    // The loss gradient (`torch.ones_like(loss)`). `torch.autograd.backward` keeps its own
-    // reference (`grad_tensors_`) until the engine returns, so it lives through all of backward.
-    let loss_grad = g.kept.first().map(|_| 0usize);
-    if let Some(&loss) = g.kept.first() {
-        let b = rounded(g.bytes(loss));
-        objs.push(GradObj {
-            bytes: b,
-            refs: 2,
-            cat: Category::BackwardTemps,
-        });
-        live.add(Category::BackwardTemps, Bytes(b));
-        grad_of[loss] = Some(0);
-    }
-    for t in g
-        .tensors
-        .iter()
-        .enumerate()
-        .filter(|(_, t)| t.is_param && grads_persist)
-        .map(|(i, _)| i)
-    {
-        has_grad[t] = true;
     }
 
-    for i in (0..nops).rev() {
-        let op = &g.ops[i];
-        if op.grads.is_empty() || !op.outputs.iter().any(|&t| grad_of[t].is_some()) {
-            continue;
+    /// The backward pass (`loss.backward()`): the autograd engine runs the nodes in reverse
+    /// order of the tape, each one reached by a gradient. At the end the graph is freed.
+    /// Returns the FLOPs of checkpoint recomputation.
+    fn backward(&mut self) -> f64 {
+        let g = self.tape.g;
+        // The loss gradient (`torch.ones_like(loss)`). `torch.autograd.backward` keeps its own
+        // reference (`grad_tensors_`) until the engine returns, so it lives through all of
+        // backward.
+        let loss_grad = g.kept.first().map(|_| 0usize);
+        if let Some(&loss) = g.kept.first() {
+            let b = rounded(g.bytes(loss));
+            self.objs.push(GradObj {
+                bytes: b,
+                refs: 2,
+                cat: Category::BackwardTemps,
+            });
+            self.live.add(Category::BackwardTemps, Bytes(b));
+            self.grad_of[loss] = Some(0);
         }
-        if let Some(seg) = op.segment {
-            if !seg_done[seg] {
-                seg_done[seg] = true;
-                // Re-run the segment's forward up to its last op that saves anything (early stop).
-                let first = seg_first[seg];
-                let stop = (first..=seg_last[seg])
-                    .rev()
-                    .find(|&j| !g.ops[j].saved.is_empty())
-                    .unwrap_or(first);
-                // Autograd saves an op's inputs before its kernel runs and its outputs after
-                // (the VariableType codegen); the recomputation raises `_StopRecomputationError`
-                // at the last save (`torch/utils/checkpoint.py`, early stop). So when the last
-                // saving op keeps none of its own outputs, its kernel never runs again.
-                let stop_runs = g.ops[stop]
-                    .saved
-                    .iter()
-                    .any(|t| g.ops[stop].outputs.contains(t));
-                let run_to = if stop_runs { stop + 1 } else { stop };
-                // Only entries of storages this segment touches are read below, and each is
-                // rewritten here first, so one buffer serves every segment.
-                for j in first..run_to {
-                    for &t in g.ops[j].inputs.iter().chain(g.ops[j].outputs.iter()) {
-                        re_last[g.tensors[t].storage] = Some(j);
-                    }
-                }
-                for saved in &distinct_saved[first..=stop] {
-                    for &s in saved {
-                        if !persistent(s) && born[s].is_some_and(|b| b >= first) {
-                            re_savers[s] += 1;
-                        }
-                    }
-                }
-                for j in first..run_to {
-                    let rop = &g.ops[j];
-                    recompute_flops += rop.flops;
-                    for &t in &rop.outputs {
-                        let s = g.tensors[t].storage;
-                        if born[s] == Some(j) && !re_alive[s] {
-                            re_alive[s] = true;
-                            live.add(Category::BackwardTemps, Bytes(sbytes[s]));
-                        }
-                    }
-                    let mut at = live;
-                    at.add(Category::BackwardTemps, Bytes(rounded(rop.fwd_scratch)));
-                    tl.push(Phase::Backward, Some(j), at);
-                    for &t in rop.inputs.iter().chain(rop.outputs.iter()) {
-                        let s = g.tensors[t].storage;
-                        if re_alive[s] && re_last[s] == Some(j) && re_savers[s] == 0 {
-                            re_alive[s] = false;
-                            live.sub(Category::BackwardTemps, Bytes(sbytes[s]));
-                        }
-                    }
+        if self.grads_persist {
+            for (t, x) in g.tensors.iter().enumerate() {
+                if x.is_param {
+                    self.has_grad[t] = true;
                 }
             }
         }
-        // The node runs: it allocates its input gradients and scratch.
-        let out_obj = op.outputs.iter().find_map(|&t| grad_of[t]);
+        let mut recompute_flops = 0.0;
+        for i in (0..g.ops.len()).rev() {
+            let op = &g.ops[i];
+            if op.grads.is_empty() || !op.outputs.iter().any(|&t| self.grad_of[t].is_some()) {
+                continue;
+            }
+            if let Some(seg) = op.segment {
+                if !self.seg_done[seg] {
+                    self.seg_done[seg] = true;
+                    recompute_flops += self.recompute(seg);
+                }
+            }
+            self.run_node(i);
+        }
+        self.free_graph(loss_grad);
+        recompute_flops
+    }
+
+    /// Non-reentrant `torch.utils.checkpoint` re-runs a segment's forward when the first of its
+    /// nodes runs backward, up to its last op that saves anything (early stop). Its recomputed
+    /// tensors are backward temporaries, freed after their last recomputing use unless a node of
+    /// the segment saved them. Returns the recomputation's FLOPs.
+    fn recompute(&mut self, seg: usize) -> f64 {
+        let tape = self.tape;
+        let g = tape.g;
+        let first = tape.seg_first[seg];
+        let stop = (first..=tape.seg_last[seg])
+            .rev()
+            .find(|&j| !g.ops[j].saved.is_empty())
+            .unwrap_or(first);
+        // Autograd saves an op's inputs before its kernel runs and its outputs after (the
+        // VariableType codegen); the recomputation raises `_StopRecomputationError` at the last
+        // save (`torch/utils/checkpoint.py`, early stop). So when the last saving op keeps none
+        // of its own outputs, its kernel never runs again.
+        let stop_runs = g.ops[stop]
+            .saved
+            .iter()
+            .any(|t| g.ops[stop].outputs.contains(t));
+        let run_to = if stop_runs { stop + 1 } else { stop };
+        // Only entries of storages this segment touches are read below, and each is rewritten
+        // here first, so one buffer serves every segment.
+        for j in first..run_to {
+            for &t in g.ops[j].inputs.iter().chain(g.ops[j].outputs.iter()) {
+                self.re_last[tape.storage(t)] = Some(j);
+            }
+        }
+        for saved in &tape.distinct_saved[first..=stop] {
+            for &s in saved {
+                if !tape.persistent(s) && tape.born[s].is_some_and(|b| b >= first) {
+                    self.re_savers[s] += 1;
+                }
+            }
+        }
+        let mut flops = 0.0;
+        for j in first..run_to {
+            let rop = &g.ops[j];
+            flops += rop.flops;
+            for &t in &rop.outputs {
+                let s = tape.storage(t);
+                if tape.born[s] == Some(j) && !self.re_alive[s] {
+                    self.re_alive[s] = true;
+                    self.live
+                        .add(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                }
+            }
+            let mut at = self.live;
+            at.add(Category::BackwardTemps, Bytes(rounded(rop.fwd_scratch)));
+            self.tl.push(Phase::Backward, Some(j), at);
+            for &t in rop.inputs.iter().chain(rop.outputs.iter()) {
+                let s = tape.storage(t);
+                if self.re_alive[s] && self.re_last[s] == Some(j) && self.re_savers[s] == 0 {
+                    self.re_alive[s] = false;
+                    self.live
+                        .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                }
+            }
+        }
+        flops
+    }
+
+    /// One backward node: it allocates its input gradients (or passes the incoming one on) and
+    /// its scratch, delivers the gradients, then frees its output gradient and what it saved.
+    fn run_node(&mut self, i: usize) {
+        let tape = self.tape;
+        let g = tape.g;
+        let op = &g.ops[i];
+        let out_obj = op.outputs.iter().find_map(|&t| self.grad_of[t]);
         let mut new_objs: Vec<(usize, usize)> = Vec::new();
         for &(t, flow) in &op.grads {
             let o = match (flow, out_obj) {
                 (GradFlow::Alias, Some(o)) if !g.tensors[t].is_param => {
-                    objs[o].refs += 1;
+                    self.objs[o].refs += 1;
                     o
                 }
                 _ => {
                     let b = rounded(g.bytes(t));
-                    objs.push(GradObj {
+                    self.objs.push(GradObj {
                         bytes: b,
                         refs: 1,
                         cat: Category::BackwardTemps,
                     });
-                    live.add(Category::BackwardTemps, Bytes(b));
-                    objs.len() - 1
+                    self.live.add(Category::BackwardTemps, Bytes(b));
+                    self.objs.len() - 1
                 }
             };
             new_objs.push((t, o));
         }
-        let scratch = rounded(op.bwd_scratch);
-        let mut at = live;
-        at.add(Category::BackwardTemps, Bytes(scratch));
-        tl.push(Phase::Backward, Some(i), at);
+        let mut at = self.live;
+        at.add(Category::BackwardTemps, Bytes(rounded(op.bwd_scratch)));
+        self.tl.push(Phase::Backward, Some(i), at);
 
-        // Deliver the gradients.
         for (t, o) in new_objs {
-            if g.tensors[t].is_param {
-                if has_grad[t] {
-                    // `.grad += new` in place; the new tensor dies.
-                    drop_ref(o, &mut objs, &mut live);
-                } else {
-                    // AccumulateGrad steals the tensor into `.grad`.
-                    has_grad[t] = true;
-                    let ob = &mut objs[o];
-                    live.sub(ob.cat, Bytes(ob.bytes));
-                    ob.cat = Category::Gradients;
-                    live.add(Category::Gradients, Bytes(ob.bytes));
-                }
-            } else if let Some(prev) = grad_of[t] {
-                // InputBuffer accumulates into the buffered gradient in place.
-                let _ = prev;
-                drop_ref(o, &mut objs, &mut live);
-            } else {
-                grad_of[t] = Some(o);
-            }
+            self.deliver(t, o);
         }
-        // Free the output gradients and what this node saved.
         for &t in &op.outputs {
-            if let Some(o) = grad_of[t].take() {
-                drop_ref(o, &mut objs, &mut live);
+            if let Some(o) = self.grad_of[t].take() {
+                self.drop_ref(o);
             }
         }
         if op.segment.is_some() {
-            for &s in &distinct_saved[i] {
-                if re_savers[s] > 0 {
-                    re_savers[s] -= 1;
-                    if re_savers[s] == 0 && re_alive[s] {
-                        re_alive[s] = false;
-                        live.sub(Category::BackwardTemps, Bytes(sbytes[s]));
+            for &s in &tape.distinct_saved[i] {
+                if self.re_savers[s] > 0 {
+                    self.re_savers[s] -= 1;
+                    if self.re_savers[s] == 0 && self.re_alive[s] {
+                        self.re_alive[s] = false;
+                        self.live
+                            .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
                     }
                 }
             }
         }
-        for &s in &held_until[i] {
-            savers[s] -= 1;
-            if savers[s] == 0 && !kept[s] {
-                free(s, &mut alive, &mut live, &cat_of);
+        for &s in &tape.held_until[i] {
+            self.savers[s] -= 1;
+            if self.savers[s] == 0 && !tape.kept[s] {
+                self.free(s);
             }
         }
     }
-    // The graph is freed: whatever no node released (unreached nodes) goes now.
-    for s in 0..ns {
-        if alive[s] && !persistent(s) && !kept[s] {
-            free(s, &mut alive, &mut live, &cat_of);
-        }
-        if re_alive[s] {
-            re_alive[s] = false;
-            live.sub(Category::BackwardTemps, Bytes(sbytes[s]));
-        }
-    }
-    for o in grad_of.iter_mut() {
-        if let Some(ob) = o.take() {
-            drop_ref(ob, &mut objs, &mut live);
-        }
-    }
-    if let Some(o) = loss_grad {
-        drop_ref(o, &mut objs, &mut live);
-    }
-    tl.push(Phase::Backward, None, live);
 
-    // ---- optimizer step ----
-    // Parameters that got no gradient are skipped by the optimizer; the state of the others
-    // exists from the first step on (steady state).
-    let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
-    let mut at = live;
-    match opt.optimizer_impl {
-        OptimizerImpl::ForLoop => at.add(
-            Category::OptimizerTemps,
-            Bytes(opt.optimizer.for_loop_peak(&trainable)),
-        ),
-        _ => {
-            // One temporary per parameter of the largest dtype group.
-            let group = param_bytes_by_dtype
-                .iter()
-                .max_by_key(|(_, b)| *b)
-                .map(|(d, _)| *d);
-            for t in g
-                .tensors
-                .iter()
-                .filter(|t| t.is_param && t.requires_grad && Some(t.dtype) == group)
-            {
-                for _ in 0..temps {
-                    at.add(Category::OptimizerTemps, Bytes(sbytes[t.storage]));
+    /// Hands gradient `o` of tensor `t` on. A parameter's `AccumulateGrad` steals the tensor
+    /// into `.grad`, or adds it in place when `.grad` exists (the new tensor dies); a non-leaf's
+    /// `InputBuffer` keeps the first gradient and accumulates later ones into it in place.
+    fn deliver(&mut self, t: TensorId, o: usize) {
+        if self.tape.g.tensors[t].is_param {
+            if self.has_grad[t] {
+                self.drop_ref(o);
+            } else {
+                self.has_grad[t] = true;
+                let ob = &mut self.objs[o];
+                self.live.sub(ob.cat, Bytes(ob.bytes));
+                ob.cat = Category::Gradients;
+                self.live.add(Category::Gradients, Bytes(ob.bytes));
+            }
+        } else if self.grad_of[t].is_some() {
+            self.drop_ref(o);
+        } else {
+            self.grad_of[t] = Some(o);
+        }
+    }
+
+    /// The engine returns and the graph is freed: whatever no node released (nodes no gradient
+    /// reached) goes now, then the gradients still buffered and the loss gradient.
+    fn free_graph(&mut self, loss_grad: Option<usize>) {
+        let tape = self.tape;
+        for s in 0..self.alive.len() {
+            if self.alive[s] && !tape.persistent(s) && !tape.kept[s] {
+                self.free(s);
+            }
+            if self.re_alive[s] {
+                self.re_alive[s] = false;
+                self.live
+                    .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+            }
+        }
+        for t in 0..self.grad_of.len() {
+            if let Some(o) = self.grad_of[t].take() {
+                self.drop_ref(o);
+            }
+        }
+        if let Some(o) = loss_grad {
+            self.drop_ref(o);
+        }
+        self.tl.push(Phase::Backward, None, self.live);
+    }
+
+    /// `optimizer.step()`: the state of every trained parameter exists from the first step on
+    /// (steady state); the step adds its temporaries. The for-loop implementation works one
+    /// parameter at a time ([`OptimizerKind::for_loop_peak`]); the foreach and fused ones
+    /// (`torch/optim/adam.py` `_multi_tensor_adam`) make their temporaries for a whole dtype
+    /// group at once, the largest group being the peak.
+    fn optimizer_step(&mut self, opt: &StepOptions) {
+        let (g, tape) = (self.tape.g, self.tape);
+        let mut at = self.live;
+        match opt.optimizer_impl {
+            OptimizerImpl::ForLoop => at.add(
+                Category::OptimizerTemps,
+                Bytes(opt.optimizer.for_loop_peak(&self.trainable())),
+            ),
+            _ => {
+                let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
+                let mut by_dtype: Vec<(DType, u64)> = Vec::new();
+                for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
+                    let b = tape.sbytes[t.storage];
+                    match by_dtype.iter_mut().find(|(d, _)| *d == t.dtype) {
+                        Some((_, v)) => *v += b,
+                        None => by_dtype.push((t.dtype, b)),
+                    }
+                }
+                let group = by_dtype.iter().max_by_key(|(_, b)| *b).map(|(d, _)| *d);
+                for t in g
+                    .tensors
+                    .iter()
+                    .filter(|t| t.is_param && t.requires_grad && Some(t.dtype) == group)
+                {
+                    for _ in 0..temps {
+                        at.add(Category::OptimizerTemps, Bytes(tape.sbytes[t.storage]));
+                    }
                 }
             }
         }
-    }
-    tl.push(Phase::Optimizer, None, at);
-
-    StepResult {
-        timeline: tl,
-        forward_flops,
-        recompute_flops,
-        saved_after_forward,
+        self.tl.push(Phase::Optimizer, None, at);
     }
 }

@@ -495,6 +495,26 @@ pub fn kv_cache_bytes(
         .ok_or(EstimateError::TooLarge)
 }
 
+impl super::graph::Graph {
+    /// A new tape for a model builder: the precision, and the fine-tuning/inference settings
+    /// that decide which parameters train ([`Graph::frozen`], [`Graph::inference`]). Here
+    /// rather than in `graph.rs`, so that the tape depends on nothing above it.
+    ///
+    /// [`Graph::frozen`]: super::graph::Graph::frozen
+    /// [`Graph::inference`]: super::graph::Graph::inference
+    pub fn for_build(ctx: &super::config::BuildCtx) -> Self {
+        let mut g = super::graph::Graph::new(ctx.precision);
+        g.inference = ctx.tune.mode == Mode::Infer;
+        if ctx.tune.lora.is_some() {
+            g.frozen.push("*".into());
+        }
+        if let Some(Frozen::Modules(m)) = &ctx.tune.frozen {
+            g.frozen.extend(m.iter().cloned());
+        }
+        g
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

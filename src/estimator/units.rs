@@ -7,6 +7,11 @@ use std::ops::{Add, AddAssign, Sub};
 
 use super::error::EstimateError;
 
+/// The CUDA caching allocator rounds every request up to a multiple of 512 bytes
+/// (`kMinBlockSize` in `c10/cuda/CUDACachingAllocator.cpp`, `round_size`), which is what
+/// `torch.cuda.max_memory_allocated` counts.
+pub const ALLOCATOR_BLOCK: u64 = 512;
+
 /// A number of bytes. Arithmetic saturates nowhere: sizes are built with the checked helpers,
 /// which report [`EstimateError::TooLarge`] instead of wrapping.
 #[derive(
@@ -30,9 +35,14 @@ impl Bytes {
     pub fn mib(self) -> f64 {
         self.0 as f64 / Self::MIB as f64
     }
-    /// Rounds up to a multiple of `align` (the CUDA caching allocator rounds every block to 512 B).
+    /// Rounds up to a multiple of `align`.
     pub fn round_up(self, align: u64) -> Bytes {
         Bytes(self.0.div_ceil(align).saturating_mul(align))
+    }
+    /// The bytes the CUDA caching allocator hands out for a request of this size: rounded up
+    /// to its [`ALLOCATOR_BLOCK`].
+    pub fn allocator_block(self) -> Bytes {
+        self.round_up(ALLOCATOR_BLOCK)
     }
     pub fn checked_add(self, o: Bytes) -> Result<Bytes, EstimateError> {
         self.0
@@ -66,6 +76,12 @@ impl Sub for Bytes {
     type Output = Bytes;
     fn sub(self, o: Bytes) -> Bytes {
         Bytes(self.0.saturating_sub(o.0))
+    }
+}
+impl std::ops::Div<u64> for Bytes {
+    type Output = Bytes;
+    fn div(self, d: u64) -> Bytes {
+        Bytes(self.0 / d)
     }
 }
 impl std::iter::Sum for Bytes {
@@ -142,6 +158,7 @@ pub enum DType {
     BF16,
     I64,
     I32,
+    I16,
     I8,
     U8,
     Bool,
@@ -152,7 +169,7 @@ impl DType {
     pub fn bits(self) -> u64 {
         match self {
             DType::F32 | DType::I32 => 32,
-            DType::F16 | DType::BF16 => 16,
+            DType::F16 | DType::BF16 | DType::I16 => 16,
             DType::I64 => 64,
             DType::I8 | DType::U8 | DType::Bool => 8,
             DType::I4 => 4,
@@ -161,6 +178,49 @@ impl DType {
     pub fn is_float(self) -> bool {
         matches!(self, DType::F32 | DType::F16 | DType::BF16)
     }
+    /// The result dtype of a binary op on two tensors of these dtypes (neither a 0-dim
+    /// scalar), as PyTorch's `promoteTypes` table gives it (`c10/core/ScalarType.cpp`, the
+    /// rule `torch.result_type` and `torch/_prims_common` follow): a dtype with itself is
+    /// itself; bool loses to everything; a float beats any integer; between floats the wider
+    /// wins, and bf16 with fp16, neither able to hold the other, gives fp32; between integers
+    /// the wider wins, and uint8 with a narrower or equal signed type gives int16.
+    /// `I4` (packed 4-bit weights, not a torch scalar type) ranks as a signed integer of 4 bits.
+    pub fn promote(self, other: DType) -> DType {
+        use DType::*;
+        let (a, b) = (self, other);
+        if a == b {
+            return a;
+        }
+        match (a.is_float(), b.is_float()) {
+            (true, true) if a.bits() == b.bits() => F32,
+            (true, true) => {
+                if a.bits() > b.bits() {
+                    a
+                } else {
+                    b
+                }
+            }
+            (true, false) => a,
+            (false, true) => b,
+            (false, false) if a == Bool => b,
+            (false, false) if b == Bool => a,
+            (false, false) if a == U8 || b == U8 => {
+                let signed = if a == U8 { b } else { a };
+                if signed.bits() > 8 {
+                    signed
+                } else {
+                    I16
+                }
+            }
+            (false, false) => {
+                if a.bits() > b.bits() {
+                    a
+                } else {
+                    b
+                }
+            }
+        }
+    }
     pub fn name(self) -> &'static str {
         match self {
             DType::F32 => "fp32",
@@ -168,6 +228,7 @@ impl DType {
             DType::BF16 => "bf16",
             DType::I64 => "int64",
             DType::I32 => "int32",
+            DType::I16 => "int16",
             DType::I8 => "int8",
             DType::U8 => "uint8",
             DType::Bool => "bool",
@@ -240,6 +301,35 @@ mod tests {
     fn round_to_allocator_blocks() {
         assert_eq!(Bytes(1).round_up(512), Bytes(512));
         assert_eq!(Bytes(1024).round_up(512), Bytes(1024));
+        assert_eq!(Bytes(0).allocator_block(), Bytes(0));
+        assert_eq!(Bytes(513).allocator_block(), Bytes(1024));
+    }
+
+    /// Pairs from PyTorch's `promoteTypes` table (`torch.promote_types`).
+    #[test]
+    fn promotion_follows_torch() {
+        use DType::*;
+        let table = [
+            (BF16, F16, F32),
+            (BF16, F32, F32),
+            (F16, F32, F32),
+            (BF16, BF16, BF16),
+            (F16, F16, F16),
+            (F32, F32, F32),
+            (I64, BF16, BF16),
+            (I64, F32, F32),
+            (Bool, F16, F16),
+            (Bool, I8, I8),
+            (U8, I8, I16),
+            (U8, I32, I32),
+            (I8, I32, I32),
+            (I32, I64, I64),
+            (U8, Bool, U8),
+        ];
+        for (a, b, want) in table {
+            assert_eq!(a.promote(b), want, "{a:?} with {b:?}");
+            assert_eq!(b.promote(a), want, "{b:?} with {a:?}");
+        }
     }
 
     /// Golden against std's correctly rounded parser, and nonsense refused.

@@ -70,7 +70,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         })?;
     }
     let h = g.rms_norm("norm", h)?;
-    g.seq_hold(&[x, cos, sin]);
+    g.hold(&[x, cos, sin]);
     let last = g.slice_view(h, vec![b, 1, h_dim])?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.linear_with(last, embed, None))?

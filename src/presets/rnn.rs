@@ -100,7 +100,7 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
             let (y, finals) = g.lstm_cudnn(emb, &w, cfg.layers, cfg.hidden)?;
             // The module's input (and, under autocast, the fp32 weights' flat copy's source)
             // is referenced until `nn.LSTM.forward` returns.
-            g.seq_hold(&[emb]);
+            g.hold(&[emb]);
             Ok((y, finals))
         } else {
             native_lstm(g, emb, &params, cfg)
@@ -111,17 +111,17 @@ pub fn lstm_lm(ctx: &BuildCtx, cfg: LstmLmConfig) -> Built {
     // or one step the transposed view is contiguous: `linear` runs `addmm` on a flattened view.
     let yc = g.lowp(y)?;
     let yc = if b > 1 && l > 1 {
-        g.seq_copy(yc, vec![b * l, cfg.hidden], false)?
+        g.copy(yc, vec![b * l, cfg.hidden], false)?
     } else {
         g.view(yc, vec![b * l, cfg.hidden])?
     };
     let logits = g.linear("head", yc, cfg.hidden, cfg.vocab, true)?;
     // `forward`'s `y` (and the unused final states bound to `_`) live until it returns.
-    g.seq_hold(&[y, finals.0, finals.1]);
+    g.hold(&[y, finals.0, finals.1]);
     let target = g.view(ids, vec![b * l])?;
     g.cross_entropy_on(logits, target, cpu)?;
     // `loss_fn`'s `logits` lives until the loss is computed.
-    g.seq_hold(&[logits]);
+    g.hold(&[logits]);
     Ok(g)
 }
 
@@ -147,13 +147,13 @@ fn native_lstm(
     let s = g.shape(emb);
     let (b, l) = (s[0], s[1]);
     let pdt = g.precision.param_dtype();
-    let h0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
-    let c0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
-    let h0s = g.seq_unbind(h0)?;
-    let c0s = g.seq_unbind(c0)?;
+    let h0 = g.zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let c0 = g.zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let h0s = g.unbind(h0)?;
+    let c0s = g.unbind(c0)?;
     // batch_first: the input is transposed to `[L, B, E]` (a view) and unbound into steps.
     let xt = g.view(emb, vec![l, b, cfg.embed])?;
-    let mut steps = g.seq_unbind(xt)?;
+    let mut steps = g.unbind(xt)?;
     let (mut last_h, mut last_c) = (Vec::new(), Vec::new());
     let mut out = None;
     for (k, p) in params.iter().enumerate() {
@@ -163,28 +163,28 @@ fn native_lstm(
         for &x in &steps {
             let xc = g.lowp(x)?;
             let wi = cast_uncached(g, p.w_ih)?;
-            let ig = g.seq_mm(xc, wi)?;
+            let ig = g.mm(xc, wi)?;
             let hc = g.lowp(h)?;
             let wh = cast_uncached(g, p.w_hh)?;
-            let hg = g.seq_mm(hc, wh)?;
+            let hg = g.mm(hc, wh)?;
             (h, c) = g.lstm_fused_cell(ig, hg, c, p.b_ih, p.b_hh)?;
             hs.push(h);
         }
         g.pop();
-        let ys = g.seq_stack(&hs)?;
+        let ys = g.stack(&hs)?;
         last_h.push(h);
         last_c.push(c);
         if k + 1 < params.len() {
-            steps = g.seq_unbind(ys)?;
+            steps = g.unbind(ys)?;
         }
         out = Some(ys);
     }
-    let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
+    let finals = (g.stack(&last_h)?, g.stack(&last_c)?);
     let out =
         out.ok_or_else(|| EstimateError::Unsupported("an LSTM needs at least one layer".into()))?;
     let y = g.view(out, vec![b, l, cfg.hidden])?;
     // The module's input and the zero initial states are referenced until `forward` returns.
-    g.seq_hold(&[emb, h0, c0]);
+    g.hold(&[emb, h0, c0]);
     Ok((y, finals))
 }
 
@@ -204,20 +204,20 @@ fn mkldnn_lstm(
     let s = g.shape(emb);
     let (b, l) = (s[0], s[1]);
     let pdt = g.precision.param_dtype();
-    let h0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
-    let c0 = g.seq_zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let h0 = g.zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
+    let c0 = g.zeros(vec![cfg.layers, b, cfg.hidden], pdt)?;
     let xt = g.view(emb, vec![l, b, cfg.embed])?;
     // `contiguous()` copies unless the transposed view already is contiguous (one row or step).
     let x0 = if b > 1 && l > 1 {
-        g.seq_copy(xt, vec![l, b, cfg.embed], false)?
+        g.copy(xt, vec![l, b, cfg.embed], false)?
     } else {
         xt
     };
     let mut x = x0;
     let (mut last_h, mut last_c) = (Vec::new(), Vec::new());
     for (k, p) in params.iter().enumerate() {
-        let hx = g.seq_select(h0, vec![b, cfg.hidden])?;
-        let cx = g.seq_select(c0, vec![b, cfg.hidden])?;
+        let hx = g.select(h0, vec![b, cfg.hidden])?;
+        let cx = g.select(c0, vec![b, cfg.hidden])?;
         let (y, hy, cy) = g.scoped(format!("l{k}"), |g| {
             g.lstm_mkldnn_layer(x, p.w_ih, p.w_hh, p.b_ih, p.b_hh, hx, cx)
         })?;
@@ -230,10 +230,10 @@ fn mkldnn_lstm(
             "an LSTM needs at least one layer".into(),
         ));
     }
-    let finals = (g.seq_stack(&last_h)?, g.seq_stack(&last_c)?);
+    let finals = (g.stack(&last_h)?, g.stack(&last_c)?);
     let y = g.view(x, vec![b, l, cfg.hidden])?;
     // The module's input, `mkldnn_rnn`'s contiguous copy of it and the zero initial states are
     // referenced until `forward` returns (under autocast the layer saved casts of the latter two).
-    g.seq_hold(&[emb, x0, h0, c0]);
+    g.hold(&[emb, x0, h0, c0]);
     Ok((y, finals))
 }

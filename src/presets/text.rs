@@ -16,7 +16,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::Act;
-use crate::estimator::ops_text::EagerOpts;
+use crate::estimator::ops::EagerOpts;
 use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
@@ -260,7 +260,7 @@ fn gpt2(
     }
     let pos = g.no_grad_op("arange", &[], vec![1, ctx.seq], DType::I64, Bytes::ZERO)?;
     let (pe, _) = g.embedding("wpe", pos, p, h_dim)?;
-    let mut h = g.add_bc(x, pe)?;
+    let mut h = g.add(x, pe, false)?;
     let mask = causal_masks(g, ctx)?;
     h = g.scoped("drop", |g| g.dropout_on(h, cfg.embd_dropout, cpu))?;
     h = run_layers(g, cfg, ctx, "h", h, |g, h| {
@@ -289,13 +289,13 @@ fn gpt2(
         };
         let o = g.scoped("attn", |g| g.conv1d("c_proj", o, h_dim, h_dim))?;
         let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
-        let h = g.add_bc(o, h)?;
+        let h = g.add(o, h, false)?;
         let m = g.layer_norm("ln_2", h, true)?;
         let m = g.scoped("mlp", |g| g.conv1d("c_fc", m, h_dim, cfg.intermediate))?;
         let m = g.scoped("mlp", |g| activation(g, m, cfg.act, cpu))?;
         let m = g.scoped("mlp", |g| g.conv1d("c_proj", m, cfg.intermediate, h_dim))?;
         let m = g.dropout_on(m, cfg.resid_dropout, cpu)?;
-        g.add_bc(h, m)
+        g.add(h, m, false)
     })?;
     h = g.layer_norm("ln_f", h, true)?;
     let logits = if cfg.tie_embeddings {
@@ -329,10 +329,10 @@ fn bert(
         let tt = g.no_grad_op("gather", &[tt_buf], vec![1, s], DType::I64, Bytes::ZERO)?;
         let tt = g.alias(tt, vec![b, s], false);
         let (te, _) = g.embedding("token_type_embeddings", tt, cfg.type_vocab, h_dim)?;
-        let e = g.add_bc(x, te)?;
+        let e = g.add(x, te, false)?;
         let pos = g.alias(pos_buf, vec![1, s], false);
         let (pe, _) = g.embedding("position_embeddings", pos, p, h_dim)?;
-        let e = g.add_bc(e, pe)?;
+        let e = g.add(e, pe, false)?;
         let e = g.layer_norm("LayerNorm", e, true)?;
         Ok::<_, EstimateError>((g.dropout_on(e, cfg.embd_dropout, cpu)?, word))
     })?;
@@ -373,7 +373,7 @@ fn bert(
             g.scoped("output", |g| {
                 let o = g.linear("dense", o, nh * d, h_dim, cfg.o_bias)?;
                 let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
-                let o = g.add_bc(o, h)?;
+                let o = g.add(o, h, false)?;
                 g.layer_norm("LayerNorm", o, true)
             })
         })?;
@@ -384,7 +384,7 @@ fn bert(
         g.scoped("output", |g| {
             let o = g.linear("dense", i, cfg.intermediate, h_dim, cfg.mlp_bias)?;
             let o = g.dropout_on(o, cfg.resid_dropout, cpu)?;
-            let o = g.add_bc(o, a)?;
+            let o = g.add(o, a, false)?;
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
@@ -560,11 +560,11 @@ impl LlamaLayer<'_> {
             };
             let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;
             if hold {
-                g.seq_hold(&[a, q]);
+                g.hold(&[a, q]);
             }
             Ok::<_, EstimateError>(o)
         })?;
-        let r = g.add_bc(h, o)?;
+        let r = g.add(h, o, false)?;
         let m = g.rms_norm("post_attention_layernorm", r)?;
         let y = g.scoped("mlp", |g| {
             let gt = g.block_linear(
@@ -597,13 +597,13 @@ impl LlamaLayer<'_> {
                 tune,
             )?;
             if hold {
-                g.seq_hold(&[m]);
+                g.hold(&[m]);
             }
             Ok::<_, EstimateError>(y)
         })?;
-        let out = g.add_bc(r, y)?;
+        let out = g.add(r, y, false)?;
         if hold {
-            g.seq_hold(&[h]);
+            g.hold(&[h]);
         }
         Ok(out)
     }

@@ -7,8 +7,8 @@ use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::ops::SdpaKernel;
 use crate::estimator::ops::{Act, Conv};
-use crate::estimator::ops_text::SdpaKernel;
 
 use super::vision::{image_batch, Built};
 
@@ -81,14 +81,14 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     h = g.view(h, vec![b, d, n])?;
     h = g.view(h, vec![b, n, d])?;
     let cls = g.scoped("class_token", |g| g.param(vec![1, 1, d]))?;
-    let cls = g.seq_expand(cls, vec![b, 1, d])?;
+    let cls = g.expand(cls, vec![b, 1, d])?;
     // The class token (an fp32 parameter) goes first, so the concatenation is fp32 under autocast.
     h = g.cat(&[cls, h], 1)?;
 
     let tokens = h;
     h = g.scoped("encoder", |g| {
         let pos = g.scoped("pos_embedding", |g| g.param(vec![1, s, d]))?;
-        let mut h = g.seq_add(h, pos)?;
+        let mut h = g.add(h, pos, false)?;
         // `block`: each layer alone (the reference harness wraps every `EncoderBlock`); a ViT
         // has no stages.
         for (layers, ckpt) in
@@ -107,14 +107,14 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
         g.layer_norm_on("ln", h, true, ctx.device == Device::Cpu)
     })?;
     // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
-    g.seq_hold(&[tokens]);
+    g.hold(&[tokens]);
 
     // `x[:, 0]`: a view, so the head's saved input keeps the whole LayerNorm output alive.
-    let cls_out = g.seq_select(h, vec![b, d])?;
+    let cls_out = g.select(h, vec![b, d])?;
     let logits = g.scoped("heads", |g| g.linear("head", cls_out, d, CLASSES, true))?;
     g.cross_entropy_on(logits, y, ctx.device == Device::Cpu)?;
     // The logits are an argument of `F.cross_entropy` until it returns.
-    g.seq_hold(&[logits]);
+    g.hold(&[logits]);
     Ok(g)
 }
 
@@ -130,17 +130,17 @@ fn encoder_block(
     let h = g.layer_norm_on("ln_1", input, true, cpu)?;
     let a = g.scoped("self_attention", |g| self_attention(g, h, ctx, cfg))?;
     // The attention output is low precision under autocast: the sum is promoted to fp32.
-    let x = g.seq_add(a, input)?;
+    let x = g.add(a, input, false)?;
     let y = g.layer_norm_on("ln_2", x, true, cpu)?;
     let y = g.scoped("mlp", |g| {
         let z = g.linear("0", y, cfg.hidden, cfg.mlp, true)?;
         let z = g.act(z, Act::Gelu, false)?;
         let z = g.linear("3", z, cfg.mlp, cfg.hidden, true)?;
         // `Sequential.forward`'s argument holds the LayerNorm output until the MLP returns.
-        g.seq_hold(&[y]);
+        g.hold(&[y]);
         Ok::<_, EstimateError>(z)
     })?;
-    g.seq_add(x, y)
+    g.add(x, y, false)
 }
 
 /// `nn.MultiheadAttention(batch_first=True)` in training (the fast path is off when training):
@@ -161,15 +161,15 @@ fn self_attention(
     // input; that copy is what `mm` saves. The bias is then added in place (`add_`).
     let ht = g.view(h, vec![s, b, d])?;
     let ht = g.lowp(ht)?;
-    let hc = g.seq_copy(ht, vec![s * b, d], false)?;
+    let hc = g.copy(ht, vec![s * b, d], false)?;
     let proj = g.linear_with(hc, w_in, Some(b_in))?;
     // `unflatten(-1, (3, E)).unsqueeze(0).transpose(0, -2).squeeze(-2).contiguous()`; backward
     // reshapes the non-contiguous gradient of that view chain back with another copy.
-    let qkv = g.seq_copy(proj, vec![3, s, b, d], true)?;
+    let qkv = g.copy(proj, vec![3, s, b, d], true)?;
     // q, k, v: `select` then `view(S, B·H, hd).transpose(0, 1)` and `view(B, H, S, hd)`.
-    let q = g.seq_select(qkv, vec![b, heads, s, hd])?;
-    let k = g.seq_select(qkv, vec![b, heads, s, hd])?;
-    let v = g.seq_select(qkv, vec![b, heads, s, hd])?;
+    let q = g.select(qkv, vec![b, heads, s, hd])?;
+    let k = g.select(qkv, vec![b, heads, s, hd])?;
+    let v = g.select(qkv, vec![b, heads, s, hd])?;
     // `F.scaled_dot_product_attention(q, k, v, None, dropout_p=0.0)`: the kernel as for the
     // language models (sm_90: efficient for fp32, cuDNN for fp16/bf16; CPU: its flash kernel).
     let (o, kernel) = g.sdpa_heads(q, k, v, None, 0.0, ctx.device == Device::Cpu)?;
@@ -182,7 +182,7 @@ fn self_attention(
     let oc = match kernel {
         SdpaKernel::Cudnn | SdpaKernel::FlashCpu => g.view(o, vec![s * b, d])?,
         SdpaKernel::Efficient | SdpaKernel::Flash | SdpaKernel::Math => {
-            g.seq_copy(o, vec![s * b, d], false)?
+            g.copy(o, vec![s * b, d], false)?
         }
     };
     let out = g.linear("out_proj", oc, d, d, true)?;
@@ -191,6 +191,6 @@ fn self_attention(
     let scratch = g.bytes(out);
     g.add_scratch(Default::default(), scratch);
     // `query` (the LayerNorm output) is referenced until `multi_head_attention_forward` returns.
-    g.seq_hold(&[h]);
+    g.hold(&[h]);
     g.view(out, vec![b, s, d])
 }

@@ -18,7 +18,6 @@
 //! bandwidth (the `presets` links table); on Apple silicon the host is the same memory pool.
 
 use crate::estimator::graph::{Graph, StorageKind};
-use crate::estimator::simulate::BLOCK;
 use crate::estimator::units::Bytes;
 
 /// Rewrites `g` as `save_on_cpu` runs it: saved activations of ops outside checkpointed
@@ -42,7 +41,7 @@ pub fn offload_activations(g: &mut Graph) -> u64 {
             }
             if !moved.contains(&s) {
                 moved.push(s);
-                bytes += storages[s].bytes.round_up(BLOCK).0;
+                bytes += storages[s].bytes.allocator_block().0;
             }
             false
         });

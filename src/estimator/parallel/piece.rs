@@ -10,7 +10,7 @@ use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::model::ModelSpec;
-use crate::estimator::simulate::{simulate, StepOptions, StepResult, BLOCK};
+use crate::estimator::simulate::{simulate, StepOptions, StepResult};
 
 /// One simulated piece of the model (the whole model, or one pipeline chunk).
 pub struct Piece {
@@ -30,10 +30,6 @@ pub struct Piece {
     /// Bytes sent to the next chunk per micro-batch, and gradient bytes sent back to the previous.
     pub send_next: u64,
     pub send_prev: u64,
-}
-
-fn rounded(b: u64) -> u64 {
-    b.div_ceil(BLOCK) * BLOCK
 }
 
 impl Piece {
@@ -64,7 +60,7 @@ impl Piece {
         let mut send_prev = 0;
         for (s, st) in g.storages.iter().enumerate() {
             if st.kind == StorageKind::Input {
-                in_flight += rounded(st.bytes.0);
+                in_flight += st.bytes.allocator_block().0;
                 let _ = s;
             }
         }
@@ -81,7 +77,7 @@ impl Piece {
             let s = g.tensors[t].storage;
             if !saved_in_op[s] && !seen.contains(&s) {
                 seen.push(s);
-                in_flight += rounded(g.storages[s].bytes.0);
+                in_flight += g.storages[s].bytes.allocator_block().0;
             }
             if !last {
                 send_next += g.storages[s].bytes.0;

@@ -33,8 +33,8 @@
 //! ops run.
 
 use crate::estimator::graph::Graph;
-use crate::estimator::simulate::BLOCK;
 use crate::estimator::timeline::{Category, Event, Phase};
+use crate::estimator::units::Bytes;
 
 use super::Piece;
 
@@ -155,10 +155,6 @@ pub const DDP_BUCKET_CAP: u64 = 25 << 20;
 /// `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB).
 pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
 
-fn rounded(b: u64) -> u64 {
-    b.div_ceil(BLOCK) * BLOCK
-}
-
 /// How one data-parallel rank holds the model states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sharding {
@@ -262,7 +258,7 @@ impl<'a> Sharded<'a> {
             if !t.is_param {
                 continue;
             }
-            let full = rounded(g.storages[t.storage].bytes.0);
+            let full = g.storages[t.storage].bytes.allocator_block().0;
             // Under a mixed-precision policy the shards are the model's fp32 master weights
             // (`Layout::resolve` refuses the policy over other weights).
             let bits = if mp.is_some() {
@@ -270,7 +266,9 @@ impl<'a> Sharded<'a> {
             } else {
                 t.dtype.bits()
             };
-            let shard = rounded((padded_shard_elems(&t.shape, n) * bits).div_ceil(8));
+            let shard = Bytes((padded_shard_elems(&t.shape, n) * bits).div_ceil(8))
+                .allocator_block()
+                .0;
             index_of[ti] = params.len();
             params.push(ParamShard {
                 full,
@@ -386,7 +384,7 @@ impl<'a> Sharded<'a> {
                     ready = ready.max(done_after.get(order[k].0).copied().unwrap_or(1.0));
                     k += 1;
                 }
-                buckets.push(rounded(b));
+                buckets.push(Bytes(b).allocator_block().0);
                 bucket_ready.push(ready);
             }
         }

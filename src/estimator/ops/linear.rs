@@ -1,0 +1,148 @@
+//! Dense layers and matrix products: `nn.Linear`, GPT-2's `Conv1D`, `mm`, `matmul` and the
+//! `bmm` inside composite ops.
+
+use super::R;
+use crate::estimator::graph::{Graph, StorageKind, TensorId};
+
+impl Graph {
+    /// `nn.Linear` (`addmm`/`mm` on the flattened input, autocast low-precision list): saves the
+    /// input and the (cast) weight.
+    pub fn linear(&mut self, leaf: &str, x: TensorId, fin: u64, fout: u64, bias: bool) -> R {
+        self.push(leaf);
+        let r = (|| {
+            let w = self.param(vec![fout, fin])?;
+            let b = if bias {
+                Some(self.param(vec![fout])?)
+            } else {
+                None
+            };
+            self.linear_with(x, w, b)
+        })();
+        self.pop();
+        r
+    }
+
+    /// A linear map with existing weights (`[out, in]`, e.g. a tied embedding).
+    pub fn linear_with(&mut self, x: TensorId, w: TensorId, b: Option<TensorId>) -> R {
+        let mut s = self.shape(x);
+        let ws = self.shape(w);
+        if s.last() != Some(&ws[1]) {
+            return Err(self.bad_shape(format!("linear expects last dim {}, got {:?}", ws[1], s)));
+        }
+        let xc = self.lowp(x)?;
+        let wc = self.lowp(w)?;
+        let mut ins = vec![xc, wc];
+        if let Some(b) = b {
+            ins.push(self.lowp(b)?);
+        }
+        let rows: u64 = s[..s.len() - 1].iter().product();
+        *s.last_mut().unwrap() = ws[0];
+        let y = self.out_like(s, self.dtype(xc), &ins)?;
+        let mut op = self.op("linear", "");
+        op.flops = 2.0 * rows as f64 * (ws[0] * ws[1]) as f64;
+        op.inputs = ins.clone();
+        op.outputs = vec![y];
+        op.saved = [xc, wc].into_iter().filter(|_| true).collect();
+        // mm saves each operand only if the other one needs a gradient.
+        if !self.t(wc).requires_grad {
+            op.saved.retain(|&t| t != xc);
+        }
+        if !self.t(xc).requires_grad {
+            op.saved.retain(|&t| t != wc);
+        }
+        op.grads = self.grads_alloc(&ins);
+        self.record(op);
+        Ok(y)
+    }
+
+    /// GPT-2's `Conv1D(nf, nx)`: `torch.addmm(bias, x.view(-1, nx), weight)` with the weight stored
+    /// `[nx, nf]` (`transformers/pytorch_utils.py`). Saves the (cast) input and weight like
+    /// `nn.Linear`; the bias is not saved.
+    pub fn conv1d(&mut self, leaf: &str, x: TensorId, nx: u64, nf: u64) -> R {
+        self.push(leaf);
+        let r = (|| {
+            let w = self.param(vec![nx, nf])?;
+            let b = self.param(vec![nf])?;
+            let mut s = self.shape(x);
+            if s.last() != Some(&nx) {
+                return Err(self.bad_shape(format!("Conv1D expects last dim {nx}, got {s:?}")));
+            }
+            let xc = self.lowp(x)?;
+            let wc = self.lowp(w)?;
+            let bc = self.lowp(b)?;
+            let rows: u64 = s[..s.len() - 1].iter().product();
+            *s.last_mut().unwrap_or(&mut 0) = nf;
+            let ins = vec![xc, wc, bc];
+            let rg = self.requires_grad(&ins);
+            let y = self.alloc(s, self.dtype(xc), StorageKind::Activation, rg)?;
+            self.record_simple(
+                "addmm",
+                ins.clone(),
+                vec![y],
+                vec![xc, wc],
+                2.0 * rows as f64 * (nx * nf) as f64,
+            );
+            Ok(y)
+        })();
+        self.pop();
+        r
+    }
+
+    /// Batched matrix product `a @ b` (`[.., m, k] @ [.., k, n]`, autocast low-precision list):
+    /// saves both operands.
+    pub fn matmul(&mut self, a: TensorId, b: TensorId) -> R {
+        let sa = self.shape(a);
+        let sb = self.shape(b);
+        let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+        if sb[sb.len() - 2] != k {
+            return Err(self.bad_shape(format!("matmul {:?} @ {:?}", sa, sb)));
+        }
+        let ac = self.lowp(a)?;
+        let bc = self.lowp(b)?;
+        let mut s = sa.clone();
+        *s.last_mut().unwrap() = n;
+        let batch: u64 = sa[..sa.len() - 2].iter().product();
+        let y = self.out_like(s, self.dtype(ac), &[ac, bc])?;
+        let mut op = self.op("matmul", "");
+        // In f64: the product of four dimensions can exceed 64 bits even when every tensor fits.
+        op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
+        op.inputs = vec![ac, bc];
+        op.outputs = vec![y];
+        op.saved = vec![ac, bc];
+        op.grads = self.grads_alloc(&[ac, bc]);
+        self.record(op);
+        Ok(y)
+    }
+
+    /// A batched matrix product outside autocast's reach (inside a composite op): saves both
+    /// operands.
+    pub(super) fn bmm_raw(&mut self, a: TensorId, b: TensorId) -> R {
+        let (sa, sb) = (self.shape(a), self.shape(b));
+        let (m, k, n) = (sa[sa.len() - 2], sa[sa.len() - 1], sb[sb.len() - 1]);
+        let mut s = sa.clone();
+        *s.last_mut().unwrap_or(&mut 0) = n;
+        let batch: u64 = sa[..sa.len() - 2].iter().product();
+        let rg = self.requires_grad(&[a, b]);
+        let y = self.alloc(
+            s,
+            self.dtype(a).promote(self.dtype(b)),
+            StorageKind::Activation,
+            rg,
+        )?;
+        self.record_simple(
+            "bmm",
+            vec![a, b],
+            vec![y],
+            vec![a, b],
+            2.0 * batch as f64 * (m * k) as f64 * n as f64,
+        );
+        Ok(y)
+    }
+
+    /// `mm(x, wᵀ)` of a 2-D input with an already cast (or fp32) weight view `w` `[out, in]`:
+    /// `linear` without bias as the LSTM runs it. Saves each operand whose partner needs a
+    /// gradient (`derivatives.yaml` `mm`).
+    pub fn mm(&mut self, x: TensorId, w: TensorId) -> R {
+        self.linear_with(x, w, None)
+    }
+}
