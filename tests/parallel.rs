@@ -1014,7 +1014,7 @@ fn search_finds_the_cheapest_fitting_layouts() {
     assert!(found[0].micro_batches > 1);
     // A GPU too small for ResNet-50's Adam states needs ZeRO-3 over several GPUs.
     p.batch = 8;
-    p.gpu = Some("custom:0.75".into());
+    p.gpu = Some("custom:0.8".into());
     let found = plan::search::search(&p, &opts).unwrap();
     assert!(
         found[0].gpus > 1 && found[0].zero == 3,

@@ -4,9 +4,14 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::error::EstimateError;
+use super::graph::Graph;
 pub use super::graph::Precision;
+pub use super::hardware::Device;
 pub use super::optimizer::{OptimizerImpl, OptimizerKind};
+use super::tune::{unsupported, LoraSpec, Target, INT4_GROUP, NF4_BLOCK};
 pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Sparsity, TuneCtx};
+use super::units::DType;
 
 /// Gradient checkpointing policy (non-reentrant `torch.utils.checkpoint`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -104,17 +109,6 @@ pub enum CausalMask {
     Skipped,
 }
 
-/// Which kernels run: the CUDA ones (the product's subject) or PyTorch's CPU kernels, which save
-/// different tensors (float dropout masks, the math attention path). CPU is there to replay the
-/// reference set's CPU records.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Device {
-    #[default]
-    Cuda,
-    Cpu,
-}
-
 /// The settings of one step, every name already resolved: what the core simulates. The plan
 /// layer (`crate::plan::Plan`) reads them from the user's keys.
 #[derive(Clone, Debug, PartialEq)]
@@ -207,5 +201,166 @@ impl BuildCtx {
             sequence_parallel: false,
             tune: TuneCtx::default(),
         }
+    }
+}
+
+/// The fine-tuning and inference settings checked against the step's mode (here, beside
+/// [`Setup`], so that `tune` depends on nothing above it).
+impl TuneCtx {
+    /// Checks the plan's fine-tuning/inference keys against its mode; refuses keys that would
+    /// change nothing (a LoRA config in a training plan, a KV-cache dtype when training, ...).
+    pub fn from_plan(plan: &Setup) -> Result<TuneCtx, EstimateError> {
+        let mode = plan.mode;
+        let name = mode.key();
+        if plan.lora.is_some() && mode != Mode::Finetune {
+            return Err(unsupported(format!(
+                "\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
+            )));
+        }
+        if plan.frozen.is_some() && mode != Mode::Finetune {
+            return Err(unsupported(format!(
+                "\"frozen\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
+            )));
+        }
+        if mode != Mode::Infer {
+            for (set, key) in [
+                (plan.kv_cache_dtype.is_some(), "kv_cache_dtype"),
+                (plan.context.is_some(), "context"),
+                (plan.new_tokens.is_some(), "new_tokens"),
+                (plan.sparsity != Sparsity::None, "sparsity"),
+            ] {
+                if set {
+                    return Err(unsupported(format!(
+                        "\"{key}\" applies to \"mode\": \"infer\" (the plan's mode is {name})"
+                    )));
+                }
+            }
+        }
+        match (mode, plan.quantization) {
+            (_, Quantization::None) => {}
+            (Mode::Train, q) => return Err(unsupported(format!("quantization '{}' applies to fine-tuning (nf4 with LoRA) or inference, not to pre-training", q.key()))),
+            (Mode::Finetune, Quantization::Nf4) if plan.lora.is_some() => {}
+            (Mode::Finetune, Quantization::Nf4) => return Err(unsupported("NF4 base weights cannot be trained: add \"lora\" (QLoRA)")),
+            (Mode::Finetune, q) => return Err(unsupported(format!("fine-tuning supports nf4 (QLoRA) only, not '{}'", q.key()))),
+            (Mode::Infer, _) => {}
+        }
+        if let Some(par) = &plan.parallel {
+            if mode == Mode::Infer {
+                return Err(unsupported(
+                    "inference plans are estimated on one GPU: remove \"parallel\"",
+                ));
+            }
+            if plan.opt.is_bnb() && (par.zero.unwrap_or(0) > 0 || par.fsdp) {
+                return Err(unsupported("bitsandbytes optimizers with ZeRO/FSDP sharding are not modelled: use DDP (zero 0) or a PyTorch optimizer"));
+            }
+        }
+        if plan.double_quant && plan.quantization != Quantization::Nf4 {
+            return Err(unsupported("\"double_quant\" applies to nf4 quantization"));
+        }
+        let group_size = match (plan.quantization, plan.group_size) {
+            (Quantization::Nf4, g) => {
+                let g = g.unwrap_or(NF4_BLOCK);
+                if ![32, 64, 128, 256, 512, 1024, 2048, 4096].contains(&g) {
+                    return Err(unsupported(format!(
+                        "NF4 block size {g} is not one bitsandbytes supports (32, 64, ..., 4096)"
+                    )));
+                }
+                g
+            }
+            (Quantization::Int4, g) => {
+                let g = g.unwrap_or(INT4_GROUP);
+                if g == 0 || !g.is_power_of_two() || g > 4096 {
+                    return Err(unsupported(format!(
+                        "INT4 group size {g} must be a power of two up to 4096"
+                    )));
+                }
+                g
+            }
+            (_, Some(_)) => {
+                return Err(unsupported(
+                    "\"group_size\" applies to int4 and nf4 quantization",
+                ))
+            }
+            (_, None) => 0,
+        };
+        if plan.sparsity == Sparsity::TwoFour
+            && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4)
+        {
+            return Err(unsupported(
+                "2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones",
+            ));
+        }
+        let lora = match &plan.lora {
+            None => None,
+            Some(l) => {
+                if l.rank == 0 || l.rank > 1 << 16 {
+                    return Err(unsupported(format!(
+                        "LoRA rank must be between 1 and 65536, got {}",
+                        l.rank
+                    )));
+                }
+                if !l.alpha.is_finite() || l.alpha <= 0.0 {
+                    return Err(unsupported("LoRA alpha must be a positive number"));
+                }
+                if !(0.0..1.0).contains(&l.dropout) {
+                    return Err(unsupported("LoRA dropout must be in [0, 1)"));
+                }
+                if l.targets.is_empty() {
+                    return Err(unsupported("LoRA needs at least one target module"));
+                }
+                let mut targets = Vec::new();
+                for t in &l.targets {
+                    for x in Target::parse(t)? {
+                        if !targets.contains(&x) {
+                            targets.push(x);
+                        }
+                    }
+                }
+                Some(LoraSpec {
+                    rank: l.rank,
+                    scaling: l.alpha / l.rank as f64,
+                    targets,
+                    dropout: l.dropout,
+                })
+            }
+        };
+        if let Some(Frozen::Modules(m)) = &plan.frozen {
+            if m.iter().any(|s| s.is_empty()) {
+                return Err(unsupported("\"frozen\" module paths must not be empty"));
+            }
+        }
+        let nf4_compute = match plan.dtype {
+            super::graph::Precision::Fp16 | super::graph::Precision::AmpFp16 => DType::F16,
+            _ => DType::BF16,
+        };
+        Ok(TuneCtx {
+            mode,
+            lora,
+            quant: plan.quantization,
+            double_quant: plan.double_quant,
+            group_size,
+            sparsity: plan.sparsity,
+            frozen: plan.frozen.clone(),
+            infer: None,
+            nf4_compute,
+        })
+    }
+}
+
+impl Graph {
+    /// A new tape for a model builder: the precision, and the fine-tuning/inference settings
+    /// that decide which parameters train ([`Graph::frozen`], [`Graph::inference`]). Here,
+    /// beside [`BuildCtx`], so that the tape depends on nothing above it.
+    ///
+    pub fn for_build(ctx: &BuildCtx) -> Self {
+        let mut g = Graph::new(ctx.precision);
+        g.inference = ctx.tune.mode == Mode::Infer;
+        if ctx.tune.lora.is_some() {
+            g.frozen.push("*".into());
+        }
+        if let Some(Frozen::Modules(m)) = &ctx.tune.frozen {
+            g.frozen.extend(m.iter().cloned());
+        }
+        g
     }
 }

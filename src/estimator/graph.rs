@@ -142,7 +142,7 @@ pub struct Graph {
     pub kept: Vec<TensorId>,
     /// Tensor parallelism the builder applies and the collectives it recorded
     /// (`estimator::parallel::tp`); size 1 unless a builder opts in.
-    pub tp: super::parallel::tp::TpState,
+    pub tp: TpState,
     /// Name prefix of the module being built.
     prefix: Vec<String>,
     /// `model.eval()` under `torch.no_grad()`: parameters need no gradient, nothing is saved,
@@ -410,5 +410,61 @@ impl Graph {
             .filter(|s| s.kind == kind)
             .map(|s| s.bytes)
             .sum()
+    }
+}
+
+/// A collective operation of NCCL.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Collective {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    /// Point-to-point send of a tensor to a neighbour (pipeline stages).
+    SendRecv,
+}
+
+/// One collective over the tensor-parallel group recorded on the tape.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CommRecord {
+    /// Index of the op it accompanies in `Graph::ops`.
+    pub op: usize,
+    /// Runs in the op's backward (otherwise in its forward).
+    pub backward: bool,
+    pub collective: Collective,
+    /// The full, unsharded buffer (all-reduce: the tensor; all-gather: the gathered output;
+    /// reduce-scatter: the input), bytes.
+    pub bytes: u64,
+}
+
+/// The tensor-parallel layout of a graph.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TpState {
+    pub size: u64,
+    pub sequence_parallel: bool,
+    /// Which dimension of an activation is the sequence (1 for Hugging Face's `[batch, seq, hidden]`,
+    /// 0 for Megatron's `[seq, batch, hidden]`).
+    pub seq_dim: usize,
+    /// Attention heads of the model, once a builder sharded an attention block.
+    pub heads: Option<u64>,
+    pub comm: Vec<CommRecord>,
+    /// Inputs whose gradient all-reduce (`f`) is already recorded, and sequence shards already
+    /// gathered: several column-parallel GEMMs reading one activation (separate q/k/v or
+    /// gate/up projections) share them, as Megatron's fused QKV and fc1 GEMMs do.
+    pub(crate) f_inputs: Vec<TensorId>,
+    pub(crate) gathered: Vec<(TensorId, TensorId)>,
+}
+
+impl Default for TpState {
+    fn default() -> Self {
+        TpState {
+            size: 1,
+            sequence_parallel: false,
+            seq_dim: 1,
+            heads: None,
+            comm: Vec::new(),
+            f_inputs: Vec::new(),
+            gathered: Vec::new(),
+        }
     }
 }

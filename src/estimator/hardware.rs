@@ -1,6 +1,8 @@
 //! Hardware as values: a GPU and the links around it. The tables of real cards and links live
 //! in `presets`; the core only reads the figures it is given.
 
+use serde::{Deserialize, Serialize};
+
 use super::units::Bytes;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -65,6 +67,17 @@ impl Link {
     pub fn bytes_per_s(&self) -> f64 {
         self.gbs_per_direction * 1e9
     }
+}
+
+/// Which kernels run: the CUDA ones (the product's subject) or PyTorch's CPU kernels, which save
+/// different tensors (float dropout masks, the math attention path). CPU is there to replay the
+/// reference set's CPU records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Device {
+    #[default]
+    Cuda,
+    Cpu,
 }
 
 /// The compute capability assumed when the plan names no GPU: a Hopper card, the most common

@@ -20,7 +20,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::config::Device;
+use super::hardware::Device;
 use super::units::DType;
 
 /// bitsandbytes `min_8bit_size`: smaller parameters keep 32-bit state.

@@ -10,8 +10,8 @@
 //! step then adds its state and temporaries. Every allocation is rounded to the caching
 //! allocator's 512-byte blocks.
 
-use super::config::Device;
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
+use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
 use super::timeline::{Category, Live, Phase, Timeline};
 use super::units::{Bytes, DType};

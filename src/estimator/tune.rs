@@ -115,7 +115,7 @@ impl Target {
         Target::Up,
         Target::Down,
     ];
-    fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
+    pub(crate) fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
         let t = match s.trim_end_matches("_proj") {
             "q" => Target::Q,
             "k" => Target::K,
@@ -263,7 +263,7 @@ pub const NF4_BLOCK2: u64 = 256;
 /// AWQ/GPTQ default group size.
 pub const INT4_GROUP: u64 = 128;
 
-fn unsupported(msg: impl Into<String>) -> EstimateError {
+pub(crate) fn unsupported(msg: impl Into<String>) -> EstimateError {
     EstimateError::Unsupported(msg.into())
 }
 
@@ -284,145 +284,6 @@ impl Default for TuneCtx {
 }
 
 impl TuneCtx {
-    /// Checks the plan's fine-tuning/inference keys against its mode; refuses keys that would
-    /// change nothing (a LoRA config in a training plan, a KV-cache dtype when training, ...).
-    pub fn from_plan(plan: &super::config::Setup) -> Result<TuneCtx, EstimateError> {
-        let mode = plan.mode;
-        let name = mode.key();
-        if plan.lora.is_some() && mode != Mode::Finetune {
-            return Err(unsupported(format!(
-                "\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
-            )));
-        }
-        if plan.frozen.is_some() && mode != Mode::Finetune {
-            return Err(unsupported(format!(
-                "\"frozen\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
-            )));
-        }
-        if mode != Mode::Infer {
-            for (set, key) in [
-                (plan.kv_cache_dtype.is_some(), "kv_cache_dtype"),
-                (plan.context.is_some(), "context"),
-                (plan.new_tokens.is_some(), "new_tokens"),
-                (plan.sparsity != Sparsity::None, "sparsity"),
-            ] {
-                if set {
-                    return Err(unsupported(format!(
-                        "\"{key}\" applies to \"mode\": \"infer\" (the plan's mode is {name})"
-                    )));
-                }
-            }
-        }
-        match (mode, plan.quantization) {
-            (_, Quantization::None) => {}
-            (Mode::Train, q) => return Err(unsupported(format!("quantization '{}' applies to fine-tuning (nf4 with LoRA) or inference, not to pre-training", q.key()))),
-            (Mode::Finetune, Quantization::Nf4) if plan.lora.is_some() => {}
-            (Mode::Finetune, Quantization::Nf4) => return Err(unsupported("NF4 base weights cannot be trained: add \"lora\" (QLoRA)")),
-            (Mode::Finetune, q) => return Err(unsupported(format!("fine-tuning supports nf4 (QLoRA) only, not '{}'", q.key()))),
-            (Mode::Infer, _) => {}
-        }
-        if let Some(par) = &plan.parallel {
-            if mode == Mode::Infer {
-                return Err(unsupported(
-                    "inference plans are estimated on one GPU: remove \"parallel\"",
-                ));
-            }
-            if plan.opt.is_bnb() && (par.zero.unwrap_or(0) > 0 || par.fsdp) {
-                return Err(unsupported("bitsandbytes optimizers with ZeRO/FSDP sharding are not modelled: use DDP (zero 0) or a PyTorch optimizer"));
-            }
-        }
-        if plan.double_quant && plan.quantization != Quantization::Nf4 {
-            return Err(unsupported("\"double_quant\" applies to nf4 quantization"));
-        }
-        let group_size = match (plan.quantization, plan.group_size) {
-            (Quantization::Nf4, g) => {
-                let g = g.unwrap_or(NF4_BLOCK);
-                if ![32, 64, 128, 256, 512, 1024, 2048, 4096].contains(&g) {
-                    return Err(unsupported(format!(
-                        "NF4 block size {g} is not one bitsandbytes supports (32, 64, ..., 4096)"
-                    )));
-                }
-                g
-            }
-            (Quantization::Int4, g) => {
-                let g = g.unwrap_or(INT4_GROUP);
-                if g == 0 || !g.is_power_of_two() || g > 4096 {
-                    return Err(unsupported(format!(
-                        "INT4 group size {g} must be a power of two up to 4096"
-                    )));
-                }
-                g
-            }
-            (_, Some(_)) => {
-                return Err(unsupported(
-                    "\"group_size\" applies to int4 and nf4 quantization",
-                ))
-            }
-            (_, None) => 0,
-        };
-        if plan.sparsity == Sparsity::TwoFour
-            && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4)
-        {
-            return Err(unsupported(
-                "2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones",
-            ));
-        }
-        let lora = match &plan.lora {
-            None => None,
-            Some(l) => {
-                if l.rank == 0 || l.rank > 1 << 16 {
-                    return Err(unsupported(format!(
-                        "LoRA rank must be between 1 and 65536, got {}",
-                        l.rank
-                    )));
-                }
-                if !l.alpha.is_finite() || l.alpha <= 0.0 {
-                    return Err(unsupported("LoRA alpha must be a positive number"));
-                }
-                if !(0.0..1.0).contains(&l.dropout) {
-                    return Err(unsupported("LoRA dropout must be in [0, 1)"));
-                }
-                if l.targets.is_empty() {
-                    return Err(unsupported("LoRA needs at least one target module"));
-                }
-                let mut targets = Vec::new();
-                for t in &l.targets {
-                    for x in Target::parse(t)? {
-                        if !targets.contains(&x) {
-                            targets.push(x);
-                        }
-                    }
-                }
-                Some(LoraSpec {
-                    rank: l.rank,
-                    scaling: l.alpha / l.rank as f64,
-                    targets,
-                    dropout: l.dropout,
-                })
-            }
-        };
-        if let Some(Frozen::Modules(m)) = &plan.frozen {
-            if m.iter().any(|s| s.is_empty()) {
-                return Err(unsupported("\"frozen\" module paths must not be empty"));
-            }
-        }
-        let nf4_compute = match plan.dtype {
-            super::graph::Precision::Fp16 | super::graph::Precision::AmpFp16 => DType::F16,
-            _ => DType::BF16,
-        };
-        Ok(TuneCtx {
-            mode,
-            lora,
-            quant: plan.quantization,
-            double_quant: plan.double_quant,
-            group_size,
-            sparsity: plan.sparsity,
-            frozen: plan.frozen.clone(),
-            infer: None,
-            nf4_compute,
-        })
-    }
-
     /// Whether the blocks' linear layers keep their plain dense weights.
     pub fn dense_linears(&self) -> bool {
         self.quant == Quantization::None && self.sparsity == Sparsity::None
@@ -493,26 +354,6 @@ pub fn kv_cache_bytes(
         .checked_mul(dtype.bits())
         .map(|b| Bytes(b.div_ceil(8)))
         .ok_or(EstimateError::TooLarge)
-}
-
-impl super::graph::Graph {
-    /// A new tape for a model builder: the precision, and the fine-tuning/inference settings
-    /// that decide which parameters train ([`Graph::frozen`], [`Graph::inference`]). Here
-    /// rather than in `graph.rs`, so that the tape depends on nothing above it.
-    ///
-    /// [`Graph::frozen`]: super::graph::Graph::frozen
-    /// [`Graph::inference`]: super::graph::Graph::inference
-    pub fn for_build(ctx: &super::config::BuildCtx) -> Self {
-        let mut g = super::graph::Graph::new(ctx.precision);
-        g.inference = ctx.tune.mode == Mode::Infer;
-        if ctx.tune.lora.is_some() {
-            g.frozen.push("*".into());
-        }
-        if let Some(Frozen::Modules(m)) = &ctx.tune.frozen {
-            g.frozen.extend(m.iter().cloned());
-        }
-        g
-    }
 }
 
 #[cfg(test)]
