@@ -6,7 +6,7 @@ pub mod estimator;
 pub mod plots;
 pub mod presets;
 pub mod split;
-/// The planner page; its logic ([`ui::state`]) builds natively, its components on wasm32 only.
+/// The planner page; its logic ([`ui::logic::state`]) builds natively, its components on wasm32 only.
 pub mod ui;
 
 #[cfg(not(target_arch = "wasm32"))]

@@ -18,9 +18,9 @@ use crate::plots::{
 use crate::presets::gpus::Gpu;
 
 use super::i18n::{category_label, fmt_bytes, fmt_pct, phase_label, Lang, Msg, Units};
-use super::model::{BatchModel, CkptInfo, Numbers};
 use super::state::{self, InputSpec, BATCH_MAX, BATCH_MIN};
 use super::url::ChartKind;
+use super::workbench::{BatchModel, CkptInfo, Numbers};
 
 /// Points of the batch chart.
 pub const BATCH_POINTS: usize = 40;
@@ -756,7 +756,7 @@ impl ChartData {
 mod tests {
     use super::*;
     use crate::presets::gpus;
-    use crate::ui::model::{Wants, Workbench};
+    use crate::ui::logic::workbench::{Wants, Workbench};
 
     fn setup(plan: &Plan) -> (Workbench, CkptInfo) {
         let mut wb = Workbench::new();

@@ -3,7 +3,7 @@
 
 use crate::estimator::config::Plan;
 
-use super::charts::Table;
+use super::chart_data::Table;
 use super::explain::Row;
 
 /// A CSV cell: quoted when it holds a comma, quote or line break; defused when a spreadsheet
@@ -83,9 +83,9 @@ pub fn file_name(plan: &Plan, what: &str, ext: &str) -> String {
 mod tests {
     use super::*;
     use crate::estimator::units::Bytes;
-    use crate::ui::explain;
-    use crate::ui::i18n::{Lang, Units};
-    use crate::ui::model::BatchModel;
+    use crate::ui::logic::explain;
+    use crate::ui::logic::i18n::{Lang, Units};
+    use crate::ui::logic::workbench::BatchModel;
 
     #[test]
     fn cells_are_quoted_and_defused() {

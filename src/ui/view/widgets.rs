@@ -14,9 +14,9 @@ use web_sys::HtmlCanvasElement;
 
 use super::backend::AnyBackend;
 use super::dom::{h, value_of, El};
-use super::i18n::{Label, Lang, Msg, Units};
 use crate::estimator::config::Plan;
 use crate::plots::{PlotError, Theme};
+use crate::ui::logic::i18n::{Label, Lang, Msg, Units};
 
 /// The page's language and units as the panels read them. Bindings that read them rebuild only
 /// their texts: the estimates live in memos that do not depend on either.
@@ -79,7 +79,7 @@ pub async fn load_panels() -> Result<(), ChunkUnavailable> {
     // The panels size language models (their plans are their own, not the page's): they need
     // the lazily fetched builders whatever the page shows.
     // They also read and write settings as JSON.
-    let ok = crate::presets::lazy::load().await && super::json::load().await;
+    let ok = crate::presets::lazy::load().await && crate::ui::logic::json::load().await;
     ok.then_some(()).ok_or(ChunkUnavailable)
 }
 

@@ -10,12 +10,12 @@ use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::app::Planner;
-use super::charts;
-use super::i18n::{Lang, Units};
-use super::model::{Wants, Workbench};
-use super::state;
-use super::suggest;
 use crate::estimator::config::Plan;
+use crate::ui::logic::chart_data;
+use crate::ui::logic::i18n::{Lang, Units};
+use crate::ui::logic::state;
+use crate::ui::logic::suggest;
+use crate::ui::logic::workbench::{Wants, Workbench};
 
 thread_local! {
     static WB: RefCell<Workbench> = RefCell::new(Workbench::new());
@@ -94,9 +94,9 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
             }
         }
     }
-    models.extend(charts::length_plans(plan));
+    models.extend(chart_data::length_plans(plan));
     if !embed {
-        models.extend(charts::ckpt_plans(plan, &info));
+        models.extend(chart_data::ckpt_plans(plan, &info));
     }
     Wants {
         exact,

@@ -5,22 +5,22 @@ use std::sync::Arc;
 
 use leptos::prelude::*;
 
-use super::chart::chart_view;
-use super::charts::{self, ChartData};
+use super::canvas::chart_view;
 use super::controls;
 use super::dom::{button, h, table_body_marked, El, Row};
-use super::explain;
-use super::export;
-use super::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
-use super::json;
-use super::model::{CkptInfo, Numbers};
 use super::runtime::{self, wb};
-use super::state::{self, InputSpec};
-use super::suggest;
-use super::url::{self, ChartKind, View};
 use crate::estimator::config::Plan;
 use crate::estimator::error::EstimateError;
 use crate::presets::gpus::Gpu;
+use crate::ui::logic::chart_data::{self, ChartData};
+use crate::ui::logic::explain;
+use crate::ui::logic::export;
+use crate::ui::logic::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
+use crate::ui::logic::json;
+use crate::ui::logic::state::{self, InputSpec};
+use crate::ui::logic::suggest;
+use crate::ui::logic::url::{self, ChartKind, View};
+use crate::ui::logic::workbench::{CkptInfo, Numbers};
 
 /// The largest batch that fits: from the lines at once, then confirmed by full simulations.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -210,7 +210,7 @@ impl Planner {
                                 Arc::new(
                                     m.as_ref()
                                         .as_ref()
-                                        .map(|m| charts::batch_points(m, gpu.as_ref()))
+                                        .map(|m| chart_data::batch_points(m, gpu.as_ref()))
                                         .unwrap_or_default(),
                                 )
                             })
@@ -228,7 +228,7 @@ impl Planner {
                                 let m = w.model(b);
                                 let m = m.as_ref().as_ref().ok()?;
                                 let gpu = state::gpu_of(b);
-                                Some(Arc::new(ChartData::Batch(charts::batch_data(
+                                Some(Arc::new(ChartData::Batch(chart_data::batch_data(
                                     (*pts).clone(),
                                     n.as_ref(),
                                     best,
@@ -247,7 +247,7 @@ impl Planner {
                     let n = p.numbers.get().ok();
                     p.plan.with(|plan| {
                         wb(|w| {
-                            Some(Arc::new(ChartData::Length(charts::length_data(
+                            Some(Arc::new(ChartData::Length(chart_data::length_data(
                                 plan,
                                 n.as_ref(),
                                 state::gpu_of(plan).as_ref(),
@@ -265,7 +265,7 @@ impl Planner {
                     let info = p.info.get();
                     p.plan.with(|plan| {
                         wb(|w| {
-                            Some(Arc::new(ChartData::Checkpoint(charts::ckpt_data(
+                            Some(Arc::new(ChartData::Checkpoint(chart_data::ckpt_data(
                                 plan,
                                 &info,
                                 n.as_ref(),
@@ -276,28 +276,26 @@ impl Planner {
                 },
                 changed,
             ),
-            ChartKind::Timeline | ChartKind::Layers => {
-                Memo::new_with_compare(
-                    move |_| {
-                        let batch = p.plan.with(|x| x.batch);
-                        state::check_batch(batch).ok()?;
-                        p.base.with(|b| {
-                            wb(|w| {
-                                let m = w.model(b);
-                                let m = m.as_ref().as_ref().ok()?;
-                                let gpu = state::gpu_of(b);
-                                Some(Arc::new(match kind {
-                                    ChartKind::Timeline => ChartData::Timeline(
-                                        charts::timeline_data(m, batch, gpu.as_ref()),
-                                    ),
-                                    _ => ChartData::Layers(charts::layers_data(m, batch)),
-                                }))
-                            })
+            ChartKind::Timeline | ChartKind::Layers => Memo::new_with_compare(
+                move |_| {
+                    let batch = p.plan.with(|x| x.batch);
+                    state::check_batch(batch).ok()?;
+                    p.base.with(|b| {
+                        wb(|w| {
+                            let m = w.model(b);
+                            let m = m.as_ref().as_ref().ok()?;
+                            let gpu = state::gpu_of(b);
+                            Some(Arc::new(match kind {
+                                ChartKind::Timeline => ChartData::Timeline(
+                                    chart_data::timeline_data(m, batch, gpu.as_ref()),
+                                ),
+                                _ => ChartData::Layers(chart_data::layers_data(m, batch)),
+                            }))
                         })
-                    },
-                    changed,
-                )
-            }
+                    })
+                },
+                changed,
+            ),
         }
     }
 }
@@ -539,15 +537,20 @@ fn extra_panels(p: Planner) -> El {
             let _ = host.0.append_child(&status.0);
             let host = host.0.clone();
             leptos::task::spawn_local(async move {
-                let loaded = super::extra::load_panels().await;
+                let loaded = super::widgets::load_panels().await;
                 if opened.try_get_value() != Some(ticket) {
                     return;
                 }
                 host.set_text_content(None);
                 let built = match loaded {
                     Ok(()) => {
-                        super::extra::panels_under(owner, panel_plan, p.lang.into(), p.units.into())
-                            .await
+                        super::widgets::panels_under(
+                            owner,
+                            panel_plan,
+                            p.lang.into(),
+                            p.units.into(),
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 };

@@ -2,7 +2,7 @@
 //! plan's numbers substituted ("25.6 M params × 4 B = 97.5 MiB"). Static memory (parameters,
 //! gradients, optimizer state) follows from the parameter count and dtypes; what scales with
 //! the batch is shown as `batch × per sample`, the per-sample figure being the slope of the
-//! category at the peak (two simulations, [`super::model::BatchModel`]); the device-level rows
+//! category at the peak (two simulations, [`super::workbench::BatchModel`]); the device-level rows
 //! follow `estimator::device`.
 
 use serde::Serialize;
@@ -14,7 +14,7 @@ use crate::estimator::units::Bytes;
 use crate::presets::gpus::Gpu;
 
 use super::i18n::{category_label, fmt_bytes, fmt_count, phase_label, Lang, Msg, Units};
-use super::model::Numbers;
+use super::workbench::Numbers;
 
 /// One row of the breakdown.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -370,10 +370,10 @@ mod tests {
     use crate::estimator::config::Precision;
     use crate::estimator::estimate;
     use crate::presets::gpus;
-    use crate::ui::model::BatchModel;
+    use crate::ui::logic::workbench::BatchModel;
 
     fn numbers(plan: &Plan) -> Numbers {
-        let gpu = crate::ui::state::gpu_of(plan);
+        let gpu = crate::ui::logic::state::gpu_of(plan);
         BatchModel::new(plan).unwrap().at(plan.batch, gpu.as_ref())
     }
 
@@ -441,7 +441,7 @@ mod tests {
             let rows = rows(
                 &n,
                 &plan,
-                crate::ui::state::gpu_of(&plan).as_ref(),
+                crate::ui::logic::state::gpu_of(&plan).as_ref(),
                 Lang::En,
                 Units::Binary,
             );

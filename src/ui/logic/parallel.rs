@@ -19,7 +19,7 @@ use crate::plots::zero_chart::ZeroCurve;
 use crate::plots::PanelWords;
 use crate::presets::gpus;
 use crate::presets::links::{LinkKind, LINKS};
-use crate::ui::i18n::{fmt_bytes, Label, Lang, Msg, Units};
+use crate::ui::logic::i18n::{fmt_bytes, Label, Lang, Msg, Units};
 
 /// Data-parallel degrees the ZeRO chart tries (GPUs = dp · tp · pp).
 pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -319,7 +319,7 @@ pub fn zero_words(
     units: Units,
 ) -> PanelWords {
     PanelWords {
-        unit: crate::ui::charts::unit_of(units),
+        unit: crate::ui::logic::chart_data::unit_of(units),
         x_desc: Msg::Gpus.t(lang).into(),
         y_desc: memory_axis(lang, units),
         empty: Msg::NoLayoutChart.t(lang).into(),
@@ -383,7 +383,7 @@ pub fn rank_chart(
     .map(|m| m.t(lang).to_string())
     .collect();
     chart.words = Some(PanelWords {
-        unit: crate::ui::charts::unit_of(units),
+        unit: crate::ui::logic::chart_data::unit_of(units),
         x_desc: Msg::PipelineRank.t(lang).into(),
         y_desc: memory_axis(lang, units),
         empty: Msg::NoRank.t(lang).into(),

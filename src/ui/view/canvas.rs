@@ -12,13 +12,13 @@ use web_sys::HtmlCanvasElement;
 
 use super::app::{tr, Planner};
 use super::backend::AnyBackend;
-use super::charts::ChartData;
 use super::dom::{button, effect, h, table_body, El};
-use super::export;
-use super::i18n::{Lang, Msg, Units};
 use super::runtime;
-use super::url::ChartKind;
 use crate::plots::{PlotError, Theme};
+use crate::ui::logic::chart_data::ChartData;
+use crate::ui::logic::export;
+use crate::ui::logic::i18n::{Lang, Msg, Units};
+use crate::ui::logic::url::ChartKind;
 
 fn title(kind: ChartKind) -> (Msg, Msg) {
     match kind {

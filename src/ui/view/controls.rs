@@ -1,17 +1,17 @@
 //! The controls: each a labelled native element (`select`, `input type=range|number`), so every
 //! one is usable from the keyboard, carries its `data-testid`, and writes the plan through the
-//! plain functions of [`super::state`].
+//! plain functions of [`crate::ui::logic::state`].
 
 use leptos::prelude::*;
 
 use super::app::{tr, Planner};
 use super::dom::{h, label, select, value_of, El};
-use super::i18n::{self, Lang, Msg, Units};
-use super::state;
-use super::url;
 use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
 };
+use crate::ui::logic::i18n::{self, Lang, Msg, Units};
+use crate::ui::logic::state;
+use crate::ui::logic::url;
 
 fn field(class: &str) -> El {
     h("div").cls(class)
@@ -129,11 +129,11 @@ pub fn model_picker(p: Planner) -> El {
                 with_code(q);
             }
         };
-        if super::json::loaded() {
+        if crate::ui::logic::json::loaded() {
             apply();
         } else {
             // The JSON reader is fetched on the first paste.
-            fetch_then(fetch, super::json::load(), apply);
+            fetch_then(fetch, crate::ui::logic::json::load(), apply);
         }
     };
     let fetch_note = h("p")

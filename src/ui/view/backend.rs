@@ -44,7 +44,8 @@ pub fn paint_canvas(
         &crate::plots::Theme,
     ) -> Result<(), crate::plots::PlotError>,
 ) -> Result<(), crate::plots::PlotError> {
-    let (w, h) = super::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
+    let (w, h) =
+        crate::ui::logic::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
     if canvas.width() != w {
         canvas.set_width(w);
     }

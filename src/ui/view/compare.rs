@@ -2,17 +2,17 @@
 //! weights, activations, KV cache, peak — e.g. MobileNet against ResNet to see what
 //! depthwise-separable convolutions save. It opens with MobileNetV2 and ResNet-50 at the page's
 //! settings; "Add the current plan" appends the plan being edited. Logic and texts in
-//! [`super::mode_logic`] and [`super::i18n`].
+//! [`crate::ui::logic::mode`] and [`crate::ui::logic::i18n`].
 
 use leptos::prelude::*;
 
 use super::dom::{button, h, select, table_body, El};
-use super::extra::Prefs;
-use super::i18n::{Label, Msg};
-use super::mode_logic::{self as ml, ColumnControl};
-use super::state::{model_options, set_model};
+use super::widgets::Prefs;
 use crate::estimator::config::Plan;
 use crate::estimator::fit::compare;
+use crate::ui::logic::i18n::{Label, Msg};
+use crate::ui::logic::mode::{self as ml, ColumnControl};
+use crate::ui::logic::state::{model_options, set_model};
 
 /// The header cell of configuration `i`: its model picker, "×" (remove) and "Edit" (load it
 /// into the planner).

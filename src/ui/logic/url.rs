@@ -17,8 +17,8 @@ use crate::presets::{gpus, models};
 
 use super::i18n::{Lang, Units};
 use super::json;
-use super::model::{model_plan, CkptInfo};
 use super::state::{self, InputSpec};
+use super::workbench::{model_plan, CkptInfo};
 
 /// The longest query string read; longer ones are ignored whole.
 pub const MAX_QUERY: usize = 64 * 1024;

@@ -400,7 +400,7 @@ impl Workbench {
     pub fn numbers(&self, plan: &Plan) -> Option<Numbers> {
         let m = self.cached(plan)?;
         let m = m.as_ref().as_ref().ok()?;
-        let gpu = crate::ui::state::gpu_of(plan);
+        let gpu = crate::ui::logic::state::gpu_of(plan);
         Some(m.at(plan.batch, gpu.as_ref()))
     }
 
@@ -473,7 +473,7 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = crate::ui::state::gpu_of(&p).map(|g| g.memory);
+                let cap = crate::ui::logic::state::gpu_of(&p).map(|g| g.memory);
                 let r = match cap {
                     Some(cap) => max_batch(&p, cap),
                     None => Ok(None),

@@ -14,7 +14,7 @@ use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
 use crate::plots::{Marker, StackedChart};
 use crate::presets::models;
-use crate::ui::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
+use crate::ui::logic::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
 
 /// The mode switch: (value, label).
 pub const MODE_OPTIONS: [(&str, Label); 3] = [
@@ -234,7 +234,7 @@ pub fn context_chart(
 ) -> StackedChart<'_> {
     let b = |x: Bytes| fmt_bytes(x, units);
     let mut c = StackedChart::new(points, Msg::ContextLength.t(lang));
-    c.unit = crate::ui::charts::unit_of(units);
+    c.unit = crate::ui::logic::chart_data::unit_of(units);
     c.y_desc = format!("{} ({})", Msg::Memory.t(lang), units.axis_unit());
     c.categories = Category::ALL.map(|k| category_label(k, lang));
     c.current = current.map(|(ctx, total)| Marker {

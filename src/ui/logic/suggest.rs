@@ -1,5 +1,5 @@
 //! "What would make it fit": changes to the plan that lower its device total, each simulated
-//! (through the page's cached [`super::model::BatchModel`]s, so a suggestion's effect is the
+//! (through the page's cached [`super::workbench::BatchModel`]s, so a suggestion's effect is the
 //! estimator's, not a rule of thumb), ranked with the ones that fit first and the cheapest first
 //! among those, each with its effect and its cost.
 
@@ -8,8 +8,8 @@ use crate::estimator::units::Bytes;
 use crate::estimator::MAX_ACCUMULATION;
 
 use super::i18n::{fmt_bytes, fmt_pct, Lang, Units};
-use super::model::{CkptInfo, Numbers};
 use super::state::{self, InputSpec};
+use super::workbench::{CkptInfo, Numbers};
 
 /// One change to the plan.
 #[derive(Clone, Debug, PartialEq)]
@@ -574,7 +574,7 @@ pub fn shown(ask: Ask<'_>) -> Result<Vec<Shown>, crate::split::NotLoaded> {
 mod tests {
     use super::*;
     use crate::presets::gpus;
-    use crate::ui::model::{Wants, Workbench};
+    use crate::ui::logic::workbench::{Wants, Workbench};
 
     /// Runs the page's logic: candidates, their models, then the ranking.
     fn suggest(plan: &Plan) -> (Numbers, Vec<Suggestion>) {
