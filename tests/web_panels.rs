@@ -7,7 +7,7 @@
 use leptos::prelude::*;
 use vram_planner::estimator::config::{Mode, Plan};
 use vram_planner::ui::logic::i18n::{Lang, Units};
-use vram_planner::ui::view::widgets::panels;
+use vram_planner::ui::view::panels::panels;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 use web_sys::{

@@ -29,18 +29,20 @@ macro_rules! split_point {
 pub mod view;
 
 #[cfg(target_arch = "wasm32")]
-pub use view::app::{App, Planner};
+pub use view::app::App;
+#[cfg(target_arch = "wasm32")]
+pub use view::planner::Planner;
 
 /// Mounts the planner page on `<body>` (called by `src/main.rs` on wasm32).
 #[cfg(target_arch = "wasm32")]
 pub fn mount() {
     console_error_panic_hook::set_once();
     // The wasm's start: the end-to-end run splits the interactive time at this mark.
-    view::runtime::mark("vram-planner:start");
+    view::browser::mark("vram-planner:start");
     // A link to a model other than a ResNet needs its builder (a chunk of their own in a `split`
     // build) before the page can judge its plan; the default page does not.
     // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.
-    let query = view::runtime::location_query();
+    let query = view::browser::location_query();
     let (seq, json) = (
         logic::url::wants_lazy_models(&query),
         logic::url::wants_json(&query),

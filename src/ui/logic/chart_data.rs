@@ -17,10 +17,11 @@ use crate::plots::{
 };
 use crate::presets::gpus::Gpu;
 
+use super::ckpt_info::CkptInfo;
 use super::i18n::{category_label, fmt_bytes, fmt_pct, phase_label, Lang, Msg, Units};
 use super::state::{self, InputSpec, BATCH_MAX, BATCH_MIN};
 use super::url::ChartKind;
-use super::workbench::{BatchModel, CkptInfo, Numbers};
+use super::workbench::{BatchModel, Numbers};
 
 /// Points of the batch chart.
 pub const BATCH_POINTS: usize = 40;

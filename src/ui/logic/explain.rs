@@ -5,8 +5,6 @@
 //! category at the peak (two simulations, [`super::workbench::BatchModel`]); the device-level rows
 //! follow `estimator::device`.
 
-use serde::Serialize;
-
 use crate::estimator::config::{OptimizerImpl, OptimizerKind, Plan};
 use crate::estimator::device::cublas_workspaces;
 use crate::estimator::timeline::Category;
@@ -16,17 +14,7 @@ use crate::presets::gpus::Gpu;
 use super::i18n::{category_label, fmt_bytes, fmt_count, phase_label, Lang, Msg, Units};
 use super::workbench::Numbers;
 
-/// One row of the breakdown.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Row {
-    /// Stable key for exports (`params`, `gradients`, …, `allocated_peak`, `device_total`).
-    pub key: &'static str,
-    pub label: String,
-    pub bytes: Bytes,
-    pub formula: String,
-    /// A subtotal (allocated peak, reserved, device total).
-    pub total: bool,
-}
+use super::breakdown::Row;
 
 fn tr(lang: Lang, en: String, zh: String) -> String {
     match lang {

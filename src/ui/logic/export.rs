@@ -3,8 +3,8 @@
 
 use crate::estimator::config::Plan;
 
+use super::breakdown::Row;
 use super::chart_data::Table;
-use super::explain::Row;
 
 /// A CSV cell: quoted when it holds a comma, quote or line break; defused when a spreadsheet
 /// would take it for a formula (`=`, `+`, `-`, `@` first).

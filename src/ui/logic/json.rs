@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::estimator::config::Plan;
 
-use super::explain::Row;
+use super::breakdown::Row;
 
 /// The plan's fields that have a query key of their own (everything else goes in `x`).
 pub const OWN_KEYS: [&str; 12] = [

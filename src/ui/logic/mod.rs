@@ -4,7 +4,9 @@
 //! ([`export`], [`json`]), the mode and comparison panels' models ([`mode`], [`comparison`]),
 //! the parallelism panel's model ([`parallel`]) and every text in both languages ([`i18n`]).
 
+pub mod breakdown;
 pub mod chart_data;
+pub mod ckpt_info;
 pub mod explain;
 pub mod export;
 pub mod i18n;

@@ -9,7 +9,7 @@ use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
 use crate::presets::gpus::{self, GPUS};
 use crate::presets::models::{self, Family, InputKind, MODELS};
 
-use super::workbench::CkptInfo;
+use super::ckpt_info::CkptInfo;
 
 /// The batch slider's range (issue #4: log scale from 1 to 4096).
 pub const BATCH_MIN: u64 = 1;

@@ -7,9 +7,10 @@ use crate::estimator::config::{Checkpointing, OptimizerImpl, OptimizerKind, Plan
 use crate::estimator::units::Bytes;
 use crate::estimator::MAX_ACCUMULATION;
 
+use super::ckpt_info::CkptInfo;
 use super::i18n::{fmt_bytes, fmt_pct, Lang, Units};
 use super::state::{self, InputSpec};
-use super::workbench::{CkptInfo, Numbers};
+use super::workbench::Numbers;
 
 /// One change to the plan.
 #[derive(Clone, Debug, PartialEq)]

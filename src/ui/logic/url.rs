@@ -15,10 +15,11 @@ use crate::estimator::config::{
 use crate::estimator::{build_graph, MAX_ACCUMULATION, MAX_BATCH};
 use crate::presets::{gpus, models};
 
+use super::ckpt_info::CkptInfo;
 use super::i18n::{Lang, Units};
 use super::json;
 use super::state::{self, InputSpec};
-use super::workbench::{model_plan, CkptInfo};
+use super::workbench::model_plan;
 
 /// The longest query string read; longer ones are ignored whole.
 pub const MAX_QUERY: usize = 64 * 1024;

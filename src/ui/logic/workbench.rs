@@ -14,13 +14,15 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
+use super::ckpt_info::CkptInfo;
+
 use crate::estimator::config::{Checkpointing, Plan};
 use crate::estimator::device::{cublas_workspaces, DEFAULT_CONTEXT};
 use crate::estimator::error::EstimateError;
 use crate::estimator::sweep::{max_batch, BatchLines, Point};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
-use crate::estimator::{build_graph, estimate, Estimate, MAX_BATCH};
+use crate::estimator::{estimate, Estimate, MAX_BATCH};
 use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
@@ -279,47 +281,6 @@ impl BatchModel {
     }
 }
 
-/// Which checkpointing policies a model accepts, and how many blocks it has.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CkptInfo {
-    /// Checkpointed regions under `block` (0: not supported).
-    pub blocks: u64,
-    /// Checkpointed regions under `stage` (0: not supported; ResNet stages).
-    pub stages: u64,
-    /// Whether `sqrt` and `k` segments (`checkpoint_sequential`) apply.
-    pub segments: bool,
-}
-
-impl CkptInfo {
-    /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
-    pub fn probe(plan: &Plan) -> CkptInfo {
-        let regions = |ckpt| {
-            build_graph(&Plan {
-                ckpt,
-                ..model_plan(plan)
-            })
-            .map_or(0, |g| g.segments as u64)
-        };
-        CkptInfo {
-            blocks: regions(Checkpointing::Block),
-            stages: regions(Checkpointing::Stage),
-            segments: regions(Checkpointing::Segments(2)) > 0,
-        }
-    }
-    pub fn any(&self) -> bool {
-        self.blocks > 0 || self.stages > 0 || self.segments
-    }
-    /// Whether the plan's policy applies to this model.
-    pub fn allows(&self, c: Checkpointing) -> bool {
-        match c {
-            Checkpointing::None => true,
-            Checkpointing::Block => self.blocks > 0,
-            Checkpointing::Stage => self.stages > 0,
-            Checkpointing::Sqrt | Checkpointing::Segments(_) => self.segments,
-        }
-    }
-}
-
 /// One unit of background work.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Job {
@@ -400,7 +361,7 @@ impl Workbench {
     pub fn numbers(&self, plan: &Plan) -> Option<Numbers> {
         let m = self.cached(plan)?;
         let m = m.as_ref().as_ref().ok()?;
-        let gpu = crate::ui::logic::state::gpu_of(plan);
+        let gpu = super::state::gpu_of(plan);
         Some(m.at(plan.batch, gpu.as_ref()))
     }
 
@@ -473,7 +434,7 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = crate::ui::logic::state::gpu_of(&p).map(|g| g.memory);
+                let cap = super::state::gpu_of(&p).map(|g| g.memory);
                 let r = match cap {
                     Some(cap) => max_batch(&p, cap),
                     None => Ok(None),

@@ -10,10 +10,10 @@ use plotters::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
-use super::app::{tr, Planner};
 use super::backend::AnyBackend;
+use super::browser;
 use super::dom::{button, effect, h, table_body, El};
-use super::runtime;
+use super::planner::Planner;
 use crate::plots::{PlotError, Theme};
 use crate::ui::logic::chart_data::ChartData;
 use crate::ui::logic::export;
@@ -133,13 +133,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             let (d, pending, last) = (draw_now.clone(), pending.clone(), last_draw.clone());
             let run = move || {
                 pending.set(false);
-                last.set(runtime::now());
+                last.set(browser::now());
                 d();
             };
             // Once the page is idle (after the frame that shows the numbers, and never ahead of
             // an input that is waiting); a throttled chart no sooner than its interval allows.
             super::dom::when_idle_after(
-                min_gap - (runtime::now() - last_draw.get()),
+                min_gap - (browser::now() - last_draw.get()),
                 Box::new(run),
             );
         }
@@ -157,14 +157,14 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 };
                 leptos::task::spawn_local(async move {
                     match svg(d, lang, units, (w.round() as u32, h.round() as u32)).await {
-                        Ok(s) => runtime::download_text(&name, "image/svg+xml", &s),
+                        Ok(s) => browser::download_text(&name, "image/svg+xml", &s),
                         Err(e) => failure.set(Some(e.to_string())),
                     }
                 });
             }
             "csv" => {
                 if let Some(t) = data.with_untracked(|d| d.as_ref().map(|d| d.table(lang, units))) {
-                    runtime::download_text(&name, "text/csv", &export::table_csv(&t));
+                    browser::download_text(&name, "text/csv", &export::table_csv(&t));
                 }
             }
             _ => {
@@ -179,7 +179,7 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 leptos::task::spawn_local(async move {
                     if repaint(el.clone(), d, lang, units, size, failure).await {
                         if let Ok(url) = el.to_data_url() {
-                            runtime::download_url(&name, &url);
+                            browser::download_url(&name, &url);
                         }
                     }
                 });
@@ -207,19 +207,19 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     }));
     let body = table_body(move || table.with(|t| t.rows.clone()), false);
     let details = h("details")
-        .child(h("summary").dyn_text(tr(p, Msg::DataTable)))
+        .child(h("summary").dyn_text(p.prefs().text(Msg::DataTable)))
         .child(h("table").child(head).child(body));
     let d2 = details.0.clone();
     let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
     h("figure")
         .cls("chart")
         .testid(kind.test_id())
-        .child(h("h3").dyn_text(tr(p, t)))
+        .child(h("h3").dyn_text(p.prefs().text(t)))
         .child(canvas)
         .child(
             h("figcaption")
                 .id(&format!("{}-desc", kind.code()))
-                .dyn_text(tr(p, c)),
+                .dyn_text(p.prefs().text(c)),
         )
         .child(
             h("p")

@@ -4,8 +4,8 @@
 
 use leptos::prelude::*;
 
-use super::app::{tr, Planner};
 use super::dom::{h, label, select, value_of, El};
+use super::planner::Planner;
 use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
 };
@@ -146,15 +146,15 @@ pub fn model_picker(p: Planner) -> El {
             _ => Msg::ModelCodeLoading.t(p.lang.get()).to_string(),
         });
     field("field model")
-        .child(label("model", tr(p, Msg::Model)))
+        .child(label("model", p.prefs().text(Msg::Model)))
         .child(groups)
         .child(fetch_note)
         .child(
             h("details")
                 .cls("paste")
                 .testid("config")
-                .child(h("summary").dyn_text(tr(p, Msg::PasteConfig)))
-                .child(h("p").cls("hint").dyn_text(tr(p, Msg::PasteHint)))
+                .child(h("summary").dyn_text(p.prefs().text(Msg::PasteConfig)))
+                .child(h("p").cls("hint").dyn_text(p.prefs().text(Msg::PasteHint)))
                 .child(
                     h("textarea")
                         .attr("rows", "6")
@@ -166,7 +166,7 @@ pub fn model_picker(p: Planner) -> El {
                 )
                 .child(super::dom::button(
                     "use-config",
-                    tr(p, Msg::UseConfig),
+                    p.prefs().text(Msg::UseConfig),
                     use_config,
                 ))
                 .child(
@@ -174,7 +174,7 @@ pub fn model_picker(p: Planner) -> El {
                         .cls("error")
                         .attr("role", "alert")
                         .show(move || bad.get())
-                        .dyn_text(tr(p, Msg::ConfigNotJson)),
+                        .dyn_text(p.prefs().text(Msg::ConfigNotJson)),
                 ),
         )
 }
@@ -184,7 +184,7 @@ pub fn batch_input(p: Planner) -> El {
     let batch = move || p.plan.with(|q| q.batch);
     field("field slider")
         .testid("batch")
-        .child(label("batch-range", tr(p, Msg::Batch)))
+        .child(label("batch-range", p.prefs().text(Msg::Batch)))
         .child(
             h("input")
                 .id("batch-range")
@@ -285,13 +285,9 @@ fn picker(
     value: impl Fn() -> String + 'static,
     pick: impl Fn(String) + 'static,
 ) -> El {
-    field("field").child(label(id, tr(p, name))).child(select(
-        id,
-        id,
-        move || options(p.lang.get()),
-        value,
-        pick,
-    ))
+    field("field")
+        .child(label(id, p.prefs().text(name)))
+        .child(select(id, id, move || options(p.lang.get()), value, pick))
 }
 
 const PRECISIONS: [Precision; 5] = [
@@ -388,7 +384,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
     let max_k = move || p.info.with(|i| i.blocks.max(2));
     field("field")
         .testid("checkpointing")
-        .child(label("ckpt", tr(p, Msg::Checkpointing)))
+        .child(label("ckpt", p.prefs().text(Msg::Checkpointing)))
         .child(
             h("div")
                 .cls("pair")
@@ -439,7 +435,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
 pub fn accumulation_input(p: Planner) -> El {
     let plan = p.plan;
     field("field")
-        .child(label("accumulation", tr(p, Msg::Accumulation)))
+        .child(label("accumulation", p.prefs().text(Msg::Accumulation)))
         .child(
             h("input")
                 .id("accumulation")
@@ -496,7 +492,7 @@ pub fn gpu_picker(p: Planner) -> El {
     };
     field("field")
         .testid("gpu")
-        .child(label("gpu", tr(p, Msg::Gpu)))
+        .child(label("gpu", p.prefs().text(Msg::Gpu)))
         .child(
             h("div")
                 .cls("pair")

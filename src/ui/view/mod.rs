@@ -3,11 +3,15 @@
 
 pub mod app;
 mod backend;
+pub(crate) mod browser;
 mod canvas;
 pub mod compare;
 mod controls;
 mod dom;
 pub mod mode_panel;
+mod page_workbench;
+pub mod panels;
 pub mod parallel_panel;
-pub(crate) mod runtime;
+pub mod planner;
+mod pump;
 pub mod widgets;

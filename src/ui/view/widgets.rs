@@ -1,10 +1,8 @@
-//! The panels of issues #5 and #6 in one container, [`panels`]: the mode switch with its
-//! inference chart ([`super::mode_panel`]), the parallelism panel ([`super::parallel_panel`]) and
-//! the comparison view ([`super::compare`]). All read and write one `RwSignal<Plan>`. They are
-//! built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every binding
-//! is type-erased, which keeps the WebAssembly within its size budget. Their texts follow the
-//! page's language and their sizes its units ([`Prefs`]); a switch rewrites texts and never
-//! reruns an estimate. Also the pieces they share.
+//! The panels' widget kit: the page's language and units as widgets read them ([`Prefs`]),
+//! a canvas figure, labelled selects and number boxes bound to a plan, description-list rows and
+//! alerts. Built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every
+//! binding is type-erased, which keeps the WebAssembly within its size budget. Texts follow the
+//! page's language and sizes its units; a switch rewrites texts and never reruns an estimate.
 
 use leptos::prelude::*;
 use plotters::coord::Shift;
@@ -36,57 +34,6 @@ impl Prefs {
     pub(crate) fn attr(self, m: Label) -> Box<dyn Fn() -> Option<String>> {
         Box::new(move || Some(m.t(self.lang.get()).to_string()))
     }
-}
-
-/// The mode panel, the parallelism panel and the comparison view, in that order, their texts in
-/// `lang` and their sizes in `units`. Call it under a reactive owner: disposing that owner stops
-/// the panels' effects.
-pub fn panels(plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> web_sys::Element {
-    let cx = Prefs { lang, units };
-    h("div")
-        .cls("extra-panels")
-        .child(super::mode_panel::mode_panel(plan, cx))
-        .child(super::parallel_panel::parallel_panel(plan, cx))
-        .child(super::compare::compare_panel(plan, cx))
-        .0
-}
-
-/// Why [`panels_under`] has no panels: their WebAssembly chunk could not be fetched.
-#[derive(Debug)]
-pub struct ChunkUnavailable;
-
-impl From<wasm_split_helpers::SplitLoaderError> for ChunkUnavailable {
-    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
-        ChunkUnavailable
-    }
-}
-
-split_point! { panels;
-    /// [`panels`] built under `owner`: the panels and all that only they reach (the parallelism,
-    /// serving and comparison models, their charts) leave the first load for a chunk fetched the
-    /// first time the section opens. Err when that fetch fails (offline before the service worker
-    /// had cached it).
-    pub fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
-        Ok(owner.with(|| panels(plan, lang, units)))
-    }
-}
-
-/// Fetches the panels' chunk (at most once) without building them, so the page can check the
-/// section is still open before it builds them.
-#[cfg(feature = "split")]
-pub async fn load_panels() -> Result<(), ChunkUnavailable> {
-    __wasm_split_preload_panels_under().await?;
-    // The panels size language models (their plans are their own, not the page's): they need
-    // the lazily fetched builders whatever the page shows.
-    // They also read and write settings as JSON.
-    let ok = crate::presets::lazy::load().await && crate::ui::logic::json::load().await;
-    ok.then_some(()).ok_or(ChunkUnavailable)
-}
-
-/// Nothing to fetch without the `split` feature.
-#[cfg(not(feature = "split"))]
-pub async fn load_panels() -> Result<(), ChunkUnavailable> {
-    Ok(())
 }
 
 /// Paints `canvas` at its CSS box, measured now (a default size before layout), through
