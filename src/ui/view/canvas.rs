@@ -12,13 +12,14 @@ use web_sys::HtmlCanvasElement;
 
 use super::backend::AnyBackend;
 use super::browser;
-use super::dom::{button, effect, h, table_body, El};
+use super::dom::{button, effect, h, keep_while_owned, table_body, El};
 use super::planner::Planner;
 use crate::plots::{PlotError, Theme};
 use crate::ui::logic::chart_data::ChartData;
 use crate::ui::logic::export;
 use crate::ui::logic::i18n::{Lang, Msg, Units};
 use crate::ui::logic::url::ChartKind;
+use wasm_bindgen::closure::Closure;
 
 fn title(kind: ChartKind) -> (Msg, Msg) {
     match kind {
@@ -244,7 +245,6 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
 /// scrolls in (the first screen — numbers, verdict, breakdown — does not wait for plotters); a
 /// draw takes a few milliseconds, so it lands in the frames that scroll the chart in.
 fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
-    use wasm_bindgen::closure::Closure;
     let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
         if let Some(e) = entries
             .iter()
@@ -256,9 +256,25 @@ fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
             }
         }
     });
-    if let Ok(obs) = web_sys::IntersectionObserver::new(cb.as_ref().unchecked_ref()) {
-        obs.observe(el);
-        cb.forget();
+    if let Ok(observer) = web_sys::IntersectionObserver::new(cb.as_ref().unchecked_ref()) {
+        observer.observe(el);
+        // Disconnected and freed with the chart's owner (the page's), not left for the page's life.
+        keep_while_owned(Watch {
+            observer,
+            _callback: cb,
+        });
+    }
+}
+
+/// An intersection observer and its callback, disconnected when dropped.
+struct Watch {
+    observer: web_sys::IntersectionObserver,
+    _callback: Closure<dyn Fn(js_sys::Array)>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.observer.disconnect();
     }
 }
 

@@ -7,7 +7,7 @@ pub(crate) mod browser;
 mod canvas;
 pub mod compare;
 mod controls;
-mod dom;
+pub mod dom;
 pub mod mode_panel;
 mod page_workbench;
 pub mod panels;
