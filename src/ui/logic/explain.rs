@@ -366,7 +366,7 @@ mod tests {
     }
 
     #[test]
-    fn resnet50_parameters_read_like_the_issue() {
+    fn resnet50_formulas_show_count_times_bytes() {
         let plan = Plan {
             batch: 32,
             gpu: Some("a100-80".into()),

@@ -404,7 +404,7 @@ pub fn compare_rows(
     rows
 }
 
-/// The two configurations the comparison view opens with (issue #6: depthwise-separable against
+/// The two configurations the comparison view opens with (depthwise-separable against
 /// standard convolutions): MobileNetV2 and ResNet-50 with the current plan's other settings.
 pub fn compare_defaults(plan: &Plan) -> Vec<Plan> {
     let base = Plan {

@@ -1,4 +1,4 @@
-//! The parallelism panel's logic (issue #5), as plain functions on the [`Plan`] so it is tested
+//! The parallelism panel's logic, as plain functions on the [`Plan`] so it is tested
 //! natively: reading and writing the `parallel` and `offload` keys, the curves of per-GPU memory
 //! against the number of GPUs for each ZeRO stage and the words of the panel's charts, the
 //! per-GPU summary and the layout search,

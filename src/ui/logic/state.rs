@@ -11,7 +11,7 @@ use crate::presets::models::{self, Family, InputKind, MODELS};
 
 use super::ckpt_info::CkptInfo;
 
-/// The batch slider's range (issue #4: log scale from 1 to 4096).
+/// The batch slider's range (log scale from 1 to 4096).
 pub const BATCH_MIN: u64 = 1;
 pub const BATCH_MAX: u64 = 4096;
 /// Slider positions per doubling of the batch: fine enough that every batch up to 100 has its
@@ -323,7 +323,7 @@ pub fn model_options() -> Vec<(&'static str, &'static str)> {
     MODELS.iter().map(|m| (m.id, m.name)).collect()
 }
 
-/// The model picker's groups in the issue's order: CNNs, vision transformers, language models,
+/// The model picker's groups, in this order: CNNs, vision transformers, language models,
 /// RNN; each with its presets in catalogue order.
 pub fn model_groups() -> Vec<(Family, Vec<(&'static str, &'static str)>)> {
     [

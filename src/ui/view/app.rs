@@ -193,7 +193,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         )
 }
 
-/// The mode switch, the parallelism panel and the comparison view (issues #5 and #6), mounted
+/// The mode switch, the parallelism panel and the comparison view, mounted
 /// only while their section is open. They recompute on every change of the plan they are given
 /// (hundreds of milliseconds for a 70B model), so they get a copy of the page's plan that follows
 /// it once input has settled; their own edits go to the page's plan at once. Sliders stay as fast

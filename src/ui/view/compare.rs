@@ -1,4 +1,4 @@
-//! The comparison view (issue #6): two or more configurations side by side — parameters,
+//! The comparison view: two or more configurations side by side — parameters,
 //! weights, activations, KV cache, peak — e.g. MobileNet against ResNet to see what
 //! depthwise-separable convolutions save. It opens with MobileNetV2 and ResNet-50 at the page's
 //! settings; "Add the current plan" appends the plan being edited. Logic and texts in

@@ -1,4 +1,4 @@
-//! The mode switch (issue #6): train, fine-tune or infer, with the controls each mode takes
+//! The mode switch: train, fine-tune or infer, with the controls each mode takes
 //! (LoRA rank and targets, QLoRA; weight format, KV-cache dtype and context when serving), the
 //! inference numbers and the chart of memory against context length with the KV cache as its own
 //! band. Logic and texts in [`crate::ui::logic::mode`] and [`crate::ui::logic::i18n`].

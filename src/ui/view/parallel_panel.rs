@@ -1,4 +1,4 @@
-//! The parallelism panel (issue #5): GPUs per node, nodes, data/tensor/pipeline degrees, ZeRO
+//! The parallelism panel: GPUs per node, nodes, data/tensor/pipeline degrees, ZeRO
 //! stage or FSDP, offload targets and interconnects; the per-GPU numbers of the layout, the chart
 //! of per-GPU memory against the number of GPUs for every ZeRO stage with the GPU's capacity, the
 //! per-rank breakdown, and the search for the cheapest layouts that fit, each applied with one
