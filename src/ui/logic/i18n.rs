@@ -8,6 +8,9 @@ use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKin
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
+pub mod comparison;
+pub mod inference;
+
 /// The page's language.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum Lang {

@@ -7,6 +7,7 @@
 pub mod breakdown;
 pub mod chart_data;
 pub mod ckpt_info;
+pub mod comparison;
 pub mod explain;
 pub mod export;
 pub mod i18n;

@@ -10,8 +10,9 @@ use super::dom::{button, h, select, table_body, El};
 use super::widgets::Prefs;
 use crate::estimator::config::Plan;
 use crate::estimator::fit::compare;
+use crate::ui::logic::comparison::{compare_defaults, compare_rows};
+use crate::ui::logic::i18n::comparison::{column_control_label, ColumnControl};
 use crate::ui::logic::i18n::{Label, Msg};
-use crate::ui::logic::mode::{self as ml, ColumnControl};
 use crate::ui::logic::state::{model_options, set_model};
 
 /// The header cell of configuration `i`: its model picker, "×" (remove) and "Edit" (load it
@@ -19,7 +20,7 @@ use crate::ui::logic::state::{model_options, set_model};
 fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i: usize) -> El {
     let n = i + 1;
     let aria =
-        move |what: ColumnControl| move || Some(ml::column_control_label(what, n, cx.lang.get()));
+        move |what: ColumnControl| move || Some(column_control_label(what, n, cx.lang.get()));
     let options = || {
         model_options()
             .into_iter()
@@ -72,7 +73,7 @@ fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i:
 }
 
 pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
-    let configs = RwSignal::new(plan.with_untracked(ml::compare_defaults));
+    let configs = RwSignal::new(plan.with_untracked(compare_defaults));
     let results = Memo::new_with_compare(move |_| configs.with(|c| compare(c)), |_, _| true);
     let count = Memo::new(move |_| configs.with(Vec::len));
 
@@ -89,7 +90,7 @@ pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         move || {
             let (lang, units) = (cx.lang.get(), cx.units.get());
             configs
-                .with(|plans| results.with(|res| ml::compare_rows(plans, res, lang, units)))
+                .with(|plans| results.with(|res| compare_rows(plans, res, lang, units)))
                 .into_iter()
                 .map(|(label, cells)| std::iter::once(label.to_string()).chain(cells).collect())
                 .collect()
