@@ -10,6 +10,7 @@ use crate::estimator::units::Bytes;
 
 pub mod comparison;
 pub mod inference;
+pub mod parallelism;
 
 /// The page's language.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -145,6 +146,22 @@ pub fn fmt_pct(frac: f64) -> String {
         format!("{p:.0} %")
     } else {
         format!("{p:.1} %")
+    }
+}
+
+/// A duration with a sensible unit (the same in both languages).
+pub fn fmt_seconds(s: f64) -> String {
+    if !s.is_finite() {
+        "–".into()
+    } else if s <= 0.0 {
+        // Also −0.0, which a layout with nothing to communicate computes.
+        "0 s".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
     }
 }
 

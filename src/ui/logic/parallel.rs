@@ -5,6 +5,7 @@
 //! their texts in the page's language and sizes in its units. Every number comes from
 //! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
+use super::i18n::{fmt_bytes, fmt_seconds, parallelism, Label, Lang, Msg, Units};
 use crate::estimator::config::{Plan, Precision};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::search::{search, Candidate, SearchOptions};
@@ -19,7 +20,6 @@ use crate::plots::zero_chart::ZeroCurve;
 use crate::plots::PanelWords;
 use crate::presets::gpus;
 use crate::presets::links::{LinkKind, LINKS};
-use crate::ui::logic::i18n::{fmt_bytes, Label, Lang, Msg, Units};
 
 /// Data-parallel degrees the ZeRO chart tries (GPUs = dp · tp · pp).
 pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -324,14 +324,8 @@ pub fn zero_words(
         y_desc: memory_axis(lang, units),
         empty: Msg::NoLayoutChart.t(lang).into(),
         capacity: capacity_label(capacity, lang, units),
-        mark: current.map(|(gpus, total)| match lang {
-            Lang::En => format!(
-                "your layout, {gpus} GPU{}: {}",
-                if gpus == 1 { "" } else { "s" },
-                fmt_bytes(total, units)
-            ),
-            Lang::Zh => format!("当前布局，{gpus} 张 GPU：{}", fmt_bytes(total, units)),
-        }),
+        mark: current
+            .map(|(gpus, total)| parallelism::your_layout(gpus, &fmt_bytes(total, units), lang)),
         legend: Vec::new(),
     }
 }
@@ -355,23 +349,17 @@ pub fn rank_chart(
     if let Some(e) = e {
         let one = e.ranks.len() == 1;
         for (bar, rank) in chart.bars.iter_mut().zip(&e.ranks) {
-            bar.label = match (one, lang) {
-                (true, _) => Msg::EveryGpu.t(lang).into(),
-                (false, Lang::En) => format!("stage {}", rank.stage),
-                (false, Lang::Zh) => format!("阶段 {}", rank.stage),
+            bar.label = if one {
+                Msg::EveryGpu.t(lang).into()
+            } else {
+                parallelism::stage(rank.stage, lang)
             };
         }
     }
-    let mark = chart.bars.get(chart.peak).map(|b| {
-        format!(
-            "{}{}",
-            match lang {
-                Lang::En => "peak rank: ",
-                Lang::Zh => "峰值阶段：",
-            },
-            fmt_bytes(b.device_total, units)
-        )
-    });
+    let mark = chart
+        .bars
+        .get(chart.peak)
+        .map(|b| parallelism::peak_rank(&fmt_bytes(b.device_total, units), lang));
     let legend = [
         Msg::Parameters,
         Msg::Gradients,
@@ -400,29 +388,13 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     let m = &e.per_gpu;
     let b = |v: u64| fmt_bytes(Bytes(v), units);
     let l = &e.layout;
-    let layout = match lang {
-        Lang::En => format!(
-            "{} GPU{} ({} × {}): dp {} · tp {} · pp {}, {}",
-            l.world,
-            if l.world == 1 { "" } else { "s" },
-            l.nodes,
-            l.gpus_per_node,
-            l.dp,
-            l.tp,
-            l.pp,
-            e.scheme
-        ),
-        Lang::Zh => format!(
-            "{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}",
-            l.world,
-            l.nodes,
-            l.gpus_per_node,
-            l.dp,
-            l.tp,
-            l.pp,
-            scheme_text(&e.scheme, lang)
-        ),
+    let degrees = parallelism::Degrees {
+        dp: l.dp,
+        tp: l.tp,
+        pp: l.pp,
+        scheme: &e.scheme,
     };
+    let layout = parallelism::layout(l.world, l.nodes, l.gpus_per_node, degrees, lang);
     let mut rows = vec![
         (Msg::Layout.t(lang), layout),
         (Msg::Parameters.t(lang), b(m.params_bytes)),
@@ -436,21 +408,14 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     if e.host_bytes > 0 {
         rows.push((Msg::HostPerGpu.t(lang), b(e.host_bytes)));
     }
-    let comm = match lang {
-        Lang::En => format!(
-            "{} sent, {}",
-            b(e.comm_bytes_per_step),
-            seconds(e.comm_seconds_per_step)
-        ),
-        Lang::Zh => format!(
-            "发送 {}，耗时 {}",
-            b(e.comm_bytes_per_step),
-            seconds(e.comm_seconds_per_step)
-        ),
-    };
+    let comm = parallelism::communication(
+        &b(e.comm_bytes_per_step),
+        &fmt_seconds(e.comm_seconds_per_step),
+        lang,
+    );
     rows.push((Msg::CommPerStep.t(lang), comm));
     if let Some(s) = e.step_seconds {
-        rows.push((Msg::StepTime.t(lang), seconds(s)));
+        rows.push((Msg::StepTime.t(lang), fmt_seconds(s)));
     }
     if let Some(eff) = e.scaling_efficiency {
         rows.push((
@@ -470,61 +435,23 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     rows
 }
 
-/// The estimator's name of a data-parallel scheme in `lang`: the API names (DDP, ZeRO-n, FSDP
-/// modes) read the same in both languages; only the one-replica case is prose.
-pub fn scheme_text(scheme: &str, lang: Lang) -> String {
-    match (scheme, lang) {
-        ("single replica", Lang::Zh) => "单副本（无数据并行）".into(),
-        _ => scheme.into(),
-    }
-}
-
-/// The offload verdict in `lang`: the estimator's sentence in English, the same facts in 中文.
+/// The offload verdict in `lang`, from the estimator's report.
 fn offload_text(
     e: &ParallelEstimate,
     o: &crate::estimator::parallel::OffloadReport,
     lang: Lang,
 ) -> String {
-    if lang == Lang::En {
-        return o.verdict.clone();
-    }
     let link = crate::presets::links::find(o.link).map_or(o.link, |l| l.name);
-    let secs = seconds(o.transfer_seconds_per_step);
-    let mut t = if e.step_seconds.is_none() {
-        format!("经 {link} 每步拷贝 {secs}；选择 GPU 后可与计算时间比较")
-    } else if o.hidden {
-        format!("拷贝（经 {link} 每步 {secs}）可被计算掩盖")
-    } else {
-        let act = if e.layout.offload.activations {
-            "（save_on_cpu 的拷贝在计算流上执行）"
-        } else {
-            ""
-        };
-        format!(
-            "经 {link} 每步拷贝 {secs}，其中 {} 无法被计算掩盖{act}",
-            seconds(o.exposed_seconds_per_step)
-        )
+    let facts = parallelism::Offload {
+        link,
+        transfer: &fmt_seconds(o.transfer_seconds_per_step),
+        exposed: &fmt_seconds(o.exposed_seconds_per_step),
+        step_known: e.step_seconds.is_some(),
+        hidden: o.hidden,
+        activations: e.layout.offload.activations,
+        shared_memory: o.shared_memory,
     };
-    if o.shared_memory {
-        t.push_str("；主机与 GPU 共用同一内存池，整机总量不会减少");
-    }
-    t
-}
-
-/// A duration with a sensible unit.
-pub fn seconds(s: f64) -> String {
-    if !s.is_finite() {
-        "–".into()
-    } else if s <= 0.0 {
-        // Also −0.0, which a layout with nothing to communicate computes.
-        "0 s".into()
-    } else if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.0} µs", s * 1e6)
-    }
+    parallelism::offload_verdict(&facts, &o.verdict, lang)
 }
 
 /// The search the panel runs: up to 64 GPUs in nodes of the plan's size, the five cheapest.
@@ -561,60 +488,22 @@ pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
 pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
     let peak = fmt_bytes(Bytes(c.peak_device_bytes), units);
     let offload = c.offload_optimizer || c.offload_params;
-    let step = c.step_seconds.map(seconds);
-    match lang {
-        Lang::En => {
-            let mut s = format!(
-                "{} GPU{}: dp {} · tp {} · pp {}, {}",
-                c.gpus,
-                if c.gpus == 1 { "" } else { "s" },
-                c.dp,
-                c.tp,
-                c.pp,
-                c.scheme
-            );
-            if offload {
-                s.push_str(if c.offload_params {
-                    ", optimizer + parameters offloaded"
-                } else {
-                    ", optimizer offloaded"
-                });
-            }
-            s.push_str(&format!(
-                ", micro-batch {} × {}, {peak} per GPU",
-                c.micro_batch, c.micro_batches
-            ));
-            if let Some(t) = step {
-                s.push_str(&format!(", step {t}"));
-            }
-            s
-        }
-        Lang::Zh => {
-            let mut s = format!(
-                "{} 张 GPU：dp {} · tp {} · pp {}，{}",
-                c.gpus,
-                c.dp,
-                c.tp,
-                c.pp,
-                scheme_text(&c.scheme, lang)
-            );
-            if offload {
-                s.push_str(if c.offload_params {
-                    "，卸载优化器状态与参数"
-                } else {
-                    "，卸载优化器状态"
-                });
-            }
-            s.push_str(&format!(
-                "，微批 {} × {}，每张 GPU {peak}",
-                c.micro_batch, c.micro_batches
-            ));
-            if let Some(t) = step {
-                s.push_str(&format!("，单步 {t}"));
-            }
-            s
-        }
-    }
+    let step = c.step_seconds.map(fmt_seconds);
+    let found = parallelism::Found {
+        gpus: c.gpus,
+        degrees: parallelism::Degrees {
+            dp: c.dp,
+            tp: c.tp,
+            pp: c.pp,
+            scheme: &c.scheme,
+        },
+        offload_params: offload.then_some(c.offload_params),
+        micro_batch: c.micro_batch,
+        micro_batches: c.micro_batches,
+        peak: &peak,
+        step: step.as_deref(),
+    };
+    parallelism::found_layout(&found, lang)
 }
 
 /// Applies a found layout: its plan replaces the current one (same model and settings, the
@@ -639,9 +528,9 @@ mod tests {
 
     #[test]
     fn a_single_gpu_layout_reads_well_in_both_languages() {
-        assert_eq!(seconds(-0.0), "0 s");
-        assert_eq!(seconds(0.0), "0 s");
-        assert_eq!(seconds(2.5e-4), "250 µs");
+        assert_eq!(fmt_seconds(-0.0), "0 s");
+        assert_eq!(fmt_seconds(0.0), "0 s");
+        assert_eq!(fmt_seconds(2.5e-4), "250 µs");
         let e = estimate(&gpt2()).unwrap();
         let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary)
             .into_iter()
@@ -934,9 +823,9 @@ mod tests {
 
     #[test]
     fn durations_pick_their_unit() {
-        assert_eq!(seconds(2.5), "2.50 s");
-        assert_eq!(seconds(0.0123), "12.3 ms");
-        assert_eq!(seconds(5e-5), "50 µs");
-        assert_eq!(seconds(f64::NAN), "–");
+        assert_eq!(fmt_seconds(2.5), "2.50 s");
+        assert_eq!(fmt_seconds(0.0123), "12.3 ms");
+        assert_eq!(fmt_seconds(5e-5), "50 µs");
+        assert_eq!(fmt_seconds(f64::NAN), "–");
     }
 }
