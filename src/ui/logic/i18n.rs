@@ -8,6 +8,7 @@ use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKin
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
+pub mod charts;
 pub mod comparison;
 pub mod inference;
 pub mod parallelism;
@@ -362,6 +363,27 @@ messages! {
     ActivationsAtPeak => "Activations at the peak", "峰值时的激活";
     ActivationsPerByte => "Activations per parameter byte", "激活与参数字节数之比";
     MessageRow => "Message", "错误信息";
+    CkptYourChoiceStage => "your choice: every stage", "当前选择：每个阶段";
+    CkptYourChoice => "your choice", "当前选择";
+    YourChoice => "Your choice", "当前选择";
+    SqrtSegments => "√N segments", "√N 段";
+    CheckpointingShort => "Checkpointing", "检查点";
+    ExtraComputeAxis => "Extra compute (%)", "额外计算量（%）";
+    ActivationMemoryLegend => "Activation memory", "激活显存";
+    ExtraComputeLegend => "Extra compute", "额外计算量";
+    LiveMemory => "Live memory", "存活显存";
+    PeakWord => "peak", "峰值";
+    SavedActivations => "Saved activations", "保存的激活";
+    PhaseColumn => "Phase", "阶段";
+    HighestLiveMemory => "Highest live memory", "最高存活显存";
+    LiveMemoryAtEnd => "Live memory at its end", "结束时存活显存";
+    NoBatchInRange => "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小";
+    NoInputSizeInRange => "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸";
+    CheckpointSegmentsAxis => "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）";
+    NoCheckpointingToCompare => "This model has no checkpointing to compare", "此模型没有可比较的检查点方案";
+    StepEventsAxis => "Events of one training step (ops, frees, optimizer)", "一次训练步中的事件（算子、释放、优化器）";
+    ModelBlockAxis => "Block of the model, forward order", "模型的块（前向顺序）";
+    NoSavedActivations => "No activations are saved for backward", "没有为反向保存的激活";
 }
 
 /// An option's text: a [`Msg`], or a name that reads the same in every language (a dtype, an
