@@ -377,6 +377,10 @@ messages! {
     PhaseColumn => "Phase", "阶段";
     HighestLiveMemory => "Highest live memory", "最高存活显存";
     LiveMemoryAtEnd => "Live memory at its end", "结束时存活显存";
+    CkptNone => "None", "不使用";
+    CkptEveryStage => "Every stage", "每个阶段";
+    CkptEveryBlock => "Every block", "每个块";
+    CkptKSegments => "k segments", "k 段";
     NoBatchInRange => "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小";
     NoInputSizeInRange => "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸";
     CheckpointSegmentsAxis => "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）";

@@ -10,6 +10,7 @@ use crate::presets::gpus::{self, GPUS};
 use crate::presets::models::{self, Family, InputKind, MODELS};
 
 use super::ckpt_info::CkptInfo;
+use super::i18n::Msg;
 
 /// The batch slider's range (log scale from 1 to 4096).
 pub const BATCH_MIN: u64 = 1;
@@ -259,19 +260,19 @@ pub fn has_causal_mask(plan: &Plan) -> bool {
     kind.is_some_and(|t| t != "bert")
 }
 
-/// The checkpointing picker's choices for a model: `(value, English label, Chinese label)`.
-/// `stage` only where it differs from `block` (ResNet stages).
-pub fn ckpt_choices(info: &CkptInfo) -> Vec<(&'static str, &'static str, &'static str)> {
-    let mut v = vec![("none", "None", "不使用")];
+/// The checkpointing picker's choices for a model: `(value, label)`. `stage` only where it
+/// differs from `block` (ResNet stages).
+pub fn ckpt_choices(info: &CkptInfo) -> Vec<(&'static str, Msg)> {
+    let mut v = vec![("none", Msg::CkptNone)];
     if info.stages > 0 && info.stages != info.blocks {
-        v.push(("stage", "Every stage", "每个阶段"));
+        v.push(("stage", Msg::CkptEveryStage));
     }
     if info.blocks > 0 {
-        v.push(("block", "Every block", "每个块"));
+        v.push(("block", Msg::CkptEveryBlock));
     }
     if info.segments {
-        v.push(("sqrt", "√N segments", "√N 段"));
-        v.push(("k", "k segments", "k 段"));
+        v.push(("sqrt", Msg::SqrtSegments));
+        v.push(("k", Msg::CkptKSegments));
     }
     v
 }

@@ -396,12 +396,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
                         p.info.with(|i| {
                             state::ckpt_choices(i)
                                 .into_iter()
-                                .map(|(v, en, zh)| {
-                                    (
-                                        v.to_string(),
-                                        if lang == Lang::Zh { zh } else { en }.to_string(),
-                                    )
-                                })
+                                .map(|(v, label)| (v.to_string(), label.t(lang).to_string()))
                                 .collect()
                         })
                     },
