@@ -12,6 +12,7 @@ pub mod charts;
 pub mod comparison;
 pub mod inference;
 pub mod parallelism;
+pub mod suggestions;
 
 /// The page's language.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -381,6 +382,24 @@ messages! {
     CkptEveryStage => "Every stage", "每个阶段";
     CkptEveryBlock => "Every block", "每个块";
     CkptKSegments => "k segments", "k 段";
+    FixAutocastBf16 => "bf16 autocast", "bf16 自动混合精度";
+    FixAutocastFp16 => "fp16 autocast", "fp16 自动混合精度";
+    FixPureBf16 => "Pure bf16 weights and optimizer state", "纯 bf16 权重与优化器状态";
+    FixPureFp16 => "Pure fp16 weights and optimizer state", "纯 fp16 权重与优化器状态";
+    FixCkptBlock => "Checkpoint every block", "每个块做检查点";
+    FixCkptStage => "Checkpoint every stage", "每个阶段做检查点";
+    FixCkptSqrt => "Checkpoint √N segments", "检查点分 √N 段";
+    FixCkptNone => "No checkpointing", "不做检查点";
+    FixFusedOptimizer => "Fused optimizer (fused=True)", "融合优化器（fused=True）";
+    FixSgdMomentum => "SGD with momentum instead of Adam", "用带动量的 SGD 代替 Adam";
+    FixPlainSgd => "Plain SGD, no momentum", "不带动量的 SGD";
+    FixAdamw8bit => "8-bit AdamW (bitsandbytes)", "8 位 AdamW（bitsandbytes）";
+    CostFusedOptimizer => "no cost: the same update in one kernel", "无代价：同样的计算，一个内核完成";
+    CostAutocast => "usually free: matmuls in 16 bits, weights stay fp32", "通常无代价：矩阵乘以 16 位计算，权重仍为 fp32";
+    CostPure16Bit => "16-bit weights and optimizer state: watch convergence", "权重与优化器状态降为 16 位：注意收敛";
+    CostEightBitOptimizer => "needs bitsandbytes; 8-bit moments, usually the same accuracy", "需要 bitsandbytes；8 位矩估计，通常精度相当";
+    CostOtherOptimizer => "another optimizer: retune the learning rate", "换了优化器：需重新调学习率";
+    CostInputSize => "changes what the model sees", "改变了输入数据";
     NoBatchInRange => "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小";
     NoInputSizeInRange => "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸";
     CheckpointSegmentsAxis => "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）";
