@@ -10,6 +10,7 @@ use crate::estimator::units::Bytes;
 
 pub mod charts;
 pub mod comparison;
+pub mod formulas;
 pub mod inference;
 pub mod parallelism;
 pub mod suggestions;
@@ -400,6 +401,9 @@ messages! {
     CostEightBitOptimizer => "needs bitsandbytes; 8-bit moments, usually the same accuracy", "需要 bitsandbytes；8 位矩估计，通常精度相当";
     CostOtherOptimizer => "another optimizer: retune the learning rate", "换了优化器：需重新调学习率";
     CostInputSize => "changes what the model sees", "改变了输入数据";
+    AllocatorCache => "Allocator cache", "分配器缓存";
+    Workspaces => "Workspaces", "工作空间";
+    CudaContext => "CUDA context", "CUDA 上下文";
     NoBatchInRange => "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小";
     NoInputSizeInRange => "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸";
     CheckpointSegmentsAxis => "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）";
