@@ -1,8 +1,8 @@
-//! The page's words in English and 中文, and how it writes sizes (GiB or GB). Every string the
-//! page shows comes from here or from the panels' logic modules, so both languages stay
-//! complete: [`Msg`] is one enum of fixed texts, [`Label`] names an option either by a [`Msg`] or
-//! by a name that reads the same in every language, and the functions below build the texts that
-//! carry numbers.
+//! The page's words in English and 中文, and how it writes numbers and sizes (GiB or GB). Every
+//! text the page shows is built here, so both languages stay complete: [`Msg`] is one enum of
+//! fixed texts, [`Label`] names an option either by a [`Msg`] or by a name that reads the same in
+//! every language, and the functions below and in the submodules (one per part of the page) build
+//! the texts that carry numbers from facts the logic modules hand them.
 
 use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKind, Precision};
 use crate::estimator::timeline::{Category, Phase};
