@@ -51,14 +51,19 @@ fn edit(plan: &mut Plan, f: impl FnOnce(&mut Parallel)) {
     };
 }
 
-/// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is `Err(())`
-/// so the box can keep what the user typed without touching the plan.
-pub fn parse_degree(s: &str) -> Result<Option<u64>, ()> {
+/// A degree box's text that is neither empty nor a whole number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a degree is a whole number, or empty to derive it")]
+pub struct NotADegree;
+
+/// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is an error so
+/// the box can keep what the user typed without touching the plan.
+pub fn parse_degree(s: &str) -> Result<Option<u64>, NotADegree> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse::<u64>().map(Some).map_err(|_| ())
+    s.parse::<u64>().map(Some).map_err(|_| NotADegree)
 }
 
 /// Which degree a box sets.
@@ -608,7 +613,7 @@ mod tests {
         assert_eq!(p.parallel, None, "back to one GPU: the key goes away");
         assert_eq!(parse_degree(" 8 "), Ok(Some(8)));
         assert_eq!(parse_degree(""), Ok(None));
-        assert_eq!(parse_degree("x"), Err(()));
+        assert_eq!(parse_degree("x"), Err(NotADegree));
     }
 
     #[test]

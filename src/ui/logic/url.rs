@@ -233,6 +233,10 @@ pub fn wants_json(query: &str) -> bool {
     pairs(query).any(|(k, _)| matches!(k.as_deref(), Some("cfg" | "x")))
 }
 
+/// A setting that may not go with the model: its query key, whether the plan has it, and how
+/// to drop it.
+type Fallback = (&'static str, fn(&Plan) -> bool, fn(&mut Plan));
+
 /// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
 /// to the page's defaults ([`state::initial_plan`]) and is reported.
 pub fn parse_query(query: &str) -> Parsed {
@@ -354,7 +358,7 @@ pub fn parse_query(query: &str) -> Parsed {
         return out;
     }
     // Settings that are each valid but do not go together with the model fall back one by one.
-    let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
+    let fallbacks: [Fallback; 3] = [
         (
             "ckpt",
             |p| p.ckpt != Checkpointing::None,

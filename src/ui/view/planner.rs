@@ -20,6 +20,10 @@ use crate::ui::logic::state::{self, InputSpec};
 use crate::ui::logic::url::{self, ChartKind, View};
 use crate::ui::logic::workbench::Numbers;
 
+/// Whether a memo's new value differs from its old one (chart data: always, it is rebuilt only
+/// when what it shows changed).
+type Changed = fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool;
+
 /// The largest batch that fits: from the lines at once, then confirmed by full simulations.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MaxBatch {
@@ -129,7 +133,7 @@ impl Planner {
     }
 
     pub fn gpu(&self) -> Option<Gpu> {
-        self.base.with(|p| state::gpu_of(p))
+        self.base.with(state::gpu_of)
     }
 
     /// The view settings as they stand (for links).
@@ -203,8 +207,7 @@ impl Planner {
     /// The data of one chart, recomputed when what it shows changes.
     pub fn chart_data(&self, kind: ChartKind) -> Memo<Option<Arc<ChartData>>> {
         let p = *self;
-        let changed: fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool =
-            |_, _| true;
+        let changed: Changed = |_, _| true;
         match kind {
             ChartKind::Batch => {
                 let points = Memo::new_with_compare(

@@ -5,15 +5,13 @@
 //! page's language and sizes its units; a switch rewrites texts and never reruns an estimate.
 
 use leptos::prelude::*;
-use plotters::coord::Shift;
-use plotters::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
-use super::backend::AnyBackend;
+use super::backend::Draw;
 use super::dom::{h, value_of, El};
 use crate::estimator::config::Plan;
-use crate::plots::{PlotError, Theme};
+use crate::plots::PlotError;
 use crate::ui::logic::i18n::{Label, Lang, Msg, Units};
 
 /// The page's language and units as the panels read them. Bindings that read them rebuild only
@@ -38,10 +36,7 @@ impl Prefs {
 
 /// Paints `canvas` at its CSS box, measured now (a default size before layout), through
 /// [`super::backend::paint_canvas`].
-pub(crate) fn paint(
-    canvas: &HtmlCanvasElement,
-    draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>,
-) -> Result<(), PlotError> {
+pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &Draw<'_>) -> Result<(), PlotError> {
     let css = match (canvas.client_width(), canvas.client_height()) {
         (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
         _ => (640.0, 360.0),
@@ -89,6 +84,10 @@ pub(crate) fn plan_select(
 }
 
 type Options = Box<dyn Fn(Lang) -> Vec<(&'static str, &'static str)>>;
+/// Applies a control's text to the plan.
+type SetFromText = Box<dyn Fn(&mut Plan, &str)>;
+/// Applies a control's text to the plan; false when the text is not a value.
+type TrySetFromText = Box<dyn Fn(&mut Plan, &str) -> bool>;
 
 fn select_erased(
     plan: RwSignal<Plan>,
@@ -97,7 +96,7 @@ fn select_erased(
     testid: &str,
     options: Options,
     value: Box<dyn Fn(&Plan) -> String>,
-    set: Box<dyn Fn(&mut Plan, &str)>,
+    set: SetFromText,
 ) -> El {
     let id = format!("x-{testid}");
     let list = move || {
@@ -147,7 +146,7 @@ fn number_erased(
     testid: &str,
     placeholder: Option<Label>,
     value: Box<dyn Fn(&Plan) -> String>,
-    set: Box<dyn Fn(&mut Plan, &str) -> bool>,
+    set: TrySetFromText,
 ) -> El {
     let id = format!("x-{testid}");
     let input = h("input")
