@@ -13,7 +13,7 @@ use super::pump;
 use crate::estimator::config::Plan;
 use crate::ui::logic::explain;
 use crate::ui::logic::export;
-use crate::ui::logic::i18n::{self, colon, fmt_bytes, phase_label, Msg};
+use crate::ui::logic::i18n::{self, colon, fmt_bytes, phase_label, Label, Msg};
 use crate::ui::logic::state::{self};
 use crate::ui::logic::suggest;
 use crate::ui::logic::url::{self, ChartKind};
@@ -127,9 +127,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
     let applies = p.applies();
     let controls = h("section")
         .cls("controls")
-        .dyn_attr("aria-label", move || {
-            Some(Msg::PlanSection.t(p.lang.get()).into())
-        })
+        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::PlanSection)))
         .child(controls::model_picker(p))
         .child(controls::batch_input(p))
         .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
@@ -143,9 +141,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::gpu_picker(p));
     let results = h("section")
         .cls("results")
-        .dyn_attr("aria-label", move || {
-            Some(Msg::ResultsSection.t(p.lang.get()).into())
-        })
+        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::ResultsSection)))
         .child(summary(p))
         // The frame that paints the summary comes sooner without them: on a slow machine the
         // browser's layout and raster of that first frame take longer than building it.

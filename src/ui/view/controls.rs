@@ -9,7 +9,7 @@ use super::planner::Planner;
 use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Plan, Precision,
 };
-use crate::ui::logic::i18n::{self, Lang, Msg, Units};
+use crate::ui::logic::i18n::{self, Label, Lang, Msg, Units};
 use crate::ui::logic::state;
 use crate::ui::logic::url;
 
@@ -159,9 +159,7 @@ pub fn model_picker(p: Planner) -> El {
                     h("textarea")
                         .attr("rows", "6")
                         .attr("spellcheck", "false")
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::PasteConfig.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::PasteConfig)))
                         .on("input", move |ev| text.set(value_of(&ev))),
                 )
                 .child(super::dom::button(
@@ -203,9 +201,7 @@ pub fn batch_input(p: Planner) -> El {
                 .attr("min", "1")
                 .attr("step", "1")
                 .attr("inputmode", "numeric")
-                .dyn_attr("aria-label", move || {
-                    Some(Msg::Batch.t(p.lang.get()).into())
-                })
+                .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::Batch)))
                 .dyn_value(move || batch().to_string())
                 .on("input", move |ev| {
                     set_batch(p, state::parse_batch(&value_of(&ev)))
@@ -411,9 +407,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
                         .testid("segments")
                         .show(move || k().is_some())
                         .dyn_attr("max", move || Some(max_k().to_string()))
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::Segments.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::Segments)))
                         .dyn_value(move || k().map(|k| k.to_string()).unwrap_or_default())
                         .on("change", move |ev| {
                             if let Some(v) = state::parse_uint(&value_of(&ev)) {
@@ -521,9 +515,7 @@ pub fn gpu_picker(p: Planner) -> El {
                         .attr("step", "0.5")
                         .testid("custom-capacity")
                         .show(move || choice() == "custom")
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::CustomCapacity.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::CustomCapacity)))
                         .dyn_value(move || {
                             p.base.with(|q| {
                                 state::custom_gib(q)

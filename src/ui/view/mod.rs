@@ -7,6 +7,7 @@ pub(crate) mod browser;
 mod canvas;
 pub mod compare;
 mod controls;
+// Public for the page tests, which count its live listeners.
 pub mod dom;
 pub mod mode_panel;
 mod page_workbench;
