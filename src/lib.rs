@@ -5,13 +5,13 @@
 //! search; [`plots`] draws the charts on any plotters backend; the planner page ([`ui`]) and the
 //! CLI (`cli`) put the answers in words.
 
-/// The planner page; its logic ([`ui::state`]) builds natively, its components on wasm32 only.
-// TEMP pub mod ui;
-
-#[cfg(not(target_arch = "wasm32"))]
-pub mod cli;
 pub mod estimator;
 pub mod plan;
 pub mod plots;
 pub mod presets;
 pub mod split;
+/// The planner page: its logic ([`ui::logic`]) builds natively, its view on wasm32 only.
+pub mod ui;
+
+#[cfg(not(target_arch = "wasm32"))]
+pub mod cli;

@@ -447,7 +447,7 @@ fn stack_plan(pp: u64, v: u64, m: u32) -> Plan {
 
 fn stack_estimate(pp: u64, v: u64, m: u32) -> ParallelEstimate {
     let plan = stack_plan(pp, v, m);
-    parallel_of_graph(&plan, |layout| gpt_stack(16, 256, 2, 256, 4))
+    parallel_of_graph(&plan, |_| gpt_stack(16, 256, 2, 256, 4))
 }
 
 /// 1F1B (Narayanan et al. 2021, §2.2.1): stage i keeps min(p − i, m) micro-batches in flight, so

@@ -11,8 +11,8 @@ use vram_planner::plots::context_chart::context_bands;
 use vram_planner::plots::rank_chart::{draw_rank_chart, RankChart};
 use vram_planner::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use vram_planner::plots::Theme;
-use vram_planner::ui::i18n::{Lang, Units};
-use vram_planner::ui::{mode_logic, scale_logic};
+use vram_planner::ui::logic::i18n::{Lang, Units};
+use vram_planner::ui::logic::{mode as mode_logic, parallel as scale_logic};
 
 fn svg(draw: impl FnOnce(&DrawingArea<SVGBackend, plotters::coord::Shift>)) -> String {
     let mut s = String::new();
@@ -192,7 +192,7 @@ fn big_model_inference_finds_its_longest_context() {
     let t = std::time::Instant::now();
     let max = mode_logic::max_context_text(
         &mode_logic::max_context(&plan).unwrap(),
-        vram_planner::ui::i18n::Lang::En,
+        vram_planner::ui::logic::i18n::Lang::En,
     );
     eprintln!(
         "llama-2-7b: sweep of {} points {sweep:?}, {max} in {:?}",
@@ -204,7 +204,7 @@ fn big_model_inference_finds_its_longest_context() {
 
 #[test]
 fn panel_charts_draw_the_page_words_and_units() {
-    use vram_planner::ui::i18n::{Lang, Units};
+    use vram_planner::ui::logic::i18n::{Lang, Units};
     let mut plan = gpt2();
     scale_logic::set_degree(&mut plan, scale_logic::Degree::Pp, Some(2));
     let curves = scale_logic::zero_curves(&plan).unwrap();

@@ -7,8 +7,8 @@
 use leptos::prelude::*;
 use vram_planner::estimator::config::Mode;
 use vram_planner::plan::Plan;
-use vram_planner::ui::extra::panels;
-use vram_planner::ui::i18n::{Lang, Units};
+use vram_planner::ui::logic::i18n::{Lang, Units};
+use vram_planner::ui::view::panels::panels;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_test::*;
 use web_sys::{

@@ -242,31 +242,9 @@ fn offload_json(o: &OffloadReport) -> serde_json::Value {
     v
 }
 
-/// Whether offload's copies hide behind compute, in a sentence.
+/// Whether offload's copies hide behind compute, in the page's English sentence.
 fn offload_verdict(o: &OffloadReport) -> String {
-    let (secs, link) = (o.transfer_seconds_per_step, o.link_name);
-    let verdict = if !o.timed {
-        format!("{secs:.3} s of copies per step over {link}; give a GPU to compare with compute")
-    } else if o.hidden {
-        format!("copies ({secs:.3} s per step over {link}) hide behind compute")
-    } else {
-        format!(
-            "copies take {secs:.3} s per step over {link}, {:.3} s of it not hidden behind compute{}",
-            o.exposed_seconds_per_step,
-            if o.on_compute_stream {
-                " (save_on_cpu copies run on the compute stream)"
-            } else {
-                ""
-            }
-        )
-    };
-    if o.shared_memory {
-        format!(
-            "{verdict}; host and GPU share one memory pool, so the machine's total does not shrink"
-        )
-    } else {
-        verdict
-    }
+    crate::ui::logic::i18n::parallelism::offload_verdict(o, crate::ui::logic::i18n::Lang::En)
 }
 
 fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {

@@ -1,7 +1,7 @@
 //! Inference memory against context length: the allocated peak of a context sweep
 //! ([`crate::plan::fit::context_sweep`]) stacked by category, the KV cache as its own band.
 //! The chart itself is the shared [`super::batch::StackedChart`], labelled in the page's language
-//! by `ui::mode_logic::context_chart`.
+//! by `ui::logic::mode::context_chart`.
 
 use super::batch::bands;
 use crate::estimator::timeline::Category;

@@ -1,6 +1,6 @@
 //! Per-GPU memory against the number of GPUs, one line per data-parallel sharding scheme
 //! (DDP = ZeRO-0, ZeRO-1/2/3, FSDP), with the GPU's capacity and the current layout marked. The
-//! curves come from [`crate::ui::scale_logic::zero_curves`] (full estimates of each layout); this
+//! curves come from [`crate::ui::logic::parallel::zero_curves`] (full estimates of each layout); this
 //! module only draws them.
 
 use plotters::coord::Shift;

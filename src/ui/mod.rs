@@ -1,21 +1,11 @@
 //! The planner page: Leptos, rendered in the browser. State flows one way: one
-//! `RwSignal<Plan>` that the inputs update; a [`model::Workbench`] that turns the plan into
-//! numbers and chart data (two simulations per plan, then any batch size in microseconds), and
-//! effects only to draw charts on canvases. The logic lives in plain modules tested natively
-//! ([`state`], [`model`], [`url`], [`explain`], [`suggest`], [`charts`], [`export`], [`i18n`]); the
-//! components (wasm32 only) just wire them to the DOM.
+//! `RwSignal<Plan>` that the inputs update; a [`logic::workbench::Workbench`] that turns the plan
+//! into numbers and chart data (two simulations per plan, then any batch size in microseconds),
+//! and effects only to draw charts on canvases. Two rooms: [`logic`], plain types and functions
+//! built and tested natively, and `view` (wasm32 only), the components that wire them to the DOM.
+//! Nothing in `logic` names `view`.
 
-pub mod charts;
-pub mod explain;
-pub mod export;
-pub mod i18n;
-pub mod json;
-pub mod mode_logic; // ui2: issue #6 mode panel and comparison logic
-pub mod model;
-pub mod scale_logic;
-pub mod state;
-pub mod suggest;
-pub mod url; // ui2: issue #5 parallelism panel logic
+pub mod logic;
 
 /// Declares a split point. In a `split` build (`make dist`) a `#[wasm_split]` function: its code
 /// and all that only it reaches leave the first load for the named chunk, fetched on the first
@@ -24,53 +14,40 @@ pub mod url; // ui2: issue #5 parallelism panel logic
 #[cfg(target_arch = "wasm32")]
 macro_rules! split_point {
     ($chunk:ident; $(#[$m:meta])* $vis:vis fn $name:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty $body:block) => {
-        #[cfg(feature = "split")]
+        #[cfg(feature = "lazy-chunks")]
         $(#[$m])*
         #[wasm_split_helpers::wasm_split($chunk, fallible)]
         $vis fn $name($($arg: $ty),*) -> $ret $body
 
-        #[cfg(not(feature = "split"))]
+        #[cfg(not(feature = "lazy-chunks"))]
         $(#[$m])*
         $vis async fn $name($($arg: $ty),*) -> $ret $body
     };
 }
 
 #[cfg(target_arch = "wasm32")]
-mod app;
-#[cfg(target_arch = "wasm32")]
-mod backend;
-#[cfg(target_arch = "wasm32")]
-mod chart;
-#[cfg(target_arch = "wasm32")]
-pub mod compare; // ui2
-#[cfg(target_arch = "wasm32")]
-mod controls;
-#[cfg(target_arch = "wasm32")]
-mod dom;
-#[cfg(target_arch = "wasm32")]
-pub mod extra; // ui2: ExtraPanels, mounted by one line in app.rs
-#[cfg(target_arch = "wasm32")]
-pub mod mode_panel; // ui2
-#[cfg(target_arch = "wasm32")]
-pub mod parallel_panel;
-#[cfg(target_arch = "wasm32")]
-mod runtime; // ui2
+pub mod view;
 
 #[cfg(target_arch = "wasm32")]
-pub use app::{App, Planner};
+pub use view::app::App;
+#[cfg(target_arch = "wasm32")]
+pub use view::planner::Planner;
 
 /// Mounts the planner page on `<body>` (called by `src/main.rs` on wasm32).
 #[cfg(target_arch = "wasm32")]
 pub fn mount() {
     console_error_panic_hook::set_once();
     // The wasm's start: the end-to-end run splits the interactive time at this mark.
-    runtime::mark("vram-planner:start");
+    view::browser::mark("vram-planner:start");
     // A link to a model other than a ResNet needs its builder (a chunk of their own in a `split`
     // build) before the page can judge its plan; the default page does not.
     // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.
-    let query = runtime::location_query();
-    let (seq, json) = (url::wants_lazy_models(&query), url::wants_json(&query));
-    if (seq && !crate::plan::lazy::loaded()) || (json && !json::loaded()) {
+    let query = view::browser::location_query();
+    let (seq, json) = (
+        logic::url::wants_lazy_models(&query),
+        logic::url::wants_json(&query),
+    );
+    if (seq && !crate::plan::lazy::loaded()) || (json && !logic::json::loaded()) {
         // (Leptos's executor starts with the mount: this runs on wasm-bindgen's.)
         wasm_bindgen_futures::spawn_local(async move {
             // Failed (offline before the service worker cached them): the link's settings are
@@ -79,7 +56,7 @@ pub fn mount() {
                 crate::plan::lazy::load().await;
             }
             if json {
-                json::load().await;
+                logic::json::load().await;
             }
             leptos::mount::mount_to_body(App);
         });

@@ -1,4 +1,4 @@
-// Speed figures of issue #4, measured in the page.
+// The page's speed figures, measured in the page.
 //
 // Input → next frame: each sample sets a slider's value and dispatches the `input` event a user's
 // drag fires, at the start of a task right after a frame, then measures the main thread's work

@@ -1,16 +1,18 @@
 //! The controls: each a labelled native element (`select`, `input type=range|number`), so every
 //! one is usable from the keyboard, carries its `data-testid`, and writes the plan through the
-//! plain functions of [`super::state`].
+//! plain functions of [`crate::ui::logic::state`].
 
 use leptos::prelude::*;
 
-use super::app::{tr, Planner};
 use super::dom::{h, label, select, value_of, El};
-use super::i18n::{self, Lang, Msg, Units};
-use super::state;
-use super::url;
-use crate::estimator::config::{AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
-use crate::plan::{Plan};
+use super::planner::Planner;
+use crate::estimator::config::{
+    AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision,
+};
+use crate::plan::Plan;
+use crate::ui::logic::i18n::{self, Label, Lang, Msg, Units};
+use crate::ui::logic::state;
+use crate::ui::logic::url;
 
 fn field(class: &str) -> El {
     h("div").cls(class)
@@ -128,11 +130,11 @@ pub fn model_picker(p: Planner) -> El {
                 with_code(q);
             }
         };
-        if super::json::loaded() {
+        if crate::ui::logic::json::loaded() {
             apply();
         } else {
             // The JSON reader is fetched on the first paste.
-            fetch_then(fetch, super::json::load(), apply);
+            fetch_then(fetch, crate::ui::logic::json::load(), apply);
         }
     };
     let fetch_note = h("p")
@@ -145,27 +147,25 @@ pub fn model_picker(p: Planner) -> El {
             _ => Msg::ModelCodeLoading.t(p.lang.get()).to_string(),
         });
     field("field model")
-        .child(label("model", tr(p, Msg::Model)))
+        .child(label("model", p.prefs().text(Msg::Model)))
         .child(groups)
         .child(fetch_note)
         .child(
             h("details")
                 .cls("paste")
                 .testid("config")
-                .child(h("summary").dyn_text(tr(p, Msg::PasteConfig)))
-                .child(h("p").cls("hint").dyn_text(tr(p, Msg::PasteHint)))
+                .child(h("summary").dyn_text(p.prefs().text(Msg::PasteConfig)))
+                .child(h("p").cls("hint").dyn_text(p.prefs().text(Msg::PasteHint)))
                 .child(
                     h("textarea")
                         .attr("rows", "6")
                         .attr("spellcheck", "false")
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::PasteConfig.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::PasteConfig)))
                         .on("input", move |ev| text.set(value_of(&ev))),
                 )
                 .child(super::dom::button(
                     "use-config",
-                    tr(p, Msg::UseConfig),
+                    p.prefs().text(Msg::UseConfig),
                     use_config,
                 ))
                 .child(
@@ -173,7 +173,7 @@ pub fn model_picker(p: Planner) -> El {
                         .cls("error")
                         .attr("role", "alert")
                         .show(move || bad.get())
-                        .dyn_text(tr(p, Msg::ConfigNotJson)),
+                        .dyn_text(p.prefs().text(Msg::ConfigNotJson)),
                 ),
         )
 }
@@ -183,7 +183,7 @@ pub fn batch_input(p: Planner) -> El {
     let batch = move || p.plan.with(|q| q.batch);
     field("field slider")
         .testid("batch")
-        .child(label("batch-range", tr(p, Msg::Batch)))
+        .child(label("batch-range", p.prefs().text(Msg::Batch)))
         .child(
             h("input")
                 .id("batch-range")
@@ -202,9 +202,7 @@ pub fn batch_input(p: Planner) -> El {
                 .attr("min", "1")
                 .attr("step", "1")
                 .attr("inputmode", "numeric")
-                .dyn_attr("aria-label", move || {
-                    Some(Msg::Batch.t(p.lang.get()).into())
-                })
+                .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::Batch)))
                 .dyn_value(move || batch().to_string())
                 .on("input", move |ev| {
                     set_batch(p, state::parse_batch(&value_of(&ev)))
@@ -284,13 +282,9 @@ fn picker(
     value: impl Fn() -> String + 'static,
     pick: impl Fn(String) + 'static,
 ) -> El {
-    field("field").child(label(id, tr(p, name))).child(select(
-        id,
-        id,
-        move || options(p.lang.get()),
-        value,
-        pick,
-    ))
+    field("field")
+        .child(label(id, p.prefs().text(name)))
+        .child(select(id, id, move || options(p.lang.get()), value, pick))
 }
 
 const PRECISIONS: [Precision; 5] = [
@@ -387,7 +381,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
     let max_k = move || p.info.with(|i| i.blocks.max(2));
     field("field")
         .testid("checkpointing")
-        .child(label("ckpt", tr(p, Msg::Checkpointing)))
+        .child(label("ckpt", p.prefs().text(Msg::Checkpointing)))
         .child(
             h("div")
                 .cls("pair")
@@ -399,12 +393,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
                         p.info.with(|i| {
                             state::ckpt_choices(i)
                                 .into_iter()
-                                .map(|(v, en, zh)| {
-                                    (
-                                        v.to_string(),
-                                        if lang == Lang::Zh { zh } else { en }.to_string(),
-                                    )
-                                })
+                                .map(|(v, label)| (v.to_string(), label.t(lang).to_string()))
                                 .collect()
                         })
                     },
@@ -419,9 +408,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
                         .testid("segments")
                         .show(move || k().is_some())
                         .dyn_attr("max", move || Some(max_k().to_string()))
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::Segments.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::Segments)))
                         .dyn_value(move || k().map(|k| k.to_string()).unwrap_or_default())
                         .on("change", move |ev| {
                             if let Some(v) = state::parse_uint(&value_of(&ev)) {
@@ -438,7 +425,7 @@ pub fn checkpoint_picker(p: Planner) -> El {
 pub fn accumulation_input(p: Planner) -> El {
     let plan = p.plan;
     field("field")
-        .child(label("accumulation", tr(p, Msg::Accumulation)))
+        .child(label("accumulation", p.prefs().text(Msg::Accumulation)))
         .child(
             h("input")
                 .id("accumulation")
@@ -495,7 +482,7 @@ pub fn gpu_picker(p: Planner) -> El {
     };
     field("field")
         .testid("gpu")
-        .child(label("gpu", tr(p, Msg::Gpu)))
+        .child(label("gpu", p.prefs().text(Msg::Gpu)))
         .child(
             h("div")
                 .cls("pair")
@@ -529,9 +516,7 @@ pub fn gpu_picker(p: Planner) -> El {
                         .attr("step", "0.5")
                         .testid("custom-capacity")
                         .show(move || choice() == "custom")
-                        .dyn_attr("aria-label", move || {
-                            Some(Msg::CustomCapacity.t(p.lang.get()).into())
-                        })
+                        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::CustomCapacity)))
                         .dyn_value(move || {
                             p.base.with(|q| {
                                 state::custom_gib(q)

@@ -34,17 +34,22 @@ impl AnyBackend<'_> {
     }
 }
 
+/// Paints a chart on a drawing area in a theme.
+pub type Draw<'a> = dyn Fn(
+        &DrawingArea<AnyBackend<'static>, plotters::coord::Shift>,
+        &crate::plots::Theme,
+    ) -> Result<(), crate::plots::PlotError>
+    + 'a;
+
 /// Sizes `canvas`'s backing store to its CSS box `css` × `devicePixelRatio` (sharp on high-DPI
 /// screens) and lets `draw` paint it through this backend, at that scale.
 pub fn paint_canvas(
     canvas: &web_sys::HtmlCanvasElement,
     css: (f64, f64),
-    draw: &dyn Fn(
-        &DrawingArea<AnyBackend<'static>, plotters::coord::Shift>,
-        &crate::plots::Theme,
-    ) -> Result<(), crate::plots::PlotError>,
+    draw: &Draw<'_>,
 ) -> Result<(), crate::plots::PlotError> {
-    let (w, h) = super::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
+    let (w, h) =
+        crate::ui::logic::state::backing_size(css, leptos::prelude::window().device_pixel_ratio());
     if canvas.width() != w {
         canvas.set_width(w);
     }

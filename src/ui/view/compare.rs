@@ -1,25 +1,26 @@
-//! The comparison view (issue #6): two or more configurations side by side — parameters,
+//! The comparison view: two or more configurations side by side — parameters,
 //! weights, activations, KV cache, peak — e.g. MobileNet against ResNet to see what
 //! depthwise-separable convolutions save. It opens with MobileNetV2 and ResNet-50 at the page's
 //! settings; "Add the current plan" appends the plan being edited. Logic and texts in
-//! [`super::mode_logic`] and [`super::i18n`].
+//! [`crate::ui::logic::mode`] and [`crate::ui::logic::i18n`].
 
 use leptos::prelude::*;
 
 use super::dom::{button, h, select, table_body, El};
-use super::extra::Prefs;
-use super::i18n::{Label, Msg};
-use super::mode_logic::{self as ml, ColumnControl};
-use super::state::{model_options, set_model};
-use crate::plan::Plan;
+use super::widgets::Prefs;
 use crate::plan::fit::compare;
+use crate::plan::Plan;
+use crate::ui::logic::comparison::{compare_defaults, compare_rows};
+use crate::ui::logic::i18n::comparison::{column_control_label, ColumnControl};
+use crate::ui::logic::i18n::{Label, Msg};
+use crate::ui::logic::state::{model_options, set_model};
 
 /// The header cell of configuration `i`: its model picker, "×" (remove) and "Edit" (load it
 /// into the planner).
 fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i: usize) -> El {
     let n = i + 1;
     let aria =
-        move |what: ColumnControl| move || Some(ml::column_control_label(what, n, cx.lang.get()));
+        move |what: ColumnControl| move || Some(column_control_label(what, n, cx.lang.get()));
     let options = || {
         model_options()
             .into_iter()
@@ -72,7 +73,7 @@ fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i:
 }
 
 pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
-    let configs = RwSignal::new(plan.with_untracked(ml::compare_defaults));
+    let configs = RwSignal::new(plan.with_untracked(compare_defaults));
     let results = Memo::new_with_compare(move |_| configs.with(|c| compare(c)), |_, _| true);
     let count = Memo::new(move |_| configs.with(Vec::len));
 
@@ -89,7 +90,7 @@ pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
         move || {
             let (lang, units) = (cx.lang.get(), cx.units.get());
             configs
-                .with(|plans| results.with(|res| ml::compare_rows(plans, res, lang, units)))
+                .with(|plans| results.with(|res| compare_rows(plans, res, lang, units)))
                 .into_iter()
                 .map(|(label, cells)| std::iter::once(label.to_string()).chain(cells).collect())
                 .collect()

@@ -5,11 +5,11 @@
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::estimator::config::{Checkpointing};
-use crate::plan::{Plan};
-use crate::plan::sweep::{log_points, Point};
+use crate::estimator::config::Checkpointing;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
+use crate::plan::sweep::{log_points, Point};
+use crate::plan::Plan;
 use crate::plots::timeline::{columns, Columns};
 use crate::plots::{
     draw_checkpoint_chart, draw_layers_chart, draw_stacked_chart, draw_timeline_chart,
@@ -18,10 +18,11 @@ use crate::plots::{
 };
 use crate::presets::gpus::Gpu;
 
-use super::i18n::{category_label, fmt_bytes, fmt_pct, phase_label, Lang, Msg, Units};
-use super::model::{BatchModel, CkptInfo, Numbers};
+use super::ckpt_info::CkptInfo;
+use super::i18n::{category_label, charts, fmt_bytes, fmt_pct, phase_label, Lang, Msg, Units};
 use super::state::{self, InputSpec, BATCH_MAX, BATCH_MIN};
 use super::url::ChartKind;
+use super::workbench::{BatchModel, Numbers};
 
 /// Points of the batch chart.
 pub const BATCH_POINTS: usize = 40;
@@ -330,16 +331,8 @@ fn categories(lang: Lang) -> [&'static str; Category::COUNT] {
 /// size), so where it is drawn at k = the number of stages it says which policy it is.
 pub fn ckpt_current_label(c: Checkpointing, lang: Lang) -> &'static str {
     match c {
-        Checkpointing::Stage => zh(lang, "your choice: every stage", "当前选择：每个阶段"),
-        _ => zh(lang, "your choice", "当前选择"),
-    }
-}
-
-fn zh(lang: Lang, en: &'static str, zh: &'static str) -> &'static str {
-    if lang == Lang::Zh {
-        zh
-    } else {
-        en
+        Checkpointing::Stage => Msg::CkptYourChoiceStage.t(lang),
+        _ => Msg::CkptYourChoice.t(lang),
     }
 }
 
@@ -401,11 +394,7 @@ impl ChartData {
                 });
                 c.capacity = cap_label(&d.capacity);
                 c.device_label = Some(Msg::DeviceLine.t(lang));
-                c.empty = zh(
-                    lang,
-                    "No batch size in range can be estimated for this plan",
-                    "此设置下没有可估算的批大小",
-                );
+                c.empty = Msg::NoBatchInRange.t(lang);
                 c.y_max = y_max;
                 draw_stacked_chart(area, &c, theme)
             }
@@ -429,11 +418,7 @@ impl ChartData {
                 c.empty = if d.pending > 0 {
                     Msg::Loading.t(lang)
                 } else {
-                    zh(
-                        lang,
-                        "No input size in range can be estimated for this plan",
-                        "此设置下没有可估算的输入尺寸",
-                    )
+                    Msg::NoInputSizeInRange.t(lang)
                 };
                 c.y_max = focus(d.capacity.map(|c| c.0), d.current.map(|c| c.1));
                 draw_stacked_chart(area, &c, theme)
@@ -444,17 +429,13 @@ impl ChartData {
                 c.sqrt_k = d.sqrt_k;
                 c.current = d.current;
                 c.unit = unit;
-                c.x_desc = zh(
-                    lang,
-                    "Checkpoint segments k (1 = none)",
-                    "检查点分段数 k（1 = 不使用）",
-                );
-                c.y_desc = format!("{} ({})", zh(lang, "Memory", "显存"), unit.name);
-                c.y2_desc = zh(lang, "Extra compute (%)", "额外计算量（%）");
+                c.x_desc = Msg::CheckpointSegmentsAxis.t(lang);
+                c.y_desc = format!("{} ({})", Msg::Memory.t(lang), unit.name);
+                c.y2_desc = Msg::ExtraComputeAxis.t(lang);
                 c.series = [
                     Msg::Peak.t(lang),
-                    zh(lang, "Activation memory", "激活显存"),
-                    zh(lang, "Extra compute", "额外计算量"),
+                    Msg::ActivationMemoryLegend.t(lang),
+                    Msg::ExtraComputeLegend.t(lang),
                 ];
                 c.block_label = Msg::EveryBlock.t(lang);
                 c.current_label = ckpt_current_label(d.current_policy, lang).into();
@@ -462,11 +443,7 @@ impl ChartData {
                 c.empty = if d.pending > 0 {
                     Msg::Loading.t(lang)
                 } else {
-                    zh(
-                        lang,
-                        "This model has no checkpointing to compare",
-                        "此模型没有可比较的检查点方案",
-                    )
+                    Msg::NoCheckpointingToCompare.t(lang)
                 };
                 draw_checkpoint_chart(area, &c, theme)
             }
@@ -481,43 +458,27 @@ impl ChartData {
                 .map(|p| phase_label(p, lang));
                 c.categories = categories(lang);
                 c.unit = unit;
-                c.x_desc = zh(
-                    lang,
-                    "Events of one training step (ops, frees, optimizer)",
-                    "一次训练步中的事件（算子、释放、优化器）",
-                );
-                c.y_desc = format!("{} ({})", zh(lang, "Live memory", "存活显存"), unit.name);
+                c.x_desc = Msg::StepEventsAxis.t(lang);
+                c.y_desc = format!("{} ({})", Msg::LiveMemory.t(lang), unit.name);
                 let peak = d
                     .columns
                     .live
                     .get(d.columns.peak)
                     .map(|c| Bytes(c.iter().sum()))
                     .unwrap_or_default();
-                c.peak_label = format!("{} {}", zh(lang, "peak", "峰值"), b(peak));
+                c.peak_label = format!("{} {}", Msg::PeakWord.t(lang), b(peak));
                 c.capacity = cap_label(&d.capacity);
                 draw_timeline_chart(area, &c, theme)
             }
             ChartData::Layers(d) => {
                 let mut c = LayersChart::new(&d.layers);
                 c.unit = unit;
-                c.x_desc = zh(
-                    lang,
-                    "Block of the model, forward order",
-                    "模型的块（前向顺序）",
-                );
-                c.y_desc = format!(
-                    "{} ({})",
-                    zh(lang, "Saved activations", "保存的激活"),
-                    unit.name
-                );
+                c.x_desc = Msg::ModelBlockAxis.t(lang);
+                c.y_desc = format!("{} ({})", Msg::SavedActivations.t(lang), unit.name);
                 if let Some((name, bytes)) = d.layers.iter().max_by_key(|(_, b)| *b) {
                     c.max_label = format!("{name}: {}", b(*bytes));
                 }
-                c.empty = zh(
-                    lang,
-                    "No activations are saved for backward",
-                    "没有为反向保存的激活",
-                );
+                c.empty = Msg::NoSavedActivations.t(lang);
                 draw_layers_chart(area, &c, theme)
             }
         }
@@ -530,7 +491,7 @@ impl ChartData {
         };
         let none = d.points.iter().find(|p| p.k == 1)?;
         let (what, p) = if d.current_policy != Checkpointing::None {
-            (zh(lang, "Your choice", "当前选择"), d.current?)
+            (Msg::YourChoice.t(lang), d.current?)
         } else {
             let sq = d
                 .sqrt_k
@@ -539,9 +500,9 @@ impl ChartData {
                 .or(d.points.last())?;
             (
                 if d.sqrt_k.is_some() {
-                    zh(lang, "√N segments", "√N 段")
+                    Msg::SqrtSegments.t(lang)
                 } else {
-                    zh(lang, "Checkpointing", "检查点")
+                    Msg::CheckpointingShort.t(lang)
                 },
                 *sq,
             )
@@ -552,20 +513,13 @@ impl ChartData {
         } else {
             0.0
         };
-        Some(match lang {
-            Lang::En => format!(
-                "{what}: −{} of the peak (−{}) against none, for +{} compute",
-                fmt_bytes(saving, units),
-                fmt_pct(frac),
-                fmt_pct(p.extra_compute)
-            ),
-            Lang::Zh => format!(
-                "{what}：与不使用相比峰值减少 {}（−{}），计算量 +{}",
-                fmt_bytes(saving, units),
-                fmt_pct(frac),
-                fmt_pct(p.extra_compute)
-            ),
-        })
+        Some(charts::ckpt_saving(
+            what,
+            &fmt_bytes(saving, units),
+            &fmt_pct(frac),
+            &fmt_pct(p.extra_compute),
+            lang,
+        ))
     }
 
     /// The chart as an SVG document, drawn by the same function as the canvas.
@@ -666,18 +620,15 @@ impl ChartData {
                     .collect();
                 Table {
                     headers: h(&[
-                        zh(lang, "Phase", "阶段"),
-                        zh(lang, "Highest live memory", "最高存活显存"),
-                        zh(lang, "Live memory at its end", "结束时存活显存"),
+                        Msg::PhaseColumn.t(lang),
+                        Msg::HighestLiveMemory.t(lang),
+                        Msg::LiveMemoryAtEnd.t(lang),
                     ]),
                     rows,
                 }
             }
             ChartData::Layers(d) => Table {
-                headers: h(&[
-                    Msg::Layer.t(lang),
-                    zh(lang, "Saved activations", "保存的激活"),
-                ]),
+                headers: h(&[Msg::Layer.t(lang), Msg::SavedActivations.t(lang)]),
                 rows: d
                     .layers
                     .iter()
@@ -690,64 +641,36 @@ impl ChartData {
     /// One sentence for the canvas's accessible name.
     pub fn summary(&self, lang: Lang, units: Units) -> String {
         let b = |x: Bytes| fmt_bytes(x, units);
-        match (self, lang) {
-            (ChartData::Batch(d), Lang::En) => format!(
-                "Memory against batch size. {}{}",
-                d.current
-                    .map(|(x, y)| format!("At batch {x} the allocated peak is {}. ", b(y)))
-                    .unwrap_or_default(),
-                d.best
-                    .map(|(x, _)| format!("The largest batch that fits is {x}."))
-                    .unwrap_or_default()
-            ),
-            (ChartData::Batch(d), Lang::Zh) => format!(
-                "显存随批大小变化。{}{}",
-                d.current
-                    .map(|(x, y)| format!("批大小 {x} 时已分配峰值为 {}。", b(y)))
-                    .unwrap_or_default(),
-                d.best
-                    .map(|(x, _)| format!("可容纳的最大批大小为 {x}。"))
-                    .unwrap_or_default()
-            ),
-            (ChartData::Length(d), _) => {
+        match self {
+            ChartData::Batch(d) => {
+                let current = d.current.map(|(x, y)| (x, b(y)));
+                let current = current.as_ref().map(|(x, y)| (*x, y.as_str()));
+                charts::batch_summary(current, d.best.map(|(x, _)| x), lang)
+            }
+            ChartData::Length(d) => {
                 let first = d.points.first().map(|p| (p.x, b(p.peak_allocated)));
                 let last = d.points.last().map(|p| (p.x, b(p.peak_allocated)));
-                match (first, last, lang) {
-                    (Some((x0, y0)), Some((x1, y1)), Lang::En) => {
-                        format!("Memory against input size: {y0} at {x0}, {y1} at {x1}.")
-                    }
-                    (Some((x0, y0)), Some((x1, y1)), Lang::Zh) => {
-                        format!("显存随输入尺寸变化：{x0} 时 {y0}，{x1} 时 {y1}。")
+                match (first, last) {
+                    (Some((x0, y0)), Some((x1, y1))) => {
+                        charts::length_summary((x0, &y0), (x1, &y1), lang)
                     }
                     _ => Msg::ChartLength.t(lang).into(),
                 }
             }
-            (ChartData::Checkpoint(_), _) => self
+            ChartData::Checkpoint(_) => self
                 .ckpt_saving(lang, units)
                 .unwrap_or_else(|| Msg::ChartCheckpoint.t(lang).into()),
-            (ChartData::Timeline(d), Lang::En) => format!(
-                "Memory during one training step; peak {}.",
-                b(d.columns
+            ChartData::Timeline(d) => charts::timeline_summary(
+                &b(d.columns
                     .live
                     .get(d.columns.peak)
                     .map(|c| Bytes(c.iter().sum()))
-                    .unwrap_or_default())
+                    .unwrap_or_default()),
+                lang,
             ),
-            (ChartData::Timeline(d), Lang::Zh) => format!(
-                "一次训练步中的显存；峰值 {}。",
-                b(d.columns
-                    .live
-                    .get(d.columns.peak)
-                    .map(|c| Bytes(c.iter().sum()))
-                    .unwrap_or_default())
-            ),
-            (ChartData::Layers(d), _) => match (d.layers.iter().max_by_key(|(_, x)| *x), lang) {
-                (Some((n, x)), Lang::En) => format!(
-                    "Saved activations per layer; the largest is {n} with {}.",
-                    b(*x)
-                ),
-                (Some((n, x)), Lang::Zh) => format!("各层保存的激活；最大的是 {n}，{}。", b(*x)),
-                (None, _) => Msg::ChartLayers.t(lang).into(),
+            ChartData::Layers(d) => match d.layers.iter().max_by_key(|(_, x)| *x) {
+                Some((n, x)) => charts::layers_summary(n, &b(*x), lang),
+                None => Msg::ChartLayers.t(lang).into(),
             },
         }
     }
@@ -757,7 +680,7 @@ impl ChartData {
 mod tests {
     use super::*;
     use crate::presets::gpus;
-    use crate::ui::model::{Wants, Workbench};
+    use crate::ui::logic::workbench::{Wants, Workbench};
 
     fn setup(plan: &Plan) -> (Workbench, CkptInfo) {
         let mut wb = Workbench::new();

@@ -1,21 +1,20 @@
-//! The mode panel's and the comparison view's logic (issue #6), as plain functions on the
-//! [`Plan`] so it is tested natively: the train / fine-tune / infer switch and the keys each mode
-//! takes, the inference numbers (KV cache, prefill and decode peaks, the longest context that
-//! fits), the context sweep of the inference chart and its words, the rows of the comparison table, with
-//! their texts in the page's language and sizes in its units. Every number comes from the
+//! The mode panel's logic, as plain functions on the [`Plan`] so it is tested natively: the
+//! train / fine-tune / infer switch and the keys each mode takes, the inference numbers (KV
+//! cache, prefill and decode peaks, the longest context that fits), the context sweep of the
+//! inference chart and its words, with their texts in the page's language and sizes in its
+//! units. Every number comes from the
 //! estimator ([`crate::plan::fit`], [`crate::estimator::estimate`]).
 
+use super::i18n::{category_label, fmt_bytes, inference, Label, Lang, Msg, Units};
 use crate::estimator::config::{KvDtype, LoraConfig, Mode, Quantization, Sparsity};
-use crate::plan::{Plan};
-use crate::estimator::error::EstimateError;
-use crate::plan::fit;
-use crate::plan::sweep::Point;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
+use crate::plan::fit;
+use crate::plan::sweep::Point;
+use crate::plan::Plan;
 use crate::plots::{Marker, StackedChart};
 use crate::presets::models;
-use crate::ui::i18n::{category_label, fmt_bytes, fmt_count, Label, Lang, Msg, Units};
 
 /// The mode switch: (value, label).
 pub const MODE_OPTIONS: [(&str, Label); 3] = [
@@ -235,16 +234,13 @@ pub fn context_chart(
 ) -> StackedChart<'_> {
     let b = |x: Bytes| fmt_bytes(x, units);
     let mut c = StackedChart::new(points, Msg::ContextLength.t(lang));
-    c.unit = crate::ui::charts::unit_of(units);
+    c.unit = crate::ui::logic::chart_data::unit_of(units);
     c.y_desc = format!("{} ({})", Msg::Memory.t(lang), units.axis_unit());
     c.categories = Category::ALL.map(|k| category_label(k, lang));
     c.current = current.map(|(ctx, total)| Marker {
         x: ctx,
         y: total,
-        label: match lang {
-            Lang::En => format!("context {ctx}: {}", b(total)),
-            Lang::Zh => format!("上下文 {ctx}：{}", b(total)),
-        },
+        label: inference::context_marker(ctx, &b(total), lang),
     });
     c.capacity = capacity.map(|cap| (cap, format!("{} {}", Msg::Capacity.t(lang), b(cap))));
     c.device_label = Some(Msg::DeviceTotalLine.t(lang));
@@ -299,127 +295,7 @@ pub fn max_context(plan: &Plan) -> Option<MaxContext> {
 
 /// [`max_context`]'s finding as a sentence.
 pub fn max_context_text(m: &MaxContext, lang: Lang) -> String {
-    let gpu = m.gpu;
-    match (&m.found, lang) {
-        (Ok(Some(c)), Lang::En) => format!("Longest context that fits {gpu}: {c} tokens"),
-        (Ok(Some(c)), Lang::Zh) => format!("{gpu} 可容纳的最长上下文：{c} 个 token"),
-        (Ok(None), Lang::En) => format!("Even a one-token prompt does not fit {gpu}"),
-        (Ok(None), Lang::Zh) => format!("{gpu} 连只有 1 个 token 的提示词也放不下"),
-        (Err(e), Lang::En) => format!("Cannot find the longest context: {e}"),
-        (Err(e), Lang::Zh) => format!("无法求出最长上下文：{e}"),
-    }
-}
-
-/// The aria-labels of a comparison column's controls, for configuration `n` (counted from 1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ColumnControl {
-    Model,
-    Remove,
-    Edit,
-}
-
-pub fn column_control_label(what: ColumnControl, n: usize, lang: Lang) -> String {
-    match (what, lang) {
-        (ColumnControl::Model, Lang::En) => format!("Model of configuration {n}"),
-        (ColumnControl::Model, Lang::Zh) => format!("配置 {n} 的模型"),
-        (ColumnControl::Remove, Lang::En) => format!("Remove configuration {n}"),
-        (ColumnControl::Remove, Lang::Zh) => format!("移除配置 {n}"),
-        (ColumnControl::Edit, Lang::En) => format!("Edit configuration {n} in the planner"),
-        (ColumnControl::Edit, Lang::Zh) => format!("在规划器中编辑配置 {n}"),
-    }
-}
-
-fn mode_label(mode: Mode, lang: Lang) -> &'static str {
-    MODE_OPTIONS
-        .iter()
-        .find(|o| o.0 == mode.key())
-        .map_or(mode.key(), |o| o.1.t(lang))
-}
-
-/// The comparison table: one row per quantity, one column per configuration. Columns whose plan
-/// the estimator refuses show "–" and their message in the last row.
-pub fn compare_rows(
-    plans: &[Plan],
-    results: &[Result<Estimate, EstimateError>],
-    lang: Lang,
-    units: Units,
-) -> Vec<(&'static str, Vec<String>)> {
-    let col = |f: &dyn Fn(&Estimate) -> String| {
-        results
-            .iter()
-            .map(|r| r.as_ref().map_or_else(|_| "–".to_string(), f))
-            .collect::<Vec<_>>()
-    };
-    let act =
-        |e: &Estimate| e.category(Category::Activations).0 + e.category(Category::BackwardTemps).0;
-    let b = |x: Bytes| fmt_bytes(x, units);
-    let mode_batch = |p: &Plan| match lang {
-        Lang::En => format!("{}, batch {}", mode_label(p.mode, lang), p.batch),
-        Lang::Zh => format!("{}，批大小 {}", mode_label(p.mode, lang), p.batch),
-    };
-    let mut rows = vec![
-        (
-            Msg::Model.t(lang),
-            plans
-                .iter()
-                .map(|p| models::find(&p.model).map_or(p.model.clone(), |m| m.name.to_string()))
-                .collect(),
-        ),
-        (
-            Msg::ModeBatch.t(lang),
-            plans.iter().map(mode_batch).collect(),
-        ),
-        (
-            Msg::Parameters.t(lang),
-            col(&|e| fmt_count(e.param_count, lang)),
-        ),
-        (
-            Msg::Trainable.t(lang),
-            col(&|e| fmt_count(e.trainable_params, lang)),
-        ),
-        (Msg::Weights.t(lang), col(&|e| b(e.weights_bytes))),
-        (Msg::ActivationsAtPeak.t(lang), col(&|e| b(Bytes(act(e))))),
-        (
-            Msg::ActivationsPerByte.t(lang),
-            col(&|e| {
-                if e.weights_bytes.0 == 0 {
-                    "–".into()
-                } else {
-                    format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64)
-                }
-            }),
-        ),
-        (Msg::KvCache.t(lang), col(&|e| b(e.kv_cache_bytes))),
-        (Msg::Peak.t(lang), col(&|e| b(e.peak_allocated))),
-        (Msg::DeviceTotal.t(lang), col(&|e| b(e.device_total))),
-    ];
-    if results.iter().any(|r| r.is_err()) {
-        rows.push((
-            Msg::MessageRow.t(lang),
-            results
-                .iter()
-                .map(|r| r.as_ref().err().map(|e| e.to_string()).unwrap_or_default())
-                .collect(),
-        ));
-    }
-    rows
-}
-
-/// The two configurations the comparison view opens with (issue #6: depthwise-separable against
-/// standard convolutions): MobileNetV2 and ResNet-50 with the current plan's other settings.
-pub fn compare_defaults(plan: &Plan) -> Vec<Plan> {
-    let base = Plan {
-        res: None,
-        seq: None,
-        ..plan.clone()
-    };
-    ["mobilenet_v2", "resnet50"]
-        .iter()
-        .map(|m| Plan {
-            model: (*m).into(),
-            ..base.clone()
-        })
-        .collect()
+    inference::max_context(m.gpu, &m.found, lang)
 }
 
 #[cfg(test)]
@@ -592,51 +468,5 @@ mod tests {
                 && zh.ends_with(" 个 token"),
             "{zh}"
         );
-    }
-
-    #[test]
-    fn comparing_mobilenet_and_resnet() {
-        let plans = compare_defaults(&Plan::default());
-        let results = fit::compare(&plans);
-        let rows = compare_rows(&plans, &results, Lang::En, Units::Binary);
-        let row = |l: &str| rows.iter().find(|r| r.0 == l).unwrap().1.clone();
-        assert_eq!(row("Model"), vec!["MobileNetV2", "ResNet-50"]);
-        assert_eq!(row("Parameters"), vec!["3.5 M", "25.6 M"]);
-        assert_eq!(
-            row("Mode, batch"),
-            vec!["Train, batch 32", "Train, batch 32"]
-        );
-        assert!(row("Weights").iter().all(|w| w.ends_with("MiB")));
-        let zh = compare_rows(&plans, &results, Lang::Zh, Units::Decimal);
-        let zrow = |l: &str| {
-            zh.iter()
-                .find(|r| r.0 == l)
-                .unwrap_or_else(|| panic!("no row {l}: {zh:?}"))
-                .1
-                .clone()
-        };
-        assert_eq!(zrow("模型"), vec!["MobileNetV2", "ResNet-50"]);
-        assert_eq!(zrow("参数"), vec!["350.5 万", "2555.7 万"]);
-        assert_eq!(zrow("模式、批大小")[0], "训练，批大小 32");
-        assert_eq!(zrow("权重"), vec!["14.0 MB", "102 MB"]);
-        assert!(
-            zrow("已分配峰值").iter().all(|w| w.ends_with(" GB")),
-            "{zh:?}"
-        );
-        // Depthwise-separable convolutions: far fewer weights, not proportionally fewer activations.
-        let e: Vec<&Estimate> = results.iter().map(|r| r.as_ref().unwrap()).collect();
-        let ratio_w = e[1].weights_bytes.0 as f64 / e[0].weights_bytes.0 as f64;
-        let ratio_a = e[1].category(Category::Activations).0 as f64
-            / e[0].category(Category::Activations).0 as f64;
-        assert!(
-            ratio_w > 5.0 && ratio_a < ratio_w,
-            "weights ×{ratio_w:.1}, activations ×{ratio_a:.1}"
-        );
-        let bad = vec![Plan {
-            batch: 0,
-            ..Plan::default()
-        }];
-        let rows = compare_rows(&bad, &fit::compare(&bad), Lang::En, Units::Binary);
-        assert!(rows.last().unwrap().1[0].contains("batch"));
     }
 }

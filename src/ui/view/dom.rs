@@ -165,13 +165,60 @@ impl El {
         self.listen(event, Box::new(f))
     }
     fn listen(self, event: &str, f: Box<dyn Fn(Event)>) -> El {
-        let cb = Closure::<dyn Fn(Event)>::new(f);
-        let _ = self
-            .0
-            .add_event_listener_with_callback(event, cb.as_ref().unchecked_ref());
-        // The listener lives as long as the element; the page never removes listeners.
-        cb.forget();
+        let listener = Listener::new(&self.0, event, f);
+        keep_while_owned(listener);
         self
+    }
+}
+
+/// Keeps `value` alive as long as the reactive owner in force now: it is dropped when that
+/// owner is cleaned up (an effect's next run, a [`Later`] build's replacement, the page's
+/// unmount). What [`El::dyn_children`] and [`El::later_children`] rebuild is built under such an
+/// owner, so the old children's listeners go with them instead of piling up for the page's
+/// life. Outside any owner nothing would drop it: it lives as long as the page.
+pub fn keep_while_owned<T: 'static>(value: T) {
+    // The arena entry is what holds the value; the handle itself is `Copy` and not needed.
+    let _ = StoredValue::new_local(value);
+}
+
+thread_local! {
+    static LIVE_LISTENERS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// How many event listeners the page's elements hold now: rebuilding children must leave this
+/// flat (the page's own tests count it).
+pub fn live_listeners() -> usize {
+    LIVE_LISTENERS.with(std::cell::Cell::get)
+}
+
+/// An event listener that is removed from its element and freed when dropped.
+struct Listener {
+    target: Element,
+    event: String,
+    callback: Closure<dyn Fn(Event)>,
+}
+
+impl Listener {
+    fn new(target: &Element, event: &str, f: Box<dyn Fn(Event)>) -> Self {
+        let callback = Closure::<dyn Fn(Event)>::new(f);
+        let _ = target.add_event_listener_with_callback(event, callback.as_ref().unchecked_ref());
+        LIVE_LISTENERS.with(|n| n.set(n.get() + 1));
+        Listener {
+            target: target.clone(),
+            event: event.to_string(),
+            callback,
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        // Removed first: a freed closure that the element could still call would throw.
+        let _ = self.target.remove_event_listener_with_callback(
+            &self.event,
+            self.callback.as_ref().unchecked_ref(),
+        );
+        LIVE_LISTENERS.with(|n| n.set(n.get().saturating_sub(1)));
     }
 }
 

@@ -1,22 +1,18 @@
-//! The panels of issues #5 and #6 in one container, [`panels`]: the mode switch with its
-//! inference chart ([`super::mode_panel`]), the parallelism panel ([`super::parallel_panel`]) and
-//! the comparison view ([`super::compare`]). All read and write one `RwSignal<Plan>`. They are
-//! built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every binding
-//! is type-erased, which keeps the WebAssembly within its size budget. Their texts follow the
-//! page's language and their sizes its units ([`Prefs`]); a switch rewrites texts and never
-//! reruns an estimate. Also the pieces they share.
+//! The panels' widget kit: the page's language and units as widgets read them ([`Prefs`]),
+//! a canvas figure, labelled selects and number boxes bound to a plan, description-list rows and
+//! alerts. Built on the page's DOM builder ([`super::dom`]) rather than typed view trees: every
+//! binding is type-erased, which keeps the WebAssembly within its size budget. Texts follow the
+//! page's language and sizes its units; a switch rewrites texts and never reruns an estimate.
 
 use leptos::prelude::*;
-use plotters::coord::Shift;
-use plotters::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
-use super::backend::AnyBackend;
+use super::backend::Draw;
 use super::dom::{h, value_of, El};
-use super::i18n::{Label, Lang, Msg, Units};
 use crate::plan::Plan;
-use crate::plots::{PlotError, Theme};
+use crate::plots::PlotError;
+use crate::ui::logic::i18n::{Label, Lang, Msg, Units};
 
 /// The page's language and units as the panels read them. Bindings that read them rebuild only
 /// their texts: the estimates live in memos that do not depend on either.
@@ -38,63 +34,9 @@ impl Prefs {
     }
 }
 
-/// The mode panel, the parallelism panel and the comparison view, in that order, their texts in
-/// `lang` and their sizes in `units`. Call it under a reactive owner: disposing that owner stops
-/// the panels' effects.
-pub fn panels(plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> web_sys::Element {
-    let cx = Prefs { lang, units };
-    h("div")
-        .cls("extra-panels")
-        .child(super::mode_panel::mode_panel(plan, cx))
-        .child(super::parallel_panel::parallel_panel(plan, cx))
-        .child(super::compare::compare_panel(plan, cx))
-        .0
-}
-
-/// Why [`panels_under`] has no panels: their WebAssembly chunk could not be fetched.
-#[derive(Debug)]
-pub struct ChunkUnavailable;
-
-impl From<wasm_split_helpers::SplitLoaderError> for ChunkUnavailable {
-    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
-        ChunkUnavailable
-    }
-}
-
-split_point! { panels;
-    /// [`panels`] built under `owner`: the panels and all that only they reach (the parallelism,
-    /// serving and comparison models, their charts) leave the first load for a chunk fetched the
-    /// first time the section opens. Err when that fetch fails (offline before the service worker
-    /// had cached it).
-    pub fn panels_under(owner: Owner, plan: RwSignal<Plan>, lang: Signal<Lang>, units: Signal<Units>) -> Result<web_sys::Element, ChunkUnavailable> {
-        Ok(owner.with(|| panels(plan, lang, units)))
-    }
-}
-
-/// Fetches the panels' chunk (at most once) without building them, so the page can check the
-/// section is still open before it builds them.
-#[cfg(feature = "split")]
-pub async fn load_panels() -> Result<(), ChunkUnavailable> {
-    __wasm_split_preload_panels_under().await?;
-    // The panels size language models (their plans are their own, not the page's): they need
-    // the lazily fetched builders whatever the page shows.
-    // They also read and write settings as JSON.
-    let ok = crate::plan::lazy::load().await && super::json::load().await;
-    ok.then_some(()).ok_or(ChunkUnavailable)
-}
-
-/// Nothing to fetch without the `split` feature.
-#[cfg(not(feature = "split"))]
-pub async fn load_panels() -> Result<(), ChunkUnavailable> {
-    Ok(())
-}
-
 /// Paints `canvas` at its CSS box, measured now (a default size before layout), through
 /// [`super::backend::paint_canvas`].
-pub(crate) fn paint(
-    canvas: &HtmlCanvasElement,
-    draw: &dyn Fn(&DrawingArea<AnyBackend<'static>, Shift>, &Theme) -> Result<(), PlotError>,
-) -> Result<(), PlotError> {
+pub(crate) fn paint(canvas: &HtmlCanvasElement, draw: &Draw<'_>) -> Result<(), PlotError> {
     let css = match (canvas.client_width(), canvas.client_height()) {
         (w, h) if w > 0 && h > 0 => (w as f64, h as f64),
         _ => (640.0, 360.0),
@@ -142,6 +84,10 @@ pub(crate) fn plan_select(
 }
 
 type Options = Box<dyn Fn(Lang) -> Vec<(&'static str, &'static str)>>;
+/// Applies a control's text to the plan.
+type SetFromText = Box<dyn Fn(&mut Plan, &str)>;
+/// Applies a control's text to the plan; false when the text is not a value.
+type TrySetFromText = Box<dyn Fn(&mut Plan, &str) -> bool>;
 
 fn select_erased(
     plan: RwSignal<Plan>,
@@ -150,7 +96,7 @@ fn select_erased(
     testid: &str,
     options: Options,
     value: Box<dyn Fn(&Plan) -> String>,
-    set: Box<dyn Fn(&mut Plan, &str)>,
+    set: SetFromText,
 ) -> El {
     let id = format!("x-{testid}");
     let list = move || {
@@ -200,7 +146,7 @@ fn number_erased(
     testid: &str,
     placeholder: Option<Label>,
     value: Box<dyn Fn(&Plan) -> String>,
-    set: Box<dyn Fn(&mut Plan, &str) -> bool>,
+    set: TrySetFromText,
 ) -> El {
     let id = format!("x-{testid}");
     let input = h("input")

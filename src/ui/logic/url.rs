@@ -10,15 +10,16 @@
 //! deserializer (unknown keys refused), so settings added to [`Plan`] later round-trip too.
 
 use crate::estimator::config::{AttnImpl, Checkpointing, OptimizerImpl, OptimizerKind, Precision};
-use crate::plan::{Plan};
 use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH};
-use crate::plan::{build_graph};
+use crate::plan::build_graph;
+use crate::plan::Plan;
 use crate::presets::{gpus, models};
 
+use super::ckpt_info::CkptInfo;
 use super::i18n::{Lang, Units};
 use super::json;
-use super::model::{model_plan, CkptInfo};
 use super::state::{self, InputSpec};
+use super::workbench::model_plan;
 
 /// The longest query string read; longer ones are ignored whole.
 pub const MAX_QUERY: usize = 64 * 1024;
@@ -232,6 +233,10 @@ pub fn wants_json(query: &str) -> bool {
     pairs(query).any(|(k, _)| matches!(k.as_deref(), Some("cfg" | "x")))
 }
 
+/// A setting that may not go with the model: its query key, whether the plan has it, and how
+/// to drop it.
+type Fallback = (&'static str, fn(&Plan) -> bool, fn(&mut Plan));
+
 /// Reads a query string (with or without its `?`). Never fails: what cannot be used falls back
 /// to the page's defaults ([`state::initial_plan`]) and is reported.
 pub fn parse_query(query: &str) -> Parsed {
@@ -353,7 +358,7 @@ pub fn parse_query(query: &str) -> Parsed {
         return out;
     }
     // Settings that are each valid but do not go together with the model fall back one by one.
-    let fallbacks: [(&'static str, fn(&Plan) -> bool, fn(&mut Plan)); 3] = [
+    let fallbacks: [Fallback; 3] = [
         (
             "ckpt",
             |p| p.ckpt != Checkpointing::None,

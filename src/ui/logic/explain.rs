@@ -2,57 +2,36 @@
 //! plan's numbers substituted ("25.6 M params × 4 B = 97.5 MiB"). Static memory (parameters,
 //! gradients, optimizer state) follows from the parameter count and dtypes; what scales with
 //! the batch is shown as `batch × per sample`, the per-sample figure being the slope of the
-//! category at the peak (two simulations, [`super::model::BatchModel`]); the device-level rows
+//! category at the peak (two simulations, [`super::workbench::BatchModel`]); the device-level rows
 //! follow `estimator::device`.
 
-use serde::Serialize;
-
 use crate::estimator::config::{OptimizerImpl, OptimizerKind};
-use crate::plan::{Plan};
-use crate::estimator::device::cublas_workspaces;
+use crate::estimator::hardware::{DeviceOverhead, DEFAULT_SM};
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
+use crate::plan::Plan;
 use crate::presets::gpus::Gpu;
 
+use super::i18n::formulas::Formula;
 use super::i18n::{category_label, fmt_bytes, fmt_count, phase_label, Lang, Msg, Units};
-use super::model::Numbers;
+use super::workbench::Numbers;
 
-/// One row of the breakdown.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct Row {
-    /// Stable key for exports (`params`, `gradients`, …, `allocated_peak`, `device_total`).
-    pub key: &'static str,
-    pub label: String,
-    pub bytes: Bytes,
-    pub formula: String,
-    /// A subtotal (allocated peak, reserved, device total).
-    pub total: bool,
-}
-
-fn tr(lang: Lang, en: String, zh: String) -> String {
-    match lang {
-        Lang::En => en,
-        Lang::Zh => zh,
-    }
-}
+use super::breakdown::Row;
 
 /// `batch × per-sample [+ fixed] = total` for a category that grows with the batch.
 fn scaled(n: &Numbers, c: Category, units: Units, lang: Lang) -> String {
     let (fixed, slope) = n.per_sample[c.index()];
     let total = n.category(c);
     if slope <= 0.5 {
-        return tr(
-            lang,
-            format!("does not grow with the batch = {}", fmt_bytes(total, units)),
-            format!("不随批大小变化 = {}", fmt_bytes(total, units)),
-        );
+        let total = fmt_bytes(total, units);
+        return Formula::Unscaled { total: &total }.text(lang);
     }
     let per = fmt_bytes(Bytes(slope.round() as u64), units);
-    let head = tr(
-        lang,
-        format!("{} samples × {per}", n.batch),
-        format!("{} 个样本 × {per}", n.batch),
-    );
+    let head = Formula::Samples {
+        batch: n.batch,
+        per: &per,
+    }
+    .text(lang);
     if fixed.abs() >= 0.01 * total.0.max(1) as f64 && fixed.abs() >= 1024.0 {
         let sign = if fixed < 0.0 { "−" } else { "+" };
         format!(
@@ -87,18 +66,12 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     };
 
     let bpp = per_param(n);
-    let params_formula = match bpp {
-        Some(k) => tr(
-            lang,
-            format!("{count} params × {k} B = {}", b(n.param_bytes)),
-            format!("{count} 个参数 × {k} B = {}", b(n.param_bytes)),
-        ),
-        None => tr(
-            lang,
-            format!("{count} params = {}", b(n.param_bytes)),
-            format!("{count} 个参数 = {}", b(n.param_bytes)),
-        ),
-    };
+    let params_formula = Formula::Params {
+        count: &count,
+        bytes_each: bpp,
+        total: &b(n.param_bytes),
+    }
+    .text(lang);
     push(
         "params",
         category_label(Category::Params, lang).into(),
@@ -109,14 +82,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
 
     let buffers = n.category(Category::Buffers);
     if buffers.0 > 0 {
-        let f = tr(
-            lang,
-            format!(
-                "running statistics of normalisation layers and other buffers = {}",
-                b(buffers)
-            ),
-            format!("归一化层的运行统计量等缓冲区 = {}", b(buffers)),
-        );
+        let f = Formula::Buffers { total: &b(buffers) }.text(lang);
         push(
             "buffers",
             category_label(Category::Buffers, lang).into(),
@@ -133,11 +99,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         false,
     );
     let saved = scaled(n, Category::Activations, units, lang);
-    let act = tr(
-        lang,
-        format!("saved for backward: {saved}"),
-        format!("为反向保存：{saved}"),
-    );
+    let act = Formula::SavedForBackward { scaled: &saved }.text(lang);
     push(
         "activations",
         category_label(Category::Activations, lang).into(),
@@ -145,17 +107,10 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         act,
         false,
     );
-    let bt = tr(
-        lang,
-        format!(
-            "activation gradients and recomputed segments: {}",
-            scaled(n, Category::BackwardTemps, units, lang)
-        ),
-        format!(
-            "激活梯度与重计算的段：{}",
-            scaled(n, Category::BackwardTemps, units, lang)
-        ),
-    );
+    let bt = Formula::BackwardTemps {
+        scaled: &scaled(n, Category::BackwardTemps, units, lang),
+    }
+    .text(lang);
     push(
         "backward_temps",
         category_label(Category::BackwardTemps, lang).into(),
@@ -165,30 +120,25 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     );
 
     let grads = n.category(Category::Gradients);
+    let grad_bytes = b(n.grad_bytes);
     let full = match bpp {
-        Some(k) if n.grad_bytes == n.param_bytes => tr(
-            lang,
-            format!("{count} grads × {k} B = {}", b(n.grad_bytes)),
-            format!("{count} 个梯度 × {k} B = {}", b(n.grad_bytes)),
-        ),
-        _ => tr(
-            lang,
-            format!("one per trainable parameter = {}", b(n.grad_bytes)),
-            format!("每个可训练参数一个 = {}", b(n.grad_bytes)),
-        ),
-    };
+        Some(k) if n.grad_bytes == n.param_bytes => Formula::Grads {
+            count: &count,
+            bytes_each: k,
+            total: &grad_bytes,
+        },
+        _ => Formula::GradsPerTrainable { total: &grad_bytes },
+    }
+    .text(lang);
     let gf = if grads.0 as f64 >= 0.99 * n.grad_bytes.0 as f64 {
         full
     } else {
-        let ph = phase_label(n.phase, lang);
-        tr(
-            lang,
-            format!(
-                "{full} once all exist; {} live at the peak ({ph})",
-                b(grads)
-            ),
-            format!("全部生成后 {full}；峰值时（{ph}）存活 {}", b(grads)),
-        )
+        Formula::GradsLive {
+            full: &full,
+            live: &b(grads),
+            phase: phase_label(n.phase, lang),
+        }
+        .text(lang)
     };
     push(
         "gradients",
@@ -199,36 +149,26 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     );
 
     let states = plan.opt.states_per_param();
+    let state_bytes = b(n.opt_state_bytes);
     let of = match (plan.opt, bpp) {
-        (OptimizerKind::Sgd, _) => tr(
-            lang,
-            "plain SGD keeps no state = 0 B".into(),
-            "普通 SGD 不保存状态 = 0 B".into(),
-        ),
-        (o, Some(k)) => {
-            let names = if o == OptimizerKind::SgdMomentum {
+        (OptimizerKind::Sgd, _) => Formula::PlainSgdState,
+        (o, Some(k)) => Formula::OptimizerStates {
+            states,
+            names: if o == OptimizerKind::SgdMomentum {
                 "momentum_buffer"
             } else {
                 "exp_avg, exp_avg_sq"
-            };
-            tr(
-                lang,
-                format!(
-                    "{states} states ({names}) × {count} × {k} B = {}",
-                    b(n.opt_state_bytes)
-                ),
-                format!(
-                    "{states} 个状态（{names}）× {count} × {k} B = {}",
-                    b(n.opt_state_bytes)
-                ),
-            )
-        }
-        (_, None) => tr(
-            lang,
-            format!("{states} states per parameter = {}", b(n.opt_state_bytes)),
-            format!("每个参数 {states} 个状态 = {}", b(n.opt_state_bytes)),
-        ),
-    };
+            },
+            count: &count,
+            bytes_each: k,
+            total: &state_bytes,
+        },
+        (_, None) => Formula::StatesPerParam {
+            states,
+            total: &state_bytes,
+        },
+    }
+    .text(lang);
     push(
         "optimizer_state",
         category_label(Category::OptimizerState, lang).into(),
@@ -239,15 +179,16 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
 
     let temps = plan.opt.step_temporaries(plan.optimizer_impl());
     let ot = n.category(Category::OptimizerTemps);
+    let (ot_text, temporary) = (b(ot), b(n.grad_bytes));
     let otf = match (temps, plan.optimizer_impl()) {
-        (0, OptimizerImpl::Fused) => tr(lang, format!("fused step: no temporaries = {}", b(ot)), format!("融合实现：无临时张量 = {}", b(ot))),
-        (0, _) => tr(lang, format!("no parameter-sized temporaries = {}", b(ot)), format!("无与参数同大小的临时张量 = {}", b(ot))),
-        (_, _) => tr(
-            lang,
-            format!("foreach step: sqrt(exp_avg_sq), one parameter-sized temporary ({}), live only during the step; at the peak {}", b(n.grad_bytes), b(ot)),
-            format!("foreach 实现：sqrt(exp_avg_sq)，一个与参数同大小的临时张量（{}），仅在更新时存活；峰值时 {}", b(n.grad_bytes), b(ot)),
-        ),
-    };
+        (0, OptimizerImpl::Fused) => Formula::FusedStep { total: &ot_text },
+        (0, _) => Formula::NoTemporaries { total: &ot_text },
+        (_, _) => Formula::ForeachStep {
+            temporary: &temporary,
+            peak: &ot_text,
+        },
+    }
+    .text(lang);
     push(
         "optimizer_temps",
         category_label(Category::OptimizerTemps, lang).into(),
@@ -259,11 +200,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     let kv = n.category(Category::KvCache);
     if kv.0 > 0 {
         let kv_text = scaled(n, Category::KvCache, units, lang);
-        let f = tr(
-            lang,
-            format!("keys and values of every layer for the context so far: {kv_text}"),
-            format!("各层截至当前上下文的键和值：{kv_text}"),
-        );
+        let f = Formula::KvCache { scaled: &kv_text }.text(lang);
         push(
             "kv_cache",
             category_label(Category::KvCache, lang).into(),
@@ -273,61 +210,37 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         );
     }
 
-    let ph = phase_label(n.phase, lang);
-    let pf = match &n.peak_op {
-        Some(op) => tr(
-            lang,
-            format!("sum of the rows above, during {ph} at {op}; each tensor rounded to 512 B"),
-            format!("以上各项之和，出现在{ph}（{op}）；每个张量按 512 B 取整"),
-        ),
-        None => tr(
-            lang,
-            format!("sum of the rows above, during {ph}; each tensor rounded to 512 B"),
-            format!("以上各项之和，出现在{ph}；每个张量按 512 B 取整"),
-        ),
-    };
+    let pf = Formula::PeakSum {
+        phase: phase_label(n.phase, lang),
+        op: n.peak_op.as_deref(),
+    }
+    .text(lang);
     push("allocated_peak", Msg::Peak.t(lang).into(), n.peak, pf, true);
 
     let cache = n
         .reserved
         .saturating_sub(n.peak)
         .saturating_sub(n.workspaces);
-    let cf = tr(
-        lang,
-        "caching allocator: 2 MiB segments for blocks up to 1 MiB, 20 MiB up to 10 MiB, larger ones rounded to 2 MiB; kept after frees".into(),
-        "缓存分配器：1 MiB 以下的块用 2 MiB 段，10 MiB 以下用 20 MiB 段，更大的按 2 MiB 取整；释放后仍保留".into(),
-    );
     push(
         "allocator_cache",
-        tr(lang, "Allocator cache".into(), "分配器缓存".into()),
+        Msg::AllocatorCache.t(lang).into(),
         cache,
-        cf,
+        Formula::AllocatorCache.text(lang),
         false,
     );
-    let sm = gpu.map(|g| g.sm).unwrap_or(90);
+    let sm = gpu.map_or(DEFAULT_SM, |g| g.sm);
     let wf = if sm == 0 {
-        tr(
-            lang,
-            "no cuBLAS on this device = 0 B".into(),
-            "此设备无 cuBLAS = 0 B".into(),
-        )
+        Formula::NoCublas.text(lang)
     } else {
-        let per = if sm >= 90 { "32 MiB" } else { "8.06 MiB" };
-        tr(
-            lang,
-            format!(
-                "cuBLAS + cuBLASLt, forward and backward threads: 2 × ({per} + 1 MiB) = {}",
-                b(cublas_workspaces(sm))
-            ),
-            format!(
-                "cuBLAS + cuBLASLt，前向与反向两个线程：2 × ({per} + 1 MiB) = {}",
-                b(cublas_workspaces(sm))
-            ),
-        )
+        Formula::Cublas {
+            per: if sm >= 90 { "32 MiB" } else { "8.06 MiB" },
+            total: &b(DeviceOverhead::of(gpu).workspaces),
+        }
+        .text(lang)
     };
     push(
         "workspaces",
-        tr(lang, "Workspaces".into(), "工作空间".into()),
+        Msg::Workspaces.t(lang).into(),
         n.workspaces,
         wf,
         false,
@@ -336,30 +249,22 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         "reserved",
         Msg::Reserved.t(lang).into(),
         n.reserved,
-        tr(
-            lang,
-            "allocated peak + allocator cache + workspaces".into(),
-            "已分配峰值 + 分配器缓存 + 工作空间".into(),
-        ),
+        Formula::Reserved.text(lang),
         true,
     );
     let name = gpu.map(|g| g.name).unwrap_or("GPU");
     push(
         "context",
-        tr(lang, "CUDA context".into(), "CUDA 上下文".into()),
+        Msg::CudaContext.t(lang).into(),
         n.context,
-        tr(lang, format!("driver state and loaded kernels, typical for {name}; not allocated through PyTorch"), format!("驱动状态与已加载的内核，{name} 的典型值；不经 PyTorch 分配")),
+        Formula::Context { gpu: name }.text(lang),
         false,
     );
     push(
         "device_total",
         Msg::DeviceTotal.t(lang).into(),
         n.device_total,
-        tr(
-            lang,
-            "reserved + CUDA context: what nvidia-smi shows".into(),
-            "已预留 + CUDA 上下文：即 nvidia-smi 显示的用量".into(),
-        ),
+        Formula::DeviceTotal.text(lang),
         true,
     );
     out
@@ -371,15 +276,15 @@ mod tests {
     use crate::estimator::config::Precision;
     use crate::plan::estimate;
     use crate::presets::gpus;
-    use crate::ui::model::BatchModel;
+    use crate::ui::logic::workbench::BatchModel;
 
     fn numbers(plan: &Plan) -> Numbers {
-        let gpu = crate::ui::state::gpu_of(plan);
+        let gpu = crate::ui::logic::state::gpu_of(plan);
         BatchModel::new(plan).unwrap().at(plan.batch, gpu.as_ref())
     }
 
     #[test]
-    fn resnet50_parameters_read_like_the_issue() {
+    fn resnet50_formulas_show_count_times_bytes() {
         let plan = Plan {
             batch: 32,
             gpu: Some("a100-80".into()),
@@ -442,7 +347,7 @@ mod tests {
             let rows = rows(
                 &n,
                 &plan,
-                crate::ui::state::gpu_of(&plan).as_ref(),
+                crate::ui::logic::state::gpu_of(&plan).as_ref(),
                 Lang::En,
                 Units::Binary,
             );

@@ -1,16 +1,17 @@
 //! "What would make it fit": changes to the plan that lower its device total, each simulated
-//! (through the page's cached [`super::model::BatchModel`]s, so a suggestion's effect is the
+//! (through the page's cached [`super::workbench::BatchModel`]s, so a suggestion's effect is the
 //! estimator's, not a rule of thumb), ranked with the ones that fit first and the cheapest first
 //! among those, each with its effect and its cost.
 
 use crate::estimator::config::{Checkpointing, OptimizerImpl, OptimizerKind, Precision};
-use crate::plan::{Plan};
 use crate::estimator::units::Bytes;
 use crate::estimator::MAX_ACCUMULATION;
+use crate::plan::Plan;
 
-use super::i18n::{fmt_bytes, fmt_pct, Lang, Units};
-use super::model::{CkptInfo, Numbers};
+use super::ckpt_info::CkptInfo;
+use super::i18n::{fmt_bytes, fmt_pct, suggestions, Lang, Msg, Units};
 use super::state::{self, InputSpec};
+use super::workbench::Numbers;
 
 /// One change to the plan.
 #[derive(Clone, Debug, PartialEq)]
@@ -288,102 +289,25 @@ pub fn evaluate(
 
 /// What the change is, in a few words.
 pub fn title(fix: &Fix, spec: InputSpec, lang: Lang) -> String {
-    let zh = lang == Lang::Zh;
+    let fixed = |m: Msg| m.t(lang).to_string();
     match fix {
-        Fix::Precision(Precision::AmpBf16) => if zh {
-            "bf16 自动混合精度"
-        } else {
-            "bf16 autocast"
-        }
-        .into(),
-        Fix::Precision(Precision::AmpFp16) => if zh {
-            "fp16 自动混合精度"
-        } else {
-            "fp16 autocast"
-        }
-        .into(),
-        Fix::Precision(Precision::Bf16) => if zh {
-            "纯 bf16 权重与优化器状态"
-        } else {
-            "Pure bf16 weights and optimizer state"
-        }
-        .into(),
-        Fix::Precision(Precision::Fp16) => if zh {
-            "纯 fp16 权重与优化器状态"
-        } else {
-            "Pure fp16 weights and optimizer state"
-        }
-        .into(),
+        Fix::Precision(Precision::AmpBf16) => fixed(Msg::FixAutocastBf16),
+        Fix::Precision(Precision::AmpFp16) => fixed(Msg::FixAutocastFp16),
+        Fix::Precision(Precision::Bf16) => fixed(Msg::FixPureBf16),
+        Fix::Precision(Precision::Fp16) => fixed(Msg::FixPureFp16),
         Fix::Precision(Precision::Fp32) => "fp32".into(),
-        Fix::Checkpointing(Checkpointing::Block) => if zh {
-            "每个块做检查点"
-        } else {
-            "Checkpoint every block"
-        }
-        .into(),
-        Fix::Checkpointing(Checkpointing::Stage) => if zh {
-            "每个阶段做检查点"
-        } else {
-            "Checkpoint every stage"
-        }
-        .into(),
-        Fix::Checkpointing(Checkpointing::Sqrt) => if zh {
-            "检查点分 √N 段"
-        } else {
-            "Checkpoint √N segments"
-        }
-        .into(),
-        Fix::Checkpointing(Checkpointing::Segments(k)) => {
-            if zh {
-                format!("检查点分 {k} 段")
-            } else {
-                format!("Checkpoint {k} segments")
-            }
-        }
-        Fix::Checkpointing(Checkpointing::None) => if zh {
-            "不做检查点"
-        } else {
-            "No checkpointing"
-        }
-        .into(),
-        Fix::Accumulate { batch, steps } => {
-            if zh {
-                format!("批大小 {batch} × {steps} 步梯度累积")
-            } else {
-                format!("Batch {batch} × {steps} accumulation steps")
-            }
-        }
-        Fix::FusedOptimizer => if zh {
-            "融合优化器（fused=True）"
-        } else {
-            "Fused optimizer (fused=True)"
-        }
-        .into(),
-        Fix::Optimizer(OptimizerKind::SgdMomentum) => if zh {
-            "用带动量的 SGD 代替 Adam"
-        } else {
-            "SGD with momentum instead of Adam"
-        }
-        .into(),
-        Fix::Optimizer(OptimizerKind::Sgd) => if zh {
-            "不带动量的 SGD"
-        } else {
-            "Plain SGD, no momentum"
-        }
-        .into(),
-        Fix::Optimizer(OptimizerKind::Adamw8bit) => if zh {
-            "8 位 AdamW（bitsandbytes）"
-        } else {
-            "8-bit AdamW (bitsandbytes)"
-        }
-        .into(),
+        Fix::Checkpointing(Checkpointing::Block) => fixed(Msg::FixCkptBlock),
+        Fix::Checkpointing(Checkpointing::Stage) => fixed(Msg::FixCkptStage),
+        Fix::Checkpointing(Checkpointing::Sqrt) => fixed(Msg::FixCkptSqrt),
+        Fix::Checkpointing(Checkpointing::Segments(k)) => suggestions::segments(*k as u64, lang),
+        Fix::Checkpointing(Checkpointing::None) => fixed(Msg::FixCkptNone),
+        Fix::Accumulate { batch, steps } => suggestions::accumulate(*batch, *steps, lang),
+        Fix::FusedOptimizer => fixed(Msg::FixFusedOptimizer),
+        Fix::Optimizer(OptimizerKind::SgdMomentum) => fixed(Msg::FixSgdMomentum),
+        Fix::Optimizer(OptimizerKind::Sgd) => fixed(Msg::FixPlainSgd),
+        Fix::Optimizer(OptimizerKind::Adamw8bit) => fixed(Msg::FixAdamw8bit),
         Fix::Optimizer(o) => o.name().into(),
-        Fix::InputSize(v) => match (spec.is_image(), zh) {
-            (true, false) => format!("Resolution {v}"),
-            (true, true) => format!("分辨率 {v}"),
-            (false, false) => format!("Sequence length {v}"),
-            (false, true) => format!("序列长度 {v}"),
-        },
+        Fix::InputSize(v) => suggestions::input_size(spec.is_image(), *v, lang),
         Fix::Combined(fixes) => fixes
             .iter()
             .map(|f| title(f, spec, lang))
@@ -403,7 +327,7 @@ pub fn effect(s: &Suggestion, units: Units) -> String {
 
 /// What the change costs.
 pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
-    let zh = lang == Lang::Zh;
+    let fixed = |m: Msg| m.t(lang).to_string();
     let compute = s.extra_compute - s.extra_compute_before;
     let mut parts: Vec<String> = Vec::new();
     let fixes: Vec<&Fix> = match &s.fix {
@@ -412,64 +336,25 @@ pub fn cost(s: &Suggestion, before: &Plan, lang: Lang) -> String {
     };
     for f in fixes {
         parts.push(match f {
-            Fix::FusedOptimizer => if zh {
-                "无代价：同样的计算，一个内核完成"
-            } else {
-                "no cost: the same update in one kernel"
-            }
-            .into(),
-            Fix::Precision(Precision::AmpBf16 | Precision::AmpFp16) => if zh {
-                "通常无代价：矩阵乘以 16 位计算，权重仍为 fp32"
-            } else {
-                "usually free: matmuls in 16 bits, weights stay fp32"
-            }
-            .into(),
-            Fix::Precision(_) => if zh {
-                "权重与优化器状态降为 16 位：注意收敛"
-            } else {
-                "16-bit weights and optimizer state: watch convergence"
-            }
-            .into(),
-            Fix::Checkpointing(_) => {
-                if zh {
-                    format!("计算量 +{}", fmt_pct(compute))
-                } else {
-                    format!("+{} compute", fmt_pct(compute))
-                }
-            }
+            Fix::FusedOptimizer => fixed(Msg::CostFusedOptimizer),
+            Fix::Precision(Precision::AmpBf16 | Precision::AmpFp16) => fixed(Msg::CostAutocast),
+            Fix::Precision(_) => fixed(Msg::CostPure16Bit),
+            Fix::Checkpointing(_) => suggestions::extra_compute(&fmt_pct(compute), lang),
             Fix::Accumulate { batch, steps } => {
                 let eff = batch * *steps as u64;
                 let was = before.batch * before.accumulation as u64;
-                match (eff == was, zh) {
-                    (true, false) => format!("same effective batch ({eff}), smaller kernels"),
-                    (true, true) => format!("等效批大小不变（{eff}），内核更小"),
-                    (false, false) => format!("effective batch {eff} instead of {was}"),
-                    (false, true) => format!("等效批大小为 {eff}（原为 {was}）"),
-                }
+                suggestions::effective_batch(eff, was, lang)
             }
-            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => if zh {
-                "需要 bitsandbytes；8 位矩估计，通常精度相当"
-            } else {
-                "needs bitsandbytes; 8-bit moments, usually the same accuracy"
+            Fix::Optimizer(OptimizerKind::Adamw8bit | OptimizerKind::Adam8bit) => {
+                fixed(Msg::CostEightBitOptimizer)
             }
-            .into(),
-            Fix::Optimizer(_) => if zh {
-                "换了优化器：需重新调学习率"
-            } else {
-                "another optimizer: retune the learning rate"
-            }
-            .into(),
-            Fix::InputSize(_) => if zh {
-                "改变了输入数据"
-            } else {
-                "changes what the model sees"
-            }
-            .into(),
+            Fix::Optimizer(_) => fixed(Msg::CostOtherOptimizer),
+            Fix::InputSize(_) => fixed(Msg::CostInputSize),
             Fix::Combined(_) => String::new(),
         });
     }
     parts.dedup();
-    parts.join(if zh { "；" } else { "; " })
+    parts.join(suggestions::cost_separator(lang))
 }
 
 /// A suggestion as the page lists it: the plan it applies, whether it fits, and its texts.
@@ -575,7 +460,7 @@ pub fn shown(ask: Ask<'_>) -> Result<Vec<Shown>, crate::split::NotLoaded> {
 mod tests {
     use super::*;
     use crate::presets::gpus;
-    use crate::ui::model::{Wants, Workbench};
+    use crate::ui::logic::workbench::{Wants, Workbench};
 
     /// Runs the page's logic: candidates, their models, then the ranking.
     fn suggest(plan: &Plan) -> (Numbers, Vec<Suggestion>) {

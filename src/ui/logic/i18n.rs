@@ -1,12 +1,19 @@
-//! The page's words in English and 中文, and how it writes sizes (GiB or GB). Every string the
-//! page shows comes from here or from the panels' logic modules, so both languages stay
-//! complete: [`Msg`] is one enum of fixed texts, [`Label`] names an option either by a [`Msg`] or
-//! by a name that reads the same in every language, and the functions below build the texts that
-//! carry numbers.
+//! The page's words in English and 中文, and how it writes numbers and sizes (GiB or GB). Every
+//! text the page shows is built here, so both languages stay complete: [`Msg`] is one enum of
+//! fixed texts, [`Label`] names an option either by a [`Msg`] or by a name that reads the same in
+//! every language, and the functions below and in the submodules (one per part of the page) build
+//! the texts that carry numbers from facts the logic modules hand them.
 
 use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKind, Precision};
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
+
+pub mod charts;
+pub mod comparison;
+pub mod formulas;
+pub mod inference;
+pub mod parallelism;
+pub mod suggestions;
 
 /// The page's language.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -142,6 +149,22 @@ pub fn fmt_pct(frac: f64) -> String {
         format!("{p:.0} %")
     } else {
         format!("{p:.1} %")
+    }
+}
+
+/// A duration with a sensible unit (the same in both languages).
+pub fn fmt_seconds(s: f64) -> String {
+    if !s.is_finite() {
+        "–".into()
+    } else if s <= 0.0 {
+        // Also −0.0, which a layout with nothing to communicate computes.
+        "0 s".into()
+    } else if s >= 1.0 {
+        format!("{s:.2} s")
+    } else if s >= 1e-3 {
+        format!("{:.1} ms", s * 1e3)
+    } else {
+        format!("{:.0} µs", s * 1e6)
     }
 }
 
@@ -342,6 +365,52 @@ messages! {
     ActivationsAtPeak => "Activations at the peak", "峰值时的激活";
     ActivationsPerByte => "Activations per parameter byte", "激活与参数字节数之比";
     MessageRow => "Message", "错误信息";
+    CkptYourChoiceStage => "your choice: every stage", "当前选择：每个阶段";
+    CkptYourChoice => "your choice", "当前选择";
+    YourChoice => "Your choice", "当前选择";
+    SqrtSegments => "√N segments", "√N 段";
+    CheckpointingShort => "Checkpointing", "检查点";
+    ExtraComputeAxis => "Extra compute (%)", "额外计算量（%）";
+    ActivationMemoryLegend => "Activation memory", "激活显存";
+    ExtraComputeLegend => "Extra compute", "额外计算量";
+    LiveMemory => "Live memory", "存活显存";
+    PeakWord => "peak", "峰值";
+    SavedActivations => "Saved activations", "保存的激活";
+    PhaseColumn => "Phase", "阶段";
+    HighestLiveMemory => "Highest live memory", "最高存活显存";
+    LiveMemoryAtEnd => "Live memory at its end", "结束时存活显存";
+    CkptNone => "None", "不使用";
+    CkptEveryStage => "Every stage", "每个阶段";
+    CkptEveryBlock => "Every block", "每个块";
+    CkptKSegments => "k segments", "k 段";
+    FixAutocastBf16 => "bf16 autocast", "bf16 自动混合精度";
+    FixAutocastFp16 => "fp16 autocast", "fp16 自动混合精度";
+    FixPureBf16 => "Pure bf16 weights and optimizer state", "纯 bf16 权重与优化器状态";
+    FixPureFp16 => "Pure fp16 weights and optimizer state", "纯 fp16 权重与优化器状态";
+    FixCkptBlock => "Checkpoint every block", "每个块做检查点";
+    FixCkptStage => "Checkpoint every stage", "每个阶段做检查点";
+    FixCkptSqrt => "Checkpoint √N segments", "检查点分 √N 段";
+    FixCkptNone => "No checkpointing", "不做检查点";
+    FixFusedOptimizer => "Fused optimizer (fused=True)", "融合优化器（fused=True）";
+    FixSgdMomentum => "SGD with momentum instead of Adam", "用带动量的 SGD 代替 Adam";
+    FixPlainSgd => "Plain SGD, no momentum", "不带动量的 SGD";
+    FixAdamw8bit => "8-bit AdamW (bitsandbytes)", "8 位 AdamW（bitsandbytes）";
+    CostFusedOptimizer => "no cost: the same update in one kernel", "无代价：同样的计算，一个内核完成";
+    CostAutocast => "usually free: matmuls in 16 bits, weights stay fp32", "通常无代价：矩阵乘以 16 位计算，权重仍为 fp32";
+    CostPure16Bit => "16-bit weights and optimizer state: watch convergence", "权重与优化器状态降为 16 位：注意收敛";
+    CostEightBitOptimizer => "needs bitsandbytes; 8-bit moments, usually the same accuracy", "需要 bitsandbytes；8 位矩估计，通常精度相当";
+    CostOtherOptimizer => "another optimizer: retune the learning rate", "换了优化器：需重新调学习率";
+    CostInputSize => "changes what the model sees", "改变了输入数据";
+    AllocatorCache => "Allocator cache", "分配器缓存";
+    Workspaces => "Workspaces", "工作空间";
+    CudaContext => "CUDA context", "CUDA 上下文";
+    NoBatchInRange => "No batch size in range can be estimated for this plan", "此设置下没有可估算的批大小";
+    NoInputSizeInRange => "No input size in range can be estimated for this plan", "此设置下没有可估算的输入尺寸";
+    CheckpointSegmentsAxis => "Checkpoint segments k (1 = none)", "检查点分段数 k（1 = 不使用）";
+    NoCheckpointingToCompare => "This model has no checkpointing to compare", "此模型没有可比较的检查点方案";
+    StepEventsAxis => "Events of one training step (ops, frees, optimizer)", "一次训练步中的事件（算子、释放、优化器）";
+    ModelBlockAxis => "Block of the model, forward order", "模型的块（前向顺序）";
+    NoSavedActivations => "No activations are saved for backward", "没有为反向保存的激活";
 }
 
 /// An option's text: a [`Msg`], or a name that reads the same in every language (a dtype, an

@@ -1,24 +1,24 @@
-//! The parallelism panel (issue #5): GPUs per node, nodes, data/tensor/pipeline degrees, ZeRO
+//! The parallelism panel: GPUs per node, nodes, data/tensor/pipeline degrees, ZeRO
 //! stage or FSDP, offload targets and interconnects; the per-GPU numbers of the layout, the chart
 //! of per-GPU memory against the number of GPUs for every ZeRO stage with the GPU's capacity, the
 //! per-rank breakdown, and the search for the cheapest layouts that fit, each applied with one
-//! click. Logic and texts in [`super::scale_logic`] and [`super::i18n`].
+//! click. Logic and texts in [`crate::ui::logic::parallel`] and [`crate::ui::logic::i18n`].
 
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::dom::{button, effect, h, El};
-use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
-use super::i18n::{prefixed, Label, Msg};
-use super::scale_logic as sl;
-use super::scale_logic::{Degree, OffloadTarget};
-use crate::estimator::config::{Mode};
-use crate::plan::{Plan};
-use crate::plan::search::Candidate;
+use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
+use crate::estimator::config::Mode;
 use crate::estimator::units::Bytes;
+use crate::plan::search::Candidate;
+use crate::plan::Plan;
 use crate::plots::rank_chart::draw_rank_chart;
 use crate::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use crate::presets::links::LinkKind;
+use crate::ui::logic::i18n::{prefixed, Label, Msg};
+use crate::ui::logic::parallel as sl;
+use crate::ui::logic::parallel::{Degree, OffloadTarget};
 
 /// What the ZeRO chart depends on: the plan without the data-parallel degree and the sharding
 /// scheme it varies itself.

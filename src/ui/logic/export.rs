@@ -3,8 +3,8 @@
 
 use crate::plan::Plan;
 
-use super::charts::Table;
-use super::explain::Row;
+use super::breakdown::Row;
+use super::chart_data::Table;
 
 /// A CSV cell: quoted when it holds a comma, quote or line break; defused when a spreadsheet
 /// would take it for a formula (`=`, `+`, `-`, `@` first).
@@ -83,9 +83,9 @@ pub fn file_name(plan: &Plan, what: &str, ext: &str) -> String {
 mod tests {
     use super::*;
     use crate::estimator::units::Bytes;
-    use crate::ui::explain;
-    use crate::ui::i18n::{Lang, Units};
-    use crate::ui::model::BatchModel;
+    use crate::ui::logic::explain;
+    use crate::ui::logic::i18n::{Lang, Units};
+    use crate::ui::logic::workbench::BatchModel;
 
     #[test]
     fn cells_are_quoted_and_defused() {

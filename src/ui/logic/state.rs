@@ -2,17 +2,19 @@
 //! components stay thin: slider scales, parsing what the user typed, which controls apply to
 //! the chosen model, and the pickers' options. Nothing here knows about Leptos or the DOM.
 
-use crate::estimator::config::{Checkpointing};
-use crate::plan::{Plan};
+use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
 use crate::estimator::units::parse_decimal;
 use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
+use crate::plan::Plan;
+use crate::plan::PlanError;
 use crate::presets::gpus::{self, GPUS};
 use crate::presets::models::{self, Family, InputKind, MODELS};
 
-use super::model::CkptInfo;
+use super::ckpt_info::CkptInfo;
+use super::i18n::Msg;
 
-/// The batch slider's range (issue #4: log scale from 1 to 4096).
+/// The batch slider's range (log scale from 1 to 4096).
 pub const BATCH_MIN: u64 = 1;
 pub const BATCH_MAX: u64 = 4096;
 /// Slider positions per doubling of the batch: fine enough that every batch up to 100 has its
@@ -66,20 +68,20 @@ pub fn parse_uint(s: &str) -> Option<u64> {
 
 /// The estimator's verdict on a batch size, without simulating (the page validates the batch
 /// itself because it never re-simulates on a batch change).
-pub fn check_batch(b: u64) -> Result<(), EstimateError> {
+pub fn check_batch(b: u64) -> Result<(), PlanError> {
     if b < 1 {
-        return Err(EstimateError::TooSmall {
+        return Err(PlanError::Estimate(EstimateError::TooSmall {
             field: "batch",
             min: 1,
             got: b,
-        });
+        }));
     }
     if b > MAX_BATCH {
-        return Err(EstimateError::TooBig {
+        return Err(PlanError::Estimate(EstimateError::TooBig {
             field: "batch",
             max: MAX_BATCH,
             got: b,
-        });
+        }));
     }
     Ok(())
 }
@@ -260,19 +262,19 @@ pub fn has_causal_mask(plan: &Plan) -> bool {
     kind.is_some_and(|t| t != "bert")
 }
 
-/// The checkpointing picker's choices for a model: `(value, English label, Chinese label)`.
-/// `stage` only where it differs from `block` (ResNet stages).
-pub fn ckpt_choices(info: &CkptInfo) -> Vec<(&'static str, &'static str, &'static str)> {
-    let mut v = vec![("none", "None", "不使用")];
+/// The checkpointing picker's choices for a model: `(value, label)`. `stage` only where it
+/// differs from `block` (ResNet stages).
+pub fn ckpt_choices(info: &CkptInfo) -> Vec<(&'static str, Msg)> {
+    let mut v = vec![("none", Msg::CkptNone)];
     if info.stages > 0 && info.stages != info.blocks {
-        v.push(("stage", "Every stage", "每个阶段"));
+        v.push(("stage", Msg::CkptEveryStage));
     }
     if info.blocks > 0 {
-        v.push(("block", "Every block", "每个块"));
+        v.push(("block", Msg::CkptEveryBlock));
     }
     if info.segments {
-        v.push(("sqrt", "√N segments", "√N 段"));
-        v.push(("k", "k segments", "k 段"));
+        v.push(("sqrt", Msg::SqrtSegments));
+        v.push(("k", Msg::CkptKSegments));
     }
     v
 }
@@ -324,7 +326,7 @@ pub fn model_options() -> Vec<(&'static str, &'static str)> {
     MODELS.iter().map(|m| (m.id, m.name)).collect()
 }
 
-/// The model picker's groups in the issue's order: CNNs, vision transformers, language models,
+/// The model picker's groups, in this order: CNNs, vision transformers, language models,
 /// RNN; each with its presets in catalogue order.
 pub fn model_groups() -> Vec<(Family, Vec<(&'static str, &'static str)>)> {
     [
@@ -371,14 +373,14 @@ pub fn set_model(plan: &mut Plan, id: &str) {
 
 /// Uses a pasted `config.json`. Only its JSON shape is checked here; the estimator says what it
 /// cannot model.
-pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), EstimateError> {
+pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), PlanError> {
     let v = super::json::parse(text)
-        .map_err(|_| EstimateError::CodeNotLoaded)?
-        .map_err(EstimateError::BadHfConfig)?;
+        .map_err(|_| PlanError::CodeNotLoaded)?
+        .map_err(|e| PlanError::Estimate(EstimateError::BadHfConfig(e)))?;
     if !v.is_object() {
-        return Err(EstimateError::BadHfConfig(
+        return Err(PlanError::Estimate(EstimateError::BadHfConfig(
             "a config.json is a JSON object".into(),
-        ));
+        )));
     }
     let kind = v
         .get("model_type")

@@ -1,19 +1,19 @@
-//! The mode switch (issue #6): train, fine-tune or infer, with the controls each mode takes
+//! The mode switch: train, fine-tune or infer, with the controls each mode takes
 //! (LoRA rank and targets, QLoRA; weight format, KV-cache dtype and context when serving), the
 //! inference numbers and the chart of memory against context length with the KV cache as its own
-//! band. Logic and texts in [`super::mode_logic`] and [`super::i18n`].
+//! band. Logic and texts in [`crate::ui::logic::mode`] and [`crate::ui::logic::i18n`].
 
 use leptos::prelude::*;
 
 use super::dom::{effect, h, El};
-use super::extra::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
-use super::i18n::{option_texts, prefixed, Label, Msg};
-use super::mode_logic as ml;
-use super::scale_logic::gpu_of;
-use crate::estimator::config::{Mode};
-use crate::plan::{Plan};
+use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
+use crate::estimator::config::Mode;
 use crate::plan::estimate;
+use crate::plan::Plan;
 use crate::plots::draw_stacked_chart;
+use crate::ui::logic::i18n::{option_texts, prefixed, Label, Msg};
+use crate::ui::logic::mode as ml;
+use crate::ui::logic::parallel::gpu_of;
 
 /// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.
 fn group() -> El {

@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::plan::Plan;
 
-use super::explain::Row;
+use super::breakdown::Row;
 
 /// The plan's fields that have a query key of their own (everything else goes in `x`).
 pub const OWN_KEYS: [&str; 12] = [
@@ -76,7 +76,7 @@ pub fn apply_extra(plan: &Plan, x: &str) -> Result<Option<Plan>, NotLoaded> {
         return Ok(None);
     }
     match call(Op::ApplyExtra(plan, x))? {
-        Out::Plan(p) => Ok(p),
+        Out::Plan(p) => Ok(p.map(|p| *p)),
         _ => Err(NotLoaded),
     }
 }
@@ -117,7 +117,8 @@ enum Op<'a> {
 
 enum Out {
     Text(Option<String>),
-    Plan(Option<Plan>),
+    /// Boxed: a plan is far larger than the other answers.
+    Plan(Option<Box<Plan>>),
     Parsed(Result<Value, String>),
 }
 
@@ -132,7 +133,7 @@ struct Export<'a> {
 fn run(op: Op<'_>) -> Out {
     match op {
         Op::Extra(plan) => Out::Text(extra_settings(plan).map(|x| Value::Object(x).to_string())),
-        Op::ApplyExtra(plan, x) => Out::Plan(with_extra(plan, x)),
+        Op::ApplyExtra(plan, x) => Out::Plan(with_extra(plan, x).map(Box::new)),
         Op::ConfigText(v) => Out::Text(Some(serde_json::to_string(v).unwrap_or_default())),
         Op::Parse(text) => Out::Parsed(serde_json::from_str(text).map_err(|e| e.to_string())),
         Op::Breakdown(plan, exact, rows) => Out::Text(Some(

@@ -10,15 +10,16 @@ use plotters::prelude::*;
 use wasm_bindgen::JsCast;
 use web_sys::HtmlCanvasElement;
 
-use super::app::{tr, Planner};
 use super::backend::AnyBackend;
-use super::charts::ChartData;
-use super::dom::{button, effect, h, table_body, El};
-use super::export;
-use super::i18n::{Lang, Msg, Units};
-use super::runtime;
-use super::url::ChartKind;
+use super::browser;
+use super::dom::{button, effect, h, keep_while_owned, table_body, El};
+use super::planner::Planner;
 use crate::plots::{PlotError, Theme};
+use crate::ui::logic::chart_data::ChartData;
+use crate::ui::logic::export;
+use crate::ui::logic::i18n::{Lang, Msg, Units};
+use crate::ui::logic::url::ChartKind;
+use wasm_bindgen::closure::Closure;
 
 fn title(kind: ChartKind) -> (Msg, Msg) {
     match kind {
@@ -133,13 +134,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             let (d, pending, last) = (draw_now.clone(), pending.clone(), last_draw.clone());
             let run = move || {
                 pending.set(false);
-                last.set(runtime::now());
+                last.set(browser::now());
                 d();
             };
             // Once the page is idle (after the frame that shows the numbers, and never ahead of
             // an input that is waiting); a throttled chart no sooner than its interval allows.
             super::dom::when_idle_after(
-                min_gap - (runtime::now() - last_draw.get()),
+                min_gap - (browser::now() - last_draw.get()),
                 Box::new(run),
             );
         }
@@ -157,14 +158,14 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 };
                 leptos::task::spawn_local(async move {
                     match svg(d, lang, units, (w.round() as u32, h.round() as u32)).await {
-                        Ok(s) => runtime::download_text(&name, "image/svg+xml", &s),
+                        Ok(s) => browser::download_text(&name, "image/svg+xml", &s),
                         Err(e) => failure.set(Some(e.to_string())),
                     }
                 });
             }
             "csv" => {
                 if let Some(t) = data.with_untracked(|d| d.as_ref().map(|d| d.table(lang, units))) {
-                    runtime::download_text(&name, "text/csv", &export::table_csv(&t));
+                    browser::download_text(&name, "text/csv", &export::table_csv(&t));
                 }
             }
             _ => {
@@ -179,7 +180,7 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 leptos::task::spawn_local(async move {
                     if repaint(el.clone(), d, lang, units, size, failure).await {
                         if let Ok(url) = el.to_data_url() {
-                            runtime::download_url(&name, &url);
+                            browser::download_url(&name, &url);
                         }
                     }
                 });
@@ -207,19 +208,19 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     }));
     let body = table_body(move || table.with(|t| t.rows.clone()), false);
     let details = h("details")
-        .child(h("summary").dyn_text(tr(p, Msg::DataTable)))
+        .child(h("summary").dyn_text(p.prefs().text(Msg::DataTable)))
         .child(h("table").child(head).child(body));
     let d2 = details.0.clone();
     let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
     h("figure")
         .cls("chart")
         .testid(kind.test_id())
-        .child(h("h3").dyn_text(tr(p, t)))
+        .child(h("h3").dyn_text(p.prefs().text(t)))
         .child(canvas)
         .child(
             h("figcaption")
                 .id(&format!("{}-desc", kind.code()))
-                .dyn_text(tr(p, c)),
+                .dyn_text(p.prefs().text(c)),
         )
         .child(
             h("p")
@@ -244,7 +245,6 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
 /// scrolls in (the first screen — numbers, verdict, breakdown — does not wait for plotters); a
 /// draw takes a few milliseconds, so it lands in the frames that scroll the chart in.
 fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
-    use wasm_bindgen::closure::Closure;
     let cb = Closure::<dyn Fn(js_sys::Array)>::new(move |entries: js_sys::Array| {
         if let Some(e) = entries
             .iter()
@@ -256,9 +256,25 @@ fn watch_visibility(el: &HtmlCanvasElement, visible: RwSignal<bool>) {
             }
         }
     });
-    if let Ok(obs) = web_sys::IntersectionObserver::new(cb.as_ref().unchecked_ref()) {
-        obs.observe(el);
-        cb.forget();
+    if let Ok(observer) = web_sys::IntersectionObserver::new(cb.as_ref().unchecked_ref()) {
+        observer.observe(el);
+        // Disconnected and freed with the chart's owner (the page's), not left for the page's life.
+        keep_while_owned(Watch {
+            observer,
+            _callback: cb,
+        });
+    }
+}
+
+/// An intersection observer and its callback, disconnected when dropped.
+struct Watch {
+    observer: web_sys::IntersectionObserver,
+    _callback: Closure<dyn Fn(js_sys::Array)>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.observer.disconnect();
     }
 }
 

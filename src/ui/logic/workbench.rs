@@ -14,15 +14,18 @@ use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::rc::Rc;
 
-use crate::estimator::config::{Checkpointing};
-use crate::plan::{Plan};
-use crate::estimator::device::{cublas_workspaces, DEFAULT_CONTEXT};
+use super::ckpt_info::CkptInfo;
+
+use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
-use crate::plan::sweep::{max_batch, BatchLines, Point};
+use crate::estimator::hardware::DeviceOverhead;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
-use crate::plan::{build_graph, estimate};
+use crate::plan::estimate;
+use crate::plan::sweep::{max_batch, BatchLines, Point};
+use crate::plan::Plan;
+use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
@@ -111,13 +114,8 @@ impl Numbers {
 
 /// Workspaces and context the estimator charges for `gpu` (`None`: its defaults).
 pub fn device_fixed(gpu: Option<&Gpu>) -> (Bytes, Bytes) {
-    let sm = gpu.map(|g| g.sm).unwrap_or(90);
-    let ws = if sm == 0 {
-        Bytes::ZERO
-    } else {
-        cublas_workspaces(sm)
-    };
-    (ws, gpu.map(|g| g.context).unwrap_or(DEFAULT_CONTEXT))
+    let o = DeviceOverhead::of(gpu);
+    (o.workspaces, o.context)
 }
 
 /// The plan a model is keyed on: batch 1, no GPU.
@@ -151,7 +149,7 @@ pub fn model_key(plan: &Plan) -> ModelKey {
 
 impl BatchModel {
     /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
-    pub fn new(plan: &Plan) -> Result<BatchModel, EstimateError> {
+    pub fn new(plan: &Plan) -> Result<BatchModel, PlanError> {
         let base = model_plan(plan);
         // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
         // skips a copy (the LSTM), so batch 1 is not on the same line.
@@ -169,10 +167,10 @@ impl BatchModel {
                 Err(e) => err = Some(e),
             }
         }
-        Err(err.unwrap_or(EstimateError::TooLarge))
+        Err(err.unwrap_or(PlanError::Estimate(EstimateError::TooLarge)))
     }
 
-    fn from_estimates(e1: &Estimate, e2: &Estimate, b2: u64) -> Result<BatchModel, EstimateError> {
+    fn from_estimates(e1: &Estimate, e2: &Estimate, b2: u64) -> Result<BatchModel, PlanError> {
         let lines = BatchLines::from_estimates(e1, 2, e2, b2)?;
         let d = (b2 - 2) as f64;
         let layers = e1
@@ -281,47 +279,6 @@ impl BatchModel {
     }
 }
 
-/// Which checkpointing policies a model accepts, and how many blocks it has.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CkptInfo {
-    /// Checkpointed regions under `block` (0: not supported).
-    pub blocks: u64,
-    /// Checkpointed regions under `stage` (0: not supported; ResNet stages).
-    pub stages: u64,
-    /// Whether `sqrt` and `k` segments (`checkpoint_sequential`) apply.
-    pub segments: bool,
-}
-
-impl CkptInfo {
-    /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
-    pub fn probe(plan: &Plan) -> CkptInfo {
-        let regions = |ckpt| {
-            build_graph(&Plan {
-                ckpt,
-                ..model_plan(plan)
-            })
-            .map_or(0, |g| g.segments as u64)
-        };
-        CkptInfo {
-            blocks: regions(Checkpointing::Block),
-            stages: regions(Checkpointing::Stage),
-            segments: regions(Checkpointing::Segments(2)) > 0,
-        }
-    }
-    pub fn any(&self) -> bool {
-        self.blocks > 0 || self.stages > 0 || self.segments
-    }
-    /// Whether the plan's policy applies to this model.
-    pub fn allows(&self, c: Checkpointing) -> bool {
-        match c {
-            Checkpointing::None => true,
-            Checkpointing::Block => self.blocks > 0,
-            Checkpointing::Stage => self.stages > 0,
-            Checkpointing::Sqrt | Checkpointing::Segments(_) => self.segments,
-        }
-    }
-}
-
 /// One unit of background work.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Job {
@@ -350,10 +307,10 @@ pub const CACHE_MODELS: usize = 64;
 /// The cache of models and the other results, and the list of what is still missing.
 #[derive(Default)]
 pub struct Workbench {
-    models: HashMap<ModelKey, Rc<Result<BatchModel, EstimateError>>>,
+    models: HashMap<ModelKey, Rc<Result<BatchModel, PlanError>>>,
     order: VecDeque<ModelKey>,
-    max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, EstimateError>>,
-    exact: Option<(Plan, Result<Estimate, EstimateError>)>,
+    max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, PlanError>>,
+    exact: Option<(Plan, Result<Estimate, PlanError>)>,
     ckpt: HashMap<ModelKey, CkptInfo>,
     /// Simulations run so far (for tests and the page's diagnostics).
     pub simulations: u64,
@@ -369,7 +326,7 @@ impl Workbench {
     }
 
     /// The plan's model, simulated now if it is not cached.
-    pub fn model(&mut self, plan: &Plan) -> Rc<Result<BatchModel, EstimateError>> {
+    pub fn model(&mut self, plan: &Plan) -> Rc<Result<BatchModel, PlanError>> {
         if let Some(m) = self.cached(plan) {
             return m;
         }
@@ -382,7 +339,7 @@ impl Workbench {
         m
     }
 
-    fn insert(&mut self, key: ModelKey, m: Rc<Result<BatchModel, EstimateError>>) {
+    fn insert(&mut self, key: ModelKey, m: Rc<Result<BatchModel, PlanError>>) {
         if self.models.insert(key.clone(), m).is_none() {
             self.order.push_back(key);
         }
@@ -394,7 +351,7 @@ impl Workbench {
     }
 
     /// The plan's model if it has been simulated.
-    pub fn cached(&self, plan: &Plan) -> Option<Rc<Result<BatchModel, EstimateError>>> {
+    pub fn cached(&self, plan: &Plan) -> Option<Rc<Result<BatchModel, PlanError>>> {
         self.models.get(&model_key(plan)).cloned()
     }
 
@@ -402,12 +359,12 @@ impl Workbench {
     pub fn numbers(&self, plan: &Plan) -> Option<Numbers> {
         let m = self.cached(plan)?;
         let m = m.as_ref().as_ref().ok()?;
-        let gpu = crate::ui::state::gpu_of(plan);
+        let gpu = super::state::gpu_of(plan);
         Some(m.at(plan.batch, gpu.as_ref()))
     }
 
     /// The exact estimate of exactly this plan, once computed.
-    pub fn exact(&self, plan: &Plan) -> Option<&Result<Estimate, EstimateError>> {
+    pub fn exact(&self, plan: &Plan) -> Option<&Result<Estimate, PlanError>> {
         self.exact
             .as_ref()
             .filter(|(p, _)| p == plan)
@@ -415,7 +372,7 @@ impl Workbench {
     }
 
     /// The confirmed largest batch for the plan's GPU, once computed.
-    pub fn max_batch(&self, plan: &Plan) -> Option<&Result<Option<u64>, EstimateError>> {
+    pub fn max_batch(&self, plan: &Plan) -> Option<&Result<Option<u64>, PlanError>> {
         self.max_batches.get(&max_batch_key(plan))
     }
 
@@ -475,7 +432,7 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = crate::ui::state::gpu_of(&p).map(|g| g.memory);
+                let cap = super::state::gpu_of(&p).map(|g| g.memory);
                 let r = match cap {
                     Some(cap) => max_batch(&p, cap),
                     None => Ok(None),
@@ -601,10 +558,10 @@ mod tests {
         })
         .unwrap();
         assert!(close_reserved(na.device_total, e.device_total));
-        assert_eq!(
-            nb.device_total - na.device_total,
-            (b.context + cublas_workspaces(b.sm)) - (a.context + cublas_workspaces(a.sm))
-        );
+        assert_eq!(nb.device_total - na.device_total, {
+            let (oa, ob) = (DeviceOverhead::of(Some(&a)), DeviceOverhead::of(Some(&b)));
+            (ob.context + ob.workspaces) - (oa.context + oa.workspaces)
+        });
     }
 
     #[test]
@@ -723,7 +680,10 @@ mod tests {
             })
         };
         for r in 0..(CACHE_MODELS as u64 + 5) {
-            wb.insert(key(r), Rc::new(Err(EstimateError::TooLarge)));
+            wb.insert(
+                key(r),
+                Rc::new(Err(PlanError::Estimate(EstimateError::TooLarge))),
+            );
         }
         assert_eq!(wb.models.len(), CACHE_MODELS);
         assert!(!wb.models.contains_key(&key(0)));

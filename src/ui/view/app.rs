@@ -1,319 +1,31 @@
 //! The page: the shared [`Planner`] state, the full view and the embed card, built with the
 //! type-erased DOM builder of [`super::dom`] (see there why not typed views).
 
-use std::sync::Arc;
-
 use leptos::prelude::*;
 
-use super::chart::chart_view;
-use super::charts::{self, ChartData};
+use super::browser;
+use super::canvas::chart_view;
 use super::controls;
 use super::dom::{button, h, table_body_marked, El, Row};
-use super::explain;
-use super::export;
-use super::i18n::{self, colon, fmt_bytes, phase_label, Lang, Msg, Units};
-use super::json;
-use super::model::{CkptInfo, Numbers};
-use super::runtime::{self, wb};
-use super::state::{self, InputSpec};
-use super::suggest;
-use super::url::{self, ChartKind, View};
+use super::page_workbench::wb;
+use super::planner::{MaxBatch, Planner};
+use super::pump;
 use crate::plan::Plan;
-use crate::estimator::error::EstimateError;
-use crate::presets::gpus::Gpu;
-
-/// The largest batch that fits: from the lines at once, then confirmed by full simulations.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct MaxBatch {
-    pub value: Option<u64>,
-    pub exact: bool,
-}
-
-/// The plan the user edits and what the page derives from it. `Copy`: components take it by
-/// value.
-#[derive(Clone, Copy)]
-pub struct Planner {
-    pub plan: RwSignal<Plan>,
-    pub lang: RwSignal<Lang>,
-    pub units: RwSignal<Units>,
-    /// Bumped after every background job, so what reads the workbench reads it again.
-    pub version: RwSignal<u64>,
-    /// No background work left (for tests and the page's busy hint).
-    pub idle: RwSignal<bool>,
-    /// The compact card for iframes.
-    pub embed: bool,
-    /// The chart the embed card shows.
-    pub chart: ChartKind,
-    /// The plan at batch 1: what does not change when only the batch moves.
-    pub base: Memo<Plan>,
-    pub spec: Memo<InputSpec>,
-    pub info: Memo<CkptInfo>,
-    pub numbers: Memo<Result<Numbers, EstimateError>>,
-    pub max_batch: Memo<Option<MaxBatch>>,
-}
-
-impl Planner {
-    /// Which optional controls apply: what does not change when only the batch moves.
-    fn applies(self) -> Memo<state::Applies> {
-        let p = self;
-        Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())))
-    }
-    pub fn new(initial: Plan, view: View, lang: Lang, units: Units) -> Self {
-        let plan = RwSignal::new(initial);
-        let version = RwSignal::new(0u64);
-        let base = Memo::new(move |_| {
-            plan.with(|p| Plan {
-                batch: 1,
-                ..p.clone()
-            })
-        });
-        let spec = Memo::new(move |_| base.with(state::input_spec));
-        let info = Memo::new(move |_| base.with(|p| wb(|w| w.ckpt_info(p))));
-        let numbers = Memo::new(move |_| {
-            version.track();
-            plan.with(|p| {
-                state::check_batch(p.batch)?;
-                wb(|w| {
-                    let m = w.model(p);
-                    let m = m.as_ref().as_ref().map_err(Clone::clone)?;
-                    let gpu = state::gpu_of(p);
-                    let n = m.at(p.batch, gpu.as_ref());
-                    match w.exact(p) {
-                        Some(Ok(e)) => Ok(n.with_exact(e)),
-                        Some(Err(e)) => Err(e.clone()),
-                        None => Ok(n),
-                    }
-                })
-            })
-        });
-        let max_batch = Memo::new(move |_| {
-            version.track();
-            base.with(|p| {
-                let gpu = state::gpu_of(p)?;
-                wb(|w| {
-                    if let Some(r) = w.max_batch(p) {
-                        return r.as_ref().ok().map(|v| MaxBatch {
-                            value: *v,
-                            exact: true,
-                        });
-                    }
-                    let m = w.model(p);
-                    let m = m.as_ref().as_ref().ok()?;
-                    Some(MaxBatch {
-                        value: m.max_batch_guess(gpu.memory, Some(&gpu)),
-                        exact: false,
-                    })
-                })
-            })
-        });
-        Planner {
-            plan,
-            lang: RwSignal::new(lang),
-            units: RwSignal::new(units),
-            version,
-            idle: RwSignal::new(false),
-            embed: view.embed,
-            chart: view.chart,
-            base,
-            spec,
-            info,
-            numbers,
-            max_batch,
-        }
-    }
-
-    pub fn gpu(&self) -> Option<Gpu> {
-        self.base.with(|p| state::gpu_of(p))
-    }
-
-    /// The view settings as they stand (for links).
-    pub fn view(&self) -> View {
-        View {
-            lang: Some(self.lang.get_untracked()),
-            units: self.units.get_untracked(),
-            embed: self.embed,
-            chart: self.chart,
-        }
-    }
-
-    /// The link to this plan (the full page, or with `embed` the card); Err while it needs the
-    /// JSON code and that has not been fetched.
-    pub fn link(&self, embed: bool) -> Result<String, json::NotLoaded> {
-        let v = View {
-            embed,
-            ..self.view()
-        };
-        Ok(format!(
-            "{}?{}",
-            runtime::base_url(),
-            self.plan.with_untracked(|p| url::to_query(p, &v))?
-        ))
-    }
-
-    /// [`Self::link`] for a view, which follows the plan: empty while the JSON code is fetched,
-    /// then the view runs again (it tracks `version`, bumped when the code arrives).
-    pub fn live_link(self, embed: bool) -> String {
-        self.plan.track();
-        self.version.track();
-        self.link(embed).unwrap_or_else(|_| {
-            self.fetch_json(|p| p.version.update(|v| *v += 1));
-            String::new()
-        })
-    }
-
-    /// Fetches the JSON code, then runs `then` (not if the fetch failed).
-    fn fetch_json(self, then: impl FnOnce(Planner) + 'static) {
-        leptos::task::spawn_local(async move {
-            if json::load().await {
-                then(self);
-            }
-        });
-    }
-
-    /// Hands what `make` gives to `then`: now, or once the JSON code `make` needs is fetched.
-    pub fn with_json<T: 'static>(
-        self,
-        make: impl Fn(Planner) -> Result<T, json::NotLoaded> + 'static,
-        then: impl FnOnce(Planner, T) + 'static,
-    ) {
-        match make(self) {
-            Ok(v) => then(self, v),
-            Err(_) => self.fetch_json(move |p| {
-                if let Ok(v) = make(p) {
-                    then(p, v);
-                }
-            }),
-        }
-    }
-
-    /// Writes the plan into the address bar (once the JSON code is here, if it needs it).
-    pub fn sync_address(self) {
-        self.with_json(
-            |p| p.plan.with_untracked(|q| url::to_query(q, &p.view())),
-            |_, q| runtime::replace_query(&q),
-        );
-    }
-
-    /// The data of one chart, recomputed when what it shows changes.
-    pub fn chart_data(&self, kind: ChartKind) -> Memo<Option<Arc<ChartData>>> {
-        let p = *self;
-        let changed: fn(Option<&Option<Arc<ChartData>>>, Option<&Option<Arc<ChartData>>>) -> bool =
-            |_, _| true;
-        match kind {
-            ChartKind::Batch => {
-                let points = Memo::new_with_compare(
-                    move |_| {
-                        p.base.with(|b| {
-                            wb(|w| {
-                                let m = w.model(b);
-                                let gpu = state::gpu_of(b);
-                                Arc::new(
-                                    m.as_ref()
-                                        .as_ref()
-                                        .map(|m| charts::batch_points(m, gpu.as_ref()))
-                                        .unwrap_or_default(),
-                                )
-                            })
-                        })
-                    },
-                    |_, _| true,
-                );
-                Memo::new_with_compare(
-                    move |_| {
-                        let pts = points.get();
-                        let n = p.numbers.get().ok();
-                        let best = p.max_batch.get().and_then(|m| m.value);
-                        p.base.with(|b| {
-                            wb(|w| {
-                                let m = w.model(b);
-                                let m = m.as_ref().as_ref().ok()?;
-                                let gpu = state::gpu_of(b);
-                                Some(Arc::new(ChartData::Batch(charts::batch_data(
-                                    (*pts).clone(),
-                                    n.as_ref(),
-                                    best,
-                                    m,
-                                    gpu.as_ref(),
-                                ))))
-                            })
-                        })
-                    },
-                    changed,
-                )
-            }
-            ChartKind::Length => Memo::new_with_compare(
-                move |_| {
-                    p.version.track();
-                    let n = p.numbers.get().ok();
-                    p.plan.with(|plan| {
-                        wb(|w| {
-                            Some(Arc::new(ChartData::Length(charts::length_data(
-                                plan,
-                                n.as_ref(),
-                                state::gpu_of(plan).as_ref(),
-                                &|q| w.numbers(q),
-                            ))))
-                        })
-                    })
-                },
-                changed,
-            ),
-            ChartKind::Checkpoint => Memo::new_with_compare(
-                move |_| {
-                    p.version.track();
-                    let n = p.numbers.get().ok();
-                    let info = p.info.get();
-                    p.plan.with(|plan| {
-                        wb(|w| {
-                            Some(Arc::new(ChartData::Checkpoint(charts::ckpt_data(
-                                plan,
-                                &info,
-                                n.as_ref(),
-                                &|q| w.numbers(q),
-                            ))))
-                        })
-                    })
-                },
-                changed,
-            ),
-            ChartKind::Timeline | ChartKind::Layers => {
-                Memo::new_with_compare(
-                    move |_| {
-                        let batch = p.plan.with(|x| x.batch);
-                        state::check_batch(batch).ok()?;
-                        p.base.with(|b| {
-                            wb(|w| {
-                                let m = w.model(b);
-                                let m = m.as_ref().as_ref().ok()?;
-                                let gpu = state::gpu_of(b);
-                                Some(Arc::new(match kind {
-                                    ChartKind::Timeline => ChartData::Timeline(
-                                        charts::timeline_data(m, batch, gpu.as_ref()),
-                                    ),
-                                    _ => ChartData::Layers(charts::layers_data(m, batch)),
-                                }))
-                            })
-                        })
-                    },
-                    changed,
-                )
-            }
-        }
-    }
-}
-
-/// A fixed text in the page's current language.
-pub fn tr(p: Planner, m: Msg) -> impl Fn() -> String + 'static {
-    move || m.t(p.lang.get()).to_string()
-}
+use crate::ui::logic::explain;
+use crate::ui::logic::export;
+use crate::ui::logic::i18n::{self, colon, fmt_bytes, phase_label, Label, Msg};
+use crate::ui::logic::state::{self};
+use crate::ui::logic::suggest;
+use crate::ui::logic::url::{self, ChartKind};
+use crate::ui::logic::workbench::Numbers;
 
 /// The whole page, or the embed card with `?embed=1`.
 #[component]
 pub fn App() -> impl IntoView {
-    let query = runtime::location_query();
+    let query = browser::location_query();
     let parsed = url::parse_query(&query);
-    let lang = runtime::initial_lang(parsed.view.lang);
-    let units = runtime::initial_units(parsed.view.units, query.contains("units="));
+    let lang = browser::initial_lang(parsed.view.lang);
+    let units = browser::initial_units(parsed.view.units, query.contains("units="));
     let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units);
     let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
@@ -321,9 +33,9 @@ pub fn App() -> impl IntoView {
     Effect::new(move |_| {
         p.plan.track();
         p.idle.set(false);
-        runtime::plan_changed(p);
+        pump::plan_changed(p);
     });
-    let url_update = runtime::Debounce::new(300);
+    let url_update = browser::Debounce::new(300);
     Effect::new(move |prev: Option<()>| {
         p.plan.track();
         p.lang.track();
@@ -338,9 +50,9 @@ pub fn App() -> impl IntoView {
     Effect::new(move |prev: Option<()>| {
         let (l, u) = (p.lang.get(), p.units.get());
         if prev.is_some() {
-            runtime::remember(l, u);
+            browser::remember(l, u);
         }
-        runtime::set_document_lang(l);
+        browser::set_document_lang(l);
     });
     // Once, in the first frame that paints the numbers: the effects that put them in the page
     // (and the rest of the mount) have run by then, so every control is live from this mark. The
@@ -353,7 +65,7 @@ pub fn App() -> impl IntoView {
         }
         let ok = p.numbers.with(|n| n.is_ok());
         if ok {
-            request_animation_frame(|| runtime::mark("vram-planner:ready"));
+            request_animation_frame(|| browser::mark("vram-planner:ready"));
         }
         ok
     });
@@ -399,9 +111,11 @@ fn notice_view(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
                     .text(" ")
                     .text(&items.join(", ")),
             )
-            .child(button("dismiss-notice", tr(p, Msg::Dismiss), move || {
-                notice.set(None)
-            }))]
+            .child(button(
+                "dismiss-notice",
+                p.prefs().text(Msg::Dismiss),
+                move || notice.set(None),
+            ))]
     })
 }
 
@@ -413,9 +127,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
     let applies = p.applies();
     let controls = h("section")
         .cls("controls")
-        .dyn_attr("aria-label", move || {
-            Some(Msg::PlanSection.t(p.lang.get()).into())
-        })
+        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::PlanSection)))
         .child(controls::model_picker(p))
         .child(controls::batch_input(p))
         .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
@@ -429,9 +141,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::gpu_picker(p));
     let results = h("section")
         .cls("results")
-        .dyn_attr("aria-label", move || {
-            Some(Msg::ResultsSection.t(p.lang.get()).into())
-        })
+        .dyn_attr("aria-label", p.prefs().attr(Label::T(Msg::ResultsSection)))
         .child(summary(p))
         // The frame that paints the summary comes sooner without them: on a slow machine the
         // browser's layout and raster of that first frame take longer than building it.
@@ -454,8 +164,8 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
                 .cls("masthead")
                 .child(
                     h("div")
-                        .child(h("h1").dyn_text(tr(p, Msg::Title)))
-                        .child(h("p").cls("tagline").dyn_text(tr(p, Msg::Tagline))),
+                        .child(h("h1").dyn_text(p.prefs().text(Msg::Title)))
+                        .child(h("p").cls("tagline").dyn_text(p.prefs().text(Msg::Tagline))),
                 )
                 .child(
                     h("div")
@@ -475,11 +185,11 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(
             h("footer")
                 .cls("colophon")
-                .child(h("p").dyn_text(tr(p, Msg::Footer))),
+                .child(h("p").dyn_text(p.prefs().text(Msg::Footer))),
         )
 }
 
-/// The mode switch, the parallelism panel and the comparison view (issues #5 and #6), mounted
+/// The mode switch, the parallelism panel and the comparison view, mounted
 /// only while their section is open. They recompute on every change of the plan they are given
 /// (hundreds of milliseconds for a 70B model), so they get a copy of the page's plan that follows
 /// it once input has settled; their own edits go to the page's plan at once. Sliders stay as fast
@@ -487,7 +197,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
 /// rewrites texts, nothing is estimated again.
 fn extra_panels(p: Planner) -> El {
     let panel_plan = RwSignal::new(p.plan.get_untracked());
-    let settle = runtime::Debounce::new(runtime::SETTLE_MS as u64);
+    let settle = browser::Debounce::new(pump::SETTLE_MS as u64);
     Effect::new(move |_| {
         p.plan.track();
         settle.call(move || {
@@ -516,7 +226,7 @@ fn extra_panels(p: Planner) -> El {
     let details = h("details")
         .cls("extra")
         .testid("more-panels")
-        .child(h("summary").dyn_text(tr(p, Msg::MorePanels)))
+        .child(h("summary").dyn_text(p.prefs().text(Msg::MorePanels)))
         .child(host.clone());
     let el = details.0.clone();
     details.on("toggle", move |_| {
@@ -535,19 +245,24 @@ fn extra_panels(p: Planner) -> El {
             let status = h("p")
                 .cls("loading")
                 .testid("panels-loading")
-                .dyn_text(tr(p, Msg::PanelsLoading));
+                .dyn_text(p.prefs().text(Msg::PanelsLoading));
             let _ = host.0.append_child(&status.0);
             let host = host.0.clone();
             leptos::task::spawn_local(async move {
-                let loaded = super::extra::load_panels().await;
+                let loaded = super::panels::load_panels().await;
                 if opened.try_get_value() != Some(ticket) {
                     return;
                 }
                 host.set_text_content(None);
                 let built = match loaded {
                     Ok(()) => {
-                        super::extra::panels_under(owner, panel_plan, p.lang.into(), p.units.into())
-                            .await
+                        super::panels::panels_under(
+                            owner,
+                            panel_plan,
+                            p.lang.into(),
+                            p.units.into(),
+                        )
+                        .await
                     }
                     Err(e) => Err(e),
                 };
@@ -559,7 +274,7 @@ fn extra_panels(p: Planner) -> El {
                                 .cls("notice")
                                 .attr("role", "alert")
                                 .testid("panels-error")
-                                .dyn_text(tr(p, Msg::ChunkUnavailable))
+                                .dyn_text(p.prefs().text(Msg::ChunkUnavailable))
                                 .0,
                         ),
                     ),
@@ -598,7 +313,7 @@ fn embed_card(p: Planner) -> El {
                         .attr("target", "_blank")
                         .attr("rel", "noopener")
                         .dyn_attr("href", move || Some(p.live_link(false)))
-                        .dyn_text(tr(p, Msg::OpenFull)),
+                        .dyn_text(p.prefs().text(Msg::OpenFull)),
                 ),
         )
         .child(
@@ -644,7 +359,7 @@ fn summary(p: Planner) -> El {
     let verdict = move || verdict.get();
     let metric = |testid: &str, label: Msg, value: Box<dyn Fn() -> String>| {
         h("div")
-            .child(h("dt").dyn_text(tr(p, label)))
+            .child(h("dt").dyn_text(p.prefs().text(label)))
             .child(h("dd").testid(testid).dyn_text(value))
     };
     let max_batch_text = move || match p.max_batch.get() {
@@ -703,7 +418,7 @@ fn summary(p: Planner) -> El {
                 .child(metric("device-total", Msg::DeviceTotal, Box::new(device)))
                 .child(
                     h("div")
-                        .child(h("dt").dyn_text(tr(p, Msg::MaxBatch)))
+                        .child(h("dt").dyn_text(p.prefs().text(Msg::MaxBatch)))
                         .child(max_dd),
                 )
                 .child(metric("peak-phase", Msg::PeakPhase, Box::new(phase))),
@@ -767,10 +482,10 @@ fn breakdown(p: Planner) -> El {
                         p.plan
                             .with_untracked(|q| export::breakdown_json(q, exact, &rows))
                     },
-                    move |_, text| runtime::download_text(&name, "application/json", &text),
+                    move |_, text| browser::download_text(&name, "application/json", &text),
                 );
             } else {
-                runtime::download_text(
+                browser::download_text(
                     &export::file_name(q, "breakdown", "csv"),
                     "text/csv",
                     &export::breakdown_csv(&rows),
@@ -778,7 +493,12 @@ fn breakdown(p: Planner) -> El {
             }
         });
     };
-    let th = |m: Msg, class: &str| h("th").attr("scope", "col").cls(class).dyn_text(tr(p, m));
+    let th = |m: Msg, class: &str| {
+        h("th")
+            .attr("scope", "col")
+            .cls(class)
+            .dyn_text(p.prefs().text(m))
+    };
     // Subtotal rows stand out (class `total`).
     let body = table_body_marked(
         move || {
@@ -799,7 +519,7 @@ fn breakdown(p: Planner) -> El {
     );
     h("section")
         .cls("breakdown")
-        .child(h("h2").dyn_text(tr(p, Msg::Breakdown)))
+        .child(h("h2").dyn_text(p.prefs().text(Msg::Breakdown)))
         .child(
             h("table")
                 .testid("breakdown")
@@ -864,7 +584,7 @@ fn suggestions(p: Planner) -> El {
         .cls("suggestions")
         .testid("suggestions")
         .attr("aria-live", "polite")
-        .child(h("h2").dyn_text(tr(p, Msg::Suggestions)))
+        .child(h("h2").dyn_text(p.prefs().text(Msg::Suggestions)))
         .child(h("div").later_children(track, move || {
             let lang = p.lang.get();
             let fits = p.numbers.with(|n| {
@@ -922,7 +642,7 @@ fn share(p: Planner) -> El {
             move |p, url| {
                 p.sync_address();
                 link.set(url.clone());
-                runtime::copy_text(url, move |ok| copied.set(Some(ok)));
+                browser::copy_text(url, move |ok| copied.set(Some(ok)));
             },
         )
     };
@@ -938,9 +658,9 @@ fn share(p: Planner) -> El {
     };
     h("section")
         .cls("share")
-        .child(button("copy-link", tr(p, Msg::CopyLink), copy))
+        .child(button("copy-link", p.prefs().text(Msg::CopyLink), copy))
         .child(
-            button("embed", tr(p, Msg::Embed), move || {
+            button("embed", p.prefs().text(Msg::Embed), move || {
                 show_embed.update(|s| *s = !*s)
             })
             .dyn_attr("aria-expanded", move || Some(show_embed.get().to_string())),
@@ -973,7 +693,7 @@ fn share(p: Planner) -> El {
                 .child(
                     h("label")
                         .attr("for", "embed-code")
-                        .dyn_text(tr(p, Msg::EmbedHelp)),
+                        .dyn_text(p.prefs().text(Msg::EmbedHelp)),
                 )
                 .child(
                     h("textarea")

@@ -1,26 +1,25 @@
-//! The parallelism panel's logic (issue #5), as plain functions on the [`Plan`] so it is tested
+//! The parallelism panel's logic, as plain functions on the [`Plan`] so it is tested
 //! natively: reading and writing the `parallel` and `offload` keys, the curves of per-GPU memory
 //! against the number of GPUs for each ZeRO stage and the words of the panel's charts, the
 //! per-GPU summary and the layout search,
 //! their texts in the page's language and sizes in its units. Every number comes from
 //! [`crate::estimator::parallel`]; nothing here knows about Leptos.
 
-use crate::estimator::config::{Precision};
-use crate::plan::{Plan};
+use super::i18n::{fmt_bytes, fmt_seconds, parallelism, Label, Lang, Msg, Units};
+use crate::estimator::config::Precision;
 use crate::estimator::error::EstimateError;
-use crate::plan::search::{search, Candidate, SearchOptions};
 use crate::estimator::parallel::{
-    estimate_parallel, evaluate, prepare, Layout, MixedPrecision, MpDtype, Offload, Parallel,
-    ParallelEstimate, Prepared,
+    evaluate, MixedPrecision, MpDtype, Offload, Parallel, ParallelEstimate, Prepared,
 };
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
+use crate::plan::search::{search, Candidate, SearchOptions};
+use crate::plan::Plan;
+use crate::plan::PlanError;
 use crate::plots::rank_chart::RankChart;
 use crate::plots::zero_chart::ZeroCurve;
 use crate::plots::PanelWords;
-use crate::presets::gpus;
 use crate::presets::links::{LinkKind, LINKS};
-use crate::ui::i18n::{fmt_bytes, Label, Lang, Msg, Units};
 
 /// Data-parallel degrees the ZeRO chart tries (GPUs = dp · tp · pp).
 pub const DP_DEGREES: [u64; 8] = [1, 2, 4, 8, 16, 32, 64, 128];
@@ -52,14 +51,19 @@ fn edit(plan: &mut Plan, f: impl FnOnce(&mut Parallel)) {
     };
 }
 
-/// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is `Err(())`
-/// so the box can keep what the user typed without touching the plan.
-pub fn parse_degree(s: &str) -> Result<Option<u64>, ()> {
+/// A degree box's text that is neither empty nor a whole number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a degree is a whole number, or empty to derive it")]
+pub struct NotADegree;
+
+/// Reads a degree box: a whole number, or empty for "derive it" (`None`). Junk is an error so
+/// the box can keep what the user typed without touching the plan.
+pub fn parse_degree(s: &str) -> Result<Option<u64>, NotADegree> {
     let s = s.trim();
     if s.is_empty() {
         return Ok(None);
     }
-    s.parse::<u64>().map(Some).map_err(|_| ())
+    s.parse::<u64>().map(Some).map_err(|_| NotADegree)
 }
 
 /// Which degree a box sets.
@@ -220,30 +224,24 @@ pub fn set_link(plan: &mut Plan, kind: LinkKind, id: &str) {
 pub use super::state::gpu_of;
 
 /// The multi-GPU estimate of the plan (a single GPU when it has no `parallel` key).
-pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, EstimateError> {
+pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, PlanError> {
     if plan.mode == Mode::Infer {
-        return Err(EstimateError::Unsupported("inference plans are estimated on one GPU: switch the mode to train or fine-tune to plan a multi-GPU layout".into()));
+        return Err(PlanError::Estimate(EstimateError::Unsupported("inference plans are estimated on one GPU: switch the mode to train or fine-tune to plan a multi-GPU layout".into())));
     }
-    estimate_parallel(plan)
+    crate::plan::estimate_parallel(plan)
 }
 
 /// The ZeRO chart's data: for each scheme, per-GPU device total at each data-parallel degree of
 /// [`DP_DEGREES`] with the plan's tp, pp, micro-batches and offload. The model is built and
 /// simulated once ([`prepare`]); each layout is then one [`evaluate`]. Layouts the estimator
 /// refuses (parameter offload below stage 3, ...) are left out of their line.
-pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
+pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, PlanError> {
     if plan.mode == Mode::Infer {
-        return Err(EstimateError::Unsupported(
+        return Err(PlanError::Estimate(EstimateError::Unsupported(
             "inference plans are estimated on one GPU".into(),
-        ));
+        )));
     }
-    let gpu = match &plan.gpu {
-        Some(id) => Some(
-            gpus::find(id)
-                .ok_or_else(|| EstimateError::Unsupported(format!("unknown GPU '{id}'")))?,
-        ),
-        None => None,
-    };
+    let gpu = crate::plan::resolve::gpu(plan)?;
     let base = parallel_of(plan);
     let gpn = base.gpus_per_node.unwrap_or(DEFAULT_GPUS_PER_NODE).max(1);
     let mut prepared: Option<Prepared> = None;
@@ -275,7 +273,7 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
             par.zero = Some(zero);
             par.fsdp = fsdp;
             p.parallel = Some(par);
-            let layout = match Layout::resolve(&p, gpu.as_ref()) {
+            let layout = match crate::plan::layout(&p) {
                 Ok(l) => l,
                 Err(e) => {
                     first_err.get_or_insert(e);
@@ -283,10 +281,10 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
                 }
             };
             if prepared.is_none() {
-                prepared = Some(prepare(&p, &layout)?);
+                prepared = Some(crate::plan::prepare(&p, &layout)?);
             }
             if let Some(prep) = &prepared {
-                let e = evaluate(&p, &layout, prep, gpu.as_ref());
+                let e = evaluate(&p.setup(), &layout, prep, gpu.as_ref(), None);
                 points.push((layout.world, Bytes(e.per_gpu.device_total_bytes)));
             }
         }
@@ -297,7 +295,9 @@ pub fn zero_curves(plan: &Plan) -> Result<Vec<ZeroCurve>, EstimateError> {
     }
     if curves.iter().all(|c| c.points.is_empty()) {
         return Err(first_err.unwrap_or_else(|| {
-            EstimateError::Unsupported("no layout of this plan can be estimated".into())
+            PlanError::Estimate(EstimateError::Unsupported(
+                "no layout of this plan can be estimated".into(),
+            ))
         }));
     }
     Ok(curves)
@@ -320,19 +320,13 @@ pub fn zero_words(
     units: Units,
 ) -> PanelWords {
     PanelWords {
-        unit: crate::ui::charts::unit_of(units),
+        unit: crate::ui::logic::chart_data::unit_of(units),
         x_desc: Msg::Gpus.t(lang).into(),
         y_desc: memory_axis(lang, units),
         empty: Msg::NoLayoutChart.t(lang).into(),
         capacity: capacity_label(capacity, lang, units),
-        mark: current.map(|(gpus, total)| match lang {
-            Lang::En => format!(
-                "your layout, {gpus} GPU{}: {}",
-                if gpus == 1 { "" } else { "s" },
-                fmt_bytes(total, units)
-            ),
-            Lang::Zh => format!("当前布局，{gpus} 张 GPU：{}", fmt_bytes(total, units)),
-        }),
+        mark: current
+            .map(|(gpus, total)| parallelism::your_layout(gpus, &fmt_bytes(total, units), lang)),
         legend: Vec::new(),
     }
 }
@@ -356,23 +350,17 @@ pub fn rank_chart(
     if let Some(e) = e {
         let one = e.ranks.len() == 1;
         for (bar, rank) in chart.bars.iter_mut().zip(&e.ranks) {
-            bar.label = match (one, lang) {
-                (true, _) => Msg::EveryGpu.t(lang).into(),
-                (false, Lang::En) => format!("stage {}", rank.stage),
-                (false, Lang::Zh) => format!("阶段 {}", rank.stage),
+            bar.label = if one {
+                Msg::EveryGpu.t(lang).into()
+            } else {
+                parallelism::stage(rank.stage, lang)
             };
         }
     }
-    let mark = chart.bars.get(chart.peak).map(|b| {
-        format!(
-            "{}{}",
-            match lang {
-                Lang::En => "peak rank: ",
-                Lang::Zh => "峰值阶段：",
-            },
-            fmt_bytes(b.device_total, units)
-        )
-    });
+    let mark = chart
+        .bars
+        .get(chart.peak)
+        .map(|b| parallelism::peak_rank(&fmt_bytes(b.device_total, units), lang));
     let legend = [
         Msg::Parameters,
         Msg::Gradients,
@@ -384,7 +372,7 @@ pub fn rank_chart(
     .map(|m| m.t(lang).to_string())
     .collect();
     chart.words = Some(PanelWords {
-        unit: crate::ui::charts::unit_of(units),
+        unit: crate::ui::logic::chart_data::unit_of(units),
         x_desc: Msg::PipelineRank.t(lang).into(),
         y_desc: memory_axis(lang, units),
         empty: Msg::NoRank.t(lang).into(),
@@ -395,35 +383,18 @@ pub fn rank_chart(
     chart
 }
 
-/// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows. The offload verdict is
-/// the estimator's own sentence and stays as it wrote it, like its error messages.
+/// The per-GPU numbers of a multi-GPU estimate, as (label, value) rows.
 pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'static str, String)> {
     let m = &e.per_gpu;
     let b = |v: u64| fmt_bytes(Bytes(v), units);
     let l = &e.layout;
-    let layout = match lang {
-        Lang::En => format!(
-            "{} GPU{} ({} × {}): dp {} · tp {} · pp {}, {}",
-            l.world,
-            if l.world == 1 { "" } else { "s" },
-            l.nodes,
-            l.gpus_per_node,
-            l.dp,
-            l.tp,
-            l.pp,
-            e.scheme
-        ),
-        Lang::Zh => format!(
-            "{} 张 GPU（{} 节点 × {}）：dp {} · tp {} · pp {}，{}",
-            l.world,
-            l.nodes,
-            l.gpus_per_node,
-            l.dp,
-            l.tp,
-            l.pp,
-            scheme_text(&e.scheme, lang)
-        ),
+    let degrees = parallelism::Degrees {
+        dp: l.dp,
+        tp: l.tp,
+        pp: l.pp,
+        scheme: e.scheme,
     };
+    let layout = parallelism::layout(l.world, l.nodes, l.gpus_per_node, degrees, lang);
     let mut rows = vec![
         (Msg::Layout.t(lang), layout),
         (Msg::Parameters.t(lang), b(m.params_bytes)),
@@ -437,21 +408,14 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     if e.host_bytes > 0 {
         rows.push((Msg::HostPerGpu.t(lang), b(e.host_bytes)));
     }
-    let comm = match lang {
-        Lang::En => format!(
-            "{} sent, {}",
-            b(e.comm_bytes_per_step),
-            seconds(e.comm_seconds_per_step)
-        ),
-        Lang::Zh => format!(
-            "发送 {}，耗时 {}",
-            b(e.comm_bytes_per_step),
-            seconds(e.comm_seconds_per_step)
-        ),
-    };
+    let comm = parallelism::communication(
+        &b(e.comm_bytes_per_step),
+        &fmt_seconds(e.comm_seconds_per_step),
+        lang,
+    );
     rows.push((Msg::CommPerStep.t(lang), comm));
     if let Some(s) = e.step_seconds {
-        rows.push((Msg::StepTime.t(lang), seconds(s)));
+        rows.push((Msg::StepTime.t(lang), fmt_seconds(s)));
     }
     if let Some(eff) = e.scaling_efficiency {
         rows.push((
@@ -460,7 +424,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
         ));
     }
     if let Some(o) = &e.offload {
-        rows.push((Msg::Offload.t(lang), offload_text(e, o, lang)));
+        rows.push((Msg::Offload.t(lang), parallelism::offload_verdict(o, lang)));
     }
     if let Some(f) = e.fits {
         rows.push((
@@ -469,63 +433,6 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
         ));
     }
     rows
-}
-
-/// The estimator's name of a data-parallel scheme in `lang`: the API names (DDP, ZeRO-n, FSDP
-/// modes) read the same in both languages; only the one-replica case is prose.
-pub fn scheme_text(scheme: &str, lang: Lang) -> String {
-    match (scheme, lang) {
-        ("single replica", Lang::Zh) => "单副本（无数据并行）".into(),
-        _ => scheme.into(),
-    }
-}
-
-/// The offload verdict in `lang`: the estimator's sentence in English, the same facts in 中文.
-fn offload_text(
-    e: &ParallelEstimate,
-    o: &crate::estimator::parallel::OffloadReport,
-    lang: Lang,
-) -> String {
-    if lang == Lang::En {
-        return o.verdict.clone();
-    }
-    let link = crate::presets::links::find(o.link).map_or(o.link, |l| l.name);
-    let secs = seconds(o.transfer_seconds_per_step);
-    let mut t = if e.step_seconds.is_none() {
-        format!("经 {link} 每步拷贝 {secs}；选择 GPU 后可与计算时间比较")
-    } else if o.hidden {
-        format!("拷贝（经 {link} 每步 {secs}）可被计算掩盖")
-    } else {
-        let act = if e.layout.offload.activations {
-            "（save_on_cpu 的拷贝在计算流上执行）"
-        } else {
-            ""
-        };
-        format!(
-            "经 {link} 每步拷贝 {secs}，其中 {} 无法被计算掩盖{act}",
-            seconds(o.exposed_seconds_per_step)
-        )
-    };
-    if o.shared_memory {
-        t.push_str("；主机与 GPU 共用同一内存池，整机总量不会减少");
-    }
-    t
-}
-
-/// A duration with a sensible unit.
-pub fn seconds(s: f64) -> String {
-    if !s.is_finite() {
-        "–".into()
-    } else if s <= 0.0 {
-        // Also −0.0, which a layout with nothing to communicate computes.
-        "0 s".into()
-    } else if s >= 1.0 {
-        format!("{s:.2} s")
-    } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
-    } else {
-        format!("{:.0} µs", s * 1e6)
-    }
 }
 
 /// The search the panel runs: up to 64 GPUs in nodes of the plan's size, the five cheapest.
@@ -543,17 +450,17 @@ pub fn search_options(plan: &Plan) -> SearchOptions {
 }
 
 /// The cheapest layouts that fit the plan's GPU (fewest GPUs, then the shortest step).
-pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
+pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, PlanError> {
     if plan.mode == Mode::Infer {
-        return Err(EstimateError::Unsupported(
+        return Err(PlanError::Estimate(EstimateError::Unsupported(
             "the layout search plans training and fine-tuning: inference is estimated on one GPU"
                 .into(),
-        ));
+        )));
     }
     if plan.gpu.is_none() {
-        return Err(EstimateError::Unsupported(
+        return Err(PlanError::Estimate(EstimateError::Unsupported(
             "pick a GPU first: the search looks for layouts that fit it".into(),
-        ));
+        )));
     }
     search(plan, &search_options(plan))
 }
@@ -562,60 +469,22 @@ pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, EstimateError> {
 pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
     let peak = fmt_bytes(Bytes(c.peak_device_bytes), units);
     let offload = c.offload_optimizer || c.offload_params;
-    let step = c.step_seconds.map(seconds);
-    match lang {
-        Lang::En => {
-            let mut s = format!(
-                "{} GPU{}: dp {} · tp {} · pp {}, {}",
-                c.gpus,
-                if c.gpus == 1 { "" } else { "s" },
-                c.dp,
-                c.tp,
-                c.pp,
-                c.scheme
-            );
-            if offload {
-                s.push_str(if c.offload_params {
-                    ", optimizer + parameters offloaded"
-                } else {
-                    ", optimizer offloaded"
-                });
-            }
-            s.push_str(&format!(
-                ", micro-batch {} × {}, {peak} per GPU",
-                c.micro_batch, c.micro_batches
-            ));
-            if let Some(t) = step {
-                s.push_str(&format!(", step {t}"));
-            }
-            s
-        }
-        Lang::Zh => {
-            let mut s = format!(
-                "{} 张 GPU：dp {} · tp {} · pp {}，{}",
-                c.gpus,
-                c.dp,
-                c.tp,
-                c.pp,
-                scheme_text(&c.scheme, lang)
-            );
-            if offload {
-                s.push_str(if c.offload_params {
-                    "，卸载优化器状态与参数"
-                } else {
-                    "，卸载优化器状态"
-                });
-            }
-            s.push_str(&format!(
-                "，微批 {} × {}，每张 GPU {peak}",
-                c.micro_batch, c.micro_batches
-            ));
-            if let Some(t) = step {
-                s.push_str(&format!("，单步 {t}"));
-            }
-            s
-        }
-    }
+    let step = c.step_seconds.map(fmt_seconds);
+    let found = parallelism::Found {
+        gpus: c.gpus,
+        degrees: parallelism::Degrees {
+            dp: c.dp,
+            tp: c.tp,
+            pp: c.pp,
+            scheme: c.scheme,
+        },
+        offload_params: offload.then_some(c.offload_params),
+        micro_batch: c.micro_batch,
+        micro_batches: c.micro_batches,
+        peak: &peak,
+        step: step.as_deref(),
+    };
+    parallelism::found_layout(&found, lang)
 }
 
 /// Applies a found layout: its plan replaces the current one (same model and settings, the
@@ -640,9 +509,9 @@ mod tests {
 
     #[test]
     fn a_single_gpu_layout_reads_well_in_both_languages() {
-        assert_eq!(seconds(-0.0), "0 s");
-        assert_eq!(seconds(0.0), "0 s");
-        assert_eq!(seconds(2.5e-4), "250 µs");
+        assert_eq!(fmt_seconds(-0.0), "0 s");
+        assert_eq!(fmt_seconds(0.0), "0 s");
+        assert_eq!(fmt_seconds(2.5e-4), "250 µs");
         let e = estimate(&gpt2()).unwrap();
         let zh = per_gpu_rows(&e, Lang::Zh, Units::Binary)
             .into_iter()
@@ -720,7 +589,7 @@ mod tests {
         assert_eq!(p.parallel, None, "back to one GPU: the key goes away");
         assert_eq!(parse_degree(" 8 "), Ok(Some(8)));
         assert_eq!(parse_degree(""), Ok(None));
-        assert_eq!(parse_degree("x"), Err(()));
+        assert_eq!(parse_degree("x"), Err(NotADegree));
     }
 
     #[test]
@@ -935,9 +804,9 @@ mod tests {
 
     #[test]
     fn durations_pick_their_unit() {
-        assert_eq!(seconds(2.5), "2.50 s");
-        assert_eq!(seconds(0.0123), "12.3 ms");
-        assert_eq!(seconds(5e-5), "50 µs");
-        assert_eq!(seconds(f64::NAN), "–");
+        assert_eq!(fmt_seconds(2.5), "2.50 s");
+        assert_eq!(fmt_seconds(0.0123), "12.3 ms");
+        assert_eq!(fmt_seconds(5e-5), "50 µs");
+        assert_eq!(fmt_seconds(f64::NAN), "–");
     }
 }

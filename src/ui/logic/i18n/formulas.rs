@@ -1,0 +1,190 @@
+//! The breakdown's formulas in both languages: each row's arithmetic with the plan's numbers
+//! substituted. Sizes and counts come in formatted; [`Formula::text`] writes the sentence.
+
+use super::Lang;
+
+/// One formula of the breakdown (or a piece of one).
+#[derive(Clone, Copy, Debug)]
+pub enum Formula<'a> {
+    /// A category that does not grow with the batch.
+    Unscaled {
+        total: &'a str,
+    },
+    /// The head of a category that grows with the batch: samples × bytes per sample.
+    Samples {
+        batch: u64,
+        per: &'a str,
+    },
+    /// Parameters: count × bytes each, when every parameter has the same size.
+    Params {
+        count: &'a str,
+        bytes_each: Option<u64>,
+        total: &'a str,
+    },
+    Buffers {
+        total: &'a str,
+    },
+    /// Activations, around their [`Formula::Samples`] line.
+    SavedForBackward {
+        scaled: &'a str,
+    },
+    BackwardTemps {
+        scaled: &'a str,
+    },
+    /// Gradients, one per parameter of the same size.
+    Grads {
+        count: &'a str,
+        bytes_each: u64,
+        total: &'a str,
+    },
+    GradsPerTrainable {
+        total: &'a str,
+    },
+    /// Gradients when only some are live at the peak.
+    GradsLive {
+        full: &'a str,
+        live: &'a str,
+        phase: &'a str,
+    },
+    PlainSgdState,
+    OptimizerStates {
+        states: u64,
+        names: &'a str,
+        count: &'a str,
+        bytes_each: u64,
+        total: &'a str,
+    },
+    StatesPerParam {
+        states: u64,
+        total: &'a str,
+    },
+    FusedStep {
+        total: &'a str,
+    },
+    NoTemporaries {
+        total: &'a str,
+    },
+    ForeachStep {
+        temporary: &'a str,
+        peak: &'a str,
+    },
+    KvCache {
+        scaled: &'a str,
+    },
+    /// The allocated peak: the phase and, when known, the op it happens at.
+    PeakSum {
+        phase: &'a str,
+        op: Option<&'a str>,
+    },
+    AllocatorCache,
+    NoCublas,
+    /// cuBLAS workspaces: bytes per handle (as written) and the total.
+    Cublas {
+        per: &'a str,
+        total: &'a str,
+    },
+    Reserved,
+    Context {
+        gpu: &'a str,
+    },
+    DeviceTotal,
+}
+
+impl Formula<'_> {
+    pub fn text(&self, lang: Lang) -> String {
+        use Formula::*;
+        let zh = lang == Lang::Zh;
+        match *self {
+            Unscaled { total } if zh => format!("不随批大小变化 = {total}"),
+            Unscaled { total } => format!("does not grow with the batch = {total}"),
+            Samples { batch, per } if zh => format!("{batch} 个样本 × {per}"),
+            Samples { batch, per } => format!("{batch} samples × {per}"),
+            Params { count, bytes_each: Some(k), total } if zh => {
+                format!("{count} 个参数 × {k} B = {total}")
+            }
+            Params { count, bytes_each: Some(k), total } => {
+                format!("{count} params × {k} B = {total}")
+            }
+            Params { count, bytes_each: None, total } if zh => format!("{count} 个参数 = {total}"),
+            Params { count, bytes_each: None, total } => format!("{count} params = {total}"),
+            Buffers { total } if zh => format!("归一化层的运行统计量等缓冲区 = {total}"),
+            Buffers { total } => format!(
+                "running statistics of normalisation layers and other buffers = {total}"
+            ),
+            SavedForBackward { scaled } if zh => format!("为反向保存：{scaled}"),
+            SavedForBackward { scaled } => format!("saved for backward: {scaled}"),
+            BackwardTemps { scaled } if zh => format!("激活梯度与重计算的段：{scaled}"),
+            BackwardTemps { scaled } => {
+                format!("activation gradients and recomputed segments: {scaled}")
+            }
+            Grads { count, bytes_each: k, total } if zh => {
+                format!("{count} 个梯度 × {k} B = {total}")
+            }
+            Grads { count, bytes_each: k, total } => format!("{count} grads × {k} B = {total}"),
+            GradsPerTrainable { total } if zh => format!("每个可训练参数一个 = {total}"),
+            GradsPerTrainable { total } => format!("one per trainable parameter = {total}"),
+            GradsLive { full, live, phase } if zh => {
+                format!("全部生成后 {full}；峰值时（{phase}）存活 {live}")
+            }
+            GradsLive { full, live, phase } => {
+                format!("{full} once all exist; {live} live at the peak ({phase})")
+            }
+            PlainSgdState if zh => "普通 SGD 不保存状态 = 0 B".into(),
+            PlainSgdState => "plain SGD keeps no state = 0 B".into(),
+            OptimizerStates { states, names, count, bytes_each: k, total } if zh => {
+                format!("{states} 个状态（{names}）× {count} × {k} B = {total}")
+            }
+            OptimizerStates { states, names, count, bytes_each: k, total } => {
+                format!("{states} states ({names}) × {count} × {k} B = {total}")
+            }
+            StatesPerParam { states, total } if zh => format!("每个参数 {states} 个状态 = {total}"),
+            StatesPerParam { states, total } => {
+                format!("{states} states per parameter = {total}")
+            }
+            FusedStep { total } if zh => format!("融合实现：无临时张量 = {total}"),
+            FusedStep { total } => format!("fused step: no temporaries = {total}"),
+            NoTemporaries { total } if zh => format!("无与参数同大小的临时张量 = {total}"),
+            NoTemporaries { total } => format!("no parameter-sized temporaries = {total}"),
+            ForeachStep { temporary, peak } if zh => format!(
+                "foreach 实现：sqrt(exp_avg_sq)，一个与参数同大小的临时张量（{temporary}），仅在更新时存活；峰值时 {peak}"
+            ),
+            ForeachStep { temporary, peak } => format!(
+                "foreach step: sqrt(exp_avg_sq), one parameter-sized temporary ({temporary}), live only during the step; at the peak {peak}"
+            ),
+            KvCache { scaled } if zh => format!("各层截至当前上下文的键和值：{scaled}"),
+            KvCache { scaled } => {
+                format!("keys and values of every layer for the context so far: {scaled}")
+            }
+            PeakSum { phase, op: Some(op) } if zh => {
+                format!("以上各项之和，出现在{phase}（{op}）；每个张量按 512 B 取整")
+            }
+            PeakSum { phase, op: Some(op) } => format!(
+                "sum of the rows above, during {phase} at {op}; each tensor rounded to 512 B"
+            ),
+            PeakSum { phase, op: None } if zh => {
+                format!("以上各项之和，出现在{phase}；每个张量按 512 B 取整")
+            }
+            PeakSum { phase, op: None } => {
+                format!("sum of the rows above, during {phase}; each tensor rounded to 512 B")
+            }
+            AllocatorCache if zh => "缓存分配器：1 MiB 以下的块用 2 MiB 段，10 MiB 以下用 20 MiB 段，更大的按 2 MiB 取整；释放后仍保留".into(),
+            AllocatorCache => "caching allocator: 2 MiB segments for blocks up to 1 MiB, 20 MiB up to 10 MiB, larger ones rounded to 2 MiB; kept after frees".into(),
+            NoCublas if zh => "此设备无 cuBLAS = 0 B".into(),
+            NoCublas => "no cuBLAS on this device = 0 B".into(),
+            Cublas { per, total } if zh => {
+                format!("cuBLAS + cuBLASLt，前向与反向两个线程：2 × ({per} + 1 MiB) = {total}")
+            }
+            Cublas { per, total } => format!(
+                "cuBLAS + cuBLASLt, forward and backward threads: 2 × ({per} + 1 MiB) = {total}"
+            ),
+            Reserved if zh => "已分配峰值 + 分配器缓存 + 工作空间".into(),
+            Reserved => "allocated peak + allocator cache + workspaces".into(),
+            Context { gpu } if zh => format!("驱动状态与已加载的内核，{gpu} 的典型值；不经 PyTorch 分配"),
+            Context { gpu } => format!(
+                "driver state and loaded kernels, typical for {gpu}; not allocated through PyTorch"
+            ),
+            DeviceTotal if zh => "已预留 + CUDA 上下文：即 nvidia-smi 显示的用量".into(),
+            DeviceTotal => "reserved + CUDA context: what nvidia-smi shows".into(),
+        }
+    }
+}
