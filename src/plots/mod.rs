@@ -51,7 +51,7 @@ impl fmt::Display for PlotError {
 
 impl std::error::Error for PlotError {}
 
-/// The charts' WebAssembly chunk could not be fetched (a `split` build, offline before the
+/// The charts' WebAssembly chunk could not be fetched (a `lazy-chunks` build, offline before the
 /// service worker had cached it).
 #[cfg(target_arch = "wasm32")]
 impl From<wasm_split_helpers::SplitLoaderError> for PlotError {

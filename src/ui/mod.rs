@@ -7,7 +7,7 @@
 
 pub mod logic;
 
-/// Declares a split point. In a `split` build (`make dist`) a `#[wasm_split]` function: its code
+/// Declares a split point. In a `lazy-chunks` build (`make dist`) a `#[wasm_split]` function: its code
 /// and all that only it reaches leave the first load for the named chunk, fetched on the first
 /// call. Otherwise an async function with the same body, so callers await both alike. Either way
 /// a failed fetch comes back as the declared error (`From<SplitLoaderError>`).
@@ -39,7 +39,7 @@ pub fn mount() {
     console_error_panic_hook::set_once();
     // The wasm's start: the end-to-end run splits the interactive time at this mark.
     view::browser::mark("vram-planner:start");
-    // A link to a model other than a ResNet needs its builder (a chunk of their own in a `split`
+    // A link to a model other than a ResNet needs its builder (a chunk of their own in a `lazy-chunks`
     // build) before the page can judge its plan; the default page does not.
     // Likewise a link with JSON in it (`x`, `cfg`) needs the JSON reader.
     let query = view::browser::location_query();

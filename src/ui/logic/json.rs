@@ -1,6 +1,6 @@
 //! The page's JSON: the link's `x` settings and `cfg`, a pasted config.json, the breakdown
 //! download. serde_json and the plan's (de)serialisers are a large share of the page's code and
-//! the default page needs none of it, so a `split` build keeps them in a chunk fetched when
+//! the default page needs none of it, so a `lazy-chunks` build keeps them in a chunk fetched when
 //! first needed (a link with `x` or `cfg`, a paste, the panels, a setting without a query key of
 //! its own, a JSON download) and then calls into it synchronously ([`crate::split`]). Every other
 //! build links them in: [`loaded`] is always true there.

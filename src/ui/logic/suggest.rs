@@ -371,7 +371,7 @@ pub struct Shown {
 pub type NumbersOf<'a> = &'a dyn Fn(&Plan) -> Option<Numbers>;
 
 /// What the page asks of the suggestions' code: it only runs when a plan does not fit, so a
-/// `split` build fetches it then ([`crate::lazy_chunk`]).
+/// `lazy-chunks` build fetches it then ([`crate::lazy_chunk`]).
 #[derive(Clone, Copy)]
 pub enum Ask<'a> {
     /// The candidates' plans, for the page to simulate.

@@ -1,6 +1,6 @@
 //! The mode switch with its inference chart ([`super::mode_panel`]), the parallelism panel
 //! ([`super::parallel_panel`]) and the comparison view ([`super::compare`]) in one container,
-//! [`panels`]; all read and write one `RwSignal<Plan>`. In a `split` build they and all that only
+//! [`panels`]; all read and write one `RwSignal<Plan>`. In a `lazy-chunks` build they and all that only
 //! they reach load as a chunk of their own the first time their section opens.
 
 use leptos::prelude::*;
@@ -55,7 +55,7 @@ pub async fn load_panels() -> Result<(), ChunkUnavailable> {
     ok.then_some(()).ok_or(ChunkUnavailable)
 }
 
-/// Nothing to fetch without the `split` feature.
+/// Nothing to fetch without the `lazy-chunks` feature.
 #[cfg(not(feature = "lazy-chunks"))]
 pub async fn load_panels() -> Result<(), ChunkUnavailable> {
     Ok(())

@@ -9,7 +9,6 @@ use leptos::prelude::*;
 use super::browser;
 use super::page_workbench::wb;
 use super::widgets::Prefs;
-use crate::estimator::error::EstimateError;
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
