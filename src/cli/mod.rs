@@ -196,7 +196,7 @@ pub fn estimate_json_with(
     par: Option<&ParallelEstimate>,
 ) -> serde_json::Value {
     let mut v = estimate_json_base(plan, e);
-    let gpu = plan.gpu.as_deref().and_then(gpus::find);
+    let gpu = crate::plan::resolve::gpu(plan).ok().flatten();
     let extra = match par {
         Some(p) => serde_json::json!({
             "per_gpu": p.per_gpu,
@@ -252,7 +252,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
     for r in &e.breakdown {
         breakdown.insert(r.category.key().into(), r.bytes.0.into());
     }
-    let gpu = plan.gpu.as_deref().and_then(gpus::find);
+    let gpu = crate::plan::resolve::gpu(plan).ok().flatten();
     let mut v = serde_json::json!({
         "model": e.model,
         "param_count": e.param_count,
@@ -385,7 +385,7 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
             offload_verdict(o)
         );
     }
-    if let (Some(f), Some(g)) = (p.fits, plan.gpu.as_deref().and_then(gpus::find)) {
+    if let (Some(f), Some(g)) = (p.fits, crate::plan::resolve::gpu(plan).ok().flatten()) {
         let _ = writeln!(
             s,
             "{} ({}): {}",
@@ -438,7 +438,7 @@ fn table(plan: &Plan, e: &Estimate) -> String {
         "device total",
         e.device_total.to_string()
     );
-    if let Some(g) = plan.gpu.as_deref().and_then(gpus::find) {
+    if let Some(g) = crate::plan::resolve::gpu(plan).ok().flatten() {
         let verdict = if e.device_total <= g.memory {
             "fits"
         } else {

@@ -5,7 +5,7 @@
 //!
 //! ```
 //! use plotters::prelude::*;
-//! use vram_planner::estimator::{config::Plan, sweep::{sweep, Axis}};
+//! use vram_planner::plan::{sweep::{sweep, Axis}, Plan};
 //! use vram_planner::plots::{draw_stacked_chart, StackedChart, Theme};
 //!
 //! let points = sweep(&Plan::new("resnet18"), Axis::Batch, &[1, 8, 64]);

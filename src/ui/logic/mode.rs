@@ -286,7 +286,7 @@ pub fn max_context(plan: &Plan) -> Option<MaxContext> {
     if plan.mode != Mode::Infer {
         return None;
     }
-    let gpu = plan.gpu.as_deref().and_then(crate::presets::gpus::find)?;
+    let gpu = crate::plan::resolve::gpu(plan).ok().flatten()?;
     Some(MaxContext {
         gpu: gpu.name,
         found: fit::max_context(plan, gpu.memory).map_err(|e| e.to_string()),

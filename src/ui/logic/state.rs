@@ -249,7 +249,7 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
 
 /// The plan's GPU preset, if it names one.
 pub fn gpu_of(plan: &Plan) -> Option<gpus::Gpu> {
-    plan.gpu.as_deref().and_then(gpus::find)
+    crate::plan::resolve::gpu(plan).ok().flatten()
 }
 
 /// Whether the plan's model is a decoder whose causal mask the batch's padding decides (GPT-2,

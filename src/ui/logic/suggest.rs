@@ -466,7 +466,11 @@ mod tests {
     fn suggest(plan: &Plan) -> (Numbers, Vec<Suggestion>) {
         let mut wb = Workbench::new();
         let info = wb.ckpt_info(plan);
-        let cap = plan.gpu.as_deref().and_then(gpus::find).unwrap().memory;
+        let cap = crate::plan::resolve::gpu(plan)
+            .ok()
+            .flatten()
+            .unwrap()
+            .memory;
         // As the page does: list, simulate what is missing, list again until nothing is.
         loop {
             let cands = candidates(plan, &info, cap, &|p| wb.numbers(p));
