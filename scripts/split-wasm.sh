@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Trunk's post-build hook (Trunk.toml → `make split-wasm`). Trunk has built the page with the
-# `split` feature and run wasm-bindgen on it; this redoes that step on the split wasm:
-#  1. wasm-split-cli moves each split point (src/ui/extra.rs `panels_under`, src/ui/chart.rs
-#     `paint` and `svg`) and everything only it reaches into its own chunk (split_<name>.wasm),
+# `lazy-chunks` feature and run wasm-bindgen on it; this redoes that step on the split wasm:
+#  1. wasm-split-cli moves each split point (`split_point!` in src/ui/view/panels.rs and
+#     src/ui/view/canvas.rs, `lazy_chunk!` in src/plan/lazy.rs, src/ui/logic/json.rs and
+#     src/ui/logic/suggest.rs) and everything only it reaches into its own chunk (split_<name>.wasm),
 #     code that only split points share into chunk_<n>.wasm (fetched with any of them), leaving
 #     the main module and a loader (__wasm_split.js);
 #  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
@@ -23,10 +24,12 @@ name="$(basename "$js" .js)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 
+# Flattening and re-looping the control flow before -Oz, then repeating -Oz until it converges,
+# gives about 1 % less gzip than -Oz alone (measured on the main module).
 # WASM_OPT_EXTRA=-g keeps function names, for a profile of the release build.
 opt() {
   if [ "$profile" = release ]; then
-    wasm-opt -Oz ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+    wasm-opt --flatten --rereloop -Oz --converge ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
   fi
 }
