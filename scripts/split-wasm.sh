@@ -29,7 +29,7 @@ trap 'rm -rf "$tmp"' EXIT
 # WASM_OPT_EXTRA=-g keeps function names, for a profile of the release build.
 opt() {
   if [ "$profile" = release ]; then
-    wasm-opt --flatten --rereloop -Oz --converge ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+    wasm-opt --flatten --rereloop -Oz --converge --strip-producers --strip-target-features ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
   fi
 }
@@ -75,4 +75,13 @@ grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no
 # has reached it (cached, on a slow parse), it waits for the document first.
 sed -i 's|<script type="module">|<script type="module" async>if (!document.body) await new Promise((r) => addEventListener("DOMContentLoaded", r, { once: true }));|' "$staging/index.html"
 grep -q '<script type="module" async>' "$staging/index.html" || { echo "split-wasm: index.html has no module script to start early" >&2; exit 1; }
+# What index.html says to its reader (HTML comments, the inline script's comment lines) is not
+# sent to the browser.
+if [ "$profile" = release ]; then
+  perl -0pi -e 's/<!--.*?-->//gs; s/^[ \t]*\/\/[^\n]*\n//gm; s/^\s+//gm; s/ data-integrity="none"//g' "$staging/index.html"
+  # The web manifest without its indentation.
+  if [ -e "$staging/manifest.webmanifest" ]; then
+    node -e 'const f = process.argv[1], fs = require("fs"); fs.writeFileSync(f, JSON.stringify(JSON.parse(fs.readFileSync(f, "utf8"))))' "$staging/manifest.webmanifest"
+  fi
+fi
 echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm chunk_*.wasm; do [ -e "$f" ] && printf ' + %s' "$f"; done)"

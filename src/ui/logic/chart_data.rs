@@ -315,6 +315,118 @@ pub struct Table {
     pub rows: Vec<Vec<String>>,
 }
 
+/// What the chart code is asked: a chart's data from the numbers it is drawn from, or a chart's
+/// table. Charts sit below the first screen, so a `lazy-chunks` build fetches this code with the
+/// first chart that comes into view ([`load`]), not with the first screen.
+#[derive(Clone, Copy)]
+pub enum ChartAsk<'a> {
+    /// The batch chart's sweep: one point per batch size of [`batch_xs`].
+    BatchPoints {
+        model: &'a BatchModel,
+        gpu: Option<&'a Gpu>,
+    },
+    Batch {
+        points: &'a [Point],
+        current: Option<&'a Numbers>,
+        best: Option<u64>,
+        model: &'a BatchModel,
+        gpu: Option<&'a Gpu>,
+    },
+    Length {
+        plan: &'a Plan,
+        current: Option<&'a Numbers>,
+        gpu: Option<&'a Gpu>,
+        numbers_of: &'a dyn Fn(&Plan) -> Option<Numbers>,
+    },
+    Checkpoint {
+        plan: &'a Plan,
+        info: &'a CkptInfo,
+        current: Option<&'a Numbers>,
+        numbers_of: &'a dyn Fn(&Plan) -> Option<Numbers>,
+    },
+    Timeline {
+        model: &'a BatchModel,
+        batch: u64,
+        gpu: Option<&'a Gpu>,
+    },
+    Layers {
+        model: &'a BatchModel,
+        batch: u64,
+    },
+    Table {
+        data: &'a ChartData,
+        lang: Lang,
+        units: Units,
+    },
+}
+
+/// What the chart code answers.
+pub enum ChartAnswer {
+    Points(Vec<Point>),
+    Data(ChartData),
+    Table(Table),
+}
+
+fn answer(ask: ChartAsk<'_>) -> ChartAnswer {
+    match ask {
+        ChartAsk::BatchPoints { model, gpu } => ChartAnswer::Points(batch_points(model, gpu)),
+        ChartAsk::Batch {
+            points,
+            current,
+            best,
+            model,
+            gpu,
+        } => ChartAnswer::Data(ChartData::Batch(batch_data(
+            points.to_vec(),
+            current,
+            best,
+            model,
+            gpu,
+        ))),
+        ChartAsk::Length {
+            plan,
+            current,
+            gpu,
+            numbers_of,
+        } => ChartAnswer::Data(ChartData::Length(length_data(
+            plan, current, gpu, numbers_of,
+        ))),
+        ChartAsk::Checkpoint {
+            plan,
+            info,
+            current,
+            numbers_of,
+        } => ChartAnswer::Data(ChartData::Checkpoint(ckpt_data(
+            plan, info, current, numbers_of,
+        ))),
+        ChartAsk::Timeline { model, batch, gpu } => {
+            ChartAnswer::Data(ChartData::Timeline(timeline_data(model, batch, gpu)))
+        }
+        ChartAsk::Layers { model, batch } => {
+            ChartAnswer::Data(ChartData::Layers(layers_data(model, batch)))
+        }
+        ChartAsk::Table { data, lang, units } => ChartAnswer::Table(data.table_now(lang, units)),
+    }
+}
+
+crate::lazy_chunk!(chart_data, chart_data_split, chart_data_preload, fn answer(ChartAsk<'_>) -> ChartAnswer);
+
+/// A chart's data; `None` until the chart code is here ([`load`]).
+pub fn data(ask: ChartAsk<'_>) -> Option<ChartData> {
+    match call(ask) {
+        Ok(ChartAnswer::Data(d)) => Some(d),
+        _ => None,
+    }
+}
+
+/// The batch chart's sweep; `None` until the chart code is here ([`load`]).
+pub fn points(model: &BatchModel, gpu: Option<&Gpu>) -> Option<Vec<Point>> {
+    match call(ChartAsk::BatchPoints { model, gpu }) {
+        Ok(ChartAnswer::Points(p)) => Some(p),
+        _ => None,
+    }
+}
+
 pub(crate) fn unit_of(units: Units) -> MemUnit {
     match units {
         Units::Binary => MemUnit::GIB,
@@ -533,8 +645,20 @@ impl ChartData {
         Ok(svg)
     }
 
-    /// The chart's data as a table (its text alternative, also what screen readers get).
-    pub fn table(&self, lang: Lang, units: Units) -> Table {
+    /// The chart's data as a table (its text alternative, also what screen readers get);
+    /// `None` until the tables' code is here ([`load`]).
+    pub fn table(&self, lang: Lang, units: Units) -> Option<Table> {
+        match call(ChartAsk::Table {
+            data: self,
+            lang,
+            units,
+        }) {
+            Ok(ChartAnswer::Table(t)) => Some(t),
+            _ => None,
+        }
+    }
+
+    fn table_now(&self, lang: Lang, units: Units) -> Table {
         let b = |x: Bytes| fmt_bytes(x, units);
         let h = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         match self {
@@ -803,7 +927,7 @@ mod tests {
                     "{:?} {lang:?}",
                     c.kind()
                 );
-                let t = c.table(lang, Units::Decimal);
+                let t = c.table(lang, Units::Decimal).unwrap();
                 assert!(
                     !t.rows.is_empty() && t.rows.iter().all(|r| r.len() == t.headers.len()),
                     "{:?}",

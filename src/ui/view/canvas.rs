@@ -15,7 +15,7 @@ use super::browser;
 use super::dom::{button, effect, h, keep_while_owned, table_body, El};
 use super::planner::Planner;
 use crate::plots::{PlotError, Theme};
-use crate::ui::logic::chart_data::ChartData;
+use crate::ui::logic::chart_data::{self, ChartData};
 use crate::ui::logic::export;
 use crate::ui::logic::i18n::{Lang, Msg, Units};
 use crate::ui::logic::url::ChartKind;
@@ -120,6 +120,8 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         if !visible.get() {
             return;
         }
+        fetch_chart_code(p, failure);
+        p.chart_code.track();
         p.plan.track();
         // Background jobs (exact numbers, the largest batch, sweeps) change what the batch,
         // length and checkpoint charts show; the timeline and the per-layer chart follow from
@@ -164,9 +166,17 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
                 });
             }
             "csv" => {
-                if let Some(t) = data.with_untracked(|d| d.as_ref().map(|d| d.table(lang, units))) {
-                    browser::download_text(&name, "text/csv", &export::table_csv(&t));
-                }
+                leptos::task::spawn_local(async move {
+                    if !chart_data::load().await {
+                        failure.set(Some(Msg::ChunkUnavailable.t(lang).into()));
+                        return;
+                    }
+                    if let Some(t) =
+                        data.with_untracked(|d| d.as_ref().and_then(|d| d.table(lang, units)))
+                    {
+                        browser::download_text(&name, "text/csv", &export::table_csv(&t));
+                    }
+                });
             }
             _ => {
                 // A chart out of view may be behind the plan: draw it now.
@@ -189,11 +199,15 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
     });
     let (s1, s2, s3) = (save.clone(), save.clone(), save);
     let (t, c) = title(kind);
-    // The table is built only while open: a closed one costs nothing per slider step.
+    // The table is built only while open: a closed one costs nothing per slider step. Its code
+    // comes with the charts' (`chart_code`).
     let table = Memo::new(move |_| {
-        if open.get() {
-            data.with(|d| d.as_ref().map(|d| d.table(p.lang.get(), p.units.get())))
-                .unwrap_or_default()
+        if open.get() && p.chart_code.get() {
+            data.with(|d| {
+                d.as_ref()
+                    .and_then(|d| d.table(p.lang.get(), p.units.get()))
+            })
+            .unwrap_or_default()
         } else {
             Default::default()
         }
@@ -211,7 +225,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         .child(h("summary").dyn_text(p.prefs().text(Msg::DataTable)))
         .child(h("table").child(head).child(body));
     let d2 = details.0.clone();
-    let details = details.on("toggle", move |_| open.set(d2.has_attribute("open")));
+    let details = details.on("toggle", move |_| {
+        let now_open = d2.has_attribute("open");
+        if now_open {
+            fetch_chart_code(p, failure);
+        }
+        open.set(now_open);
+    });
     h("figure")
         .cls("chart")
         .testid(kind.test_id())
@@ -295,6 +315,22 @@ async fn repaint(
 
 fn measure(canvas: &HtmlCanvasElement) -> (f64, f64) {
     (canvas.client_width() as f64, canvas.client_height() as f64)
+}
+
+/// Fetches the charts' data code once (a chart came into view, or a table opened); charts and
+/// tables fill in when it is here.
+fn fetch_chart_code(p: Planner, failure: RwSignal<Option<String>>) {
+    if p.chart_code.get_untracked() {
+        return;
+    }
+    let lang = p.lang.get_untracked();
+    leptos::task::spawn_local(async move {
+        if chart_data::load().await {
+            p.chart_code.try_set(true);
+        } else {
+            failure.try_set(Some(Msg::ChunkUnavailable.t(lang).into()));
+        }
+    });
 }
 
 split_point! { charts;

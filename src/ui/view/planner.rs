@@ -12,7 +12,7 @@ use super::widgets::Prefs;
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
-use crate::ui::logic::chart_data::{self, ChartData};
+use crate::ui::logic::chart_data::{self, ChartAsk, ChartData};
 use crate::ui::logic::ckpt_info::CkptInfo;
 use crate::ui::logic::i18n::{Lang, Units};
 use crate::ui::logic::json;
@@ -52,6 +52,9 @@ pub struct Planner {
     pub info: Memo<CkptInfo>,
     pub numbers: Memo<Result<Numbers, PlanError>>,
     pub max_batch: Memo<Option<MaxBatch>>,
+    /// The chart code is here (fetched with the first chart that comes into view): the charts'
+    /// data and tables read it.
+    pub chart_code: RwSignal<bool>,
 }
 
 impl Planner {
@@ -121,6 +124,7 @@ impl Planner {
             info,
             numbers,
             max_batch,
+            chart_code: RwSignal::new(chart_data::loaded()),
         }
     }
 
@@ -212,6 +216,7 @@ impl Planner {
             ChartKind::Batch => {
                 let points = Memo::new_with_compare(
                     move |_| {
+                        p.chart_code.track();
                         p.base.with(|b| {
                             wb(|w| {
                                 let m = w.model(b);
@@ -219,7 +224,8 @@ impl Planner {
                                 Arc::new(
                                     m.as_ref()
                                         .as_ref()
-                                        .map(|m| chart_data::batch_points(m, gpu.as_ref()))
+                                        .ok()
+                                        .and_then(|m| chart_data::points(m, gpu.as_ref()))
                                         .unwrap_or_default(),
                                 )
                             })
@@ -229,6 +235,7 @@ impl Planner {
                 );
                 Memo::new_with_compare(
                     move |_| {
+                        p.chart_code.track();
                         let pts = points.get();
                         let n = p.numbers.get().ok();
                         let best = p.max_batch.get().and_then(|m| m.value);
@@ -237,13 +244,14 @@ impl Planner {
                                 let m = w.model(b);
                                 let m = m.as_ref().as_ref().ok()?;
                                 let gpu = state::gpu_of(b);
-                                Some(Arc::new(ChartData::Batch(chart_data::batch_data(
-                                    (*pts).clone(),
-                                    n.as_ref(),
+                                chart_data::data(ChartAsk::Batch {
+                                    points: &pts,
+                                    current: n.as_ref(),
                                     best,
-                                    m,
-                                    gpu.as_ref(),
-                                ))))
+                                    model: m,
+                                    gpu: gpu.as_ref(),
+                                })
+                                .map(Arc::new)
                             })
                         })
                     },
@@ -252,16 +260,18 @@ impl Planner {
             }
             ChartKind::Length => Memo::new_with_compare(
                 move |_| {
+                    p.chart_code.track();
                     p.version.track();
                     let n = p.numbers.get().ok();
                     p.plan.with(|plan| {
                         wb(|w| {
-                            Some(Arc::new(ChartData::Length(chart_data::length_data(
+                            chart_data::data(ChartAsk::Length {
                                 plan,
-                                n.as_ref(),
-                                state::gpu_of(plan).as_ref(),
-                                &|q| w.numbers(q),
-                            ))))
+                                current: n.as_ref(),
+                                gpu: state::gpu_of(plan).as_ref(),
+                                numbers_of: &|q| w.numbers(q),
+                            })
+                            .map(Arc::new)
                         })
                     })
                 },
@@ -269,17 +279,19 @@ impl Planner {
             ),
             ChartKind::Checkpoint => Memo::new_with_compare(
                 move |_| {
+                    p.chart_code.track();
                     p.version.track();
                     let n = p.numbers.get().ok();
                     let info = p.info.get();
                     p.plan.with(|plan| {
                         wb(|w| {
-                            Some(Arc::new(ChartData::Checkpoint(chart_data::ckpt_data(
+                            chart_data::data(ChartAsk::Checkpoint {
                                 plan,
-                                &info,
-                                n.as_ref(),
-                                &|q| w.numbers(q),
-                            ))))
+                                info: &info,
+                                current: n.as_ref(),
+                                numbers_of: &|q| w.numbers(q),
+                            })
+                            .map(Arc::new)
                         })
                     })
                 },
@@ -287,6 +299,7 @@ impl Planner {
             ),
             ChartKind::Timeline | ChartKind::Layers => Memo::new_with_compare(
                 move |_| {
+                    p.chart_code.track();
                     let batch = p.plan.with(|x| x.batch);
                     state::check_batch(batch).ok()?;
                     p.base.with(|b| {
@@ -294,12 +307,15 @@ impl Planner {
                             let m = w.model(b);
                             let m = m.as_ref().as_ref().ok()?;
                             let gpu = state::gpu_of(b);
-                            Some(Arc::new(match kind {
-                                ChartKind::Timeline => ChartData::Timeline(
-                                    chart_data::timeline_data(m, batch, gpu.as_ref()),
-                                ),
-                                _ => ChartData::Layers(chart_data::layers_data(m, batch)),
-                            }))
+                            chart_data::data(match kind {
+                                ChartKind::Timeline => ChartAsk::Timeline {
+                                    model: m,
+                                    batch,
+                                    gpu: gpu.as_ref(),
+                                },
+                                _ => ChartAsk::Layers { model: m, batch },
+                            })
+                            .map(Arc::new)
                         })
                     })
                 },
