@@ -17,6 +17,14 @@ wasm_bindgen_test_configure!(run_in_browser);
 
 /// A fresh container on the test page with the whole app mounted in it.
 fn mount_app() -> (HtmlElement, impl Drop) {
+    // The page keeps its plan in the URL: each test starts from the default plan, whatever the
+    // test before it left there.
+    let path = window().location().pathname().unwrap();
+    window()
+        .history()
+        .unwrap()
+        .replace_state_with_url(&wasm_bindgen::JsValue::NULL, "", Some(&path))
+        .unwrap();
     let host: HtmlElement = document().create_element("div").unwrap().unchecked_into();
     host.style().set_property("width", "1100px").unwrap();
     document().body().unwrap().append_child(&host).unwrap();
