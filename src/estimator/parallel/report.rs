@@ -28,9 +28,25 @@ pub struct PerGpu {
 
 impl PerGpu {
     pub(super) fn of(l: &RankLive, overhead: u64, workspaces: u64, context: u64) -> PerGpu {
-        let c = |k: Category| l.cats[k.index()];
         let peak = l.total();
         let reserved = peak + overhead + workspaces;
+        PerGpu::from_categories(
+            |k| l.cats[k.index()],
+            l.comm_buffers,
+            peak,
+            reserved,
+            reserved + context,
+        )
+    }
+
+    /// The rows grouped as the report shows them, from bytes by category at the peak.
+    fn from_categories(
+        c: impl Fn(Category) -> u64,
+        comm_buffers: u64,
+        peak: u64,
+        reserved: u64,
+        device_total: u64,
+    ) -> PerGpu {
         PerGpu {
             params_bytes: c(Category::Params),
             grads_bytes: c(Category::Gradients),
@@ -38,11 +54,11 @@ impl PerGpu {
             activations_bytes: c(Category::Activations)
                 + c(Category::BackwardTemps)
                 + c(Category::Inputs),
-            other_bytes: c(Category::Buffers) + c(Category::OptimizerTemps) + l.comm_buffers,
-            comm_buffer_bytes: l.comm_buffers,
+            other_bytes: c(Category::Buffers) + c(Category::OptimizerTemps) + comm_buffers,
+            comm_buffer_bytes: comm_buffers,
             peak_allocated_bytes: peak,
             reserved_bytes: reserved,
-            device_total_bytes: reserved + context,
+            device_total_bytes: device_total,
         }
     }
 }
@@ -121,18 +137,11 @@ pub struct ParallelEstimate {
 
 /// The per-GPU answer of a single-GPU estimate, in the same shape as a multi-GPU one.
 pub fn single_gpu(e: &Estimate) -> PerGpu {
-    let c = |k: Category| e.category(k).0;
-    PerGpu {
-        params_bytes: c(Category::Params),
-        grads_bytes: c(Category::Gradients),
-        optimizer_state_bytes: c(Category::OptimizerState),
-        activations_bytes: c(Category::Activations)
-            + c(Category::BackwardTemps)
-            + c(Category::Inputs),
-        other_bytes: c(Category::Buffers) + c(Category::OptimizerTemps),
-        comm_buffer_bytes: 0,
-        peak_allocated_bytes: e.peak_allocated.0,
-        reserved_bytes: e.reserved.0,
-        device_total_bytes: e.device_total.0,
-    }
+    PerGpu::from_categories(
+        |k| e.category(k).0,
+        0,
+        e.peak_allocated.0,
+        e.reserved.0,
+        e.device_total.0,
+    )
 }
