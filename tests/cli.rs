@@ -1,24 +1,12 @@
 //! The command-line tool as a user runs it: the binary, its exit status, stdout and stderr.
 //! Good plans print numbers; bad input exits non-zero with a message, never a panic.
 
-use std::io::Write;
+mod common;
+
 use std::process::{Command, Output, Stdio};
 
 fn run(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the CLI");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::run_cli(args, stdin)
 }
 
 fn text(b: &[u8]) -> String {

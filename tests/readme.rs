@@ -5,9 +5,6 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
 use vram_planner::estimator::config::{CausalMask, Precision};
 use vram_planner::plan::estimate;
 use vram_planner::plan::Plan;
@@ -16,20 +13,7 @@ const GIB: f64 = (1u64 << 30) as f64;
 
 /// Runs the binary with `args` and `plan` on stdin; its stdout, failing the test on an error.
 fn cli(args: &[&str], plan: &str) -> String {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the CLI");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(plan.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_cli(args, plan);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{args:?} {plan}: {stderr}");
     String::from_utf8(out.stdout).unwrap()

@@ -5,6 +5,9 @@
 // Every test file compiles its own copy of this module and uses only part of it.
 #![allow(dead_code)]
 
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+
 use serde_json::Value;
 use vram_planner::cli::reference::{compare_line, Compared, Record};
 use vram_planner::plan::Plan;
@@ -183,4 +186,22 @@ pub fn assert_close(got: f64, want: f64, rel_tol: f64) {
         err <= rel_tol,
         "got {got}, want {want} (rel err {err:.4} > {rel_tol})"
     );
+}
+
+/// Runs the `vram-planner` binary with `args` and `stdin`, as a user would.
+pub fn run_cli(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the CLI");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
 }
