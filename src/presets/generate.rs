@@ -56,16 +56,19 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         cpu: false,
     };
     let mut h = x;
+    let mut router_logits = Vec::new();
     for (i, &(k_cache, v_cache)) in caches.iter().enumerate() {
         h = g.scoped(format!("layers.{i}"), |g| {
             layer.build(
                 g,
                 h,
+                i as u64,
                 LlamaAttention::Cached {
                     k_cache,
                     v_cache,
                     past: step.past,
                 },
+                &mut router_logits,
             )
         })?;
     }

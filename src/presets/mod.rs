@@ -7,6 +7,7 @@ pub mod gpus;
 pub mod hf;
 pub mod links;
 pub mod models;
+pub mod moe;
 pub mod rnn;
 pub mod text;
 pub mod vision;

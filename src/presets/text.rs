@@ -20,6 +20,8 @@ use crate::estimator::ops::EagerOpts;
 use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
+use super::moe::{self, Moe};
+
 pub type Built = Result<Graph, EstimateError>;
 
 /// The architecture family (which `modeling_*.py` forward runs).
@@ -75,6 +77,36 @@ pub struct TextConfig {
     pub attn_dropout: f64,
     /// Dropout on the residual branches (GPT-2 `resid_pdrop`, BERT `hidden_dropout_prob`).
     pub resid_dropout: f64,
+    /// What a LLaMA-family variant changes in the decoder layer (nothing for LLaMA, Mistral,
+    /// Qwen2, GPT-2 and BERT).
+    pub variant: Variant,
+}
+
+/// The decoder-layer differences of the LLaMA-family variants.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Variant {
+    pub qk_norm: QkNorm,
+    /// Phi-3 (`models/phi3/modeling_phi3.py`): one `qkv_proj` whose output is sliced into the
+    /// query, key and value, and one `gate_up_proj` chunked into gate and up.
+    pub fused: bool,
+    /// OLMo 2 (`models/olmo2/modeling_olmo2.py`): no norm before attention and MLP;
+    /// `post_attention_layernorm` and `post_feedforward_layernorm` normalise their outputs
+    /// before the residual add.
+    pub norm_after: bool,
+    /// Sparse mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE).
+    pub moe: Option<Moe>,
+}
+
+/// RMSNorm on the queries and keys before the rotary embedding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QkNorm {
+    #[default]
+    None,
+    /// Qwen3 (`Qwen3Attention`: `q_norm(q_proj(x).view(..., head_dim))`): a `[head_dim]`
+    /// weight over each head.
+    PerHead,
+    /// OLMo 2 (`Olmo2Attention`: `q_norm(q_proj(x))`): a weight over the whole projection.
+    Full,
 }
 
 impl TextConfig {
@@ -97,14 +129,42 @@ impl TextConfig {
                 let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
                 emb + l * layer + head
             }
-            Arch::Llama => {
-                let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-                let attn =
-                    h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
-                let mlp = 3 * h * i + b(self.mlp_bias, 2 * i + h);
-                v * h + l * (attn + mlp + 2 * h) + h + b(!self.tie_embeddings, v * h)
-            }
+            Arch::Llama => self.llama_params(false),
         }
+    }
+
+    /// Parameters one token runs through: all of them for a dense model; for a mixture of
+    /// experts the router, the `top_k` routed experts and the shared expert of each sparse
+    /// layer, besides everything outside the experts.
+    pub fn active_param_count(&self) -> u64 {
+        match self.arch {
+            Arch::Llama => self.llama_params(true),
+            _ => self.param_count(),
+        }
+    }
+
+    fn llama_params(&self, active: bool) -> u64 {
+        let (h, v, i) = (self.hidden, self.vocab, self.intermediate);
+        let b = |on: bool, n: u64| if on { n } else { 0 };
+        let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        let qk_norm = match self.variant.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead => 2 * self.head_dim,
+            QkNorm::Full => q + kv,
+        };
+        let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+        let dense = 3 * h * i + b(self.mlp_bias, 2 * i + h);
+        let layers: u64 = (0..self.layers)
+            .map(|l| {
+                let mlp = match &self.variant.moe {
+                    Some(m) if m.is_sparse(l) && active => m.active_block_params(h),
+                    Some(m) if m.is_sparse(l) => m.block_params(h),
+                    _ => dense,
+                };
+                attn + qk_norm + mlp + 2 * h
+            })
+            .sum();
+        v * h + layers + h + b(!self.tie_embeddings, v * h)
     }
 }
 
@@ -115,7 +175,7 @@ fn run_layers(
     ctx: &BuildCtx,
     prefix: &str,
     mut h: TensorId,
-    mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>,
+    mut layer: impl FnMut(&mut Graph, TensorId, u64) -> Result<TensorId, EstimateError>,
 ) -> Result<TensorId, EstimateError> {
     // `Block` (HF `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform
     // stack has no stages, so `Stage` means the same.
@@ -123,7 +183,7 @@ fn run_layers(
         h = g.checkpointed(ck, |g| {
             let mut h = h;
             for i in range {
-                h = g.scoped(format!("{prefix}.{i}"), |g| layer(g, h))?;
+                h = g.scoped(format!("{prefix}.{i}"), |g| layer(g, h, i as u64))?;
             }
             Ok::<_, EstimateError>(h)
         })?;
@@ -173,6 +233,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     if cfg.arch != Arch::Llama && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
         return Err(EstimateError::Unsupported(format!("LoRA and quantized weights are modelled for LLaMA-family models (llama, mistral, qwen2), not {}", cfg.model_type)));
     }
+    check_variant(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
@@ -183,6 +244,36 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
+}
+
+/// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
+/// layer has a fused projection, a norm over the whole projection or experts (their sharding is
+/// not the column/row split of the plain layer), and LoRA or quantized weights on fused
+/// projections and experts (adapters target `q_proj`-style module names).
+pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let v = &cfg.variant;
+    let what = if v.moe.is_some() {
+        "mixture-of-experts layers"
+    } else if v.fused {
+        "fused qkv and gate-up projections"
+    } else if v.qk_norm == QkNorm::Full {
+        "query/key norms over the whole projection"
+    } else {
+        return Ok(());
+    };
+    if ctx.tp > 1 {
+        return Err(EstimateError::Unsupported(format!(
+            "tensor parallelism is not modelled for {} ({what}): use tp = 1 with data parallelism or ZeRO",
+            cfg.model_type
+        )));
+    }
+    if (v.moe.is_some() || v.fused) && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
+        return Err(EstimateError::Unsupported(format!(
+            "LoRA and quantized weights are not modelled for {} ({what}): use full fine-tuning or a dense model",
+            cfg.model_type
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a sequence longer than the model's learned positions.
@@ -263,7 +354,7 @@ fn gpt2(
     let mut h = g.add(x, pe, false)?;
     let mask = causal_masks(g, ctx)?;
     h = g.scoped("drop", |g| g.dropout_on(h, cfg.embd_dropout, cpu))?;
-    h = run_layers(g, cfg, ctx, "h", h, |g, h| {
+    h = run_layers(g, cfg, ctx, "h", h, |g, h, _| {
         let a = g.layer_norm("ln_1", h, true)?;
         let qkv = g.scoped("attn", |g| g.conv1d("c_attn", a, h_dim, 3 * h_dim))?;
         let (b, s) = (ctx.batch, ctx.seq);
@@ -340,7 +431,7 @@ fn bert(
         // The embedding op is the first one recorded after the weight's creation.
         tied_grad_sum_at(g, word);
     }
-    e = run_layers(g, cfg, ctx, "layer", e, |g, h| {
+    e = run_layers(g, cfg, ctx, "layer", e, |g, h, _| {
         let a = g.scoped("attention", |g| {
             let (q, k, v) = g.scoped("self", |g| {
                 let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
@@ -440,14 +531,17 @@ fn llama(
         sin,
         cpu,
     };
-    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
+    let mut router_logits = Vec::new();
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
         layer.build(
             g,
             h,
+            i,
             LlamaAttention::Masked {
                 mask,
                 attn: ctx.attn,
             },
+            &mut router_logits,
         )
     })?;
     let h = g.rms_norm("norm", h)?;
@@ -456,7 +550,12 @@ fn llama(
     } else {
         g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
     };
-    g.causal_lm_loss(logits, ids)?;
+    let loss = g.causal_lm_loss(logits, ids)?;
+    if let Some(moe) = cfg.variant.moe.as_ref().filter(|m| m.aux_loss) {
+        if !g.inference {
+            moe::aux_loss(g, moe, &router_logits, loss)?;
+        }
+    }
     Ok(())
 }
 
@@ -505,20 +604,73 @@ impl LlamaLayer<'_> {
     /// has run (keys and values are replaced by the cache tensors `update` returns);
     /// `LlamaMLP.forward` holds its input until `down_proj` has run. Only generation records
     /// these holds; the training step never has, and adding them would change its estimates.
+    ///
+    /// The variants ([`Variant`]) change the layer where their modeling files do: q/k norms after
+    /// the projections, fused projections, norms after the sublayers, a sparse MoE block in
+    /// place of the MLP. `index` is the layer's position (MoE layers may alternate with dense
+    /// ones); a sparse block's router logits are appended to `router_logits`.
     pub fn build(
         &self,
         g: &mut Graph,
         h: TensorId,
+        index: u64,
         attention: LlamaAttention,
+        router_logits: &mut Vec<TensorId>,
     ) -> Result<TensorId, EstimateError> {
         let (cfg, tune) = (self.cfg, self.tune);
+        let var = &cfg.variant;
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
-        let a = g.rms_norm("input_layernorm", h)?;
+        let a = if var.norm_after {
+            h
+        } else {
+            g.rms_norm("input_layernorm", h)?
+        };
         let o = g.scoped("self_attn", |g| {
-            let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
-            let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
-            let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+            let (q, k, v) = if var.fused {
+                let qkv = g.block_linear(
+                    "qkv_proj",
+                    a,
+                    h_dim,
+                    (nh + 2 * nkv) * d,
+                    cfg.qkv_bias,
+                    Target::Q,
+                    tune,
+                )?;
+                let s = g.shape(a);
+                let parts = g.split(
+                    qkv,
+                    vec![
+                        vec![s[0], s[1], nh * d],
+                        vec![s[0], s[1], nkv * d],
+                        vec![s[0], s[1], nkv * d],
+                    ],
+                )?;
+                (parts[0], parts[1], parts[2])
+            } else {
+                let q =
+                    g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
+                let k =
+                    g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
+                let v =
+                    g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+                (q, k, v)
+            };
+            let (q, k) = match var.qk_norm {
+                QkNorm::None => (q, k),
+                QkNorm::Full => (g.rms_norm("q_norm", q)?, g.rms_norm("k_norm", k)?),
+                QkNorm::PerHead => {
+                    let s = g.shape(q);
+                    let qh = g.view(q, vec![s[0], s[1], self.heads.0, d])?;
+                    let kh = g.view(k, vec![s[0], s[1], self.heads.1, d])?;
+                    let qn = g.rms_norm("q_norm", qh)?;
+                    let kn = g.rms_norm("k_norm", kh)?;
+                    (
+                        g.view(qn, vec![s[0], s[1], self.heads.0 * d])?,
+                        g.view(kn, vec![s[0], s[1], self.heads.1 * d])?,
+                    )
+                }
+            };
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
@@ -564,43 +716,89 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(o)
         })?;
+        let o = if var.norm_after {
+            g.rms_norm("post_attention_layernorm", o)?
+        } else {
+            o
+        };
         let r = g.add(h, o, false)?;
-        let m = g.rms_norm("post_attention_layernorm", r)?;
+        let m = if var.norm_after {
+            r
+        } else {
+            g.rms_norm("post_attention_layernorm", r)?
+        };
+        let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {
-            let gt = g.block_linear(
-                "gate_proj",
-                m,
-                h_dim,
-                cfg.intermediate,
-                cfg.mlp_bias,
-                Target::Gate,
-                tune,
-            )?;
-            let gt = activation(g, gt, cfg.act, self.cpu)?;
-            let up = g.block_linear(
-                "up_proj",
-                m,
-                h_dim,
-                cfg.intermediate,
-                cfg.mlp_bias,
-                Target::Up,
-                tune,
-            )?;
-            let y = g.mul_bc(gt, up)?;
-            let y = g.block_linear(
-                "down_proj",
-                y,
-                cfg.intermediate,
-                h_dim,
-                cfg.mlp_bias,
-                Target::Down,
-                tune,
-            )?;
+            let y = if let Some(moe) = sparse {
+                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu)?;
+                router_logits.push(out.router_logits);
+                out.out
+            } else if var.fused {
+                let gu = g.block_linear(
+                    "gate_up_proj",
+                    m,
+                    h_dim,
+                    2 * cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Gate,
+                    tune,
+                )?;
+                let s = g.shape(m);
+                let half = vec![s[0], s[1], cfg.intermediate];
+                let parts = g.split(gu, vec![half.clone(), half])?;
+                let gt = activation(g, parts[0], cfg.act, self.cpu)?;
+                // `up_states * self.activation_fn(gate)`
+                let y = g.mul_bc(parts[1], gt)?;
+                g.block_linear(
+                    "down_proj",
+                    y,
+                    cfg.intermediate,
+                    h_dim,
+                    cfg.mlp_bias,
+                    Target::Down,
+                    tune,
+                )?
+            } else {
+                let gt = g.block_linear(
+                    "gate_proj",
+                    m,
+                    h_dim,
+                    cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Gate,
+                    tune,
+                )?;
+                let gt = activation(g, gt, cfg.act, self.cpu)?;
+                let up = g.block_linear(
+                    "up_proj",
+                    m,
+                    h_dim,
+                    cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Up,
+                    tune,
+                )?;
+                let y = g.mul_bc(gt, up)?;
+                g.block_linear(
+                    "down_proj",
+                    y,
+                    cfg.intermediate,
+                    h_dim,
+                    cfg.mlp_bias,
+                    Target::Down,
+                    tune,
+                )?
+            };
             if hold {
                 g.hold(&[m]);
             }
             Ok::<_, EstimateError>(y)
         })?;
+        let y = if var.norm_after {
+            g.rms_norm("post_feedforward_layernorm", y)?
+        } else {
+            y
+        };
         let out = g.add(r, y, false)?;
         if hold {
             g.hold(&[h]);
