@@ -37,7 +37,10 @@ const PARAMS: &[(&str, u64)] = &[
 /// `Qwen/Qwen2.5-7B` 15_231_233_024, `Qwen/Qwen3-8B` 16_381_470_720, `Qwen/Qwen3-30B-A3B`
 /// 61_064_245_248, `mistralai/Mixtral-8x7B-v0.1` 93_405_585_408,
 /// `microsoft/Phi-3-mini-4k-instruct` 7_642_159_104) or the model card (Llama 3.1 70B and
-/// 405B: 70.6B and 405B, the exact totals the Hub's safetensors metadata reports).
+/// 405B: 70.6B and 405B, the exact totals the Hub's safetensors metadata reports; `google/gemma-2-9b`
+/// 18_483_411_968 bytes). Gemma 3 12B is its language model alone (`Gemma3ForCausalLM` on the
+/// checkpoint's `text_config`, without the vision tower and projector): 11_766_034_176, the
+/// parameter count llama.cpp's GGUF metadata gives for the converted text model.
 const PUBLISHED: &[(&str, u64)] = &[
     ("llama-3.1-8b", 8_030_261_248),
     ("llama-3.1-70b", 70_553_706_496),
@@ -47,6 +50,8 @@ const PUBLISHED: &[(&str, u64)] = &[
     ("qwen3-30b-a3b", 30_532_122_624),
     ("mixtral-8x7b", 46_702_792_704),
     ("phi-3-mini", 3_821_079_552),
+    ("gemma-2-9b", 9_241_705_984),
+    ("gemma-3-12b", 11_766_034_176),
 ];
 
 /// Active parameters per token of the mixtures of experts: the total less the experts a token

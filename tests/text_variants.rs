@@ -251,7 +251,10 @@ fn moe_and_variants_serve_and_are_refused_where_not_modelled() {
             tp: 2,
             ..Default::default()
         });
-        let err = estimate_parallel(&p).err().expect(mt).to_string();
+        let Err(err) = estimate_parallel(&p) else {
+            panic!("{mt}: tp = 2 must be refused");
+        };
+        let err = err.to_string();
         assert!(err.contains("tensor parallelism"), "{mt}: {err}");
     }
     for mt in ["phi3", "mixtral"] {
@@ -280,4 +283,119 @@ fn moe_and_variants_serve_and_are_refused_where_not_modelled() {
         dropout: 0.0,
     });
     assert!(estimate(&p).is_ok());
+}
+
+#[test]
+fn gemma_configs_alternate_local_and_global_layers_and_cap_their_logits() {
+    let g2 = parse(&json!({"model_type": "gemma2"})).unwrap();
+    let sl = g2.variant.sliding.as_ref().unwrap();
+    assert_eq!(sl.window, 4096);
+    assert_eq!(&sl.local[..4], &[true, false, true, false]);
+    let gm = g2.variant.gemma.as_ref().unwrap();
+    assert!(gm.attn_softcap && gm.final_softcap && g2.tie_embeddings);
+    assert_eq!((g2.vocab, g2.head_dim), (256000, 256));
+    let g3 = parse(&json!({"model_type": "gemma3_text", "num_hidden_layers": 12})).unwrap();
+    let sl = g3.variant.sliding.as_ref().unwrap();
+    let globals: Vec<usize> = (0..12).filter(|&i| !sl.local[i]).collect();
+    assert_eq!(globals, vec![5, 11]);
+    let gm = g3.variant.gemma.as_ref().unwrap();
+    assert!(!gm.attn_softcap && !gm.final_softcap);
+    assert_eq!(g3.variant.qk_norm, QkNorm::PerHead);
+    let listed = parse(&json!({"model_type": "gemma3_text", "num_hidden_layers": 2,
+        "layer_types": ["full_attention", "sliding_attention"]}))
+    .unwrap();
+    assert_eq!(listed.variant.sliding.unwrap().local, vec![false, true]);
+    for bad in [
+        json!({"model_type": "gemma3_text", "num_hidden_layers": 2, "layer_types": ["full_attention"]}),
+        json!({"model_type": "gemma2", "final_logit_softcapping": "high"}),
+    ] {
+        assert!(
+            matches!(parse(&bad), Err(EstimateError::BadHfConfig(_))),
+            "{bad}"
+        );
+    }
+    let mistral = parse(&json!({"model_type": "mistral", "sliding_window": 4096})).unwrap();
+    assert!(mistral.variant.sliding.unwrap().local.iter().all(|&l| l));
+}
+
+#[test]
+fn gemma_layers_have_four_norms_scaled_embeddings_and_capped_logits() {
+    use vram_planner::estimator::config::AttnImpl;
+    let cfg = small("gemma2", json!({"sliding_window": 8}));
+    let g = graph(cfg.clone());
+    let norms = names_of(&g, "rsqrt");
+    for n in [
+        "input_layernorm",
+        "post_attention_layernorm",
+        "pre_feedforward_layernorm",
+        "post_feedforward_layernorm",
+    ] {
+        assert_eq!(
+            norms
+                .iter()
+                .filter(|x| x.ends_with(&format!(".{n}")))
+                .count(),
+            2,
+            "{n}"
+        );
+    }
+    assert_eq!(g.param_count(), parse(&cfg).unwrap().param_count());
+    // Final soft-capping: a saved `tanh` over the logits [1, 16, 256]; SDPA ignores the
+    // attention soft-capping, eager applies it to the [1, 4, 16, 16] scores of each layer.
+    let tanh: Vec<_> = g.ops.iter().filter(|o| o.kind == "tanh").collect();
+    assert_eq!(tanh.len(), 1);
+    assert_eq!(g.shape(tanh[0].outputs[0]), [1, 16, 256]);
+    let mut p = plan(cfg.clone());
+    p.attn = AttnImpl::Eager;
+    let eager = build_graph(&p).unwrap();
+    let tanh: Vec<_> = eager.ops.iter().filter(|o| o.kind == "tanh").collect();
+    assert_eq!(tanh.len(), 3);
+    assert_eq!(eager.shape(tanh[0].outputs[0]), [1, 4, 16, 16]);
+    // A window shorter than the sequence: local layers take their own mask.
+    let masks = |g: &Graph| g.ops.iter().filter(|o| o.kind == "causal_mask").count();
+    assert_eq!(masks(&g), 2);
+    let wide = graph(small("gemma2", json!({"sliding_window": 4096})));
+    assert_eq!(masks(&wide), 2);
+    // Gemma 3: per-head q/k norms and a second rotary table for its local layers.
+    let g3 = graph(small("gemma3_text", json!({"sliding_window": 8})));
+    assert!(names_of(&g3, "rsqrt")
+        .iter()
+        .any(|n| n.ends_with("self_attn.q_norm")));
+    assert!(g3
+        .ops
+        .iter()
+        .any(|o| o.name.starts_with("rotary_emb_local")));
+    assert_eq!(
+        g3.param_count(),
+        parse(&small("gemma3_text", json!({})))
+            .unwrap()
+            .param_count()
+    );
+}
+
+/// A local layer serves from a window-sized cache: after the prefill, each decode step keeps
+/// `window - 1` past tokens plus the new one, where a global layer keeps them all. Two layers
+/// (Gemma 2: the first local, the second global), 2 KV heads of 16, bf16: 128 bytes per token
+/// and layer; context 32 plus 4 new tokens, window 8: the last decode step (34 tokens past,
+/// one new) holds 35 tokens in the global layer and 7 + 1 in the local one.
+#[test]
+fn local_layers_serve_from_a_window_sized_cache() {
+    use vram_planner::estimator::config::Precision;
+    use vram_planner::estimator::tune::Mode;
+    let serve = |cfg: serde_json::Value| {
+        let mut p = plan(cfg);
+        p.mode = Mode::Infer;
+        p.context = Some(32);
+        p.new_tokens = Some(4);
+        p.dtype = Precision::Bf16;
+        estimate(&p).unwrap()
+    };
+    let e = serve(small("gemma2", json!({"sliding_window": 8})));
+    assert_eq!(e.kv_cache_bytes.0, 128 * (35 + 8));
+    let wide = serve(small("gemma2", json!({"sliding_window": 4096})));
+    assert_eq!(wide.kv_cache_bytes.0, 128 * (35 + 35));
+    let m = serve(small("mistral", json!({"sliding_window": 8})));
+    assert_eq!(m.kv_cache_bytes.0, 128 * (8 + 8));
+    let full = serve(small("mistral", json!({})));
+    assert_eq!(full.kv_cache_bytes.0, 128 * (35 + 35));
 }

@@ -1,5 +1,5 @@
 //! Models defined by a Hugging Face `config.json`: GPT-2, BERT and the LLaMA-family decoders
-//! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, and the mixtures of experts Mixtral, Qwen2-MoE
+//! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, and the mixtures of experts Mixtral, Qwen2-MoE
 //! and Qwen3-MoE), read
 //! with the defaults and attribute aliases of their transformers 5.24 config classes
 //! (`models/*/configuration_*.py`). The task head is always the language-modelling one
@@ -8,9 +8,10 @@
 
 use serde_json::Value;
 
+use super::gemma::Gemma;
 use super::generate;
 use super::moe::{Moe, MoeKind};
-use super::text::{self, Activation, Arch, QkNorm, TextConfig, Variant};
+use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
@@ -231,6 +232,8 @@ pub const SUPPORTED: &[&str] = &[
     "qwen3",
     "phi3",
     "olmo2",
+    "gemma2",
+    "gemma3_text",
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
@@ -255,6 +258,8 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         "qwen3" => (151936, 4096, 22016, 32, 32, Some(32), Some(128)),
         "phi3" => (32064, 3072, 8192, 32, 32, None, None),
         "olmo2" => (50304, 4096, 11008, 32, 32, None, None),
+        "gemma2" => (256000, 2304, 9216, 26, 8, Some(4), Some(256)),
+        "gemma3_text" => (262208, 2304, 9216, 26, 8, Some(4), Some(256)),
         "mixtral" => (32000, 4096, 14336, 32, 32, Some(8), None),
         "qwen2_moe" => (151936, 2048, 5632, 24, 16, Some(16), None),
         _ => (151936, 2048, 6144, 24, 32, Some(4), None),
@@ -290,7 +295,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
             let ab = boolean(cfg, "attention_bias", false)?;
             (ab, ab, boolean(cfg, "mlp_bias", false)?)
         }
-        "qwen3" | "qwen3_moe" | "olmo2" => {
+        "qwen3" | "qwen3_moe" | "olmo2" | "gemma2" | "gemma3_text" => {
             let ab = boolean(cfg, "attention_bias", false)?;
             (ab, ab, false)
         }
@@ -328,6 +333,34 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
     if matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe") {
         variant.moe = Some(moe_config(cfg, mt, layers)?);
     }
+    let gemma = matches!(mt, "gemma2" | "gemma3_text");
+    if gemma {
+        let (g, sliding) = gemma_config(cfg, mt, layers)?;
+        if g.version == 3 {
+            variant.qk_norm = QkNorm::PerHead;
+        }
+        variant.gemma = Some(g);
+        variant.sliding = Some(sliding);
+    } else if matches!(mt, "mistral" | "mixtral") {
+        // `create_sliding_window_causal_mask` and `DynamicSlidingWindowLayer` for every layer
+        // once `sliding_window` is set.
+        if let Some(window) = opt_uint(cfg, "sliding_window", MAX_DIM)? {
+            variant.sliding = Some(Sliding {
+                window,
+                local: vec![true; layers as usize],
+            });
+        }
+    }
+    let act = if gemma {
+        let key = if cfg.get("hidden_activation").is_some_and(|v| !v.is_null()) {
+            "hidden_activation"
+        } else {
+            "hidden_act"
+        };
+        activation(cfg, key, "gelu_pytorch_tanh")?
+    } else {
+        activation(cfg, "hidden_act", "silu")?
+    };
     Ok(TextConfig {
         arch: Arch::Llama,
         model_type: mt.into(),
@@ -340,16 +373,75 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         intermediate: uint(cfg, &["intermediate_size"], Some(inter), MAX_DIM)?,
         max_positions: None,
         type_vocab: 0,
-        tie_embeddings: boolean(cfg, "tie_word_embeddings", false)?,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", gemma)?,
         qkv_bias,
         o_bias,
         mlp_bias,
-        act: activation(cfg, "hidden_act", "silu")?,
+        act,
         embd_dropout: 0.0,
         attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
         resid_dropout: 0.0,
         variant,
     })
+}
+
+/// `Gemma2Config` (`sliding_window` 4096 on even layers, `attn_logit_softcapping` 50.0,
+/// `final_logit_softcapping` 30.0) and `Gemma3TextConfig` (`sliding_window` 4096 with
+/// `sliding_window_pattern` 6: every sixth layer global; no soft-capping; q/k norms);
+/// `layer_types`, when the config lists it, decides each layer.
+fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), EstimateError> {
+    let version = if mt == "gemma2" { 2 } else { 3 };
+    let window = uint(cfg, &["sliding_window"], Some(4096), MAX_DIM)?;
+    let local = match cfg.get("layer_types") {
+        None | Some(Value::Null) => {
+            let pattern = if version == 2 {
+                2
+            } else {
+                uint(cfg, &["sliding_window_pattern"], Some(6), MAX_LAYERS)?
+            };
+            (0..layers).map(|i| (i + 1) % pattern != 0).collect()
+        }
+        Some(Value::Array(xs)) if xs.len() as u64 == layers => xs
+            .iter()
+            .map(|x| match x.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(bad(format!(
+                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(bad(format!(
+                "'layer_types' must list one type per layer ({layers}), got {v}"
+            )))
+        }
+    };
+    let capped = |key: &str, default: Option<f64>| -> Result<bool, EstimateError> {
+        match cfg.get(key) {
+            None => Ok(default.is_some()),
+            Some(Value::Null) => Ok(false),
+            Some(v) => match v.as_f64() {
+                Some(c) if c > 0.0 => Ok(true),
+                _ => Err(bad(format!(
+                    "'{key}' must be a positive number or null, got {v}"
+                ))),
+            },
+        }
+    };
+    let (attn_default, final_default) = if version == 2 {
+        (Some(50.0), Some(30.0))
+    } else {
+        (None, None)
+    };
+    Ok((
+        Gemma {
+            version,
+            attn_softcap: capped("attn_logit_softcapping", attn_default)?,
+            final_softcap: capped("final_logit_softcapping", final_default)?,
+        },
+        Sliding { window, local },
+    ))
 }
 
 /// The expert fields of `MixtralConfig` (`num_local_experts` 8, `num_experts_per_tok` 2, the

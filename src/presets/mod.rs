@@ -2,6 +2,7 @@
 //! The plan layer (`crate::plan::resolve`) looks them up by name.
 
 pub mod cnn;
+pub mod gemma;
 pub mod generate;
 pub mod gpus;
 pub mod hf;

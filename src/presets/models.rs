@@ -371,6 +371,22 @@ pub static MODELS: &[ModelPreset] = &[
         build: None,
     },
     ModelPreset {
+        id: "gemma-2-9b",
+        name: "Gemma 2 9B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 9_241_705_984,
+        build: None,
+    },
+    ModelPreset {
+        id: "gemma-3-12b",
+        name: "Gemma 3 12B (text)",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 11_766_034_176,
+        build: None,
+    },
+    ModelPreset {
         id: "phi-3-mini",
         name: "Phi-3-mini (3.8B, 4k)",
         family: Family::Language,
@@ -384,7 +400,8 @@ pub static MODELS: &[ModelPreset] = &[
 /// (Hugging Face hub `openai-community/gpt2*`, `google-bert/bert-*-uncased`, `meta-llama/*`
 /// (`Llama-3.1-{8B,70B,405B}` among them), `mistralai/Mistral-7B-v0.1`,
 /// `mistralai/Mixtral-8x7B-v0.1`, `Qwen/Qwen2-0.5B`, `Qwen/Qwen2.5-7B`, `Qwen/Qwen3-8B`,
-/// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`); `llama-small` and `llama-7b` exactly as the
+/// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`, `google/gemma-2-9b`, and the
+/// `text_config` of `google/gemma-3-12b-pt`); `llama-small` and `llama-7b` exactly as the
 /// reference harness defines them (`harness/models.py` `hf_config`).
 pub fn text_config(id: &str) -> Option<serde_json::Value> {
     use serde_json::json;
@@ -425,6 +442,12 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
         "mixtral-8x7b" => {
             json!({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": false, "router_aux_loss_coef": 0.02, "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": false})
         }
+        "gemma-2-9b" => {
+            json!({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192, "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true})
+        }
+        "gemma-3-12b" => {
+            json!({"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 262208, "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 1024, "sliding_window_pattern": 6, "attn_logit_softcapping": null, "final_logit_softcapping": null, "hidden_activation": "gelu_pytorch_tanh", "rope_local_base_freq": 10000.0, "tie_word_embeddings": true})
+        }
         "phi-3-mini" => {
             json!({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": false})
         }
@@ -441,6 +464,8 @@ pub fn text_model_type(id: &str) -> Option<&'static str> {
         "qwen3-30b-a3b" => "qwen3_moe",
         "mixtral-8x7b" => "mixtral",
         "phi-3-mini" => "phi3",
+        "gemma-2-9b" => "gemma2",
+        "gemma-3-12b" => "gemma3_text",
         _ => ["gpt2", "bert", "llama", "mistral", "qwen2", "qwen3"]
             .into_iter()
             .find(|t| id.starts_with(t))?,

@@ -20,6 +20,7 @@ use crate::estimator::ops::EagerOpts;
 use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
+use super::gemma::{self, Gemma};
 use super::moe::{self, Moe};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -95,6 +96,28 @@ pub struct Variant {
     pub norm_after: bool,
     /// Sparse mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE).
     pub moe: Option<Moe>,
+    /// Gemma 2 / Gemma 3 ([`super::gemma`]).
+    pub gemma: Option<Gemma>,
+    /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
+    /// `sliding_window`).
+    pub sliding: Option<Sliding>,
+}
+
+/// The sliding-window layers of a decoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sliding {
+    /// `sliding_window`: the tokens a local layer's query sees, itself included.
+    pub window: u64,
+    /// Per layer: whether it attends locally (`layer_types[i] == "sliding_attention"`). Gemma 2
+    /// alternates (even layers local); Gemma 3 has five local layers per global one
+    /// (`sliding_window_pattern` 6); Mistral with a window has only local layers.
+    pub local: Vec<bool>,
+}
+
+impl Sliding {
+    pub fn is_local(&self, layer: u64) -> bool {
+        self.local.get(layer as usize).copied().unwrap_or(false)
+    }
 }
 
 /// RMSNorm on the queries and keys before the rotary embedding.
@@ -161,7 +184,8 @@ impl TextConfig {
                     Some(m) if m.is_sparse(l) => m.block_params(h),
                     _ => dense,
                 };
-                attn + qk_norm + mlp + 2 * h
+                let norms = if self.variant.gemma.is_some() { 4 } else { 2 };
+                attn + qk_norm + mlp + norms * h
             })
             .sum();
         v * h + layers + h + b(!self.tie_embeddings, v * h)
@@ -310,6 +334,26 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
     Ok(())
 }
 
+/// A second causal mask for the sliding-window layers, built like [`causal_masks`]'s but never
+/// skipped (the window is a real restriction).
+fn sliding_mask(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, EstimateError> {
+    let m = g.causal_mask(ctx.batch, ctx.seq)?;
+    match ctx.attn {
+        AttnImpl::Sdpa => Ok(Some(m)),
+        AttnImpl::Eager => {
+            let dt = g.precision.param_dtype();
+            g.no_grad_op(
+                "where",
+                &[m],
+                vec![ctx.batch, 1, ctx.seq, ctx.seq],
+                dt,
+                Bytes::ZERO,
+            )
+            .map(Some)
+        }
+    }
+}
+
 /// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call), or
 /// none when the plan's batch is unpadded ([`CausalMask::Skipped`]: `is_causal`); eager adds a
 /// float mask built once per forward (`torch.where(mask, 0, finfo.min)` in the embeddings' dtype,
@@ -374,6 +418,7 @@ fn gpt2(
                         dropout: cfg.attn_dropout,
                         fp32_softmax: false,
                         cpu,
+                        softcap: false,
                     },
                 )
             })?,
@@ -457,6 +502,7 @@ fn bert(
                             dropout: cfg.attn_dropout,
                             fp32_softmax: false,
                             cpu,
+                            softcap: false,
                         },
                     )
                 })?,
@@ -518,37 +564,83 @@ fn llama(
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
+    let gm = cfg.variant.gemma.as_ref();
+    let x = match gm {
+        Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
+        None => x,
+    };
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
-    let mask = causal_masks(g, ctx)?;
+    let sl = cfg.variant.sliding.as_ref();
+    // Global layers take the causal mask; local layers their sliding-window mask
+    // (`create_sliding_window_causal_mask`), skipped like the causal one only while the window
+    // covers the whole sequence. Each mask is built once, and only if a layer takes it.
+    let any_global = sl.is_none_or(|sl| sl.local.iter().any(|&l| !l));
+    let mask = if any_global {
+        causal_masks(g, ctx)?
+    } else {
+        None
+    };
+    let local_mask = match sl {
+        Some(sl) if sl.local.iter().any(|&l| l) => {
+            if ctx.attn == AttnImpl::Sdpa
+                && ctx.causal_mask == CausalMask::Skipped
+                && ctx.seq <= sl.window
+            {
+                None
+            } else {
+                sliding_mask(g, ctx)?
+            }
+        }
+        _ => None,
+    };
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    // Gemma 3's local layers rotate with `rope_local_base_freq`: a second rotary embedding.
+    let local_rope = match gm {
+        Some(gm) if gm.version == 3 => {
+            let inv = g.buffer(vec![d / 2], pdt)?;
+            g.buffer(vec![d / 2], pdt)?;
+            Some(g.scoped("rotary_emb_local", |g| {
+                g.rotary_tables(inv, ctx.seq, d, pdt)
+            })?)
+        }
+        _ => None,
+    };
     let layer = LlamaLayer {
         cfg,
         tune: &ctx.tune,
         heads: (nhl, nkvl),
         cos,
         sin,
+        local_rope,
         cpu,
     };
     let mut router_logits = Vec::new();
     let h = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
+        let local = sl.is_some_and(|sl| sl.is_local(i));
         layer.build(
             g,
             h,
             i,
             LlamaAttention::Masked {
-                mask,
+                mask: if local { local_mask } else { mask },
                 attn: ctx.attn,
             },
             &mut router_logits,
         )
     })?;
-    let h = g.rms_norm("norm", h)?;
+    let h = layer.norm(g, "norm", h)?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))?
     } else {
         g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
+    };
+    // `final_logit_softcapping`: `logits / cap`, `tanh`, `* cap` over the whole vocabulary.
+    let logits = if gm.is_some_and(|gm| gm.final_softcap) {
+        g.softcap(logits)?
+    } else {
+        logits
     };
     let loss = g.causal_lm_loss(logits, ids)?;
     if let Some(moe) = cfg.variant.moe.as_ref().filter(|m| m.aux_loss) {
@@ -588,11 +680,22 @@ pub(crate) struct LlamaLayer<'a> {
     /// The rotary tables of this forward.
     pub cos: TensorId,
     pub sin: TensorId,
+    /// Gemma 3's local layers' rotary tables (`rotary_emb_local`).
+    pub local_rope: Option<(TensorId, TensorId)>,
     /// CPU kernels for the activation and the masked attention.
     pub cpu: bool,
 }
 
 impl LlamaLayer<'_> {
+    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32) or LLaMA's.
+    pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
+        if self.cfg.variant.gemma.is_some() {
+            g.gemma_rms_norm(leaf, x)
+        } else {
+            g.rms_norm(leaf, x)
+        }
+    }
+
     /// `LlamaDecoderLayer.forward` on the layer input `h`, inside the layer's scope
     /// (`layers.{i}`): input RMSNorm, self-attention, residual add, post-attention RMSNorm,
     /// gated MLP, residual add.
@@ -621,10 +724,17 @@ impl LlamaLayer<'_> {
         let var = &cfg.variant;
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
+        let gm = var.gemma.as_ref();
+        let sandwich = gm.is_some();
+        let local = var.sliding.as_ref().is_some_and(|sl| sl.is_local(index));
+        let (cos, sin) = match self.local_rope {
+            Some(rope) if local => rope,
+            _ => (self.cos, self.sin),
+        };
         let a = if var.norm_after {
             h
         } else {
-            g.rms_norm("input_layernorm", h)?
+            self.norm(g, "input_layernorm", h)?
         };
         let o = g.scoped("self_attn", |g| {
             let (q, k, v) = if var.fused {
@@ -658,13 +768,13 @@ impl LlamaLayer<'_> {
             };
             let (q, k) = match var.qk_norm {
                 QkNorm::None => (q, k),
-                QkNorm::Full => (g.rms_norm("q_norm", q)?, g.rms_norm("k_norm", k)?),
+                QkNorm::Full => (self.norm(g, "q_norm", q)?, self.norm(g, "k_norm", k)?),
                 QkNorm::PerHead => {
                     let s = g.shape(q);
                     let qh = g.view(q, vec![s[0], s[1], self.heads.0, d])?;
                     let kh = g.view(k, vec![s[0], s[1], self.heads.1, d])?;
-                    let qn = g.rms_norm("q_norm", qh)?;
-                    let kn = g.rms_norm("k_norm", kh)?;
+                    let qn = self.norm(g, "q_norm", qh)?;
+                    let kn = self.norm(g, "k_norm", kh)?;
                     (
                         g.view(qn, vec![s[0], s[1], self.heads.0 * d])?,
                         g.view(kn, vec![s[0], s[1], self.heads.1 * d])?,
@@ -674,8 +784,8 @@ impl LlamaLayer<'_> {
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
-            let q = g.rotary(q, self.cos, self.sin)?;
-            let k = g.rotary(k, self.cos, self.sin)?;
+            let q = g.rotary(q, cos, sin)?;
+            let k = g.rotary(k, cos, sin)?;
             let o = match attention {
                 LlamaAttention::Masked { mask, attn } => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
@@ -696,6 +806,7 @@ impl LlamaLayer<'_> {
                                 dropout: cfg.attn_dropout,
                                 fp32_softmax: true,
                                 cpu: self.cpu,
+                                softcap: gm.is_some_and(|gm| gm.attn_softcap),
                             },
                         )?,
                     }
@@ -716,13 +827,15 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(o)
         })?;
-        let o = if var.norm_after {
-            g.rms_norm("post_attention_layernorm", o)?
+        let o = if var.norm_after || sandwich {
+            self.norm(g, "post_attention_layernorm", o)?
         } else {
             o
         };
         let r = g.add(h, o, false)?;
-        let m = if var.norm_after {
+        let m = if sandwich {
+            self.norm(g, "pre_feedforward_layernorm", r)?
+        } else if var.norm_after {
             r
         } else {
             g.rms_norm("post_attention_layernorm", r)?
@@ -794,8 +907,8 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(y)
         })?;
-        let y = if var.norm_after {
-            g.rms_norm("post_feedforward_layernorm", y)?
+        let y = if var.norm_after || sandwich {
+            self.norm(g, "post_feedforward_layernorm", y)?
         } else {
             y
         };

@@ -110,6 +110,18 @@ impl Graph {
     /// `x * rsqrt(var + eps)`, `.to(input_dtype)`, `weight * ·`. Saves the fp32 input (pow, mul),
     /// the rsqrt, the normalised fp32 tensor (or its low-precision cast) and the weight.
     pub fn rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
+        self.rms_norm_with(leaf, x, false)
+    }
+
+    /// `Gemma2RMSNorm` / `Gemma3RMSNorm` (`models/gemma2/modeling_gemma2.py`): the same
+    /// normalisation in fp32, then `output * (1.0 + self.weight.float())` in fp32 and
+    /// `.type_as(x)` last. Unlike LLaMA's norm the product saves the fp32 normalised tensor
+    /// (and the `[h]` sum `1 + w`), and the cast to the input dtype comes after the weight.
+    pub fn gemma_rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
+        self.rms_norm_with(leaf, x, true)
+    }
+
+    fn rms_norm_with(&mut self, leaf: &str, x: TensorId, gemma: bool) -> R {
         self.push(leaf);
         let r = (|| {
             let h = *self
@@ -154,6 +166,21 @@ impl Graph {
                 },
             )?;
             let n = self.mul_bc(xf, inv)?;
+            if gemma {
+                let wf = self.cast(w, DType::F32)?;
+                let w1 = self.pointwise(
+                    "add",
+                    wf,
+                    DType::F32,
+                    Pw {
+                        alias_grad: true,
+                        flops: 1.0,
+                        ..Pw::default()
+                    },
+                )?;
+                let y = self.mul_bc(n, w1)?;
+                return self.cast(y, in_dt);
+            }
             let nc = self.cast(n, in_dt)?;
             self.mul_bc(w, nc)
         })();
