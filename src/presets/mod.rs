@@ -1,6 +1,7 @@
 //! Presets as data: models (built op by op from their reference definitions), GPUs and links.
 //! The plan layer (`crate::plan::resolve`) looks them up by name.
 
+pub mod activation;
 pub mod cnn;
 pub mod gemma;
 pub mod generate;

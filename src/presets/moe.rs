@@ -19,7 +19,7 @@ use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::Pw;
 use crate::estimator::units::{Bytes, DType};
 
-use super::text::{activation, Activation};
+use super::activation::{activation, Activation};
 
 /// Which transformers block the layer runs (module names and routing details differ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -15,11 +15,12 @@ use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::Act;
 use crate::estimator::ops::EagerOpts;
 use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
+use super::activation::activation;
+pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
 use super::moe::{self, Moe};
 
@@ -35,17 +36,6 @@ pub enum Arch {
     /// `LlamaForCausalLM` / `MistralForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, rotary
     /// positions, grouped-query attention, SiLU-gated MLP.
     Llama,
-}
-
-/// The MLP activation (`transformers/activations.py` `ACT2FN`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `gelu_new`: the tanh approximation written as eight Python-level ops.
-    GeluNew,
-    /// `gelu` (erf) or `gelu_pytorch_tanh`: one fused `gelu` op saving its input.
-    Gelu,
-    Relu,
-    Silu,
 }
 
 /// Everything the builder needs from a `config.json`.
@@ -213,20 +203,6 @@ fn run_layers(
         })?;
     }
     Ok(h)
-}
-
-pub(crate) fn activation(
-    g: &mut Graph,
-    x: TensorId,
-    a: Activation,
-    cpu: bool,
-) -> Result<TensorId, EstimateError> {
-    match a {
-        Activation::GeluNew => g.gelu_new(x, cpu),
-        Activation::Gelu => g.act(x, Act::Gelu, false),
-        Activation::Relu => g.act(x, Act::Relu, false),
-        Activation::Silu => g.act(x, Act::Silu, false),
-    }
 }
 
 /// `[B, S, heads·d]` → `[B, heads, S, d]` (`view` + `transpose(1, 2)`: no copy).
