@@ -36,6 +36,9 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let act = g.precision.autocast().unwrap_or(pdt);
     let kv_dt = step.kv_dtype.unwrap_or(act);
     let ids = g.input(vec![b, s], DType::I64)?;
+    if cfg.variant.moe.is_some() {
+        g.active_params = Some(cfg.active_param_count());
+    }
     g.nf4_shared_constants(tune)?;
     let sl = cfg.variant.sliding.as_ref();
     let mut caches = Vec::with_capacity(cfg.layers as usize);

@@ -238,6 +238,9 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
     let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
+    if cfg.variant.moe.is_some() {
+        g.active_params = Some(cfg.active_param_count());
+    }
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
         Arch::Bert => bert(&mut g, cfg, ctx, ids)?,
