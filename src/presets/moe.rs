@@ -1,6 +1,6 @@
 //! The sparse mixture-of-experts block of the LLaMA-family decoders, op by op as transformers
-//! runs it by default: the per-expert Python loop of `MixtralSparseMoeBlock`,
-//! `Qwen2MoeSparseMoeBlock` and `Qwen3MoeSparseMoeBlock`
+//! 5.24 runs it with its eager experts: the per-expert Python loop of `MixtralExperts`,
+//! `Qwen2MoeExperts` and `Qwen3MoeExperts` behind their `*TopKRouter`
 //! (`models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py`), and the auxiliary load-balancing loss
 //! (`load_balancing_loss_func`) when the config asks for the router logits.
 //!
@@ -10,9 +10,10 @@
 //! every expert runs. A skewed router gives some experts more tokens (larger per-expert inputs,
 //! outputs and saved activations) and may leave others idle.
 //!
-//! Op names follow the module paths (`layers.3.mlp.gate`, `layers.3.mlp.experts.7.w1`), so the
-//! per-layer chart keeps an expert's activations in its layer; the router's ops are named under
-//! `mlp.gate`, the dispatch's (`one_hot`, `nonzero`, `index`, `index_add`) under `mlp`.
+//! Op names follow the module paths, so the per-layer chart keeps an expert's activations in its
+//! layer and the breakdown can tell the parts apart: the router's ops are named under
+//! `mlp.gate`, the experts' and the dispatch's (`one_hot`, `nonzero`, `index`, `index_add`)
+//! under `mlp.experts`, Qwen2-MoE's shared expert under `mlp.shared_expert`.
 
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
@@ -21,11 +22,10 @@ use crate::estimator::units::{Bytes, DType};
 
 use super::activation::{activation, Activation};
 
-/// Which transformers block the layer runs (module names and routing details differ).
+/// Which transformers block the layer runs (routing details differ).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoeKind {
-    /// `MixtralSparseMoeBlock`: experts `w1` (gate), `w3` (up), `w2` (down); top-k weights
-    /// always renormalised.
+    /// `MixtralSparseMoeBlock`: top-k weights always renormalised and kept in fp32.
     Mixtral,
     /// `Qwen2MoeSparseMoeBlock`: `gate_proj`/`up_proj`/`down_proj` experts plus a shared expert
     /// gated by `sigmoid(shared_expert_gate(x))`.
@@ -84,44 +84,38 @@ impl Moe {
             .map_or(0, |i| 3 * hidden * i + hidden);
         hidden * self.experts + self.top_k * 3 * hidden * self.expert_intermediate + shared
     }
-
-    fn names(&self) -> [&'static str; 3] {
-        match self.kind {
-            MoeKind::Mixtral => ["w1", "w3", "w2"],
-            MoeKind::Qwen2 | MoeKind::Qwen3 => ["gate_proj", "up_proj", "down_proj"],
-        }
-    }
 }
 
-/// A gated MLP (`down(act(gate(x)) * up(x))`) under the current scope, dense linears.
+/// A gated MLP (`down(act(gate(x)) * up(x))`, `Qwen2MoeMLP`) under the current scope.
 fn gated_mlp(
     g: &mut Graph,
     x: TensorId,
-    names: [&str; 3],
     hidden: u64,
     inter: u64,
     act: Activation,
     cpu: bool,
 ) -> Result<TensorId, EstimateError> {
-    let gt = g.linear(names[0], x, hidden, inter, false)?;
+    let gt = g.linear("gate_proj", x, hidden, inter, false)?;
     let gt = activation(g, gt, act, cpu)?;
-    let up = g.linear(names[1], x, hidden, inter, false)?;
+    let up = g.linear("up_proj", x, hidden, inter, false)?;
     let y = g.mul_bc(gt, up)?;
-    g.linear(names[2], y, inter, hidden, false)
+    g.linear("down_proj", y, inter, hidden, false)
 }
 
 /// `tensor[index]` along the first dimension (advanced indexing, `aten::index`): a new tensor of
-/// the selected rows; saves the index, and its backward scatters into a zero tensor of the
+/// the selected rows; saves the indices, and its backward scatters into a zero tensor of the
 /// source's size (`index_backward`: `new_zeros(self.sizes()).index_put_`).
 fn index_rows(
     g: &mut Graph,
     src: TensorId,
-    index: TensorId,
+    index: &[TensorId],
     shape: Vec<u64>,
 ) -> Result<TensorId, EstimateError> {
     let rg = g.t(src).requires_grad;
     let y = g.alloc(shape, g.dtype(src), StorageKind::Activation, rg)?;
-    g.record_simple("index", vec![src, index], vec![y], vec![index], 0.0);
+    let mut inputs = vec![src];
+    inputs.extend_from_slice(index);
+    g.record_simple("index", inputs, vec![y], index.to_vec(), 0.0);
     Ok(y)
 }
 
@@ -132,7 +126,17 @@ pub struct MoeOut {
 }
 
 /// `*SparseMoeBlock.forward` on `x` (`[B, S, H]`, the post-attention norm's output) inside the
-/// layer's `mlp` scope.
+/// layer's `mlp` scope, as transformers 5.24 writes it: the router (`*TopKRouter`: `F.linear`
+/// with its `[E, H]` weight, softmax in fp32, `topk`, the optional renormalisation in place,
+/// Qwen's cast back to the logits' dtype) and the experts (`*Experts`, stored as two 3-D
+/// parameters `gate_up_proj` `[E, 2I, H]` and `down_proj` `[E, H, I]`) run by the eager
+/// per-expert loop (`experts_implementation="eager"`). Each expert's weights are a `select`
+/// view of the 3-D parameters: under autocast the view is cast anew for every expert (only leaf
+/// weights are cached) and the copy saved, and in backward each view's gradient is a zero tensor
+/// of the whole parameter's size with the expert's slice filled in (`select_backward`).
+///
+/// transformers 5.24 picks `grouped_mm` instead when `torch._grouped_mm` can dispatch (recent
+/// CUDA GPUs); the loop is what it runs elsewhere and what `experts_implementation="eager"` asks.
 pub fn sparse_block(
     g: &mut Graph,
     moe: &Moe,
@@ -143,98 +147,132 @@ pub fn sparse_block(
     let s = g.shape(x);
     let (b, seq, h) = (s[0], s[1], s[2]);
     let t = b * seq;
-    let (e_n, k) = (moe.experts, moe.top_k);
+    let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
     let dt = g.dtype(x);
     let hv = g.view(x, vec![t, h])?;
-    // The router: `gate` linear, softmax in fp32, top-k (values and int64 indices).
-    let logits = g.linear("gate", hv, h, e_n, false)?;
-    let probs = g.softmax_to(logits, DType::F32)?;
-    let rg = g.t(probs).requires_grad;
-    let vals = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
-    let sel = g.alloc(vec![t, k], DType::I64, StorageKind::Activation, false)?;
-    // `topk` saves its indices; the gradient is scattered into zeros of the input's size.
-    g.record_simple("topk", vec![probs], vec![vals, sel], vec![sel], 0.0);
-    let vals = if moe.norm_topk || moe.kind == MoeKind::Mixtral {
-        // `routing_weights /= routing_weights.sum(dim=-1, keepdim=True)`: in place, so autograd
-        // keeps a copy of the dividend (the divisor's gradient needs it) and the divisor.
-        let sum = g.alloc(vec![t, 1], DType::F32, StorageKind::Activation, rg)?;
-        g.record_unary("sum", vals, sum, vec![], (t * k) as f64);
-        let q = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
-        g.record_simple(
-            "div",
-            vec![vals, sum],
-            vec![q],
-            vec![vals, sum],
-            (t * k) as f64,
-        );
-        q
-    } else {
-        vals
+    // Qwen2-MoE runs its shared expert first.
+    let shared = match moe.shared_intermediate {
+        Some(si) => Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu))?),
+        None => None,
     };
-    let rw = g.cast(vals, dt)?;
-    let mut fin = g.zeros(vec![t, h], dt)?;
-    // The dispatch: `one_hot(selected_experts, E).permute(2, 1, 0)` (int64, alive for the whole
-    // loop), the experts hit (`sum`, `greater`, `nonzero`), then per expert `torch.where` of its
-    // mask row (one `nonzero` whose two columns are the slot and token indices).
-    let mask = g.no_grad_op("one_hot", &[sel], vec![t, k, e_n], DType::I64, Bytes::ZERO)?;
-    let hit = g.no_grad_op("sum", &[mask], vec![e_n], DType::I64, Bytes::ZERO)?;
-    let hit = g.no_grad_op("gt", &[hit], vec![e_n], DType::Bool, Bytes::ZERO)?;
-    let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, Bytes::ZERO)?;
-    let names = moe.names();
-    for e in 0..e_n {
-        let n = moe.balanced_tokens(t, e);
-        if n == 0 {
-            continue;
-        }
-        let slots = g.no_grad_op("nonzero", &[mask], vec![n, 2], DType::I64, Bytes::ZERO)?;
-        let tok = g.alias(slots, vec![n], false);
-        let cur = index_rows(g, hv, tok, vec![n, h])?;
-        let y = g.scoped(format!("experts.{e}"), |g| {
-            gated_mlp(g, cur, names, h, moe.expert_intermediate, act, cpu)
-        })?;
-        let w = index_rows(g, rw, slots, vec![n, 1])?;
-        let y = g.mul_bc(y, w)?;
-        let y = g.cast(y, dt)?;
-        // `final_hidden_states.index_add_(0, top_x, y)`: in place; the source's gradient is
-        // `grad.index_select(0, top_x)` (a new tensor), the destination's passes through.
-        let rg = g.requires_grad(&[fin, y]);
-        let out = g.alias(fin, vec![t, h], rg);
-        let mut op = g.op("index_add", "");
-        op.flops = (n * h) as f64;
-        op.inputs = vec![fin, tok, y];
-        op.outputs = vec![out];
-        op.saved = vec![tok];
-        if g.t(fin).requires_grad {
-            op.grads.push((fin, GradFlow::Alias));
-        }
-        if g.t(y).requires_grad {
-            op.grads.push((y, GradFlow::Alloc));
-        }
-        g.record(op);
-        fin = out;
-    }
-    g.hold(&[mask, hit]);
-    if let Some(i) = moe.shared_intermediate {
-        // `shared_expert(x)` scaled by `sigmoid(shared_expert_gate(x))`, added out of place.
-        let y = g.scoped("shared_expert", |g| {
-            gated_mlp(g, hv, ["gate_proj", "up_proj", "down_proj"], h, i, act, cpu)
-        })?;
-        let gate = g.linear("shared_expert_gate", hv, h, 1, false)?;
-        let gdt = g.dtype(gate);
-        let gate = g.pointwise(
-            "sigmoid",
-            gate,
-            gdt,
-            Pw {
-                save_output: true,
-                flops: 4.0,
-                ..Pw::default()
-            },
+    let (logits, rw, sel) = g.scoped("gate", |g| {
+        let w = g.param(vec![e_n, h])?;
+        let logits = g.linear_with(hv, w, None)?;
+        // Mixtral: `softmax(router_logits.float())`; Qwen: `softmax(..., dtype=torch.float)`.
+        let probs = if moe.kind == MoeKind::Mixtral {
+            let lf = g.cast(logits, DType::F32)?;
+            g.softmax_to(lf, DType::F32)?
+        } else {
+            g.softmax_to(logits, DType::F32)?
+        };
+        let rg = g.t(probs).requires_grad;
+        let vals = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
+        let sel = g.alloc(vec![t, k], DType::I64, StorageKind::Activation, false)?;
+        // `topk` saves its indices; its gradient is scattered into zeros of the input's size.
+        g.record_simple("topk", vec![probs], vec![vals, sel], vec![sel], 0.0);
+        let vals = if moe.norm_topk {
+            // `router_top_value /= router_top_value.sum(dim=-1, keepdim=True)`: in place, so
+            // autograd keeps a copy of the dividend (the divisor's gradient needs it).
+            let sum = g.alloc(vec![t, 1], DType::F32, StorageKind::Activation, rg)?;
+            g.record_unary("sum", vals, sum, vec![], (t * k) as f64);
+            let q = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
+            g.record_simple(
+                "div",
+                vec![vals, sum],
+                vec![q],
+                vec![vals, sum],
+                (t * k) as f64,
+            );
+            q
+        } else {
+            vals
+        };
+        let rw = if moe.kind == MoeKind::Mixtral {
+            vals
+        } else {
+            let ldt = g.dtype(logits);
+            g.cast(vals, ldt)?
+        };
+        Ok::<_, EstimateError>((logits, rw, sel))
+    })?;
+    let out = g.scoped("experts", |g| {
+        let gate_up = g.param(vec![e_n, 2 * i, h])?;
+        let down = g.param(vec![e_n, h, i])?;
+        let mut fin = g.zeros(vec![t, h], dt)?;
+        // The dispatch, without autograd: `one_hot(top_k_index, E + 1).permute(2, 1, 0)` (int64,
+        // alive for the whole loop), the experts hit (`sum`, `greater`, `nonzero`), then per
+        // expert `torch.where(expert_mask[e])` (one `nonzero`: slot and token indices).
+        let mask = g.no_grad_op(
+            "one_hot",
+            &[sel],
+            vec![t, k, e_n + 1],
+            DType::I64,
+            Bytes::ZERO,
         )?;
-        let y = g.mul_bc(gate, y)?;
-        fin = g.add(fin, y, false)?;
-    }
-    let out = g.view(fin, vec![b, seq, h])?;
+        let hit = g.no_grad_op("sum", &[mask], vec![e_n + 1], DType::I64, Bytes::ZERO)?;
+        let hit = g.no_grad_op("gt", &[hit], vec![e_n + 1], DType::Bool, Bytes::ZERO)?;
+        let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, Bytes::ZERO)?;
+        for e in 0..e_n {
+            let n = moe.balanced_tokens(t, e);
+            if n == 0 {
+                continue;
+            }
+            let slots = g.no_grad_op("nonzero", &[mask], vec![n, 2], DType::I64, Bytes::ZERO)?;
+            let tok = g.alias(slots, vec![n], false);
+            let pos = g.alias(slots, vec![n], false);
+            let cur = index_rows(g, hv, &[tok], vec![n, h])?;
+            let w1 = g.select(gate_up, vec![2 * i, h])?;
+            let gu = g.linear_with(cur, w1, None)?;
+            let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
+            let a = activation(g, parts[0], act, cpu)?;
+            let y = g.mul_bc(a, parts[1])?;
+            let w2 = g.select(down, vec![h, i])?;
+            let y = g.linear_with(y, w2, None)?;
+            let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
+            let y = g.mul_bc(y, w)?;
+            let y = g.cast(y, dt)?;
+            // `final_hidden_states.index_add_(0, token_idx, y)`: in place; the source's gradient
+            // is `grad.index_select(0, token_idx)` (a new tensor), the destination's passes on.
+            let rg = g.requires_grad(&[fin, y]);
+            let next = g.alias(fin, vec![t, h], rg);
+            let mut op = g.op("index_add", "");
+            op.flops = (n * h) as f64;
+            op.inputs = vec![fin, tok, y];
+            op.outputs = vec![next];
+            op.saved = vec![tok];
+            if g.t(fin).requires_grad {
+                op.grads.push((fin, GradFlow::Alias));
+            }
+            if g.t(y).requires_grad {
+                op.grads.push((y, GradFlow::Alloc));
+            }
+            g.record(op);
+            fin = next;
+        }
+        g.hold(&[mask, hit]);
+        Ok::<_, EstimateError>(fin)
+    })?;
+    let out = match shared {
+        // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
+        Some(y) => {
+            let gate = g.linear("shared_expert_gate", hv, h, 1, false)?;
+            let gdt = g.dtype(gate);
+            let gate = g.pointwise(
+                "sigmoid",
+                gate,
+                gdt,
+                Pw {
+                    save_output: true,
+                    flops: 4.0,
+                    ..Pw::default()
+                },
+            )?;
+            let y = g.mul_bc(gate, y)?;
+            g.add(out, y, false)?
+        }
+        None => out,
+    };
+    let out = g.view(out, vec![b, seq, h])?;
     Ok(MoeOut {
         out,
         router_logits: logits,
@@ -242,9 +280,11 @@ pub fn sparse_block(
 }
 
 /// `load_balancing_loss_func(router_logits, E, k)` without an attention mask, then
-/// `loss += router_aux_loss_coef · aux` (`*ForCausalLM.forward`): the layers' logits concatenated,
-/// softmax (fp32 under autocast), top-k indices, `one_hot(...)` and its float copy (the token
-/// fractions need no gradient), the mean probability per expert and the scalar product.
+/// `loss += router_aux_loss_coef · aux` in place (`*ForCausalLM.forward`, transformers 5.24):
+/// layer by layer a softmax (fp32 under autocast) and a `topk` of each layer's logits, a
+/// histogram of the chosen experts (`torch.histc` on a float copy of the indices, no gradient)
+/// and the probabilities summed over the tokens, both accumulated into `[E]` sums; then the
+/// scalar product.
 pub fn aux_loss(
     g: &mut Graph,
     moe: &Moe,
@@ -255,42 +295,46 @@ pub fn aux_loss(
         return Ok(loss);
     }
     let (e_n, k) = (moe.experts, moe.top_k);
-    let rows: u64 = logits.iter().map(|&l| g.shape(l)[0]).sum();
-    let cat = g.cat(logits, 0)?;
-    let probs = g.softmax(cat)?;
-    let sel = g.no_grad_op("topk", &[probs], vec![rows, k], DType::I64, Bytes::ZERO)?;
-    let oh = g.no_grad_op(
-        "one_hot",
-        &[sel],
-        vec![rows, k, e_n],
-        DType::I64,
-        Bytes::ZERO,
-    )?;
-    let ohf = g.no_grad_op(
-        "to_copy",
-        &[oh],
-        vec![rows, k, e_n],
-        DType::F32,
-        Bytes::ZERO,
-    )?;
-    let frac = g.no_grad_op("mean", &[ohf], vec![k, e_n], DType::F32, Bytes::ZERO)?;
-    let rg = g.t(probs).requires_grad;
-    let mean = g.alloc(vec![1, e_n], DType::F32, StorageKind::Activation, rg)?;
-    g.record_unary("mean", probs, mean, vec![], (rows * e_n) as f64);
+    let scalar = Pw {
+        flops: 1.0,
+        ..Pw::default()
+    };
+    let mut tokens: Option<TensorId> = None;
+    let mut probs_sum: Option<TensorId> = None;
+    for &l in logits {
+        let rows = g.shape(l)[0];
+        let probs = g.softmax(l)?;
+        let rg = g.t(probs).requires_grad;
+        let vals = g.alloc(vec![rows, k], DType::F32, StorageKind::Activation, rg)?;
+        let sel = g.alloc(vec![rows, k], DType::I64, StorageKind::Activation, false)?;
+        g.record_simple("topk", vec![probs], vec![vals, sel], vec![sel], 0.0);
+        let self_f = g.no_grad_op("to_copy", &[sel], vec![rows * k], DType::F32, Bytes::ZERO)?;
+        let hist = g.no_grad_op("histc", &[self_f], vec![e_n], DType::F32, Bytes::ZERO)?;
+        tokens = Some(match tokens {
+            None => g.no_grad_op("add", &[hist], vec![e_n], DType::F32, Bytes::ZERO)?,
+            Some(t) => g.no_grad_op("add", &[t, hist], vec![e_n], DType::F32, Bytes::ZERO)?,
+        });
+        let sum = g.alloc(vec![e_n], DType::F32, StorageKind::Activation, rg)?;
+        g.record_unary("sum", probs, sum, vec![], (rows * e_n) as f64);
+        probs_sum = Some(match probs_sum {
+            None => g.pointwise("add", sum, DType::F32, scalar)?,
+            Some(p) => g.add(p, sum, false)?,
+        });
+    }
+    let (Some(tokens), Some(probs_sum)) = (tokens, probs_sum) else {
+        return Ok(loss);
+    };
+    let frac = g.no_grad_op("div", &[tokens], vec![e_n], DType::F32, Bytes::ZERO)?;
+    let mean = g.pointwise("div", probs_sum, DType::F32, scalar)?;
+    let mean = g.view(mean, vec![1, e_n])?;
     let prod = g.mul_bc(frac, mean)?;
+    let rg = g.t(prod).requires_grad;
     let sum = g.alloc(vec![], DType::F32, StorageKind::Activation, rg)?;
-    g.record_unary("sum", prod, sum, vec![], (k * e_n) as f64);
-    let scaled = g.pointwise(
-        "mul",
-        sum,
-        DType::F32,
-        Pw {
-            flops: 1.0,
-            ..Pw::default()
-        },
-    )?;
-    let total = g.add(loss, scaled, false)?;
-    // The training loop keeps the total, not the language-model loss alone.
+    g.record_unary("sum", prod, sum, vec![], (e_n) as f64);
+    let aux = g.pointwise("mul", sum, DType::F32, scalar)?;
+    let scaled = g.pointwise("mul", aux, DType::F32, scalar)?;
+    let total = g.add(loss, scaled, true)?;
+    // The training loop keeps the loss, which now carries the auxiliary term.
     for kept in g.kept.iter_mut().filter(|t| **t == loss) {
         *kept = total;
     }
