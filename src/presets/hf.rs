@@ -451,12 +451,31 @@ fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), 
 /// `norm_topk_prob` false); `decoder_sparse_step` 1, `mlp_only_layers` [],
 /// `output_router_logits` false.
 fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> {
-    let (kind, experts_key, experts, top_k, width) = match mt {
-        "mixtral" => (MoeKind::Mixtral, "num_local_experts", 8, 2, None),
-        "qwen2_moe" => (MoeKind::Qwen2, "num_experts", 60, 4, Some(1408)),
-        _ => (MoeKind::Qwen3, "num_experts", 128, 8, Some(768)),
+    // transformers 5.24 stores either spelling as `num_local_experts` (`attribute_map`).
+    let (kind, experts_keys, experts, top_k, width) = match mt {
+        "mixtral" => (
+            MoeKind::Mixtral,
+            ["num_local_experts", "num_experts"],
+            8,
+            2,
+            None,
+        ),
+        "qwen2_moe" => (
+            MoeKind::Qwen2,
+            ["num_experts", "num_local_experts"],
+            60,
+            4,
+            Some(1408),
+        ),
+        _ => (
+            MoeKind::Qwen3,
+            ["num_experts", "num_local_experts"],
+            128,
+            8,
+            Some(768),
+        ),
     };
-    let experts = uint(cfg, &[experts_key], Some(experts), MAX_DIM)?;
+    let experts = uint(cfg, &experts_keys, Some(experts), MAX_DIM)?;
     let top_k = uint(cfg, &["num_experts_per_tok"], Some(top_k), MAX_DIM)?;
     if top_k > experts {
         return Err(bad(format!(

@@ -221,6 +221,19 @@ pub(crate) fn heads_view(
 /// Serving a LLaMA-family model is [`super::generate`]'s.
 pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     check_positions(cfg, ctx)?;
+    // transformers 5.24 has no SDPA path for Gemma 2 (`_supports_sdpa` is off; its attention
+    // soft-capping needs the scores): the model runs eager attention whatever was asked.
+    let eager;
+    let ctx = match &cfg.variant.gemma {
+        Some(gm) if gm.version == 2 && ctx.attn != AttnImpl::Eager => {
+            eager = BuildCtx {
+                attn: AttnImpl::Eager,
+                ..ctx.clone()
+            };
+            &eager
+        }
+        _ => ctx,
+    };
     if let Some(step) = ctx.tune.infer {
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
         if !step.is_prefill() || step.kv_dtype.is_some() {
