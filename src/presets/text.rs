@@ -679,10 +679,12 @@ pub(crate) struct LlamaLayer<'a> {
 }
 
 impl LlamaLayer<'_> {
-    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32) or LLaMA's.
+    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's (the weight in fp32) or LLaMA's.
     pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
         if self.cfg.variant.gemma.is_some() {
             g.gemma_rms_norm(leaf, x)
+        } else if self.cfg.variant.norm_after {
+            g.olmo2_rms_norm(leaf, x)
         } else {
             g.rms_norm(leaf, x)
         }
@@ -778,6 +780,16 @@ impl LlamaLayer<'_> {
             let v = heads_view(g, v, self.heads.1, d)?;
             let q = g.rotary(q, cos, sin)?;
             let k = g.rotary(k, cos, sin)?;
+            // Phi-3's `apply_rotary_pos_emb` rotates `q[..., :rotary_dim]` and cats the rest
+            // back on (`torch.cat([rotated, q_pass], dim=-1)`, `q_pass` empty at the full
+            // rotary factor): a copy of the rotated queries and keys whose gradient passes back
+            // as views.
+            let (q, k) = if var.fused {
+                let (qs, ks) = (g.shape(q), g.shape(k));
+                (g.contiguous(q, qs)?, g.contiguous(k, ks)?)
+            } else {
+                (q, k)
+            };
             let o = match attention {
                 LlamaAttention::Masked { mask, attn } => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and

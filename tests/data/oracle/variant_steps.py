@@ -13,7 +13,7 @@ and the values gathered at them (`torch.gather`: one `[tokens, k]` allocation an
 a zero tensor of the input's size scattered into, as topk's own backward does). Every expert then
 gets `tokens * k / E` tokens.
 
-Usage: python variant_steps.py OUT.jsonl  (with the oracle venv's python)."""
+Usage: python variant_steps.py OUT.jsonl [MODEL-SUBSTRING [SEQ]]  (with the oracle venv's python)."""
 import json
 import sys
 
@@ -128,9 +128,10 @@ def main(out):
             cases.append(dict(model=name, seq=256, batch=2, dtype=dtype, opt="adamw", ckpt="none", attn="sdpa", mode="real", device="cpu",
                               profile=False))
     only = sys.argv[2] if len(sys.argv) > 2 else None
+    only_seq = int(sys.argv[3]) if len(sys.argv) > 3 else None
     with open(out, "a") as f:
         for s in cases:
-            if only and only not in s["model"]:
+            if (only and only not in s["model"]) or (only_seq and s["seq"] != only_seq):
                 continue
             TEMPLATES.clear()
             ROUTING.clear()
@@ -148,7 +149,7 @@ def main(out):
             if s["device"] == "cpu":
                 plan["device"] = "cpu"
             keep = {k: rec[k] for k in ("peak_r512", "peak", "param_bytes", "grad_bytes", "opt_state_bytes", "activation_bytes",
-                                        "kernel_ops_seen", "optimizer_impl") if k in rec}
+                                        "kernel_ops_seen", "optimizer_impl", "peak_forward", "steps") if k in rec}
             out_rec = {"case_id": case_id, "kind": "train", "plan": plan, **keep, "spec": s, "versions": measure.versions(),
                        "device_faked": s["mode"] == "fake", "routing_counts": dict(ROUTING),
                        "routing": "balanced: token t's j-th expert is (t * k + j) % E" if s["model"] in MOE else None}
