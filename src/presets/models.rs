@@ -356,7 +356,7 @@ pub static MODELS: &[ModelPreset] = &[
     },
     ModelPreset {
         id: "qwen3-30b-a3b",
-        name: "Qwen3 30B-A3B (MoE, 128 experts, top 8)",
+        name: "Qwen3 30B-A3B (MoE)",
         family: Family::Language,
         input: tokens(4096, None),
         params: 30_532_122_624,
@@ -364,7 +364,7 @@ pub static MODELS: &[ModelPreset] = &[
     },
     ModelPreset {
         id: "mixtral-8x7b",
-        name: "Mixtral 8x7B (MoE, 8 experts, top 2)",
+        name: "Mixtral 8x7B (MoE)",
         family: Family::Language,
         input: tokens(4096, None),
         params: 46_702_792_704,
@@ -458,18 +458,25 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
 /// The `model_type` of a language-model preset's config.json, without building the JSON (the
 /// page asks on every plan; [`text_config`] lives with the builders in the page's lazy chunk).
 pub fn text_model_type(id: &str) -> Option<&'static str> {
+    // Preset id prefixes, the more specific first.
+    const TYPES: [(&str, &str); 11] = [
+        ("qwen3-30b", "qwen3_moe"),
+        ("mixtral", "mixtral"),
+        ("phi-3", "phi3"),
+        ("gemma-2", "gemma2"),
+        ("gemma-3", "gemma3_text"),
+        ("gpt2", "gpt2"),
+        ("bert", "bert"),
+        ("llama", "llama"),
+        ("mistral", "mistral"),
+        ("qwen2", "qwen2"),
+        ("qwen3", "qwen3"),
+    ];
     let preset = find(id).filter(|m| m.family == Family::Language)?;
-    let id = preset.id;
-    Some(match id {
-        "qwen3-30b-a3b" => "qwen3_moe",
-        "mixtral-8x7b" => "mixtral",
-        "phi-3-mini" => "phi3",
-        "gemma-2-9b" => "gemma2",
-        "gemma-3-12b" => "gemma3_text",
-        _ => ["gpt2", "bert", "llama", "mistral", "qwen2", "qwen3"]
-            .into_iter()
-            .find(|t| id.starts_with(t))?,
-    })
+    TYPES
+        .iter()
+        .find(|(p, _)| preset.id.starts_with(p))
+        .map(|(_, t)| *t)
 }
 
 /// Builds a language-model preset through the `config.json` import.
