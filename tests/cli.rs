@@ -45,6 +45,24 @@ fn the_table_names_the_verdict() {
     assert!(t.contains("peak allocated") && t.contains("T4"), "{t}");
 }
 
+/// A mixture of experts: the table and the JSON give the active parameters per token beside the
+/// total (Mixtral 8x7B: 46.7B on the device, 2 of 8 experts per token).
+#[test]
+fn a_mixture_of_experts_shows_its_active_parameters() {
+    let plan = r#"{"model":"mixtral-8x7b","mode":"infer","context":16,"new_tokens":2,"dtype":"bf16","batch":1}"#;
+    let out = run(&["estimate", "--format", "json"], plan);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["param_count"], 46_702_792_704u64);
+    let idle = 32 * 6 * 3 * 4096 * 14336u64;
+    assert_eq!(v["active_param_count"], 46_702_792_704 - idle);
+    let out = run(&["estimate"], plan);
+    let t = text(&out.stdout);
+    assert!(t.contains("active per token"), "{t}");
+    let dense = run(&["estimate"], r#"{"model":"gpt2","seq":16}"#);
+    assert!(!text(&dense.stdout).contains("active per token"));
+}
+
 #[test]
 fn bad_input_exits_non_zero_with_a_message() {
     for (plan, says) in [

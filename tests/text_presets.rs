@@ -32,6 +32,55 @@ const PARAMS: &[(&str, u64)] = &[
     ("qwen2-0.5b", 494_032_768),
 ];
 
+/// The newer presets, checked against their published totals: the safetensors index's
+/// `metadata.total_size` halved (bf16 checkpoints: `meta-llama/Llama-3.1-8B` 16_060_522_496,
+/// `Qwen/Qwen2.5-7B` 15_231_233_024, `Qwen/Qwen3-8B` 16_381_470_720, `Qwen/Qwen3-30B-A3B`
+/// 61_064_245_248, `mistralai/Mixtral-8x7B-v0.1` 93_405_585_408,
+/// `microsoft/Phi-3-mini-4k-instruct` 7_642_159_104) or the model card (Llama 3.1 70B and
+/// 405B: 70.6B and 405B, the exact totals the Hub's safetensors metadata reports; `google/gemma-2-9b`
+/// 18_483_411_968 bytes). Gemma 3 12B is its language model alone (`Gemma3ForCausalLM` on the
+/// checkpoint's `text_config`, without the vision tower and projector): 11_766_034_176, the
+/// parameter count llama.cpp's GGUF metadata gives for the converted text model.
+const PUBLISHED: &[(&str, u64)] = &[
+    ("llama-3.1-8b", 8_030_261_248),
+    ("llama-3.1-70b", 70_553_706_496),
+    ("llama-3.1-405b", 405_853_388_800),
+    ("qwen2.5-7b", 7_615_616_512),
+    ("qwen3-8b", 8_190_735_360),
+    ("qwen3-30b-a3b", 30_532_122_624),
+    ("mixtral-8x7b", 46_702_792_704),
+    ("phi-3-mini", 3_821_079_552),
+    ("gemma-2-9b", 9_241_705_984),
+    ("gemma-3-12b", 11_766_034_176),
+];
+
+/// Active parameters per token of the mixtures of experts: the total less the experts a token
+/// does not run (`(E - k) · 3 · h · i` per sparse layer): Qwen3-30B-A3B's "3.3B activated",
+/// Mixtral's "12.9B active".
+#[test]
+fn mixtures_of_experts_report_their_active_parameters() {
+    for (id, total, idle) in [
+        (
+            "qwen3-30b-a3b",
+            30_532_122_624u64,
+            48 * 120 * 3 * 2048 * 768u64,
+        ),
+        ("mixtral-8x7b", 46_702_792_704, 32 * 6 * 3 * 4096 * 14336),
+    ] {
+        let tc = vram_planner::presets::hf::parse(&models::text_config(id).unwrap()).unwrap();
+        assert_eq!(tc.active_param_count(), total - idle, "{id}");
+    }
+    assert_eq!(
+        vram_planner::presets::hf::parse(&models::text_config("qwen3-30b-a3b").unwrap())
+            .unwrap()
+            .active_param_count(),
+        3_353_032_704
+    );
+    let dense =
+        vram_planner::presets::hf::parse(&models::text_config("qwen3-8b").unwrap()).unwrap();
+    assert_eq!(dense.active_param_count(), dense.param_count());
+}
+
 fn small_plan(model: &str) -> Plan {
     let mut p = Plan::new(model);
     p.batch = 1;
@@ -49,7 +98,7 @@ fn text_segment_cases_within_a_tenth_of_a_percent() {
 
 #[test]
 fn every_language_preset_has_the_exact_parameter_count() {
-    for &(id, n) in PARAMS {
+    for &(id, n) in PARAMS.iter().chain(PUBLISHED) {
         let preset = models::find(id).unwrap_or_else(|| panic!("preset {id} missing"));
         assert_eq!(preset.family, Family::Language, "{id}");
         assert_eq!(preset.params, n, "{id}: catalogue count");

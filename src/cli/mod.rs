@@ -256,6 +256,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
     let mut v = serde_json::json!({
         "model": e.model,
         "param_count": e.param_count,
+        "active_param_count": e.active_param_count,
         "peak_allocated_bytes": e.peak_allocated.0,
         "peak_phase": e.peak_phase.key(),
         "peak_op": e.peak_op,
@@ -400,9 +401,17 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
 fn table(plan: &Plan, e: &Estimate) -> String {
     use std::fmt::Write;
     let mut s = String::new();
+    let active = if e.active_param_count == e.param_count {
+        String::new()
+    } else {
+        format!(
+            " ({} active per token)",
+            crate::estimator::units::Elems(e.active_param_count)
+        )
+    };
     let _ = writeln!(
         s,
-        "{}: {} parameters, batch {}",
+        "{}: {} parameters{active}, batch {}",
         e.model,
         crate::estimator::units::Elems(e.param_count),
         plan.batch

@@ -57,6 +57,10 @@ pub struct InferenceReport {
 pub struct Estimate {
     pub model: String,
     pub param_count: u64,
+    /// Parameters each token runs through: `param_count` for a dense model; for a mixture of
+    /// experts the router, the experts a token is routed to and everything outside the experts.
+    /// All of them are on the device (`param_count` prices the memory).
+    pub active_param_count: u64,
     /// Exact bytes (no allocator rounding) of parameters, their gradients and optimizer state.
     pub param_bytes: Bytes,
     pub grad_bytes: Bytes,
@@ -439,6 +443,7 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
     Estimate {
         model: label.to_string(),
         param_count: g.param_count(),
+        active_param_count: g.active_params.unwrap_or_else(|| g.param_count()),
         param_bytes,
         grad_bytes,
         opt_state_bytes,

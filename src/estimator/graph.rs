@@ -153,6 +153,9 @@ pub struct Graph {
     /// everything below it; `"*"` freezes every parameter except those made with
     /// [`Graph::adapter_param`] (LoRA's frozen base model).
     pub frozen: Vec<String>,
+    /// Parameters one token runs through, when fewer than all of them (a mixture of experts:
+    /// the builder knows the routing, the tape does not); `None`: every parameter.
+    pub active_params: Option<u64>,
 }
 
 impl Graph {
@@ -170,6 +173,7 @@ impl Graph {
             prefix: Vec::new(),
             inference: false,
             frozen: Vec::new(),
+            active_params: None,
         }
     }
 

@@ -17,6 +17,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 use crate::estimator::units::DType;
 
+use super::gemma;
 use super::text::{Built, LlamaAttention, LlamaLayer, TextConfig};
 
 /// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
@@ -35,17 +36,44 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let act = g.precision.autocast().unwrap_or(pdt);
     let kv_dt = step.kv_dtype.unwrap_or(act);
     let ids = g.input(vec![b, s], DType::I64)?;
+    if cfg.variant.moe.is_some() {
+        g.active_params = Some(cfg.active_param_count());
+    }
     g.nf4_shared_constants(tune)?;
+    let sl = cfg.variant.sliding.as_ref();
     let mut caches = Vec::with_capacity(cfg.layers as usize);
-    for _ in 0..cfg.layers {
-        let k = g.kv_cache(vec![b, nkv, t, d], kv_dt)?;
-        let v = g.kv_cache(vec![b, nkv, t, d], kv_dt)?;
-        caches.push((k, v));
+    for i in 0..cfg.layers {
+        // A local layer's cache (`DynamicSlidingWindowLayer`) keeps the last `window - 1`
+        // tokens of the previous steps: this step's keys are cat to those, and the whole
+        // concatenation is what the attention reads and what the cached view keeps alive.
+        let (len, past) = match sl {
+            Some(sl) if sl.is_local(i) => {
+                let kept = step.past.min(sl.window.saturating_sub(1));
+                (kept + s, kept)
+            }
+            _ => (t, step.past),
+        };
+        let k = g.kv_cache(vec![b, nkv, len, d], kv_dt)?;
+        let v = g.kv_cache(vec![b, nkv, len, d], kv_dt)?;
+        caches.push((k, v, past));
     }
     let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let gm = cfg.variant.gemma.as_ref();
+    let x = match gm {
+        Some(gm) => gemma::scale_embeddings(&mut g, x, gm.version)?,
+        None => x,
+    };
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
+    let local_rope = match gm {
+        Some(gm) if gm.version == 3 => {
+            let inv = g.buffer(vec![d / 2], pdt)?;
+            g.buffer(vec![d / 2], pdt)?;
+            Some(g.scoped("rotary_emb_local", |g| g.rotary_tables(inv, s, d, pdt))?)
+        }
+        _ => None,
+    };
     // Generation is modelled with the CUDA kernels whatever the plan's device.
     let layer = LlamaLayer {
         cfg,
@@ -53,29 +81,38 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         heads: (nh, nkv),
         cos,
         sin,
+        local_rope,
         cpu: false,
     };
     let mut h = x;
-    for (i, &(k_cache, v_cache)) in caches.iter().enumerate() {
+    let mut router_logits = Vec::new();
+    for (i, &(k_cache, v_cache, past)) in caches.iter().enumerate() {
         h = g.scoped(format!("layers.{i}"), |g| {
             layer.build(
                 g,
                 h,
+                i as u64,
                 LlamaAttention::Cached {
                     k_cache,
                     v_cache,
-                    past: step.past,
+                    past,
                 },
+                &mut router_logits,
             )
         })?;
     }
-    let h = g.rms_norm("norm", h)?;
+    let h = layer.norm(&mut g, "norm", h)?;
     g.hold(&[x, cos, sin]);
     let last = g.slice_view(h, vec![b, 1, h_dim])?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.linear_with(last, embed, None))?
     } else {
         g.linear("lm_head", last, h_dim, cfg.vocab, false)?
+    };
+    let logits = if gm.is_some_and(|gm| gm.final_softcap) {
+        g.softcap(logits)?
+    } else {
+        logits
     };
     g.keep(logits);
     // `.to(copy=True, dtype=float32)` copies even fp32 logits.

@@ -1,4 +1,6 @@
-//! Models defined by a Hugging Face `config.json`: GPT-2, BERT, LLaMA, Mistral and Qwen2, read
+//! Models defined by a Hugging Face `config.json`: GPT-2, BERT and the LLaMA-family decoders
+//! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, and the mixtures of experts Mixtral, Qwen2-MoE
+//! and Qwen3-MoE), read
 //! with the defaults and attribute aliases of their transformers 5.24 config classes
 //! (`models/*/configuration_*.py`). The task head is always the language-modelling one
 //! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), whatever `architectures` lists.
@@ -6,8 +8,10 @@
 
 use serde_json::Value;
 
+use super::gemma::Gemma;
 use super::generate;
-use super::text::{self, Activation, Arch, TextConfig};
+use super::moe::{Moe, MoeKind};
+use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
@@ -110,17 +114,19 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
         Some(Value::String(s)) => s.as_str(),
         Some(v) => return Err(bad(format!("'model_type' must be a string, got {v}"))),
         None => {
-            return Err(bad(
-                "'model_type' is missing: expected one of gpt2, bert, llama, mistral, qwen2",
-            ))
+            return Err(bad(format!(
+                "'model_type' is missing: expected one of {}",
+                supported_list()
+            )))
         }
     };
     match mt {
         "gpt2" => gpt2(cfg),
         "bert" => bert(cfg),
-        "llama" | "mistral" | "qwen2" => llama(cfg, mt),
+        _ if SUPPORTED.contains(&mt) => llama(cfg, mt),
         other => Err(bad(format!(
-            "model_type '{other}' is not supported: use gpt2, bert, llama, mistral or qwen2"
+            "model_type '{other}' is not supported: use {}",
+            supported_list()
         ))),
     }
 }
@@ -167,6 +173,7 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
         embd_dropout: prob(cfg, "embd_pdrop", 0.1)?,
         attn_dropout: prob(cfg, "attn_pdrop", 0.1)?,
         resid_dropout: prob(cfg, "resid_pdrop", 0.1)?,
+        variant: Variant::default(),
     })
 }
 
@@ -211,17 +218,51 @@ fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
         embd_dropout: hidden_dropout,
         attn_dropout: prob(cfg, "attention_probs_dropout_prob", 0.1)?,
         resid_dropout: hidden_dropout,
+        variant: Variant::default(),
     })
 }
 
-/// `LlamaConfig` / `MistralConfig` / `Qwen2Config`. Defaults differ per class (sizes, GQA,
-/// biases: Llama `attention_bias`/`mlp_bias`; Mistral none; Qwen2 q/k/v bias, no o bias).
-/// Positions are rotary: no length limit.
+/// The `model_type`s this reader accepts, in the order messages list them.
+pub const SUPPORTED: &[&str] = &[
+    "gpt2",
+    "bert",
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "phi3",
+    "olmo2",
+    "gemma2",
+    "gemma3_text",
+    "mixtral",
+    "qwen2_moe",
+    "qwen3_moe",
+];
+
+fn supported_list() -> String {
+    let (last, rest) = SUPPORTED.split_last().unwrap_or((&"", &[]));
+    format!("{} or {last}", rest.join(", "))
+}
+
+/// The LLaMA-family decoders, each with its config class's defaults (`configuration_*.py`):
+/// `LlamaConfig`, `MistralConfig`, `Qwen2Config`, `Qwen3Config`, `Phi3Config`, `Olmo2Config`,
+/// `MixtralConfig`, `Qwen2MoeConfig`, `Qwen3MoeConfig`. Biases: Llama `attention_bias`/`mlp_bias`;
+/// Qwen2 and Qwen2-MoE q/k/v bias without o bias; Qwen3, Qwen3-MoE and OLMo 2
+/// `attention_bias`; Mistral, Mixtral and Phi-3 none. Positions are rotary: no length limit.
 fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
-    let (vocab, hidden, inter, layers, heads, kv_default) = match mt {
-        "llama" => (32000, 4096, 11008, 32, 32, None),
-        "mistral" => (32000, 4096, 14336, 32, 32, Some(8)),
-        _ => (151936, 4096, 22016, 32, 32, Some(32)),
+    // (vocab, hidden, intermediate, layers, heads, kv heads (None: = heads), head_dim)
+    let (vocab, hidden, inter, layers, heads, kv_default, hd_default) = match mt {
+        "llama" => (32000, 4096, 11008, 32, 32, None, None),
+        "mistral" => (32000, 4096, 14336, 32, 32, Some(8), None),
+        "qwen2" => (151936, 4096, 22016, 32, 32, Some(32), None),
+        "qwen3" => (151936, 4096, 22016, 32, 32, Some(32), Some(128)),
+        "phi3" => (32064, 3072, 8192, 32, 32, None, None),
+        "olmo2" => (50304, 4096, 11008, 32, 32, None, None),
+        "gemma2" => (256000, 2304, 9216, 26, 8, Some(4), Some(256)),
+        "gemma3_text" => (262208, 2304, 9216, 26, 8, Some(4), Some(256)),
+        "mixtral" => (32000, 4096, 14336, 32, 32, Some(8), None),
+        "qwen2_moe" => (151936, 2048, 5632, 24, 16, Some(16), None),
+        _ => (151936, 2048, 6144, 24, 32, Some(4), None),
     };
     let hidden = uint(cfg, &["hidden_size"], Some(hidden), MAX_DIM)?;
     let heads = uint(cfg, &["num_attention_heads"], Some(heads), MAX_DIM)?;
@@ -236,7 +277,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         heads,
         kv_heads,
     )?;
-    let head_dim = match opt_uint(cfg, "head_dim", MAX_DIM)? {
+    let head_dim = match opt_uint(cfg, "head_dim", MAX_DIM)?.or(hd_default) {
         Some(d) => d,
         None => divide(
             "hidden_size must be divisible by num_attention_heads (or give head_dim)",
@@ -254,30 +295,245 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
             let ab = boolean(cfg, "attention_bias", false)?;
             (ab, ab, boolean(cfg, "mlp_bias", false)?)
         }
-        "mistral" => (false, false, false),
-        _ => (true, false, false),
+        "qwen3" | "qwen3_moe" | "olmo2" | "gemma2" | "gemma3_text" => {
+            let ab = boolean(cfg, "attention_bias", false)?;
+            (ab, ab, false)
+        }
+        "qwen2" | "qwen2_moe" => (true, false, false),
+        _ => (false, false, false),
     };
-    let tie_default = false;
+    let mut variant = Variant::default();
+    match mt {
+        "qwen3" | "qwen3_moe" => variant.qk_norm = QkNorm::PerHead,
+        "olmo2" => {
+            variant.qk_norm = QkNorm::Full;
+            variant.norm_after = true;
+        }
+        "phi3" => {
+            variant.fused = true;
+            // `Phi3RotaryEmbedding` rotates `head_dim · partial_rotary_factor` dims.
+            if let Some(f) = cfg.get("partial_rotary_factor").and_then(Value::as_f64) {
+                if f != 1.0 {
+                    return Err(bad(format!(
+                        "'partial_rotary_factor' = {f} is not modelled (only 1.0)"
+                    )));
+                }
+            }
+            for key in ["resid_pdrop", "embd_pdrop"] {
+                if prob(cfg, key, 0.0)? > 0.0 {
+                    return Err(bad(format!(
+                        "'{key}' above 0 is not modelled for phi3 (its published configs use 0.0)"
+                    )));
+                }
+            }
+        }
+        _ => {}
+    }
+    let layers = uint(cfg, &["num_hidden_layers"], Some(layers), MAX_LAYERS)?;
+    if matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe") {
+        variant.moe = Some(moe_config(cfg, mt, layers)?);
+    }
+    let gemma = matches!(mt, "gemma2" | "gemma3_text");
+    if gemma {
+        let (g, sliding) = gemma_config(cfg, mt, layers)?;
+        if g.version == 3 {
+            variant.qk_norm = QkNorm::PerHead;
+        }
+        variant.gemma = Some(g);
+        variant.sliding = Some(sliding);
+    } else if matches!(mt, "mistral" | "mixtral") {
+        // `create_sliding_window_causal_mask` and `DynamicSlidingWindowLayer` for every layer
+        // once `sliding_window` is set.
+        if let Some(window) = opt_uint(cfg, "sliding_window", MAX_DIM)? {
+            variant.sliding = Some(Sliding {
+                window,
+                local: vec![true; layers as usize],
+            });
+        }
+    }
+    let act = if gemma {
+        let key = if cfg.get("hidden_activation").is_some_and(|v| !v.is_null()) {
+            "hidden_activation"
+        } else {
+            "hidden_act"
+        };
+        activation(cfg, key, "gelu_pytorch_tanh")?
+    } else {
+        activation(cfg, "hidden_act", "silu")?
+    };
     Ok(TextConfig {
         arch: Arch::Llama,
         model_type: mt.into(),
         vocab: uint(cfg, &["vocab_size"], Some(vocab), MAX_VOCAB)?,
         hidden,
-        layers: uint(cfg, &["num_hidden_layers"], Some(layers), MAX_LAYERS)?,
+        layers,
         heads,
         kv_heads,
         head_dim,
         intermediate: uint(cfg, &["intermediate_size"], Some(inter), MAX_DIM)?,
         max_positions: None,
         type_vocab: 0,
-        tie_embeddings: boolean(cfg, "tie_word_embeddings", tie_default)?,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", gemma)?,
         qkv_bias,
         o_bias,
         mlp_bias,
-        act: activation(cfg, "hidden_act", "silu")?,
+        act,
         embd_dropout: 0.0,
         attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
         resid_dropout: 0.0,
+        variant,
+    })
+}
+
+/// `Gemma2Config` (`sliding_window` 4096 on even layers, `attn_logit_softcapping` 50.0,
+/// `final_logit_softcapping` 30.0) and `Gemma3TextConfig` (`sliding_window` 4096 with
+/// `sliding_window_pattern` 6: every sixth layer global; no soft-capping; q/k norms);
+/// `layer_types`, when the config lists it, decides each layer.
+fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), EstimateError> {
+    let version = if mt == "gemma2" { 2 } else { 3 };
+    let window = uint(cfg, &["sliding_window"], Some(4096), MAX_DIM)?;
+    let local = match cfg.get("layer_types") {
+        None | Some(Value::Null) => {
+            let pattern = if version == 2 {
+                2
+            } else {
+                uint(cfg, &["sliding_window_pattern"], Some(6), MAX_LAYERS)?
+            };
+            (0..layers).map(|i| (i + 1) % pattern != 0).collect()
+        }
+        Some(Value::Array(xs)) if xs.len() as u64 == layers => xs
+            .iter()
+            .map(|x| match x.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(bad(format!(
+                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
+                ))),
+            })
+            .collect::<Result<_, _>>()?,
+        Some(v) => {
+            return Err(bad(format!(
+                "'layer_types' must list one type per layer ({layers}), got {v}"
+            )))
+        }
+    };
+    let capped = |key: &str, default: Option<f64>| -> Result<bool, EstimateError> {
+        match cfg.get(key) {
+            None => Ok(default.is_some()),
+            Some(Value::Null) => Ok(false),
+            Some(v) => match v.as_f64() {
+                Some(c) if c > 0.0 => Ok(true),
+                _ => Err(bad(format!(
+                    "'{key}' must be a positive number or null, got {v}"
+                ))),
+            },
+        }
+    };
+    let (attn_default, final_default) = if version == 2 {
+        (Some(50.0), Some(30.0))
+    } else {
+        (None, None)
+    };
+    Ok((
+        Gemma {
+            version,
+            attn_softcap: capped("attn_logit_softcapping", attn_default)?,
+            final_softcap: capped("final_logit_softcapping", final_default)?,
+        },
+        Sliding { window, local },
+    ))
+}
+
+/// The expert fields of `MixtralConfig` (`num_local_experts` 8, `num_experts_per_tok` 2, the
+/// experts as wide as `intermediate_size`), `Qwen2MoeConfig` (60 experts, top 4,
+/// `moe_intermediate_size` 1408, `shared_expert_intermediate_size` 5632, `norm_topk_prob`
+/// false) and `Qwen3MoeConfig` (128 experts, top 8, `moe_intermediate_size` 768,
+/// `norm_topk_prob` false); `decoder_sparse_step` 1, `mlp_only_layers` [],
+/// `output_router_logits` false.
+fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> {
+    // transformers 5.24 stores either spelling as `num_local_experts` (`attribute_map`).
+    let (kind, experts_keys, experts, top_k, width) = match mt {
+        "mixtral" => (
+            MoeKind::Mixtral,
+            ["num_local_experts", "num_experts"],
+            8,
+            2,
+            None,
+        ),
+        "qwen2_moe" => (
+            MoeKind::Qwen2,
+            ["num_experts", "num_local_experts"],
+            60,
+            4,
+            Some(1408),
+        ),
+        _ => (
+            MoeKind::Qwen3,
+            ["num_experts", "num_local_experts"],
+            128,
+            8,
+            Some(768),
+        ),
+    };
+    let experts = uint(cfg, &experts_keys, Some(experts), MAX_DIM)?;
+    let top_k = uint(cfg, &["num_experts_per_tok"], Some(top_k), MAX_DIM)?;
+    if top_k > experts {
+        return Err(bad(format!(
+            "'num_experts_per_tok' = {top_k} is more than the {experts} experts"
+        )));
+    }
+    let expert_intermediate = match width {
+        None => uint(cfg, &["intermediate_size"], Some(14336), MAX_DIM)?,
+        Some(w) => uint(cfg, &["moe_intermediate_size"], Some(w), MAX_DIM)?,
+    };
+    if mt == "mixtral" {
+        if let Some(j) = cfg.get("router_jitter_noise").and_then(Value::as_f64) {
+            if j != 0.0 {
+                return Err(bad(
+                    "'router_jitter_noise' above 0 is not modelled (its published configs use 0.0)",
+                ));
+            }
+        }
+    }
+    let (sparse_step, dense_layers) = if mt == "mixtral" {
+        (1, Vec::new())
+    } else {
+        let step = uint(cfg, &["decoder_sparse_step"], Some(1), MAX_LAYERS)?;
+        let dense = match cfg.get("mlp_only_layers") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(xs)) => xs
+                .iter()
+                .map(|x| {
+                    x.as_u64().filter(|&i| i < layers).ok_or_else(|| {
+                        bad(format!(
+                            "'mlp_only_layers' must list layer indices below {layers}, got {x}"
+                        ))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(v) => return Err(bad(format!("'mlp_only_layers' must be a list, got {v}"))),
+        };
+        (step, dense)
+    };
+    Ok(Moe {
+        kind,
+        experts,
+        top_k,
+        expert_intermediate,
+        norm_topk: mt == "mixtral" || boolean(cfg, "norm_topk_prob", false)?,
+        shared_intermediate: if mt == "qwen2_moe" {
+            Some(uint(
+                cfg,
+                &["shared_expert_intermediate_size"],
+                Some(5632),
+                MAX_DIM,
+            )?)
+        } else {
+            None
+        },
+        sparse_step,
+        dense_layers,
+        aux_loss: boolean(cfg, "output_router_logits", false)?,
     })
 }
 
@@ -287,6 +543,7 @@ pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateE
     let tc = parse(cfg)?;
     if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
         text::check_positions(&tc, ctx)?;
+        text::check_variant(&tc, ctx)?;
         return generate::llama_step(&tc, ctx);
     }
     text::build(&tc, ctx)

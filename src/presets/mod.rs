@@ -1,12 +1,15 @@
 //! Presets as data: models (built op by op from their reference definitions), GPUs and links.
 //! The plan layer (`crate::plan::resolve`) looks them up by name.
 
+pub mod activation;
 pub mod cnn;
+pub mod gemma;
 pub mod generate;
 pub mod gpus;
 pub mod hf;
 pub mod links;
 pub mod models;
+pub mod moe;
 pub mod rnn;
 pub mod text;
 pub mod vision;

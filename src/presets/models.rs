@@ -314,11 +314,94 @@ pub static MODELS: &[ModelPreset] = &[
         params: 494_032_768,
         build: None,
     },
+    ModelPreset {
+        id: "llama-3.1-8b",
+        name: "Llama 3.1 8B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 8_030_261_248,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-3.1-70b",
+        name: "Llama 3.1 70B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 70_553_706_496,
+        build: None,
+    },
+    ModelPreset {
+        id: "llama-3.1-405b",
+        name: "Llama 3.1 405B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 405_853_388_800,
+        build: None,
+    },
+    ModelPreset {
+        id: "qwen2.5-7b",
+        name: "Qwen2.5 7B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 7_615_616_512,
+        build: None,
+    },
+    ModelPreset {
+        id: "qwen3-8b",
+        name: "Qwen3 8B",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 8_190_735_360,
+        build: None,
+    },
+    ModelPreset {
+        id: "qwen3-30b-a3b",
+        name: "Qwen3 30B-A3B (MoE)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 30_532_122_624,
+        build: None,
+    },
+    ModelPreset {
+        id: "mixtral-8x7b",
+        name: "Mixtral 8x7B (MoE)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 46_702_792_704,
+        build: None,
+    },
+    ModelPreset {
+        id: "gemma-2-9b",
+        name: "Gemma 2 9B",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 9_241_705_984,
+        build: None,
+    },
+    ModelPreset {
+        id: "gemma-3-12b",
+        name: "Gemma 3 12B (text)",
+        family: Family::Language,
+        input: tokens(8192, None),
+        params: 11_766_034_176,
+        build: None,
+    },
+    ModelPreset {
+        id: "phi-3-mini",
+        name: "Phi-3-mini (3.8B, 4k)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 3_821_079_552,
+        build: None,
+    },
 ];
 
 /// The `config.json` of a language-model preset: the published configs' architecture fields
-/// (Hugging Face hub `openai-community/gpt2*`, `google-bert/bert-*-uncased`, `meta-llama/*`,
-/// `mistralai/Mistral-7B-v0.1`, `Qwen/Qwen2-0.5B`); `llama-small` and `llama-7b` exactly as the
+/// (Hugging Face hub `openai-community/gpt2*`, `google-bert/bert-*-uncased`, `meta-llama/*`
+/// (`Llama-3.1-{8B,70B,405B}` among them), `mistralai/Mistral-7B-v0.1`,
+/// `mistralai/Mixtral-8x7B-v0.1`, `Qwen/Qwen2-0.5B`, `Qwen/Qwen2.5-7B`, `Qwen/Qwen3-8B`,
+/// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`, `google/gemma-2-9b`, and the
+/// `text_config` of `google/gemma-3-12b-pt`); `llama-small` and `llama-7b` exactly as the
 /// reference harness defines them (`harness/models.py` `hf_config`).
 pub fn text_config(id: &str) -> Option<serde_json::Value> {
     use serde_json::json;
@@ -344,6 +427,30 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
         "qwen2-0.5b" => {
             json!({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768, "tie_word_embeddings": true})
         }
+        "llama-3.1-8b" => llama(4096, 14336, 32, 32, 8, 128256, 131072),
+        "llama-3.1-70b" => llama(8192, 28672, 80, 64, 8, 128256, 131072),
+        "llama-3.1-405b" => llama(16384, 53248, 126, 128, 8, 128256, 131072),
+        "qwen2.5-7b" => {
+            json!({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072, "tie_word_embeddings": false})
+        }
+        "qwen3-8b" => {
+            json!({"model_type": "qwen3", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960, "attention_bias": false, "tie_word_embeddings": false})
+        }
+        "qwen3-30b-a3b" => {
+            json!({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": false, "vocab_size": 151936, "max_position_embeddings": 40960, "attention_bias": false, "tie_word_embeddings": false})
+        }
+        "mixtral-8x7b" => {
+            json!({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": false, "router_aux_loss_coef": 0.02, "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": false})
+        }
+        "gemma-2-9b" => {
+            json!({"model_type": "gemma2", "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": 42, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192, "query_pre_attn_scalar": 256, "sliding_window": 4096, "attn_logit_softcapping": 50.0, "final_logit_softcapping": 30.0, "hidden_activation": "gelu_pytorch_tanh", "tie_word_embeddings": true})
+        }
+        "gemma-3-12b" => {
+            json!({"model_type": "gemma3_text", "hidden_size": 3840, "intermediate_size": 15360, "num_hidden_layers": 48, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 262208, "max_position_embeddings": 131072, "query_pre_attn_scalar": 256, "sliding_window": 1024, "sliding_window_pattern": 6, "attn_logit_softcapping": null, "final_logit_softcapping": null, "hidden_activation": "gelu_pytorch_tanh", "rope_local_base_freq": 10000.0, "tie_word_embeddings": true})
+        }
+        "phi-3-mini" => {
+            json!({"model_type": "phi3", "hidden_size": 3072, "intermediate_size": 8192, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096, "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "hidden_act": "silu", "tie_word_embeddings": false})
+        }
         _ => return None,
     })
 }
@@ -351,10 +458,25 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
 /// The `model_type` of a language-model preset's config.json, without building the JSON (the
 /// page asks on every plan; [`text_config`] lives with the builders in the page's lazy chunk).
 pub fn text_model_type(id: &str) -> Option<&'static str> {
+    // Preset id prefixes, the more specific first.
+    const TYPES: [(&str, &str); 11] = [
+        ("qwen3-30b", "qwen3_moe"),
+        ("mixtral", "mixtral"),
+        ("phi-3", "phi3"),
+        ("gemma-2", "gemma2"),
+        ("gemma-3", "gemma3_text"),
+        ("gpt2", "gpt2"),
+        ("bert", "bert"),
+        ("llama", "llama"),
+        ("mistral", "mistral"),
+        ("qwen2", "qwen2"),
+        ("qwen3", "qwen3"),
+    ];
     let preset = find(id).filter(|m| m.family == Family::Language)?;
-    ["gpt2", "bert", "llama", "mistral", "qwen2"]
-        .into_iter()
-        .find(|t| preset.id.starts_with(t))
+    TYPES
+        .iter()
+        .find(|(p, _)| preset.id.starts_with(p))
+        .map(|(_, t)| *t)
 }
 
 /// Builds a language-model preset through the `config.json` import.

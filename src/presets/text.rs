@@ -15,10 +15,14 @@ use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::Act;
 use crate::estimator::ops::EagerOpts;
 use crate::estimator::tune::{Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
+
+use super::activation::activation;
+pub use super::activation::Activation;
+use super::gemma::{self, Gemma};
+use super::moe::{self, Moe};
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -32,17 +36,6 @@ pub enum Arch {
     /// `LlamaForCausalLM` / `MistralForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, rotary
     /// positions, grouped-query attention, SiLU-gated MLP.
     Llama,
-}
-
-/// The MLP activation (`transformers/activations.py` `ACT2FN`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Activation {
-    /// `gelu_new`: the tanh approximation written as eight Python-level ops.
-    GeluNew,
-    /// `gelu` (erf) or `gelu_pytorch_tanh`: one fused `gelu` op saving its input.
-    Gelu,
-    Relu,
-    Silu,
 }
 
 /// Everything the builder needs from a `config.json`.
@@ -75,6 +68,58 @@ pub struct TextConfig {
     pub attn_dropout: f64,
     /// Dropout on the residual branches (GPT-2 `resid_pdrop`, BERT `hidden_dropout_prob`).
     pub resid_dropout: f64,
+    /// What a LLaMA-family variant changes in the decoder layer (nothing for LLaMA, Mistral,
+    /// Qwen2, GPT-2 and BERT).
+    pub variant: Variant,
+}
+
+/// The decoder-layer differences of the LLaMA-family variants.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Variant {
+    pub qk_norm: QkNorm,
+    /// Phi-3 (`models/phi3/modeling_phi3.py`): one `qkv_proj` whose output is sliced into the
+    /// query, key and value, and one `gate_up_proj` chunked into gate and up.
+    pub fused: bool,
+    /// OLMo 2 (`models/olmo2/modeling_olmo2.py`): no norm before attention and MLP;
+    /// `post_attention_layernorm` and `post_feedforward_layernorm` normalise their outputs
+    /// before the residual add.
+    pub norm_after: bool,
+    /// Sparse mixture-of-experts MLPs (Mixtral, Qwen2-MoE, Qwen3-MoE).
+    pub moe: Option<Moe>,
+    /// Gemma 2 / Gemma 3 ([`super::gemma`]).
+    pub gemma: Option<Gemma>,
+    /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
+    /// `sliding_window`).
+    pub sliding: Option<Sliding>,
+}
+
+/// The sliding-window layers of a decoder.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sliding {
+    /// `sliding_window`: the tokens a local layer's query sees, itself included.
+    pub window: u64,
+    /// Per layer: whether it attends locally (`layer_types[i] == "sliding_attention"`). Gemma 2
+    /// alternates (even layers local); Gemma 3 has five local layers per global one
+    /// (`sliding_window_pattern` 6); Mistral with a window has only local layers.
+    pub local: Vec<bool>,
+}
+
+impl Sliding {
+    pub fn is_local(&self, layer: u64) -> bool {
+        self.local.get(layer as usize).copied().unwrap_or(false)
+    }
+}
+
+/// RMSNorm on the queries and keys before the rotary embedding.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QkNorm {
+    #[default]
+    None,
+    /// Qwen3 (`Qwen3Attention`: `q_norm(q_proj(x).view(..., head_dim))`): a `[head_dim]`
+    /// weight over each head.
+    PerHead,
+    /// OLMo 2 (`Olmo2Attention`: `q_norm(q_proj(x))`): a weight over the whole projection.
+    Full,
 }
 
 impl TextConfig {
@@ -97,14 +142,43 @@ impl TextConfig {
                 let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
                 emb + l * layer + head
             }
-            Arch::Llama => {
-                let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
-                let attn =
-                    h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
-                let mlp = 3 * h * i + b(self.mlp_bias, 2 * i + h);
-                v * h + l * (attn + mlp + 2 * h) + h + b(!self.tie_embeddings, v * h)
-            }
+            Arch::Llama => self.llama_params(false),
         }
+    }
+
+    /// Parameters one token runs through: all of them for a dense model; for a mixture of
+    /// experts the router, the `top_k` routed experts and the shared expert of each sparse
+    /// layer, besides everything outside the experts.
+    pub fn active_param_count(&self) -> u64 {
+        match self.arch {
+            Arch::Llama => self.llama_params(true),
+            _ => self.param_count(),
+        }
+    }
+
+    fn llama_params(&self, active: bool) -> u64 {
+        let (h, v, i) = (self.hidden, self.vocab, self.intermediate);
+        let b = |on: bool, n: u64| if on { n } else { 0 };
+        let (q, kv) = (self.heads * self.head_dim, self.kv_heads * self.head_dim);
+        let qk_norm = match self.variant.qk_norm {
+            QkNorm::None => 0,
+            QkNorm::PerHead => 2 * self.head_dim,
+            QkNorm::Full => q + kv,
+        };
+        let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+        let dense = 3 * h * i + b(self.mlp_bias, 2 * i + h);
+        let layers: u64 = (0..self.layers)
+            .map(|l| {
+                let mlp = match &self.variant.moe {
+                    Some(m) if m.is_sparse(l) && active => m.active_block_params(h),
+                    Some(m) if m.is_sparse(l) => m.block_params(h),
+                    _ => dense,
+                };
+                let norms = if self.variant.gemma.is_some() { 4 } else { 2 };
+                attn + qk_norm + mlp + norms * h
+            })
+            .sum();
+        v * h + layers + h + b(!self.tie_embeddings, v * h)
     }
 }
 
@@ -115,7 +189,7 @@ fn run_layers(
     ctx: &BuildCtx,
     prefix: &str,
     mut h: TensorId,
-    mut layer: impl FnMut(&mut Graph, TensorId) -> Result<TensorId, EstimateError>,
+    mut layer: impl FnMut(&mut Graph, TensorId, u64) -> Result<TensorId, EstimateError>,
 ) -> Result<TensorId, EstimateError> {
     // `Block` (HF `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform
     // stack has no stages, so `Stage` means the same.
@@ -123,26 +197,12 @@ fn run_layers(
         h = g.checkpointed(ck, |g| {
             let mut h = h;
             for i in range {
-                h = g.scoped(format!("{prefix}.{i}"), |g| layer(g, h))?;
+                h = g.scoped(format!("{prefix}.{i}"), |g| layer(g, h, i as u64))?;
             }
             Ok::<_, EstimateError>(h)
         })?;
     }
     Ok(h)
-}
-
-pub(crate) fn activation(
-    g: &mut Graph,
-    x: TensorId,
-    a: Activation,
-    cpu: bool,
-) -> Result<TensorId, EstimateError> {
-    match a {
-        Activation::GeluNew => g.gelu_new(x, cpu),
-        Activation::Gelu => g.act(x, Act::Gelu, false),
-        Activation::Relu => g.act(x, Act::Relu, false),
-        Activation::Silu => g.act(x, Act::Silu, false),
-    }
 }
 
 /// `[B, S, heads·d]` → `[B, heads, S, d]` (`view` + `transpose(1, 2)`: no copy).
@@ -161,6 +221,19 @@ pub(crate) fn heads_view(
 /// Serving a LLaMA-family model is [`super::generate`]'s.
 pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     check_positions(cfg, ctx)?;
+    // transformers 5.24 has no SDPA path for Gemma 2 (`_supports_sdpa` is off; its attention
+    // soft-capping needs the scores): the model runs eager attention whatever was asked.
+    let eager;
+    let ctx = match &cfg.variant.gemma {
+        Some(gm) if gm.version == 2 && ctx.attn != AttnImpl::Eager => {
+            eager = BuildCtx {
+                attn: AttnImpl::Eager,
+                ..ctx.clone()
+            };
+            &eager
+        }
+        _ => ctx,
+    };
     if let Some(step) = ctx.tune.infer {
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
         if !step.is_prefill() || step.kv_dtype.is_some() {
@@ -173,16 +246,50 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     if cfg.arch != Arch::Llama && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
         return Err(EstimateError::Unsupported(format!("LoRA and quantized weights are modelled for LLaMA-family models (llama, mistral, qwen2), not {}", cfg.model_type)));
     }
+    check_variant(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
     let ids = g.input(vec![ctx.batch, ctx.seq], DType::I64)?;
+    if cfg.variant.moe.is_some() {
+        g.active_params = Some(cfg.active_param_count());
+    }
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
         Arch::Bert => bert(&mut g, cfg, ctx, ids)?,
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
+}
+
+/// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
+/// layer has a fused projection, a norm over the whole projection or experts (their sharding is
+/// not the column/row split of the plain layer), and LoRA or quantized weights on fused
+/// projections and experts (adapters target `q_proj`-style module names).
+pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let v = &cfg.variant;
+    let what = if v.moe.is_some() {
+        "mixture-of-experts layers"
+    } else if v.fused {
+        "fused qkv and gate-up projections"
+    } else if v.qk_norm == QkNorm::Full {
+        "query/key norms over the whole projection"
+    } else {
+        return Ok(());
+    };
+    if ctx.tp > 1 {
+        return Err(EstimateError::Unsupported(format!(
+            "tensor parallelism is not modelled for {} ({what}): use tp = 1 with data parallelism or ZeRO",
+            cfg.model_type
+        )));
+    }
+    if (v.moe.is_some() || v.fused) && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
+        return Err(EstimateError::Unsupported(format!(
+            "LoRA and quantized weights are not modelled for {} ({what}): use full fine-tuning or a dense model",
+            cfg.model_type
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a sequence longer than the model's learned positions.
@@ -217,6 +324,26 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
     g.frozen.extend(embeds.iter().map(|e| e.to_string()));
     g.frozen.extend((0..n).map(|i| format!("{stack}.{i}")));
     Ok(())
+}
+
+/// A second causal mask for the sliding-window layers, built like [`causal_masks`]'s but never
+/// skipped (the window is a real restriction).
+fn sliding_mask(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, EstimateError> {
+    let m = g.causal_mask(ctx.batch, ctx.seq)?;
+    match ctx.attn {
+        AttnImpl::Sdpa => Ok(Some(m)),
+        AttnImpl::Eager => {
+            let dt = g.precision.param_dtype();
+            g.no_grad_op(
+                "where",
+                &[m],
+                vec![ctx.batch, 1, ctx.seq, ctx.seq],
+                dt,
+                Bytes::ZERO,
+            )
+            .map(Some)
+        }
+    }
 }
 
 /// The causal mask for the chosen attention: SDPA gets the bool mask (converted per call), or
@@ -263,7 +390,7 @@ fn gpt2(
     let mut h = g.add(x, pe, false)?;
     let mask = causal_masks(g, ctx)?;
     h = g.scoped("drop", |g| g.dropout_on(h, cfg.embd_dropout, cpu))?;
-    h = run_layers(g, cfg, ctx, "h", h, |g, h| {
+    h = run_layers(g, cfg, ctx, "h", h, |g, h, _| {
         let a = g.layer_norm("ln_1", h, true)?;
         let qkv = g.scoped("attn", |g| g.conv1d("c_attn", a, h_dim, 3 * h_dim))?;
         let (b, s) = (ctx.batch, ctx.seq);
@@ -283,6 +410,7 @@ fn gpt2(
                         dropout: cfg.attn_dropout,
                         fp32_softmax: false,
                         cpu,
+                        softcap: false,
                     },
                 )
             })?,
@@ -340,7 +468,7 @@ fn bert(
         // The embedding op is the first one recorded after the weight's creation.
         tied_grad_sum_at(g, word);
     }
-    e = run_layers(g, cfg, ctx, "layer", e, |g, h| {
+    e = run_layers(g, cfg, ctx, "layer", e, |g, h, _| {
         let a = g.scoped("attention", |g| {
             let (q, k, v) = g.scoped("self", |g| {
                 let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
@@ -366,6 +494,7 @@ fn bert(
                             dropout: cfg.attn_dropout,
                             fp32_softmax: false,
                             cpu,
+                            softcap: false,
                         },
                     )
                 })?,
@@ -427,36 +556,90 @@ fn llama(
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
+    let gm = cfg.variant.gemma.as_ref();
+    let x = match gm {
+        Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
+        None => x,
+    };
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
-    let mask = causal_masks(g, ctx)?;
+    let sl = cfg.variant.sliding.as_ref();
+    // Global layers take the causal mask; local layers their sliding-window mask
+    // (`create_sliding_window_causal_mask`), skipped like the causal one only while the window
+    // covers the whole sequence. Each mask is built once, and only if a layer takes it.
+    let any_global = sl.is_none_or(|sl| sl.local.iter().any(|&l| !l));
+    let mask = if any_global {
+        causal_masks(g, ctx)?
+    } else {
+        None
+    };
+    let local_mask = match sl {
+        Some(sl) if sl.local.iter().any(|&l| l) => {
+            if ctx.attn == AttnImpl::Sdpa
+                && ctx.causal_mask == CausalMask::Skipped
+                && ctx.seq <= sl.window
+            {
+                None
+            } else {
+                sliding_mask(g, ctx)?
+            }
+        }
+        _ => None,
+    };
     let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    // Gemma 3's local layers rotate with `rope_local_base_freq`: a second rotary embedding.
+    let local_rope = match gm {
+        Some(gm) if gm.version == 3 => {
+            let inv = g.buffer(vec![d / 2], pdt)?;
+            g.buffer(vec![d / 2], pdt)?;
+            Some(g.scoped("rotary_emb_local", |g| {
+                g.rotary_tables(inv, ctx.seq, d, pdt)
+            })?)
+        }
+        _ => None,
+    };
     let layer = LlamaLayer {
         cfg,
         tune: &ctx.tune,
         heads: (nhl, nkvl),
         cos,
         sin,
+        local_rope,
         cpu,
     };
-    let h = run_layers(g, cfg, ctx, "layers", x, |g, h| {
+    let mut router_logits = Vec::new();
+    let h = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
+        let local = sl.is_some_and(|sl| sl.is_local(i));
         layer.build(
             g,
             h,
+            i,
             LlamaAttention::Masked {
-                mask,
+                mask: if local { local_mask } else { mask },
                 attn: ctx.attn,
             },
+            &mut router_logits,
         )
     })?;
-    let h = g.rms_norm("norm", h)?;
+    let h = layer.norm(g, "norm", h)?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))?
     } else {
         g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
     };
-    g.causal_lm_loss(logits, ids)?;
+    // `final_logit_softcapping`: `logits / cap`, `tanh`, `* cap` over the whole vocabulary.
+    let logits = if gm.is_some_and(|gm| gm.final_softcap) {
+        g.softcap(logits)?
+    } else {
+        logits
+    };
+    let loss = g.causal_lm_loss(logits, ids)?;
+    if let Some(moe) = cfg.variant.moe.as_ref().filter(|m| m.aux_loss) {
+        if !g.inference {
+            moe::aux_loss(g, moe, &router_logits, loss)?;
+        }
+    }
     Ok(())
 }
 
@@ -489,11 +672,24 @@ pub(crate) struct LlamaLayer<'a> {
     /// The rotary tables of this forward.
     pub cos: TensorId,
     pub sin: TensorId,
+    /// Gemma 3's local layers' rotary tables (`rotary_emb_local`).
+    pub local_rope: Option<(TensorId, TensorId)>,
     /// CPU kernels for the activation and the masked attention.
     pub cpu: bool,
 }
 
 impl LlamaLayer<'_> {
+    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's (the weight in fp32) or LLaMA's.
+    pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
+        if self.cfg.variant.gemma.is_some() {
+            g.gemma_rms_norm(leaf, x)
+        } else if self.cfg.variant.norm_after {
+            g.olmo2_rms_norm(leaf, x)
+        } else {
+            g.rms_norm(leaf, x)
+        }
+    }
+
     /// `LlamaDecoderLayer.forward` on the layer input `h`, inside the layer's scope
     /// (`layers.{i}`): input RMSNorm, self-attention, residual add, post-attention RMSNorm,
     /// gated MLP, residual add.
@@ -505,25 +701,95 @@ impl LlamaLayer<'_> {
     /// has run (keys and values are replaced by the cache tensors `update` returns);
     /// `LlamaMLP.forward` holds its input until `down_proj` has run. Only generation records
     /// these holds; the training step never has, and adding them would change its estimates.
+    ///
+    /// The variants ([`Variant`]) change the layer where their modeling files do: q/k norms after
+    /// the projections, fused projections, norms after the sublayers, a sparse MoE block in
+    /// place of the MLP. `index` is the layer's position (MoE layers may alternate with dense
+    /// ones); a sparse block's router logits are appended to `router_logits`.
     pub fn build(
         &self,
         g: &mut Graph,
         h: TensorId,
+        index: u64,
         attention: LlamaAttention,
+        router_logits: &mut Vec<TensorId>,
     ) -> Result<TensorId, EstimateError> {
         let (cfg, tune) = (self.cfg, self.tune);
+        let var = &cfg.variant;
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
-        let a = g.rms_norm("input_layernorm", h)?;
+        let gm = var.gemma.as_ref();
+        let sandwich = gm.is_some();
+        let local = var.sliding.as_ref().is_some_and(|sl| sl.is_local(index));
+        let (cos, sin) = match self.local_rope {
+            Some(rope) if local => rope,
+            _ => (self.cos, self.sin),
+        };
+        let a = if var.norm_after {
+            h
+        } else {
+            self.norm(g, "input_layernorm", h)?
+        };
         let o = g.scoped("self_attn", |g| {
-            let q = g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
-            let k = g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
-            let v = g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+            let (q, k, v) = if var.fused {
+                let qkv = g.block_linear(
+                    "qkv_proj",
+                    a,
+                    h_dim,
+                    (nh + 2 * nkv) * d,
+                    cfg.qkv_bias,
+                    Target::Q,
+                    tune,
+                )?;
+                let s = g.shape(a);
+                let parts = g.split(
+                    qkv,
+                    vec![
+                        vec![s[0], s[1], nh * d],
+                        vec![s[0], s[1], nkv * d],
+                        vec![s[0], s[1], nkv * d],
+                    ],
+                )?;
+                (parts[0], parts[1], parts[2])
+            } else {
+                let q =
+                    g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
+                let k =
+                    g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
+                let v =
+                    g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+                (q, k, v)
+            };
+            let (q, k) = match var.qk_norm {
+                QkNorm::None => (q, k),
+                QkNorm::Full => (self.norm(g, "q_norm", q)?, self.norm(g, "k_norm", k)?),
+                QkNorm::PerHead => {
+                    let s = g.shape(q);
+                    let qh = g.view(q, vec![s[0], s[1], self.heads.0, d])?;
+                    let kh = g.view(k, vec![s[0], s[1], self.heads.1, d])?;
+                    let qn = self.norm(g, "q_norm", qh)?;
+                    let kn = self.norm(g, "k_norm", kh)?;
+                    (
+                        g.view(qn, vec![s[0], s[1], self.heads.0 * d])?,
+                        g.view(kn, vec![s[0], s[1], self.heads.1 * d])?,
+                    )
+                }
+            };
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
-            let q = g.rotary(q, self.cos, self.sin)?;
-            let k = g.rotary(k, self.cos, self.sin)?;
+            let q = g.rotary(q, cos, sin)?;
+            let k = g.rotary(k, cos, sin)?;
+            // Phi-3's `apply_rotary_pos_emb` rotates `q[..., :rotary_dim]` and cats the rest
+            // back on (`torch.cat([rotated, q_pass], dim=-1)`, `q_pass` empty at the full
+            // rotary factor): a copy of the rotated queries and keys whose gradient passes back
+            // as views.
+            let (q, k) = if var.fused {
+                let (qs, ks) = (g.shape(q), g.shape(k));
+                (g.contiguous(q, qs)?, g.contiguous(k, ks)?)
+            } else {
+                (q, k)
+            };
             let o = match attention {
                 LlamaAttention::Masked { mask, attn } => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
@@ -544,6 +810,7 @@ impl LlamaLayer<'_> {
                                 dropout: cfg.attn_dropout,
                                 fp32_softmax: true,
                                 cpu: self.cpu,
+                                softcap: gm.is_some_and(|gm| gm.attn_softcap),
                             },
                         )?,
                     }
@@ -564,43 +831,91 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(o)
         })?;
+        let o = if var.norm_after || sandwich {
+            self.norm(g, "post_attention_layernorm", o)?
+        } else {
+            o
+        };
         let r = g.add(h, o, false)?;
-        let m = g.rms_norm("post_attention_layernorm", r)?;
+        let m = if sandwich {
+            self.norm(g, "pre_feedforward_layernorm", r)?
+        } else if var.norm_after {
+            r
+        } else {
+            g.rms_norm("post_attention_layernorm", r)?
+        };
+        let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {
-            let gt = g.block_linear(
-                "gate_proj",
-                m,
-                h_dim,
-                cfg.intermediate,
-                cfg.mlp_bias,
-                Target::Gate,
-                tune,
-            )?;
-            let gt = activation(g, gt, cfg.act, self.cpu)?;
-            let up = g.block_linear(
-                "up_proj",
-                m,
-                h_dim,
-                cfg.intermediate,
-                cfg.mlp_bias,
-                Target::Up,
-                tune,
-            )?;
-            let y = g.mul_bc(gt, up)?;
-            let y = g.block_linear(
-                "down_proj",
-                y,
-                cfg.intermediate,
-                h_dim,
-                cfg.mlp_bias,
-                Target::Down,
-                tune,
-            )?;
+            let y = if let Some(moe) = sparse {
+                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu)?;
+                router_logits.push(out.router_logits);
+                out.out
+            } else if var.fused {
+                let gu = g.block_linear(
+                    "gate_up_proj",
+                    m,
+                    h_dim,
+                    2 * cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Gate,
+                    tune,
+                )?;
+                let s = g.shape(m);
+                let half = vec![s[0], s[1], cfg.intermediate];
+                let parts = g.split(gu, vec![half.clone(), half])?;
+                let gt = activation(g, parts[0], cfg.act, self.cpu)?;
+                // `up_states * self.activation_fn(gate)`
+                let y = g.mul_bc(parts[1], gt)?;
+                g.block_linear(
+                    "down_proj",
+                    y,
+                    cfg.intermediate,
+                    h_dim,
+                    cfg.mlp_bias,
+                    Target::Down,
+                    tune,
+                )?
+            } else {
+                let gt = g.block_linear(
+                    "gate_proj",
+                    m,
+                    h_dim,
+                    cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Gate,
+                    tune,
+                )?;
+                let gt = activation(g, gt, cfg.act, self.cpu)?;
+                let up = g.block_linear(
+                    "up_proj",
+                    m,
+                    h_dim,
+                    cfg.intermediate,
+                    cfg.mlp_bias,
+                    Target::Up,
+                    tune,
+                )?;
+                let y = g.mul_bc(gt, up)?;
+                g.block_linear(
+                    "down_proj",
+                    y,
+                    cfg.intermediate,
+                    h_dim,
+                    cfg.mlp_bias,
+                    Target::Down,
+                    tune,
+                )?
+            };
             if hold {
                 g.hold(&[m]);
             }
             Ok::<_, EstimateError>(y)
         })?;
+        let y = if var.norm_after || sandwich {
+            self.norm(g, "post_feedforward_layernorm", y)?
+        } else {
+            y
+        };
         let out = g.add(r, y, false)?;
         if hold {
             g.hold(&[h]);

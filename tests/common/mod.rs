@@ -58,10 +58,13 @@ pub const FSDP2: Measured = measured!("fsdp2-steps.jsonl");
 pub const DDP: Measured = measured!("ddp-steps.jsonl");
 /// One rank of real DDP + `ZeroRedundancyOptimizer` steps.
 pub const ZERO1: Measured = measured!("zero1-steps.jsonl");
+/// Qwen3, Phi-3, OLMo 2, Gemma 2 and 3 (two layers, published widths, fake CUDA) and the
+/// mixtures of experts (two layers, reduced widths, real CPU tensors, balanced routing).
+pub const VARIANTS: Measured = measured!("variant-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 15] = [
+pub const ALL: [Measured; 16] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -77,6 +80,7 @@ pub const ALL: [Measured; 15] = [
     FSDP2,
     DDP,
     ZERO1,
+    VARIANTS,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

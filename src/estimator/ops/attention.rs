@@ -66,6 +66,10 @@ pub struct EagerOpts {
     pub fp32_softmax: bool,
     /// CPU kernels (float dropout masks).
     pub cpu: bool,
+    /// Gemma 2's `attn_logit_softcapping` (`eager_attention_forward` in
+    /// `models/gemma2/modeling_gemma2.py`): the scaled scores go through `/ cap`, `tanh`, `* cap`
+    /// before the mask, three more score-sized tensors, the `tanh` output saved.
+    pub softcap: bool,
 }
 
 impl Graph {
@@ -257,6 +261,7 @@ impl Graph {
             dropout,
             fp32_softmax,
             cpu,
+            softcap,
         } = o;
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
@@ -284,6 +289,9 @@ impl Graph {
                 ..Pw::default()
             },
         )?;
+        if softcap {
+            w = self.softcap(w)?;
+        }
         if let Some(m) = float_mask {
             w = self.add(w, m, false)?;
         }
@@ -302,6 +310,29 @@ impl Graph {
         let o = self.matmul(p, vc)?;
         let ot = self.view(o, vec![b, s, h, d])?;
         self.contiguous(ot, vec![b, s, h * d])
+    }
+
+    /// Logit soft-capping, `cap * tanh(x / cap)` as Gemma 2 writes it (`x / cap`, `torch.tanh`,
+    /// `* cap`): the division and the product save nothing (scalar operands), `tanh` saves its
+    /// output.
+    pub fn softcap(&mut self, x: TensorId) -> R {
+        let dt = self.dtype(x);
+        let scalar = Pw {
+            flops: 1.0,
+            ..Pw::default()
+        };
+        let y = self.pointwise("div", x, dt, scalar)?;
+        let y = self.pointwise(
+            "tanh",
+            y,
+            dt,
+            Pw {
+                save_output: true,
+                flops: 4.0,
+                ..Pw::default()
+            },
+        )?;
+        self.pointwise("mul", y, dt, scalar)
     }
 
     /// `repeat_kv` (`x[:, :, None].expand(b, kv, n_rep, s, d).reshape(b, kv * n_rep, s, d)`):

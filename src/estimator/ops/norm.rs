@@ -5,6 +5,16 @@ use super::{Pw, R};
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::units::DType;
 
+/// Where an RMSNorm applies its weight: LLaMA multiplies the normalised tensor cast back to the
+/// input dtype; OLMo 2 multiplies in fp32 and casts the product; Gemma multiplies by `1 + w` in
+/// fp32 and casts the product.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RmsWeight {
+    Llama,
+    Olmo2,
+    Gemma,
+}
+
 impl Graph {
     /// `nn.BatchNorm2d` in training (cuDNN `cudnn_batch_norm`): the output in the input's dtype plus
     /// fp32 `save_mean` and `save_invstd` of C elements; saves input, weight, running stats and the
@@ -110,6 +120,25 @@ impl Graph {
     /// `x * rsqrt(var + eps)`, `.to(input_dtype)`, `weight * ·`. Saves the fp32 input (pow, mul),
     /// the rsqrt, the normalised fp32 tensor (or its low-precision cast) and the weight.
     pub fn rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
+        self.rms_norm_with(leaf, x, RmsWeight::Llama)
+    }
+
+    /// `Olmo2RMSNorm` (`models/olmo2/modeling_olmo2.py`): `(self.weight * x_normed).to(input_dtype)`,
+    /// the weight applied in fp32 before the cast, so the product saves the fp32 normalised
+    /// tensor.
+    pub fn olmo2_rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
+        self.rms_norm_with(leaf, x, RmsWeight::Olmo2)
+    }
+
+    /// `Gemma2RMSNorm` / `Gemma3RMSNorm` (`models/gemma2/modeling_gemma2.py`): the same
+    /// normalisation in fp32, then `output * (1.0 + self.weight.float())` in fp32 and
+    /// `.type_as(x)` last. Unlike LLaMA's norm the product saves the fp32 normalised tensor
+    /// (and the `[h]` sum `1 + w`), and the cast to the input dtype comes after the weight.
+    pub fn gemma_rms_norm(&mut self, leaf: &str, x: TensorId) -> R {
+        self.rms_norm_with(leaf, x, RmsWeight::Gemma)
+    }
+
+    fn rms_norm_with(&mut self, leaf: &str, x: TensorId, weight: RmsWeight) -> R {
         self.push(leaf);
         let r = (|| {
             let h = *self
@@ -154,6 +183,25 @@ impl Graph {
                 },
             )?;
             let n = self.mul_bc(xf, inv)?;
+            if weight == RmsWeight::Olmo2 {
+                let y = self.mul_bc(w, n)?;
+                return self.cast(y, in_dt);
+            }
+            if weight == RmsWeight::Gemma {
+                let wf = self.cast(w, DType::F32)?;
+                let w1 = self.pointwise(
+                    "add",
+                    wf,
+                    DType::F32,
+                    Pw {
+                        alias_grad: true,
+                        flops: 1.0,
+                        ..Pw::default()
+                    },
+                )?;
+                let y = self.mul_bc(n, w1)?;
+                return self.cast(y, in_dt);
+            }
             let nc = self.cast(n, in_dt)?;
             self.mul_bc(w, nc)
         })();
