@@ -73,3 +73,5 @@ grep -q "$loader" "$staging/index.html" || { echo "split-wasm: index.html has no
 sed -i 's|<script type="module">|<script type="module" async>if (!document.body) await new Promise((r) => addEventListener("DOMContentLoaded", r, { once: true }));|' "$staging/index.html"
 grep -q '<script type="module" async>' "$staging/index.html" || { echo "split-wasm: index.html has no module script to start early" >&2; exit 1; }
 echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm chunk_*.wasm; do [ -e "$f" ] && printf ' + %s' "$f"; done)"
+# Integrity attributes and the policy's inline-script hashes, over the files as served.
+node "$root/scripts/seal.mjs" "$staging"
