@@ -274,12 +274,17 @@ fn extra_panels(p: Planner) -> El {
             let owner = page.child();
             mounted.set_value(Some(owner.clone()));
             let ticket = opened.get_value();
-            let status = h("p")
-                .cls("loading")
-                .testid("panels-loading")
-                .dyn_text(p.prefs().text(Msg::PanelsLoading));
+            // Built under the panels' owner, as everything in the section: an event handler
+            // runs outside any owner, and a text effect made there would keep its node for ever.
+            let status = owner.with(|| {
+                h("p")
+                    .cls("loading")
+                    .testid("panels-loading")
+                    .dyn_text(p.prefs().text(Msg::PanelsLoading))
+            });
             let _ = host.0.append_child(&status.0);
             let host = host.0.clone();
+            let fallback = owner.clone();
             leptos::task::spawn_local(async move {
                 let loaded = super::panels::load_panels().await;
                 if opened.try_get_value() != Some(ticket) {
@@ -302,11 +307,14 @@ fn extra_panels(p: Planner) -> El {
                     Ok(panels) => drop(host.append_child(&panels)),
                     Err(_) => drop(
                         host.append_child(
-                            &h("p")
-                                .cls("notice")
-                                .attr("role", "alert")
-                                .testid("panels-error")
-                                .dyn_text(p.prefs().text(Msg::ChunkUnavailable))
+                            &fallback
+                                .with(|| {
+                                    h("p")
+                                        .cls("notice")
+                                        .attr("role", "alert")
+                                        .testid("panels-error")
+                                        .dyn_text(p.prefs().text(Msg::ChunkUnavailable))
+                                })
                                 .0,
                         ),
                     ),
