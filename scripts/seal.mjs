@@ -9,9 +9,12 @@
 //  - The Content-Security-Policy <meta> of index.html gets the sha256 of each inline script in its
 //    script-src (https://www.w3.org/TR/CSP3/#grammardef-hash-source), so no other inline code runs.
 //    The policy: only this origin's code runs (the inline scripts by hash, the wasm by
-//    'wasm-unsafe-eval'), no inline style, no plugins, no <base>, no form posts; Hugging Face only
+//    'wasm-unsafe-eval'), no <style> element, no plugins, no <base>, no form posts; Hugging Face only
 //    to fetch a model's config.json. A <meta> policy can neither report nor set frame-ancestors:
 //    the e2e run fails on any violation instead, and the embed card is meant to work anywhere.
+//    Style attributes stay allowed (style-src-attr): plotters measures a text for the SVG export
+//    by giving a <span> its font in one (plotters' web font backend), and an attribute can load
+//    nothing beyond what default-src allows.
 //   node scripts/seal.mjs DIR
 import { createHash } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
