@@ -33,7 +33,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # The budget for the first load: all of dist/ gzipped but the lazily fetched chunks.
 SIZE_BUDGET_BYTES := 200000
 
-DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
+DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh scripts/seal.mjs $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
 
 .PHONY: help serve test dist size tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch lint test-native test-wasm test-e2e
 

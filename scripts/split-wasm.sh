@@ -85,3 +85,5 @@ if [ "$profile" = release ]; then
   fi
 fi
 echo "split-wasm: $name + $loader$(cd "$staging" && for f in split_*.wasm chunk_*.wasm; do [ -e "$f" ] && printf ' + %s' "$f"; done)"
+# Integrity attributes and the policy's inline-script hashes, over the files as served.
+node "$root/scripts/seal.mjs" "$staging"

@@ -20,11 +20,13 @@ const TYPES = {
 };
 
 /**
- * Serves `root` at http://127.0.0.1:<free port><base>. Resolves to { origin, url, close }.
- * `close()` also drops kept-alive connections, so a stopped server really is gone.
+ * Serves `root` at http://127.0.0.1:<port, a free one by default><base>. Resolves to
+ * { origin, url, port, deploy, close }. `deploy(dir)` serves another folder from then on, as a
+ * deploy replaces every file. `close()` also drops kept-alive connections, so a stopped server
+ * really is gone.
  */
-export async function serve(root, base = '/vram-planner/') {
-  const top = resolve(root);
+export async function serve(root, base = '/vram-planner/', port = 0) {
+  let top = resolve(root);
   const server = createServer(async (req, res) => {
     const path = decodeURIComponent(new URL(req.url, 'http://x').pathname);
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed');
@@ -40,17 +42,39 @@ export async function serve(root, base = '/vram-planner/') {
       send(res, 200, req.method === 'HEAD' ? '' : body, {
         'content-type': type,
         'cache-control': 'no-cache',
+        // As GitHub Pages sends: a sandboxed frame (an opaque origin) may then load the page's
+        // module scripts and wasm, which are fetched in CORS mode.
+        'access-control-allow-origin': '*',
         ...(gzip ? { 'content-encoding': 'gzip', vary: 'accept-encoding' } : {}),
       });
     } catch {
       send(res, 404, 'not found');
     }
   });
-  await new Promise((ok) => server.listen(0, '127.0.0.1', ok));
+  await new Promise((ok) => server.listen(port, '127.0.0.1', ok));
   const origin = `http://127.0.0.1:${server.address().port}`;
   return {
     origin,
     url: origin + base,
+    port: server.address().port,
+    deploy: (dir) => {
+      top = resolve(dir);
+    },
+    close: () =>
+      new Promise((ok) => {
+        server.close(ok);
+        server.closeAllConnections();
+      }),
+  };
+}
+
+/** Serves one HTML page at http://`host`:<free port>/: another origin than `serve`'s. Resolves to
+ * { url, close }. */
+export async function servePage(html, host = '127.0.0.2') {
+  const server = createServer((req, res) => send(res, 200, req.method === 'HEAD' ? '' : html, { 'content-type': 'text/html; charset=utf-8' }));
+  await new Promise((ok) => server.listen(0, host, ok));
+  return {
+    url: `http://${host}:${server.address().port}/`,
     close: () =>
       new Promise((ok) => {
         server.close(ok);

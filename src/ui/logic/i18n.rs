@@ -260,6 +260,8 @@ messages! {
     Export => "Export", "导出";
     Notice => "Some settings in the link could not be used and were reset to their defaults:", "链接中的部分设置无法使用，已恢复默认值：";
     Dismiss => "Dismiss", "关闭";
+    NewVersion => "A new version is ready.", "新版本已就绪。";
+    Reload => "Reload", "重新加载";
     Footer => "Runs entirely in your browser; works offline once loaded. Every number comes from simulating the step's tensors as PyTorch allocates and frees them.", "完全在浏览器中运行，加载一次后可离线使用。所有数字均来自按 PyTorch 分配与释放张量的方式对训练步的模拟。";
     CannotEstimate => "Cannot estimate this plan", "无法估算此设置";
     Segment => "segments k", "分段数 k";

@@ -75,8 +75,10 @@ pub fn App() -> impl IntoView {
     } else {
         full_page(p, notice)
     };
+    let update = update_notice(p);
     let root = NodeRef::<leptos::html::Div>::new();
     root.on_load(move |el| {
+        let _ = el.append_child(&update.0);
         let _ = el.append_child(&tree.0);
     });
     view! { <div class="app" node_ref=root></div> }
@@ -116,6 +118,36 @@ fn notice_view(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
                 p.prefs().text(Msg::Dismiss),
                 move || notice.set(None),
             ))]
+    })
+}
+
+/// Tells a user whose tab shows an older deploy that a newer one is ready. The service worker
+/// (public/sw.js) finds it and index.html's script passes it on as `vp-update` (with
+/// `window.vpUpdate` set, for a message that came before the page mounted). The plan lives in the
+/// address, which the link brings up to date before it reloads the page.
+fn update_notice(p: Planner) -> El {
+    let ready = RwSignal::new(browser::remembered("vpUpdate").is_some());
+    // Lives as long as the page.
+    std::mem::forget(window_event_listener_untyped("vp-update", move |_| {
+        ready.set(true)
+    }));
+    h("div").dyn_children(move || {
+        if !ready.get() {
+            return Vec::new();
+        }
+        vec![h("p")
+            .cls("notice")
+            .attr("role", "status")
+            .testid("new-version")
+            .dyn_text(p.prefs().text(Msg::NewVersion))
+            .text(" ")
+            .child(
+                h("a")
+                    .attr("href", "")
+                    .testid("reload")
+                    .dyn_text(p.prefs().text(Msg::Reload))
+                    .on("click", move |_| p.sync_address()),
+            )]
     })
 }
 
@@ -242,12 +274,17 @@ fn extra_panels(p: Planner) -> El {
             let owner = page.child();
             mounted.set_value(Some(owner.clone()));
             let ticket = opened.get_value();
-            let status = h("p")
-                .cls("loading")
-                .testid("panels-loading")
-                .dyn_text(p.prefs().text(Msg::PanelsLoading));
+            // Built under the panels' owner, as everything in the section: an event handler
+            // runs outside any owner, and a text effect made there would keep its node for ever.
+            let status = owner.with(|| {
+                h("p")
+                    .cls("loading")
+                    .testid("panels-loading")
+                    .dyn_text(p.prefs().text(Msg::PanelsLoading))
+            });
             let _ = host.0.append_child(&status.0);
             let host = host.0.clone();
+            let fallback = owner.clone();
             leptos::task::spawn_local(async move {
                 let loaded = super::panels::load_panels().await;
                 if opened.try_get_value() != Some(ticket) {
@@ -270,11 +307,14 @@ fn extra_panels(p: Planner) -> El {
                     Ok(panels) => drop(host.append_child(&panels)),
                     Err(_) => drop(
                         host.append_child(
-                            &h("p")
-                                .cls("notice")
-                                .attr("role", "alert")
-                                .testid("panels-error")
-                                .dyn_text(p.prefs().text(Msg::ChunkUnavailable))
+                            &fallback
+                                .with(|| {
+                                    h("p")
+                                        .cls("notice")
+                                        .attr("role", "alert")
+                                        .testid("panels-error")
+                                        .dyn_text(p.prefs().text(Msg::ChunkUnavailable))
+                                })
                                 .0,
                         ),
                     ),

@@ -25,7 +25,7 @@ fn storage() -> Option<web_sys::Storage> {
 /// `window.vpUnits`) while the wasm was still downloading: a page's first `localStorage` access
 /// opens the storage area synchronously (about 4 ms here), which would otherwise sit on the path
 /// to the first numbers.
-fn remembered(global: &str) -> Option<String> {
+pub fn remembered(global: &str) -> Option<String> {
     js_sys::Reflect::get(&window(), &global.into())
         .ok()?
         .as_string()

@@ -15,9 +15,10 @@ use crate::ui::logic::i18n::{option_texts, prefixed, Label, Msg};
 use crate::ui::logic::mode as ml;
 use crate::ui::logic::parallel::gpu_of;
 
-/// A wrapper that does not take part in the layout, so conditional controls sit in the flex row.
+/// A wrapper that does not take part in the layout, so conditional controls sit in the flex row
+/// (a class, not a `style` attribute: the page's Content-Security-Policy allows no inline style).
 fn group() -> El {
-    h("div").attr("style", "display:contents")
+    h("div").cls("slot")
 }
 
 fn set_rank(p: &mut Plan, s: &str) -> bool {
