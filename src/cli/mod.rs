@@ -178,7 +178,7 @@ fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
             s
         }
     };
-    serde_json::from_str(&text).map_err(|e| format!("invalid plan: {e}"))
+    plan::parse_json(&text).map_err(|e| e.to_string())
 }
 
 /// The JSON answer of `estimate` for a single-GPU plan.

@@ -59,8 +59,23 @@ pub struct Candidate {
     pub scaling_efficiency: Option<f64>,
 }
 
+/// The divisors of `n` in increasing order, found up to its square root: a batch of hundreds of
+/// millions has a few hundred divisors, and trying every number below it took minutes.
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
 }
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
@@ -193,4 +208,20 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     }
     found.truncate(opts.top);
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::divisors;
+
+    #[test]
+    fn divisors_in_order_by_trial_below_the_root() {
+        assert_eq!(divisors(1), vec![1]);
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(49), vec![1, 7, 49]);
+        for n in 1..200u64 {
+            let slow: Vec<u64> = (1..=n).filter(|d| n % d == 0).collect();
+            assert_eq!(divisors(n), slow, "{n}");
+        }
+    }
 }
