@@ -13,6 +13,10 @@ use super::{prepare, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
 
+/// The most GPUs a search may try: far beyond any single job's layout search, and the number
+/// of layouts (and so the time) grows with it.
+pub const MAX_SEARCH_GPUS: u64 = 4096;
+
 /// What the search may vary.
 #[derive(Clone, Debug)]
 pub struct SearchOptions {
@@ -93,7 +97,11 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     let global = plan.batch.saturating_mul(base_m);
     let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
     worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
-    let mut cache: HashMap<(u64, u64, u64, u64), Option<Prepared>> = HashMap::new();
+    // A simulation depends on the model-parallel degrees, the micro-batch and whether gradients
+    // accumulate (more than one micro-batch; not how many: see `StepOptions::accumulation`), so
+    // layouts of every world size share it: keyed by micro-batch count, a 70B search re-simulated
+    // the same stages for each world and took half a minute.
+    let mut cache: HashMap<(u64, u64, u64, bool), Option<Prepared>> = HashMap::new();
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -170,7 +178,7 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
                             continue;
                         };
                         let prep = cache
-                            .entry((tp, pp, b, m))
+                            .entry((tp, pp, b, m > 1))
                             .or_insert_with(|| prepare(&p, &layout).ok());
                         let Some(prep) = prep.as_ref() else { continue };
                         let e: ParallelEstimate = evaluate(&setup, &layout, prep, Some(&gpu), None);
