@@ -119,7 +119,7 @@ fn main() {
         let (t, r) = time(&plan, ask, 5);
         rows.push((*name, t, r));
     }
-    rows.sort_by(|a, b| b.1.cmp(&a.1));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1));
     println!(
         "{:<52} {:>10} {:>12}  answer",
         "case (slowest first)", "× ref", "seconds"

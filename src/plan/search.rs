@@ -87,6 +87,14 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     let gpu = resolve::gpu(plan)?.ok_or_else(|| {
         EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
     })?;
+    if opts.max_gpus > MAX_SEARCH_GPUS {
+        return Err(EstimateError::TooBig {
+            field: "max_gpus",
+            max: MAX_SEARCH_GPUS,
+            got: opts.max_gpus,
+        }
+        .into());
+    }
     let gpn = opts.gpus_per_node.max(1);
     let base_m = plan
         .parallel
