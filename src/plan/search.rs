@@ -82,6 +82,36 @@ fn divisors(n: u64) -> Vec<u64> {
     low
 }
 
+/// A fitting layout as the search reports it.
+#[allow(clippy::too_many_arguments)]
+fn candidate(
+    gpus: u64,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    (zero, offload_optimizer, offload_params): (u8, bool, bool),
+    micro_batches: u64,
+    e: &ParallelEstimate,
+    plan: Plan,
+) -> Candidate {
+    Candidate {
+        gpus,
+        scheme: e.scheme,
+        dp,
+        tp,
+        pp,
+        zero,
+        offload_optimizer,
+        offload_params,
+        micro_batch: plan.batch,
+        micro_batches,
+        peak_device_bytes: e.per_gpu.device_total_bytes,
+        step_seconds: e.step_seconds,
+        scaling_efficiency: e.scaling_efficiency,
+        plan,
+    }
+}
+
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
 pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanError> {
     let gpu = resolve::gpu(plan)?.ok_or_else(|| {
@@ -145,71 +175,87 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
                         }
                     }
                 }
-                let mut done = vec![false; stages.len()];
-                for m in divisors(per_replica)
+                let ms: Vec<u64> = divisors(per_replica)
                     .into_iter()
                     .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
-                {
+                    .collect();
+                // The layout at `m` micro-batches and stage `k`, estimated: what it needs and
+                // the plan that applies it.
+                let mut at = |m: u64, k: usize| -> Option<(ParallelEstimate, Plan)> {
+                    let (zero, off_opt, off_params) = stages[k];
+                    let b = per_replica / m;
+                    let mut p = plan.clone();
+                    p.batch = b;
+                    p.accumulation = 1;
+                    let mut par = plan.parallel.clone().unwrap_or_default();
+                    par.gpus_per_node = Some(node_gpus);
+                    par.nodes = Some(nodes);
+                    par.dp = Some(dp);
+                    par.tp = tp;
+                    par.pp = pp;
+                    par.zero = Some(zero);
+                    par.fsdp = false;
+                    par.micro_batches = Some(m as u32);
+                    par.interleave = 1;
+                    par.sequence_parallel = par.sequence_parallel && tp > 1;
+                    p.parallel = Some(par);
+                    p.offload = (off_opt || off_params).then(|| Offload {
+                        optimizer: off_opt,
+                        params: off_params,
+                        ..plan.offload.clone().unwrap_or_default()
+                    });
+                    let links = resolve::layout_links(&p, Some(&gpu)).ok()?;
+                    let setup = p.setup();
+                    let layout = Layout::resolve(&setup, links).ok()?;
+                    let prep = cache
+                        .entry((tp, pp, b, m > 1))
+                        .or_insert_with(|| prepare(&p, &layout).ok());
+                    let e = evaluate(&setup, &layout, prep.as_ref()?, Some(&gpu), None);
+                    Some((e, p))
+                };
+                // Past one micro-batch (where gradients start to persist between micro-batches)
+                // a layout needs no more memory as the micro-batch shrinks: the activations and
+                // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
+                // micro-batches in flight whatever their number (m >= pp), everything else is
+                // fixed. So a stage that does not fit at the most micro-batches fits at no count
+                // above one, and its scan is skipped: without that, a 70B model searched every
+                // micro-batch count of every layout too small to hold it.
+                let mut done = vec![false; stages.len()];
+                let mut from = 0;
+                if let Some(&last) = ms.last().filter(|&&m| m > 1) {
+                    let hopeless: Vec<bool> = (0..stages.len())
+                        .map(|k| at(last, k).is_none_or(|(e, _)| e.fits != Some(true)))
+                        .collect();
+                    if ms[0] == 1 {
+                        // One micro-batch is tried whatever: its gradients do not persist.
+                        for k in 0..stages.len() {
+                            match at(1, k).filter(|(e, _)| e.fits == Some(true)) {
+                                Some((e, p)) => {
+                                    done[k] = true;
+                                    here.push(candidate(w, dp, tp, pp, stages[k], 1, &e, p));
+                                }
+                                None => done[k] = hopeless[k],
+                            }
+                        }
+                        from = 1;
+                    } else {
+                        done = hopeless;
+                    }
+                }
+                for &m in &ms[from..] {
                     if done.iter().all(|&d| d) {
                         break;
                     }
-                    let b = per_replica / m;
-                    for (k, &(zero, off_opt, off_params)) in stages.iter().enumerate() {
+                    for k in 0..stages.len() {
                         if done[k] {
                             continue;
                         }
-                        let mut p = plan.clone();
-                        p.batch = b;
-                        p.accumulation = 1;
-                        let mut par = plan.parallel.clone().unwrap_or_default();
-                        par.gpus_per_node = Some(node_gpus);
-                        par.nodes = Some(nodes);
-                        par.dp = Some(dp);
-                        par.tp = tp;
-                        par.pp = pp;
-                        par.zero = Some(zero);
-                        par.fsdp = false;
-                        par.micro_batches = Some(m as u32);
-                        par.interleave = 1;
-                        par.sequence_parallel = par.sequence_parallel && tp > 1;
-                        p.parallel = Some(par);
-                        p.offload = (off_opt || off_params).then(|| Offload {
-                            optimizer: off_opt,
-                            params: off_params,
-                            ..plan.offload.clone().unwrap_or_default()
-                        });
-                        let Ok(links) = resolve::layout_links(&p, Some(&gpu)) else {
-                            continue;
-                        };
-                        let setup = p.setup();
-                        let Ok(layout) = Layout::resolve(&setup, links) else {
-                            continue;
-                        };
-                        let prep = cache
-                            .entry((tp, pp, b, m > 1))
-                            .or_insert_with(|| prepare(&p, &layout).ok());
-                        let Some(prep) = prep.as_ref() else { continue };
-                        let e: ParallelEstimate = evaluate(&setup, &layout, prep, Some(&gpu), None);
+                        let Some((e, p)) = at(m, k) else { continue };
                         if e.fits != Some(true) {
                             continue;
                         }
                         done[k] = true;
-                        here.push(Candidate {
-                            gpus: w,
-                            scheme: e.scheme,
-                            dp,
-                            tp,
-                            pp,
-                            zero,
-                            offload_optimizer: off_opt,
-                            offload_params: off_params,
-                            micro_batch: b,
-                            micro_batches: m,
-                            peak_device_bytes: e.per_gpu.device_total_bytes,
-                            step_seconds: e.step_seconds,
-                            scaling_efficiency: e.scaling_efficiency,
-                            plan: p,
-                        });
+                        here.push(candidate(w, dp, tp, pp, stages[k], m, &e, p));
                     }
                 }
             }
