@@ -218,45 +218,48 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
                 // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
                 // micro-batches in flight whatever their number (m >= pp), everything else is
                 // fixed. So a stage that does not fit at the most micro-batches fits at no count
-                // above one, and its scan is skipped: without that, a 70B model searched every
-                // micro-batch count of every layout too small to hold it.
-                let mut done = vec![false; stages.len()];
-                let mut from = 0;
-                if let Some(&last) = ms.last().filter(|&&m| m > 1) {
-                    let hopeless: Vec<bool> = (0..stages.len())
-                        .map(|k| at(last, k).is_none_or(|(e, _)| e.fits != Some(true)))
-                        .collect();
-                    if ms[0] == 1 {
-                        // One micro-batch is tried whatever: its gradients do not persist.
-                        for k in 0..stages.len() {
-                            match at(1, k).filter(|(e, _)| e.fits == Some(true)) {
-                                Some((e, p)) => {
-                                    done[k] = true;
-                                    here.push(candidate(w, dp, tp, pp, stages[k], 1, &e, p));
-                                }
-                                None => done[k] = hopeless[k],
-                            }
+                // above one: without that, a 70B search tried every micro-batch count of every
+                // layout too small to hold it.
+                // Per stage, the fewest micro-batches that fit. Past one micro-batch memory does
+                // not grow with their number (see above), so the count is found by bisection
+                // between the fewest above one and the most, where it is known to fit; found
+                // layouts are listed by micro-batch count, then stage, as a scan would list them.
+                let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
+                let one = ms.first() == Some(&1);
+                if one {
+                    // One micro-batch is tried whatever: its gradients do not persist.
+                    for k in 0..stages.len() {
+                        if let Some((e, p)) = at(1, k).filter(|(e, _)| e.fits == Some(true)) {
+                            fitting.push((1, k, e, p));
                         }
-                        from = 1;
-                    } else {
-                        done = hopeless;
                     }
                 }
-                for &m in &ms[from..] {
-                    if done.iter().all(|&d| d) {
-                        break;
-                    }
+                let rest = &ms[usize::from(one)..];
+                if let Some(&last) = rest.last() {
                     for k in 0..stages.len() {
-                        if done[k] {
+                        if fitting.iter().any(|f| f.1 == k) {
                             continue;
                         }
-                        let Some((e, p)) = at(m, k) else { continue };
-                        if e.fits != Some(true) {
+                        let Some(top) = at(last, k).filter(|(e, _)| e.fits == Some(true)) else {
                             continue;
+                        };
+                        let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
+                        while lo < hi {
+                            let mid = (lo + hi) / 2;
+                            match at(rest[mid], k).filter(|(e, _)| e.fits == Some(true)) {
+                                Some(f) => {
+                                    hi = mid;
+                                    best = f;
+                                }
+                                None => lo = mid + 1,
+                            }
                         }
-                        done[k] = true;
-                        here.push(candidate(w, dp, tp, pp, stages[k], m, &e, p));
+                        fitting.push((rest[hi], k, best.0, best.1));
                     }
+                }
+                fitting.sort_by_key(|f| (f.0, f.1));
+                for (m, k, e, p) in fitting {
+                    here.push(candidate(w, dp, tp, pp, stages[k], m, &e, p));
                 }
             }
         }
@@ -285,5 +288,30 @@ mod tests {
             let slow: Vec<u64> = (1..=n).filter(|d| n % d == 0).collect();
             assert_eq!(divisors(n), slow, "{n}");
         }
+    }
+}
+
+#[cfg(test)]
+mod layouts {
+    use super::*;
+
+    /// Worlds whose replicas get fewer samples than pipeline stages have no micro-batch count
+    /// to try (12 samples: dp 1 × pp 16 cannot run); they are passed over, the rest still found.
+    #[test]
+    fn a_world_with_no_micro_batch_count_is_passed_over() {
+        let mut plan = Plan::new("gpt2");
+        plan.batch = 12;
+        plan.seq = Some(1024);
+        plan.gpu = Some("custom:3".into());
+        let opts = SearchOptions {
+            max_gpus: 16,
+            top: 40,
+            ..Default::default()
+        };
+        let found = search(&plan, &opts).unwrap();
+        assert_eq!(found.len(), 20);
+        assert!(found
+            .iter()
+            .all(|c| c.micro_batch * c.micro_batches * c.dp == 12));
     }
 }
