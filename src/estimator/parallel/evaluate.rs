@@ -58,6 +58,9 @@ struct RankMemory {
     host: u64,
 }
 
+/// An op of a rank's chunk: (chunk, op index in its graph).
+type OpAt = (usize, usize);
+
 /// Per-rank memory, communication and time of `layout` over prepared pieces.
 /// `baseline_peak`: the peak allocated of the same layout without offload, to report what
 /// offload saves (`None`: not computed, reported as 0).
@@ -107,7 +110,7 @@ pub fn evaluate(
             })
             .collect();
         // The peak's op is named once at the end: naming every event was a tenth of a search.
-        let mut best: Option<(RankLive, Phase, Option<(usize, usize)>)> = None;
+        let mut best: Option<(RankLive, Phase, Option<OpAt>)> = None;
         let mut consider = |l: RankLive, ph: Phase, op: Option<(usize, usize)>| {
             if best.as_ref().is_none_or(|b| l.total() > b.0.total()) {
                 best = Some((l, ph, op));
