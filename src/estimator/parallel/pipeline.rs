@@ -179,19 +179,50 @@ pub fn stage_ranges(g: &Graph, bl: &[Block], chunks: usize) -> Vec<Range<usize>>
 /// ops read are kept for the gradient that comes back (the largest one seeds backward); the
 /// loss stays kept on the last stage. Parameters, buffers and collectives of the range come along.
 pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
-    let ns = g.storages.len();
-    let mut born = vec![usize::MAX; ns];
-    let mut last_use = vec![0usize; ns];
-    for (i, op) in g.ops.iter().enumerate() {
-        for &t in &op.outputs {
-            let s = g.tensors[t].storage;
-            born[s] = born[s].min(i);
+    slice_with(g, &Lifetimes::of(g), range)
+}
+
+/// What [`slice`] reads of the whole graph, computed once for all the stages of a pipeline:
+/// per storage the op that makes it and the last op that touches it, and the ops that read it
+/// in order (op, input position, tensor). Recomputing it per stage made a deep pipeline of a
+/// large model quadratic (2048 stages of a 2048-layer model: over a minute).
+pub struct Lifetimes {
+    born: Vec<usize>,
+    last_use: Vec<usize>,
+    reads: Vec<Vec<(usize, TensorId)>>,
+}
+
+impl Lifetimes {
+    pub fn of(g: &Graph) -> Lifetimes {
+        let ns = g.storages.len();
+        let mut born = vec![usize::MAX; ns];
+        let mut last_use = vec![0usize; ns];
+        let mut reads: Vec<Vec<(usize, TensorId)>> = vec![Vec::new(); ns];
+        for (i, op) in g.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                let s = g.tensors[t].storage;
+                born[s] = born[s].min(i);
+            }
+            for &t in op.inputs.iter().chain(op.outputs.iter()) {
+                let s = g.tensors[t].storage;
+                last_use[s] = last_use[s].max(i);
+            }
+            for &t in &op.inputs {
+                reads[g.tensors[t].storage].push((i, t));
+            }
         }
-        for &t in op.inputs.iter().chain(op.outputs.iter()) {
-            let s = g.tensors[t].storage;
-            last_use[s] = last_use[s].max(i);
+        Lifetimes {
+            born,
+            last_use,
+            reads,
         }
     }
+}
+
+/// [`slice`] with the whole graph's [`Lifetimes`] given.
+pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
+    let ns = g.storages.len();
+    let (born, last_use) = (&life.born, &life.last_use);
     let mut out = Graph::new(g.precision);
     out.tp.size = g.tp.size;
     out.tp.sequence_parallel = g.tp.sequence_parallel;
@@ -248,17 +279,22 @@ pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
         }
         // Later ops may read these storages through views: keep the view they read, so its
         // shape is right.
-        let mut by_storage: Vec<TensorId> = Vec::new();
-        for op in &g.ops[range.end..] {
-            for &t in &op.inputs {
-                let s = g.tensors[t].storage;
-                if sent.iter().any(|&x| g.tensors[x].storage == s)
-                    && !by_storage.iter().any(|&x| g.tensors[x].storage == s)
-                {
-                    by_storage.push(t);
-                }
+        // Each sent storage's first read after the range, in the order the later ops read them.
+        let mut first: Vec<(usize, usize, TensorId)> = Vec::new();
+        for &x in &sent {
+            let s = g.tensors[x].storage;
+            if first.iter().any(|f| g.tensors[f.2].storage == s) {
+                continue;
+            }
+            let reads = &life.reads[s];
+            let k = reads.partition_point(|&(i, _)| i < range.end);
+            if let Some(&(i, t)) = reads.get(k) {
+                let pos = g.ops[i].inputs.iter().position(|&u| u == t).unwrap_or(0);
+                first.push((i, pos, t));
             }
         }
+        first.sort_unstable_by_key(|f| (f.0, f.1));
+        let mut by_storage: Vec<TensorId> = first.into_iter().map(|f| f.2).collect();
         by_storage.sort_by_key(|&t| std::cmp::Reverse((g.tensors[t].requires_grad, g.bytes(t))));
         for t in by_storage {
             let n = m.map(g, t, &mut out);
