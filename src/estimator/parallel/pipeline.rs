@@ -231,7 +231,7 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
     let mut m = Mapper {
         smap: vec![None; ns],
         tmap: vec![None; g.tensors.len()],
-        born: &born,
+        born,
         start: range.start,
     };
     let mut seg_map: HashMap<usize, usize> = HashMap::new();
