@@ -99,7 +99,7 @@ fn main() {
         ("lstm-lm, seq 16384 unrolled, batch 4096", r#"{"model":"lstm-lm","seq":16384,"batch":4096,"cudnn":false}"#.into(), Ask::Estimate),
         ("most checkpoint segments (k = max)", format!(r#"{{"model":"llama-3-70b","seq":4096,"ckpt":"k{}"}}"#, u32::MAX), Ask::Estimate),
         ("checkpoint segments, resnet152 k1000", r#"{"model":"resnet152","ckpt":"k1000","batch":64}"#.into(), Ask::Estimate),
-        ("deepest pipeline, llama-3-70b pp 80 x interleave", r#"{"model":"llama-3-70b","seq":4096,"dtype":"bf16","parallel":{"gpus_per_node":8,"nodes":10,"pp":80,"micro_batches":65536}}"#.into(), Ask::Estimate),
+        ("deepest pipeline, llama-3-70b pp 80", r#"{"model":"llama-3-70b","seq":4096,"dtype":"bf16","parallel":{"gpus_per_node":8,"nodes":10,"pp":80,"micro_batches":65536}}"#.into(), Ask::Estimate),
         ("deepest pipeline, 2048-layer config pp 2048", format!(r#"{{"model":"cfg","hf_config":{},"seq":4096,"parallel":{{"pp":2048,"gpus_per_node":1,"nodes":2048,"micro_batches":65536}}}}"#, llama_config(2048, 256, 32000)), Ask::Estimate),
         ("3-D layout, llama-3-70b tp8 pp8 dp16 zero3 offload", r#"{"model":"llama-3-70b","seq":4096,"dtype":"bf16","gpu":"h100-80","parallel":{"gpus_per_node":8,"nodes":128,"tp":8,"pp":8,"zero":3,"sequence_parallel":true,"micro_batches":64},"offload":{"optimizer":true,"params":true}}"#.into(), Ask::Estimate),
         ("serving, llama-3-70b 128k context 32k new tokens", r#"{"model":"llama-3-70b","mode":"infer","context":131072,"new_tokens":32768,"batch":64,"gpu":"h100-80"}"#.into(), Ask::Estimate),
