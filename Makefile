@@ -8,6 +8,8 @@
 #   make lint    cargo fmt --check and clippy -D warnings, native and wasm32
 #   make dist    release build into dist/ (works under any sub-path)
 #   make size    every dist/ file with raw and gzip bytes; fails above the weight budget
+#   make fuzz    each fuzz target for FUZZ_SECONDS (default 600): executions and crashes per target
+#   make fuzz-smoke  each fuzz target for FUZZ_SMOKE_SECONDS (default 25) from the committed seeds
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -35,7 +37,7 @@ SIZE_BUDGET_BYTES := 200000
 
 DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh scripts/seal.mjs $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
 
-.PHONY: help serve test dist size tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch lint test-native test-wasm test-e2e
+.PHONY: help serve test dist size fuzz fuzz-smoke cargo-fuzz tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch lint test-native test-wasm test-e2e
 
 help:
 	@sed -n 's/^#   //p' $(MAKEFILE_LIST)
@@ -80,6 +82,12 @@ node_modules/.installed: package.json package-lock.json
 	@echo "==> npm ci (binaryen's wasm-opt, playwright-core)"
 	npm ci --no-audit --no-fund
 	@touch $@
+
+CARGO_FUZZ_VERSION := 0.13.2
+cargo-fuzz:
+	@if [ "$$(cargo fuzz --version 2>/dev/null)" = "cargo-fuzz $(CARGO_FUZZ_VERSION)" ]; then exit 0; fi; \
+	echo "==> cargo install cargo-fuzz $(CARGO_FUZZ_VERSION) (about 3 minutes on 2 cores)"; \
+	cargo install --locked cargo-fuzz --version $(CARGO_FUZZ_VERSION)
 
 # Debian's Chromium and its driver: no browser download from anywhere else.
 browser:
@@ -150,3 +158,48 @@ test-wasm: tools browser fetch
 test-e2e: dist browser node-tools
 	@echo "==> end-to-end: Playwright against dist/ under /vram-planner/"
 	CHROMIUM=$(CHROMIUM) node tests/e2e/run.mjs
+
+# --- fuzzing -------------------------------------------------------------------------------
+
+# libFuzzer through cargo-fuzz (fuzz/, a package of its own). cargo-fuzz passes nightly-only
+# rustc flags (-Z sanitizer coverage options); the only toolchain here is stable and no other can
+# be fetched, so RUSTC_BOOTSTRAP=1 lets stable rustc accept them. AddressSanitizer would need the
+# nightly standard library, hence --sanitizer none: the targets are safe Rust (no unsafe code
+# in the planner), so what they look for is panics (an optimised build with overflow checks and
+# debug assertions on: -O --debug-assertions), runaway time (-timeout, seconds per input) and memory
+# (-rss_limit_mb). Each target reads its committed seeds (fuzz/seeds/<target>, from the tests'
+# valid and hostile inputs: fuzz/make_seeds.py) and the plan's keys (fuzz/plan.dict); `fuzz`
+# keeps what it finds in fuzz/corpus/<target> (ignored by git), a crash lands in
+# fuzz/artifacts/<target>/ and belongs in a regression test under tests/.
+FUZZ_TARGETS := plan_json url_query hf_config estimate
+FUZZ_SECONDS ?= 600
+FUZZ_SMOKE_SECONDS ?= 25
+FUZZ_FLAGS := -dict=plan.dict -timeout=5 -rss_limit_mb=2048 -print_final_stats=1
+FUZZ_CARGO := env RUSTC_BOOTSTRAP=1 cargo fuzz run -O --debug-assertions --sanitizer none
+
+fuzz: cargo-fuzz
+	@cd $(ROOT)/fuzz; mkdir -p artifacts; summary=""; failed=0; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p corpus/$$t; \
+	  echo "==> fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  if $(FUZZ_CARGO) $$t corpus/$$t seeds/$$t -- $(FUZZ_FLAGS) -max_total_time=$(FUZZ_SECONDS) 2>&1 | tee artifacts/$$t.log | grep -E '^(#[0-9]+ +DONE|Done|==[0-9]+==|.*panicked)'; \
+	  then status=ok; else status=FAILED; failed=1; fi; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' artifacts/$$t.log | tail -1); \
+	  crashes=$$(find artifacts/$$t -maxdepth 1 -type f \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' \) 2>/dev/null | wc -l); \
+	  summary+="$$(printf '%-10s %14s executions %4s crash files  %s' $$t "$${runs:-0}" $$crashes $$status)\n"; \
+	done; \
+	printf '\n%b' "$$summary"; exit $$failed
+
+# A short run of each target from the committed seeds alone, with a fixed seed: a fresh corpus
+# each time, so it finds the same inputs on every machine of the same speed.
+fuzz-smoke: cargo-fuzz
+	@cd $(ROOT)/fuzz; tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; summary=""; failed=0; \
+	for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $$tmp/$$t; \
+	  echo "==> fuzz-smoke $$t for $(FUZZ_SMOKE_SECONDS) s"; \
+	  if $(FUZZ_CARGO) $$t $$tmp/$$t seeds/$$t -- $(FUZZ_FLAGS) -seed=1 -max_total_time=$(FUZZ_SMOKE_SECONDS) > $$tmp/$$t.log 2>&1; \
+	  then status=ok; else status=FAILED; failed=1; grep -E 'panicked|ERROR|SUMMARY|Test unit written' $$tmp/$$t.log >&2 || tail -20 $$tmp/$$t.log >&2; fi; \
+	  runs=$$(sed -n 's/^stat::number_of_executed_units: *//p' $$tmp/$$t.log | tail -1); \
+	  summary+="$$(printf '%-10s %12s executions  %s' $$t "$${runs:-0}" $$status)\n"; \
+	done; \
+	printf '%b' "$$summary"; exit $$failed

@@ -157,3 +157,87 @@ fn reference_replays_both_record_formats() {
         );
     }
 }
+
+/// Every failure is a non-zero exit with exactly one line on stderr, starting `error: `, that
+/// names what to change: usage errors (clap's, exit 2), I/O errors and refused plans (exit 1).
+#[test]
+fn every_error_is_one_actionable_line() {
+    let dir = std::env::temp_dir();
+    let cases: [(&[&str], &str, i32, &str); 14] = [
+        (&["frobnicate"], "", 2, "frobnicate"),
+        (&["estimate", "--bogus"], "", 2, "--bogus"),
+        (&["estimate", "--confi", "x"], "", 2, "--config"),
+        (&["estimate", "--format", "xml"], "", 2, "json, table"),
+        (&["search", "--max-gpus", "99999"], "", 2, "1..=4096"),
+        (&["search", "--top", "0"], "", 2, "--top"),
+        (&["search", "--gpus-per-node", "many"], "", 2, "many"),
+        (&["reference"], "", 2, "FILE"),
+        (
+            &["estimate", "--config", dir.to_str().unwrap()],
+            "",
+            1,
+            "cannot read",
+        ),
+        (
+            &["reference", "/no/such/records.jsonl"],
+            "",
+            1,
+            "/no/such/records.jsonl",
+        ),
+        (&["estimate"], "", 1, "invalid plan"),
+        (
+            &["estimate"],
+            "{\"model\":\"resnet50\",\n\"batch\":\n-1}",
+            1,
+            "line 3",
+        ),
+        (&["search"], r#"{"model":"resnet50"}"#, 1, "gpu"),
+        (
+            &["estimate"],
+            r#"{"model":"gpt2","seq":999999999}"#,
+            1,
+            "seq",
+        ),
+    ];
+    for (args, stdin, code, says) in cases {
+        let out = run(args, stdin);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: not one line:\n{err}");
+        assert!(
+            err.starts_with("error: ") && err.contains(says),
+            "{args:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{args:?}: wrote to stdout");
+    }
+}
+
+/// `--help` of the tool and of each command says what it does, its options and an example.
+#[test]
+fn every_command_has_help() {
+    for (cmd, says) in [
+        (None, "Plans GPU memory"),
+        (Some("estimate"), "peak memory"),
+        (Some("search"), "fewest GPUs"),
+        (Some("reference"), "measured peak"),
+        (Some("models"), "model presets"),
+        (Some("gpus"), "GPU presets"),
+    ] {
+        let args: Vec<&str> = cmd.into_iter().chain(["--help"]).collect();
+        let out = run(&args, "");
+        let help = text(&out.stdout);
+        assert!(out.status.success(), "{args:?}");
+        assert!(
+            help.contains(says) && help.contains("Usage:"),
+            "{args:?}:\n{help}"
+        );
+    }
+    for cmd in ["estimate", "search"] {
+        let help = text(&run(&[cmd, "--help"], "").stdout);
+        assert!(
+            help.contains("Example:") && help.contains("schema.json"),
+            "{cmd}:\n{help}"
+        );
+        assert!(help.contains("The plan's JSON file"), "{cmd}:\n{help}");
+    }
+}

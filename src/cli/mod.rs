@@ -32,32 +32,58 @@ enum Format {
 #[derive(Subcommand)]
 enum Cmd {
     /// Estimate a plan given as JSON (stdin or --config FILE).
+    #[command(
+        long_about = "Estimate one training (or fine-tuning, or serving) step of a plan given as JSON on stdin or in --config FILE: the peak memory PyTorch allocates, its breakdown, the device total and, with a `gpu` key, whether it fits. A plan with `parallel` or `offload` keys is also estimated per GPU of its layout.",
+        after_help = "Example:\n  echo '{\"model\":\"resnet50\",\"batch\":64,\"gpu\":\"a100-40\"}' | vram-planner estimate\n\nThe JSON output (--format json) is described by docs/estimate.schema.json."
+    )]
     Estimate {
-        #[arg(long)]
+        /// The plan's JSON file (default: read stdin).
+        #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
+        /// `table` for people, `json` for programs (keys in docs/estimate.schema.json).
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
     },
     /// The cheapest multi-GPU layouts of a plan (JSON, stdin or --config FILE) that fit its GPU:
     /// fewest GPUs, then the shortest step, for the plan's global batch.
+    #[command(
+        long_about = "The cheapest multi-GPU layouts of a plan (JSON on stdin or in --config FILE; it must name a `gpu`) that fit that GPU: fewest GPUs first, then the shortest step, keeping the plan's global batch (batch x micro-batches). Tries data, tensor and pipeline parallelism and ZeRO stages 0-3.",
+        after_help = "Example:\n  echo '{\"model\":\"llama-2-7b\",\"seq\":2048,\"dtype\":\"bf16\",\"gpu\":\"a100-40\"}' | vram-planner search --max-gpus 16\n\nThe output is a JSON array described by docs/search.schema.json."
+    )]
     Search {
-        #[arg(long)]
+        /// The plan's JSON file (default: read stdin).
+        #[arg(long, value_name = "FILE")]
         config: Option<std::path::PathBuf>,
-        #[arg(long, default_value_t = 64)]
+        /// The most GPUs a layout may use (at most 4096).
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=search::MAX_SEARCH_GPUS))]
         max_gpus: u64,
-        #[arg(long, default_value_t = 8)]
+        /// GPUs in one node: tensor parallelism stays within a node.
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=1024))]
         gpus_per_node: u64,
-        #[arg(long, default_value_t = 10)]
-        top: usize,
+        /// How many fitting layouts to print.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1000))]
+        top: u64,
         /// Also try optimizer and parameter offload to host memory.
         #[arg(long)]
         offload: bool,
     },
     /// Replay reference records (JSON lines) and compare with their measured peaks.
-    Reference { file: std::path::PathBuf },
+    #[command(
+        long_about = "Replay reference records (one JSON object per line, as in tests/data/*.jsonl: a plan's keys plus the measured peak) and print the estimate beside each measurement, then the worst and mean errors."
+    )]
+    Reference {
+        /// The JSON-lines file of records.
+        file: std::path::PathBuf,
+    },
     /// List the model presets.
+    #[command(
+        long_about = "List the model presets: the id a plan's `model` key takes, the name, the parameter count and the family."
+    )]
     Models,
     /// List the GPU presets.
+    #[command(
+        long_about = "List the GPU presets: the id a plan's `gpu` key takes (or `custom:<GiB>`), the name and the memory."
+    )]
     Gpus,
 }
 
@@ -77,9 +103,17 @@ pub(crate) fn emit(text: &str) -> Result<(), String> {
 pub fn main() -> i32 {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
-        Err(e) => {
+        // Help and version print in full; a usage error is one line naming what to fix.
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
             let _ = e.print();
             return if e.use_stderr() { 2 } else { 0 };
+        }
+        Err(e) => {
+            eprintln!("{}", usage_error_line(&e.render().to_string()));
+            return 2;
         }
     };
     match run(cli.cmd) {
@@ -89,6 +123,29 @@ pub fn main() -> i32 {
             1
         }
     }
+}
+
+/// clap's usage error as one line: its first paragraph (`error: ...` and what it lists below,
+/// such as the possible values or the missing arguments), any tip, then where to read more.
+fn usage_error_line(rendered: &str) -> String {
+    let mut first: Vec<&str> = rendered
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    first.extend(
+        rendered
+            .lines()
+            .map(str::trim)
+            .filter(|l| l.starts_with("tip:")),
+    );
+    let line = if first.is_empty() {
+        "error: invalid arguments".to_string()
+    } else {
+        first.join(" ")
+    };
+    format!("{line}; see 'vram-planner --help'")
 }
 
 fn run(cmd: Cmd) -> Result<(), String> {
@@ -127,7 +184,7 @@ fn run(cmd: Cmd) -> Result<(), String> {
             let opts = search::SearchOptions {
                 max_gpus,
                 gpus_per_node,
-                top,
+                top: top as usize,
                 offload,
                 ..Default::default()
             };
@@ -178,7 +235,7 @@ fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
             s
         }
     };
-    serde_json::from_str(&text).map_err(|e| format!("invalid plan: {e}"))
+    plan::parse_json(&text).map_err(|e| e.to_string())
 }
 
 /// The JSON answer of `estimate` for a single-GPU plan.

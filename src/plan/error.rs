@@ -23,6 +23,10 @@ pub enum PlanError {
     },
     /// The page fetches the code of every model but the ResNets on first use (see
     /// [`super::lazy`]); asked for one before that code arrived.
+    /// Plan text that is not a plan: broken JSON, an unknown key, a value of the wrong type
+    /// (serde_json's message names the line and column).
+    #[error("invalid plan: {0}")]
+    InvalidPlan(String),
     #[error("the code for this model has not been fetched yet: check the connection and pick the model again")]
     CodeNotLoaded,
 }

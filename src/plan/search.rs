@@ -13,6 +13,10 @@ use super::{prepare, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
 
+/// The most GPUs a search may try: far beyond any single job's layout search, and the number
+/// of layouts (and so the time) grows with it.
+pub const MAX_SEARCH_GPUS: u64 = 4096;
+
 /// What the search may vary.
 #[derive(Clone, Debug)]
 pub struct SearchOptions {
@@ -59,8 +63,53 @@ pub struct Candidate {
     pub scaling_efficiency: Option<f64>,
 }
 
+/// The divisors of `n` in increasing order, found up to its square root: a batch of hundreds of
+/// millions has a few hundred divisors, and trying every number below it took minutes.
 fn divisors(n: u64) -> Vec<u64> {
-    (1..=n).filter(|d| n.is_multiple_of(*d)).collect()
+    let mut low = Vec::new();
+    let mut high = Vec::new();
+    let mut d = 1;
+    while d <= n / d {
+        if n.is_multiple_of(d) {
+            low.push(d);
+            if d != n / d {
+                high.push(n / d);
+            }
+        }
+        d += 1;
+    }
+    low.extend(high.into_iter().rev());
+    low
+}
+
+/// A fitting layout as the search reports it.
+#[allow(clippy::too_many_arguments)]
+fn candidate(
+    gpus: u64,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    (zero, offload_optimizer, offload_params): (u8, bool, bool),
+    micro_batches: u64,
+    e: &ParallelEstimate,
+    plan: Plan,
+) -> Candidate {
+    Candidate {
+        gpus,
+        scheme: e.scheme,
+        dp,
+        tp,
+        pp,
+        zero,
+        offload_optimizer,
+        offload_params,
+        micro_batch: plan.batch,
+        micro_batches,
+        peak_device_bytes: e.per_gpu.device_total_bytes,
+        step_seconds: e.step_seconds,
+        scaling_efficiency: e.scaling_efficiency,
+        plan,
+    }
 }
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
@@ -68,6 +117,14 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     let gpu = resolve::gpu(plan)?.ok_or_else(|| {
         EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
     })?;
+    if opts.max_gpus > MAX_SEARCH_GPUS {
+        return Err(EstimateError::TooBig {
+            field: "max_gpus",
+            max: MAX_SEARCH_GPUS,
+            got: opts.max_gpus,
+        }
+        .into());
+    }
     let gpn = opts.gpus_per_node.max(1);
     let base_m = plan
         .parallel
@@ -78,7 +135,11 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     let global = plan.batch.saturating_mul(base_m);
     let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
     worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
-    let mut cache: HashMap<(u64, u64, u64, u64), Option<Prepared>> = HashMap::new();
+    // A simulation depends on the model-parallel degrees, the micro-batch and whether gradients
+    // accumulate (more than one micro-batch; not how many: see `StepOptions::accumulation`), so
+    // layouts of every world size share it: keyed by micro-batch count, a 70B search re-simulated
+    // the same stages for each world and took half a minute.
+    let mut cache: HashMap<(u64, u64, u64, bool), Option<Prepared>> = HashMap::new();
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -114,72 +175,91 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
                         }
                     }
                 }
-                let mut done = vec![false; stages.len()];
-                for m in divisors(per_replica)
+                let ms: Vec<u64> = divisors(per_replica)
                     .into_iter()
                     .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
-                {
-                    if done.iter().all(|&d| d) {
-                        break;
-                    }
+                    .collect();
+                // The layout at `m` micro-batches and stage `k`, estimated: what it needs and
+                // the plan that applies it.
+                let mut at = |m: u64, k: usize| -> Option<(ParallelEstimate, Plan)> {
+                    let (zero, off_opt, off_params) = stages[k];
                     let b = per_replica / m;
-                    for (k, &(zero, off_opt, off_params)) in stages.iter().enumerate() {
-                        if done[k] {
-                            continue;
+                    let mut p = plan.clone();
+                    p.batch = b;
+                    p.accumulation = 1;
+                    let mut par = plan.parallel.clone().unwrap_or_default();
+                    par.gpus_per_node = Some(node_gpus);
+                    par.nodes = Some(nodes);
+                    par.dp = Some(dp);
+                    par.tp = tp;
+                    par.pp = pp;
+                    par.zero = Some(zero);
+                    par.fsdp = false;
+                    par.micro_batches = Some(m as u32);
+                    par.interleave = 1;
+                    par.sequence_parallel = par.sequence_parallel && tp > 1;
+                    p.parallel = Some(par);
+                    p.offload = (off_opt || off_params).then(|| Offload {
+                        optimizer: off_opt,
+                        params: off_params,
+                        ..plan.offload.clone().unwrap_or_default()
+                    });
+                    let links = resolve::layout_links(&p, Some(&gpu)).ok()?;
+                    let setup = p.setup();
+                    let layout = Layout::resolve(&setup, links).ok()?;
+                    let prep = cache
+                        .entry((tp, pp, b, m > 1))
+                        .or_insert_with(|| prepare(&p, &layout).ok());
+                    let e = evaluate(&setup, &layout, prep.as_ref()?, Some(&gpu), None);
+                    Some((e, p))
+                };
+                // Past one micro-batch (where gradients start to persist between micro-batches)
+                // a layout needs no more memory as the micro-batch shrinks: the activations and
+                // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
+                // micro-batches in flight whatever their number (m >= pp), everything else is
+                // fixed. So a stage that does not fit at the most micro-batches fits at no count
+                // above one: without that, a 70B search tried every micro-batch count of every
+                // layout too small to hold it.
+                // Per stage, the fewest micro-batches that fit. Past one micro-batch memory does
+                // not grow with their number (see above), so the count is found by bisection
+                // between the fewest above one and the most, where it is known to fit; found
+                // layouts are listed by micro-batch count, then stage, as a scan would list them.
+                let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
+                let one = ms.first() == Some(&1);
+                if one {
+                    // One micro-batch is tried whatever: its gradients do not persist.
+                    for k in 0..stages.len() {
+                        if let Some((e, p)) = at(1, k).filter(|(e, _)| e.fits == Some(true)) {
+                            fitting.push((1, k, e, p));
                         }
-                        let mut p = plan.clone();
-                        p.batch = b;
-                        p.accumulation = 1;
-                        let mut par = plan.parallel.clone().unwrap_or_default();
-                        par.gpus_per_node = Some(node_gpus);
-                        par.nodes = Some(nodes);
-                        par.dp = Some(dp);
-                        par.tp = tp;
-                        par.pp = pp;
-                        par.zero = Some(zero);
-                        par.fsdp = false;
-                        par.micro_batches = Some(m as u32);
-                        par.interleave = 1;
-                        par.sequence_parallel = par.sequence_parallel && tp > 1;
-                        p.parallel = Some(par);
-                        p.offload = (off_opt || off_params).then(|| Offload {
-                            optimizer: off_opt,
-                            params: off_params,
-                            ..plan.offload.clone().unwrap_or_default()
-                        });
-                        let Ok(links) = resolve::layout_links(&p, Some(&gpu)) else {
-                            continue;
-                        };
-                        let setup = p.setup();
-                        let Ok(layout) = Layout::resolve(&setup, links) else {
-                            continue;
-                        };
-                        let prep = cache
-                            .entry((tp, pp, b, m))
-                            .or_insert_with(|| prepare(&p, &layout).ok());
-                        let Some(prep) = prep.as_ref() else { continue };
-                        let e: ParallelEstimate = evaluate(&setup, &layout, prep, Some(&gpu), None);
-                        if e.fits != Some(true) {
-                            continue;
-                        }
-                        done[k] = true;
-                        here.push(Candidate {
-                            gpus: w,
-                            scheme: e.scheme,
-                            dp,
-                            tp,
-                            pp,
-                            zero,
-                            offload_optimizer: off_opt,
-                            offload_params: off_params,
-                            micro_batch: b,
-                            micro_batches: m,
-                            peak_device_bytes: e.per_gpu.device_total_bytes,
-                            step_seconds: e.step_seconds,
-                            scaling_efficiency: e.scaling_efficiency,
-                            plan: p,
-                        });
                     }
+                }
+                let rest = &ms[usize::from(one)..];
+                if let Some(&last) = rest.last() {
+                    for k in 0..stages.len() {
+                        if fitting.iter().any(|f| f.1 == k) {
+                            continue;
+                        }
+                        let Some(top) = at(last, k).filter(|(e, _)| e.fits == Some(true)) else {
+                            continue;
+                        };
+                        let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
+                        while lo < hi {
+                            let mid = (lo + hi) / 2;
+                            match at(rest[mid], k).filter(|(e, _)| e.fits == Some(true)) {
+                                Some(f) => {
+                                    hi = mid;
+                                    best = f;
+                                }
+                                None => lo = mid + 1,
+                            }
+                        }
+                        fitting.push((rest[hi], k, best.0, best.1));
+                    }
+                }
+                fitting.sort_by_key(|f| (f.0, f.1));
+                for (m, k, e, p) in fitting {
+                    here.push(candidate(w, dp, tp, pp, stages[k], m, &e, p));
                 }
             }
         }
@@ -193,4 +273,45 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     }
     found.truncate(opts.top);
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::divisors;
+
+    #[test]
+    fn divisors_in_order_by_trial_below_the_root() {
+        assert_eq!(divisors(1), vec![1]);
+        assert_eq!(divisors(12), vec![1, 2, 3, 4, 6, 12]);
+        assert_eq!(divisors(49), vec![1, 7, 49]);
+        for n in 1..200u64 {
+            let slow: Vec<u64> = (1..=n).filter(|d| n % d == 0).collect();
+            assert_eq!(divisors(n), slow, "{n}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod layouts {
+    use super::*;
+
+    /// Worlds whose replicas get fewer samples than pipeline stages have no micro-batch count
+    /// to try (12 samples: dp 1 × pp 16 cannot run); they are passed over, the rest still found.
+    #[test]
+    fn a_world_with_no_micro_batch_count_is_passed_over() {
+        let mut plan = Plan::new("gpt2");
+        plan.batch = 12;
+        plan.seq = Some(1024);
+        plan.gpu = Some("custom:3".into());
+        let opts = SearchOptions {
+            max_gpus: 16,
+            top: 40,
+            ..Default::default()
+        };
+        let found = search(&plan, &opts).unwrap();
+        assert_eq!(found.len(), 20);
+        assert!(found
+            .iter()
+            .all(|c| c.micro_batch * c.micro_batches * c.dp == 12));
+    }
 }

@@ -12,6 +12,8 @@ use crate::estimator::config::{
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
+use super::PlanError;
+
 fn one() -> u64 {
     1
 }
@@ -144,6 +146,21 @@ impl Default for Plan {
 
 fn is_default_mask(m: &CausalMask) -> bool {
     *m == CausalMask::Materialized
+}
+
+/// The longest plan text read (a plan with a pasted `config.json` is a few KiB): longer text is
+/// refused before parsing, so a huge file costs no time.
+pub const MAX_PLAN_TEXT: usize = 1 << 20;
+
+/// Reads a plan from its JSON text, as the CLI and the fuzz targets do.
+pub fn parse_json(text: &str) -> Result<Plan, PlanError> {
+    if text.len() > MAX_PLAN_TEXT {
+        return Err(PlanError::InvalidPlan(format!(
+            "the text is {} bytes, above the limit of {MAX_PLAN_TEXT}",
+            text.len()
+        )));
+    }
+    serde_json::from_str(text).map_err(|e| PlanError::InvalidPlan(e.to_string()))
 }
 
 impl Plan {

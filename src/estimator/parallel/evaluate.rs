@@ -58,6 +58,9 @@ struct RankMemory {
     host: u64,
 }
 
+/// An op of a rank's chunk: (chunk, op index in its graph).
+type OpAt = (usize, usize);
+
 /// Per-rank memory, communication and time of `layout` over prepared pieces.
 /// `baseline_peak`: the peak allocated of the same layout without offload, to report what
 /// offload saves (`None`: not computed, reported as 0).
@@ -106,8 +109,9 @@ pub fn evaluate(
                 l
             })
             .collect();
-        let mut best: Option<(RankLive, Phase, Option<String>)> = None;
-        let mut consider = |l: RankLive, ph: Phase, op: Option<String>| {
+        // The peak's op is named once at the end: naming every event was a tenth of a search.
+        let mut best: Option<(RankLive, Phase, Option<OpAt>)> = None;
+        let mut consider = |l: RankLive, ph: Phase, op: Option<(usize, usize)>| {
             if best.as_ref().is_none_or(|b| l.total() > b.0.total()) {
                 best = Some((l, ph, op));
             }
@@ -131,20 +135,20 @@ pub fn evaluate(
                     l.cats[Category::Activations.index()] += extra;
                 }
                 l.add(&others);
-                let name = ev.op.map(|o| {
-                    let op = &piece.g.ops[o];
-                    if op.name.is_empty() {
-                        op.kind.to_string()
-                    } else {
-                        format!("{} ({})", op.name, op.kind)
-                    }
-                });
-                consider(l, ev.phase, name);
+                consider(l, ev.phase, ev.op.map(|o| (c, o)));
             }
         }
         consider(opt_sum, Phase::Optimizer, None);
-        let (live, peak_phase, peak_op) =
+        let (live, peak_phase, peak_at) =
             best.unwrap_or((RankLive::default(), Phase::Forward, None));
+        let peak_op = peak_at.map(|(c, o)| {
+            let op = &prep.pieces[c].g.ops[o];
+            if op.name.is_empty() {
+                op.kind.to_string()
+            } else {
+                format!("{} ({})", op.name, op.kind)
+            }
+        });
         let memory = PerGpu::of(&live, prep.overhead, workspaces, context);
         let mut breakdown: Vec<(String, u64)> = (0..Category::COUNT)
             .map(|k| (cat_name(k).to_string(), live.cats[k]))

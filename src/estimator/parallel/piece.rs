@@ -199,12 +199,13 @@ pub fn prepare_graph(
     } else {
         let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
         let n = ranges.len();
+        let life = pipeline::Lifetimes::of(&g);
         ranges
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
                 Piece::new(
-                    pipeline::slice(&g, r),
+                    pipeline::slice_with(&g, &life, r),
                     &opts,
                     layout.offload.activations,
                     i + 1 == n,

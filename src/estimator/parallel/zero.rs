@@ -202,7 +202,6 @@ pub struct Sharded<'a> {
     params: Vec<ParamShard>,
     unit_full: Vec<u64>,
     unit_grad_full: Vec<u64>,
-    unit_grad_shard: Vec<u64>,
     root_full: u64,
     root_grad_shard: u64,
     param_shard_total: u64,
@@ -218,6 +217,18 @@ pub struct Sharded<'a> {
     prev_unit: Vec<Option<usize>>,
     /// FSDP's mixed-precision policy, if any (gradients are reduced in its `reduce_dtype`).
     mp: Option<super::MixedPrecision>,
+    /// Per op i, sums over the units and parameters that [`Sharded::at`] would otherwise walk at
+    /// every event (a 70B layout's evaluation walked 80 units and 700 parameters for each of
+    /// thousands of events): the units begun by op i (`start <= i`), in full and as gradient
+    /// shards, and the trainable gradients held unreduced at op i.
+    started_full: Vec<u64>,
+    started_grad_shard: Vec<u64>,
+    unreduced_grads: Vec<u64>,
+    /// The unit whose backward finishes first (the latest start, the first such unit): the last
+    /// one reduced whenever any is.
+    latest_unit: Option<usize>,
+    unit_grad_shard_total: u64,
+    buckets_total: u64,
 }
 
 /// Live bytes of one rank at one moment: the simulator's categories plus communication buffers.
@@ -407,13 +418,54 @@ impl<'a> Sharded<'a> {
                 prv = Some(u);
             }
         }
+        // Prefix sums by op index (see the fields); a unit starting past the last op is never
+        // begun, a parameter whose gradient arrives past it stays unreduced to the end.
+        let mut started_full = vec![0u64; nops];
+        let mut started_grad_shard = vec![0u64; nops];
+        for (u, r) in piece.units.iter().enumerate() {
+            if r.start < nops {
+                started_full[r.start] += unit_full[u];
+                started_grad_shard[r.start] += unit_grad_shard[u];
+            }
+        }
+        let mut ends = vec![0u64; nops + 1];
+        let mut unreduced_grads = vec![0u64; nops];
+        for p in params.iter().filter(|p| p.trainable) {
+            let lo = p.unit.map_or(0, |u| piece.units[u].start);
+            if let Some(a) = p.arrival.filter(|&a| lo <= a && lo < nops) {
+                unreduced_grads[lo] += p.full;
+                ends[a.min(nops - 1) + 1] += p.full;
+            }
+        }
+        let (mut f, mut gs, mut live) = (0u64, 0u64, 0u64);
+        for i in 0..nops {
+            f += started_full[i];
+            gs += started_grad_shard[i];
+            live = live + unreduced_grads[i] - ends[i];
+            started_full[i] = f;
+            started_grad_shard[i] = gs;
+            unreduced_grads[i] = live;
+        }
+        let mut latest_unit: Option<usize> = None;
+        for (u, r) in piece.units.iter().enumerate() {
+            if latest_unit.is_none_or(|l: usize| piece.units[l].start < r.start) {
+                latest_unit = Some(u);
+            }
+        }
+        let buckets_total = buckets.iter().sum::<u64>();
+        let unit_grad_shard_total = unit_grad_shard.iter().sum::<u64>();
         Sharded {
+            unit_grad_shard_total,
+            started_full,
+            started_grad_shard,
+            unreduced_grads,
+            latest_unit,
+            buckets_total,
             piece,
             sh,
             params,
             unit_full,
             unit_grad_full,
-            unit_grad_shard,
             root_full,
             root_grad_shard,
             param_shard_total,
@@ -504,7 +556,7 @@ impl<'a> Sharded<'a> {
         let op = ev.op;
         let unit = op.and_then(|i| self.piece.unit_of_op[i]);
         let stepping = matches!(phase, Phase::Forward | Phase::Backward) && op.is_some();
-        let mut comm = self.buckets.iter().sum::<u64>();
+        let mut comm = self.buckets_total;
 
         // Parameters.
         if sh.params_sharded() {
@@ -522,12 +574,7 @@ impl<'a> Sharded<'a> {
                 }
                 if sh.zero == 2 {
                     // Gathered once in forward, kept until each unit's backward is done.
-                    for (u, r) in self.piece.units.iter().enumerate() {
-                        let started = r.start <= i;
-                        if started {
-                            gathered += self.unit_full[u];
-                        }
-                    }
+                    gathered += self.started_full[i];
                     if phase == Phase::Forward {
                         if let Some(n) = self.next_unit[i] {
                             gathered += self.unit_full[n];
@@ -559,28 +606,16 @@ impl<'a> Sharded<'a> {
             let shards_on_gpu = !sh.offload_optimizer;
             match (phase, op) {
                 (Phase::Backward, Some(i)) => {
-                    let mut last_reduced: Option<usize> = None;
-                    for (u, _) in self.piece.units.iter().enumerate() {
-                        if self.reduced(u, i) {
-                            if shards_on_gpu && !persist {
-                                g += self.unit_grad_shard[u];
-                            }
-                            if last_reduced.is_none_or(|l: usize| {
-                                self.piece.units[l].start < self.piece.units[u].start
-                            }) {
-                                last_reduced = Some(u);
-                            }
-                        }
+                    // Units whose backward is done (op i comes before their first op) hold
+                    // their reduced shards.
+                    if shards_on_gpu && !persist {
+                        g += self.unit_grad_shard_total - self.started_grad_shard[i];
                     }
+                    let last_reduced = self.latest_unit.filter(|&u| self.reduced(u, i));
                     if persist && shards_on_gpu {
                         g += self.grad_shard_total;
                     }
-                    for p in &self.params {
-                        let unreduced = p.unit.is_none_or(|u| !self.reduced(u, i));
-                        if p.trainable && unreduced && p.arrival.is_some_and(|a| i <= a) {
-                            g += p.full;
-                        }
-                    }
+                    g += self.unreduced_grads[i];
                     // The last reduce-scatter's input is in flight while the next unit computes.
                     if let Some(u) = last_reduced {
                         comm += self.reduced_bytes(self.unit_grad_full[u]);
