@@ -6,6 +6,7 @@
 //! breakdown ([`Estimate`]). Multi-GPU layouts are in [`parallel`]. Turning preset names into
 //! these values is the plan layer's work (`crate::plan`).
 
+pub mod allocator;
 pub mod checkpoint;
 pub mod config;
 pub mod device;

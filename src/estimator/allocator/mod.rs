@@ -1,0 +1,29 @@
+//! PyTorch's CUDA caching allocator, replayed: the malloc/free stream of a step goes through the
+//! same pools, rounding, best-fit search, splitting, merging and release-and-retry rules as
+//! `c10/cuda/CUDACachingAllocator.cpp` of PyTorch 2.15 (`DeviceCachingAllocator`), so what the
+//! device reserves (`torch.cuda.max_memory_reserved()`), the fragmentation at the peak and the
+//! segment map come from the mechanism rather than from a margin.
+//!
+//!
+//! Not yet what `Estimate::reserved` reports: the estimate still sums each pool's live blocks
+//! into segments (`device::Pools`). Feeding this replay the step's stream makes the page's first
+//! load about 8 KB gzip heavier than its budget allows, so it waits for room there.
+//!
+//! [`settings`] holds the `PYTORCH_CUDA_ALLOC_CONF` options, [`sizes`] the size rules,
+//! [`caching`] the allocator's state and its malloc/free, [`expandable`] the
+//! `expandable_segments:True` mapping, [`keys`] the pools' ordered sets, and [`trace`] the
+//! recorded stream and its replay.
+
+pub mod caching;
+pub mod expandable;
+pub mod keys;
+pub mod settings;
+pub mod sizes;
+pub mod trace;
+
+#[cfg(test)]
+mod tests;
+
+pub use caching::{BlockView, CachingAllocator, Capacity, OutOfMemory, SegmentView};
+pub use settings::{AllocatorSettings, SettingsError};
+pub use trace::{replay, segment_map, AllocTrace, AllocatorReport, Handle};

@@ -1,0 +1,141 @@
+//! The malloc/free stream of a step, recorded by the step simulation, and its replay through
+//! [`CachingAllocator`]: the largest reserved bytes, the fragmentation when allocated bytes peak,
+//! and whether it fitted (after release-and-retry).
+
+use super::caching::{CachingAllocator, Capacity, OutOfMemory, SegmentView};
+use super::settings::AllocatorSettings;
+use crate::estimator::units::Bytes;
+
+/// Names one allocation of a trace: the n-th `alloc` is handle n.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle(u32);
+
+impl Handle {
+    /// A zero-byte tensor: PyTorch hands out no block for it (`malloc` is not called).
+    pub const NONE: Handle = Handle(u32::MAX);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    Alloc { bytes: u64, stream: u32 },
+    Free(u32),
+}
+
+/// The allocations and frees of one step, in order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocTrace {
+    events: Vec<Event>,
+    allocs: u32,
+}
+
+impl AllocTrace {
+    /// `bytes` requested on the default stream.
+    pub fn alloc(&mut self, bytes: u64) -> Handle {
+        self.alloc_on(bytes, 0)
+    }
+    pub fn alloc_on(&mut self, bytes: u64, stream: u32) -> Handle {
+        if bytes == 0 {
+            return Handle::NONE;
+        }
+        self.events.push(Event::Alloc { bytes, stream });
+        self.allocs += 1;
+        Handle(self.allocs - 1)
+    }
+    pub fn free(&mut self, h: Handle) {
+        if h != Handle::NONE {
+            self.events.push(Event::Free(h.0));
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.events.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.events.is_empty()
+    }
+}
+
+/// What the allocator did over a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocatorReport {
+    /// `torch.cuda.max_memory_reserved()`.
+    pub max_reserved: Bytes,
+    /// `torch.cuda.max_memory_allocated()` as the allocator counts it (whole blocks).
+    pub max_allocated: Bytes,
+    /// Reserved bytes not allocated at the moment allocated bytes peaked.
+    pub fragmentation_at_peak: Bytes,
+    /// Index into the trace's events of that moment.
+    pub peak_event: usize,
+    /// The first request that did not fit even after releasing the cache; the replay carries on
+    /// past the capacity so the figures say what the step would need.
+    pub out_of_memory: Option<OutOfMemory>,
+    /// Allocations that needed cached blocks released first.
+    pub retries: u64,
+}
+
+fn run(
+    trace: &AllocTrace,
+    resident: &[u64],
+    settings: AllocatorSettings,
+    capacity: Option<Capacity>,
+    stop_at: Option<usize>,
+) -> (CachingAllocator, AllocatorReport) {
+    let mut a = CachingAllocator::new(settings, capacity);
+    let mut report = AllocatorReport::default();
+    let malloc = |a: &mut CachingAllocator, report: &mut AllocatorReport, b: u64, s: u32| {
+        a.malloc(b, s).unwrap_or_else(|oom| {
+            report.out_of_memory.get_or_insert(oom);
+            a.unbounded = true;
+            a.malloc(b, s).expect("an unbounded device always has room")
+        })
+    };
+    for &b in resident {
+        malloc(&mut a, &mut report, b, 0);
+    }
+    let mut ids: Vec<u32> = Vec::with_capacity(trace.allocs as usize);
+    let mut peak = (a.allocated(), a.reserved(), 0usize);
+    for (k, e) in trace.events.iter().enumerate() {
+        match *e {
+            Event::Alloc { bytes, stream } => {
+                ids.push(malloc(&mut a, &mut report, bytes, stream));
+                if a.allocated() > peak.0 {
+                    peak = (a.allocated(), a.reserved(), k);
+                }
+            }
+            Event::Free(h) => a.free(ids[h as usize]),
+        }
+        if stop_at == Some(k) {
+            break;
+        }
+    }
+    report.max_reserved = Bytes(a.peak_reserved());
+    report.max_allocated = Bytes(a.peak_allocated());
+    report.fragmentation_at_peak = Bytes(peak.1 - peak.0);
+    report.peak_event = peak.2;
+    report.retries = a.retries;
+    (a, report)
+}
+
+/// Replays `trace` after the `resident` allocations (made before the step and kept: library
+/// workspaces) on a device of `capacity` (`None`: unlimited).
+pub fn replay(
+    trace: &AllocTrace,
+    resident: &[u64],
+    settings: AllocatorSettings,
+    capacity: Option<Capacity>,
+) -> AllocatorReport {
+    run(trace, resident, settings, capacity, None).1
+}
+
+/// The segment map when allocated bytes peak (a second replay up to that event, so the fast
+/// path keeps no snapshots).
+pub fn segment_map(
+    trace: &AllocTrace,
+    resident: &[u64],
+    settings: AllocatorSettings,
+    capacity: Option<Capacity>,
+) -> Vec<SegmentView> {
+    let peak = run(trace, resident, settings, capacity, None).1.peak_event;
+    run(trace, resident, settings, capacity, Some(peak))
+        .0
+        .segments()
+}
