@@ -241,3 +241,31 @@ fn every_command_has_help() {
         assert!(help.contains("The plan's JSON file"), "{cmd}:\n{help}");
     }
 }
+
+#[test]
+fn reference_compares_published_figures_by_metric() {
+    let path = format!(
+        "{}/tests/data/published/published-measurements.jsonl",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = run(&["reference", &path], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 21, "one line per record and the summary");
+    let case: serde_json::Value = serde_json::from_str(lines[7]).unwrap();
+    assert_eq!(case["metric"], "max_memory_reserved");
+    assert_eq!(case["predicted"], case["reserved_predicted"]);
+    let v: serde_json::Value = serde_json::from_str(lines[20]).unwrap();
+    assert_eq!(v["summary"]["unsupported"], 1);
+    let by = v["summary"]["by_metric"].as_object().unwrap();
+    let metrics: Vec<&str> = by.keys().map(|k| k.as_str()).collect();
+    assert_eq!(
+        metrics,
+        [
+            "max_memory_allocated",
+            "max_memory_reserved",
+            "nvidia_smi_total"
+        ]
+    );
+}

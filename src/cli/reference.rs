@@ -2,7 +2,9 @@
 //! each measurement. Two record formats: the shared reference set's (the settings as fields,
 //! `tests/data/pytorch-step-memory.jsonl`), and records that carry the vram-planner `plan` they
 //! measured (`tests/data/finetune-infer-steps.jsonl`: training steps with `peak_r512`, serving
-//! with `prefill_peak_r512` and `decode_peak_r512`).
+//! with `prefill_peak_r512` and `decode_peak_r512`), and published real-GPU figures that name
+//! their `metric` (`max_memory_allocated`, `max_memory_reserved` or `nvidia_smi_total`) and
+//! `measured_bytes`, compared with the estimate's allocated peak, reserved bytes or device total.
 
 use serde::Deserialize;
 
@@ -65,6 +67,9 @@ impl Record {
 pub struct Compared {
     pub case_id: String,
     pub model: String,
+    /// What was compared: `peak_r512`, `step`, `prefill`, `decode`, `per-GPU step`, or a
+    /// published record's metric.
+    pub metric: String,
     pub predicted: u64,
     pub measured: u64,
     pub rel_err: f64,
@@ -106,6 +111,7 @@ pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String
         Compared {
             case_id: rec.case_id,
             model: rec.model,
+            metric: "peak_r512".to_string(),
             predicted,
             measured: rec.peak_r512,
             rel_err,
@@ -123,6 +129,9 @@ fn compare_plan_record(
     let plan: Plan = serde_json::from_value(v["plan"].clone())
         .map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
     let measured = |k: &str| v.get(k).and_then(|x| x.as_u64());
+    if let Some(metric) = v.get("metric").and_then(|m| m.as_str()) {
+        return compare_published(&plan, metric, measured("measured_bytes"), id);
+    }
     let mut checks = Vec::new();
     if plan.is_parallel() && plan.mode != crate::estimator::config::Mode::Infer {
         // A multi-GPU record measures one rank: compare with the per-GPU estimate.
@@ -166,8 +175,54 @@ fn compare_plan_record(
         Compared {
             case_id: id,
             model: plan.model.clone(),
+            metric: worst.0.to_string(),
             predicted: worst.1,
             measured: worst.2,
+            rel_err,
+        },
+        out,
+    ))
+}
+
+/// A published real-GPU figure: the estimate's output that its `metric` names, beside the
+/// estimate's allocated, reserved and device-total figures.
+fn compare_published(
+    plan: &Plan,
+    metric: &str,
+    measured: Option<u64>,
+    id: String,
+) -> Result<(Compared, serde_json::Value), (String, String)> {
+    let measured = measured.ok_or_else(|| (id.clone(), "no measured_bytes".to_string()))?;
+    let est = estimate(plan).map_err(|e| (id.clone(), e.to_string()))?;
+    let predicted = match metric {
+        "max_memory_allocated" => est.peak_allocated.0,
+        "max_memory_reserved" => est.reserved.0,
+        "nvidia_smi_total" => est.device_total.0,
+        other => {
+            return Err((
+                id,
+                format!("unknown metric '{other}'; use max_memory_allocated, max_memory_reserved or nvidia_smi_total"),
+            ))
+        }
+    };
+    let rel_err = (predicted as f64 - measured as f64) / measured.max(1) as f64;
+    let out = serde_json::json!({
+        "case_id": id,
+        "metric": metric,
+        "predicted": predicted,
+        "measured": measured,
+        "rel_err": rel_err,
+        "allocated_predicted": est.peak_allocated.0,
+        "reserved_predicted": est.reserved.0,
+        "device_total_predicted": est.device_total.0,
+    });
+    Ok((
+        Compared {
+            case_id: id,
+            model: plan.model.clone(),
+            metric: metric.to_string(),
+            predicted,
+            measured,
             rel_err,
         },
         out,
@@ -193,15 +248,48 @@ pub fn summary(errs: &[f64]) -> (f64, f64, f64) {
     (q(0.5), q(0.9), *a.last().unwrap())
 }
 
+/// The summary of compared cases: median, p90 and maximum of |error|, and how many are
+/// under-estimates (the direction that ends in an out-of-memory error).
+fn summary_json(cases: &[&Compared]) -> serde_json::Value {
+    let errs: Vec<f64> = cases.iter().map(|c| c.rel_err).collect();
+    let (med, p90, max) = summary(&errs);
+    serde_json::json!({
+        "cases": errs.len(),
+        "median_abs_rel_err": med,
+        "p90_abs_rel_err": p90,
+        "max_abs_rel_err": max,
+        "under_estimates": errs.iter().filter(|e| **e < 0.0).count(),
+    })
+}
+
+/// The summary by compared metric, metrics in order of first appearance.
+pub fn by_metric(cases: &[Compared]) -> serde_json::Map<String, serde_json::Value> {
+    let mut metrics: Vec<&str> = Vec::new();
+    for c in cases {
+        if !metrics.contains(&c.metric.as_str()) {
+            metrics.push(&c.metric);
+        }
+    }
+    metrics
+        .into_iter()
+        .map(|m| {
+            let of: Vec<&Compared> = cases.iter().filter(|c| c.metric == m).collect();
+            (m.to_string(), summary_json(&of))
+        })
+        .collect()
+}
+
 pub fn run(path: &std::path::Path) -> Result<(), String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let mut errs = Vec::new();
+    let mut cases = Vec::new();
     let mut unsupported = 0;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         match compare_line(line) {
             Ok((c, out)) => {
                 errs.push(c.rel_err);
+                cases.push(c);
                 super::emit(&format!("{out}\n"))?;
             }
             Err((id, reason)) => {
@@ -216,7 +304,7 @@ pub fn run(path: &std::path::Path) -> Result<(), String> {
     let (med, p90, max) = summary(&errs);
     super::emit(&format!(
         "{}\n",
-        serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max}})
+        serde_json::json!({"summary": {"cases": errs.len(), "unsupported": unsupported, "median_abs_rel_err": med, "p90_abs_rel_err": p90, "max_abs_rel_err": max, "by_metric": by_metric(&cases)}})
     ))?;
     Ok(())
 }
