@@ -135,7 +135,7 @@ size: dist
 
 # --- tests ---------------------------------------------------------------------------------
 
-test: lint test-native test-wasm test-e2e size
+test: lint test-native test-wasm test-e2e size fuzz-smoke
 
 # rustfmt's default style; clippy with every warning an error, for the native crate (library,
 # CLI, tests, benchmark) and for the page's wasm32 build (library, binary and its browser tests,
