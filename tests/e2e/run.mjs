@@ -300,13 +300,15 @@ test('the language switch shows Chinese, and the choice is remembered', async ()
   check((await modes()) === JSON.stringify(['Train', 'Fine-tune', 'Infer']), `mode options back in English: ${await modes()}`);
   await planner.pick(planner.lang, 'zh');
   await until(async () => (await planner.peakText()).startsWith('已分配峰值'), 'Chinese again');
+  // The page stores a choice once it is idle: what a reload finds is what was stored.
+  const stored = () => planner.page.evaluate(() => localStorage.getItem('vram-planner.lang'));
+  await until(async () => (await stored()) === 'zh', 'the choice of Chinese was not stored');
   await planner.page.goto(url());
   await planner.ready();
   check((await planner.peakText()).startsWith('已分配峰值'), 'the language was not remembered');
   await planner.pick(planner.lang, 'en');
   await until(async () => (await planner.peakText()).startsWith('Allocated peak'), 'back to English');
   // A link's language is shown, not remembered: only a choice made on the page is.
-  const stored = () => planner.page.evaluate(() => localStorage.getItem('vram-planner.lang'));
   await until(async () => (await stored()) === 'en', 'the choice of English was not stored');
   await planner.open(url('lang=zh'));
   await planner.idle();
