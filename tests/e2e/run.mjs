@@ -571,6 +571,29 @@ test('speed: interactive time and first-load weight', async () => {
 
 // --- hosting -----------------------------------------------------------------------------------
 
+// The slowest plans a link can ask for (`cargo bench --bench slowest` lists them natively): the
+// largest model at the longest context, the largest mixture of experts at 8192 tokens, the
+// deepest preset at batch 4096. Each must show its numbers or a message, and the page must keep
+// answering: no single task of the main thread may block it for longer than a second, and a
+// batch typed in afterwards must reach the numbers.
+test('the slowest plans a link can ask for never freeze the page', async () => {
+  for (const query of ['model=llama-3.1-405b&seq=131072&batch=1', 'model=qwen3-30b-a3b&seq=8192&batch=8', 'model=llama-3.1-405b&batch=4096']) {
+    await fresh();
+    await planner.page.addInitScript(() => {
+      window.vpLongTasks = [];
+      new PerformanceObserver((l) => l.getEntries().forEach((e) => window.vpLongTasks.push(e.duration))).observe({ type: 'longtask', buffered: true });
+    });
+    await planner.page.goto(url(query));
+    await until(async () => /\d/.test((await planner.peakText()) ?? '') || (await planner.page.getByTestId('error').count()) > 0, `${query}: neither numbers nor a message`, 30_000);
+    const before = await planner.peakText();
+    await planner.batchBox.fill('2');
+    await until(async () => (await planner.peakText()) !== before, `${query}: typing a batch did not reach the numbers`, 10_000);
+    const longest = await planner.page.evaluate(() => Math.max(0, ...window.vpLongTasks));
+    console.log(`    ${query}: longest main-thread task ${longest.toFixed(0)} ms`);
+    check(longest < 1000, `${query}: the main thread was blocked for ${longest.toFixed(0)} ms`);
+  }
+});
+
 test('no request leaves the origin', async () => {
   await fresh();
   await planner.open(url());
