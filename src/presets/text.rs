@@ -329,9 +329,15 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
 /// A second causal mask for the sliding-window layers, built like [`causal_masks`]'s but never
 /// skipped (the window is a real restriction).
 fn sliding_mask(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, EstimateError> {
+    attention_mask(g, ctx).map(Some)
+}
+
+/// The bool causal mask, and for eager attention the float mask built from it once per forward
+/// (`torch.where(mask, 0, finfo.min)` in the embeddings' dtype, `masking_utils.eager_mask`).
+fn attention_mask(g: &mut Graph, ctx: &BuildCtx) -> Result<TensorId, EstimateError> {
     let m = g.causal_mask(ctx.batch, ctx.seq)?;
     match ctx.attn {
-        AttnImpl::Sdpa => Ok(Some(m)),
+        AttnImpl::Sdpa => Ok(m),
         AttnImpl::Eager => {
             let dt = g.precision.param_dtype();
             g.no_grad_op(
@@ -341,7 +347,6 @@ fn sliding_mask(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, Estim
                 dt,
                 Bytes::ZERO,
             )
-            .map(Some)
         }
     }
 }
@@ -354,21 +359,7 @@ fn causal_masks(g: &mut Graph, ctx: &BuildCtx) -> Result<Option<TensorId>, Estim
     if ctx.attn == AttnImpl::Sdpa && ctx.causal_mask == CausalMask::Skipped {
         return Ok(None);
     }
-    let m = g.causal_mask(ctx.batch, ctx.seq)?;
-    match ctx.attn {
-        AttnImpl::Sdpa => Ok(Some(m)),
-        AttnImpl::Eager => {
-            let dt = g.precision.param_dtype();
-            g.no_grad_op(
-                "where",
-                &[m],
-                vec![ctx.batch, 1, ctx.seq, ctx.seq],
-                dt,
-                Bytes::ZERO,
-            )
-            .map(Some)
-        }
-    }
+    attention_mask(g, ctx).map(Some)
 }
 
 /// `GPT2LMHeadModel.forward` (`models/gpt2/modeling_gpt2.py`).
