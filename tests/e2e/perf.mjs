@@ -119,3 +119,97 @@ export function sweepPositions(lo, hi, n) {
   }
   return out;
 }
+
+/**
+ * Installs the recorder of real input in `page`: for each trusted `input` event (a key typed in
+ * the batch box, a drag of a slider), the time from the event's timestamp to the end of the
+ * main thread's work on the first frame that shows a changed peak (found in that frame's
+ * animation callback; the task queued there runs once the frame's style, layout and paint are
+ * done). Event Timing entries of `input` events (`duration`: from the event's timestamp to the
+ * presentation of the next frame, in steps of 8 ms, reported from 16 ms) are kept beside them:
+ * a sample is the larger of the two, so the compositor's share is never left out.
+ */
+export function recordInputs(page) {
+  return page.evaluate(() => {
+    window.vpInputs = [];
+    window.vpEventTiming = [];
+    new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) if (e.name === 'input') window.vpEventTiming.push({ start: e.startTime, duration: e.duration });
+    }).observe({ type: 'event', durationThreshold: 16 });
+    const peak = () => document.querySelector('[data-testid="peak"]')?.textContent;
+    document.addEventListener(
+      'input',
+      (e) => {
+        if (!e.isTrusted) return;
+        const before = peak();
+        const t0 = e.timeStamp;
+        let frames = 0;
+        const look = () => {
+          frames++;
+          const changed = peak() !== before;
+          if (changed || frames >= 60) {
+            const c = new MessageChannel();
+            c.port1.onmessage = () => window.vpInputs.push({ t0, ms: performance.now() - t0, frames, changed });
+            c.port2.postMessage(0);
+          } else requestAnimationFrame(look);
+        };
+        requestAnimationFrame(look);
+      },
+      true,
+    );
+  });
+}
+
+/** The samples recorded since the last call: each changed frame's latency, Event Timing merged. */
+export async function takeInputs(page) {
+  return page.evaluate(() => {
+    const out = window.vpInputs
+      .filter((s) => s.changed)
+      .map((s) => {
+        const et = window.vpEventTiming.find((e) => Math.abs(e.start - s.t0) < 1);
+        return Math.max(s.ms, et ? et.duration : 0);
+      });
+    window.vpInputs = [];
+    window.vpEventTiming = [];
+    return out;
+  });
+}
+
+/**
+ * Types `keys` into the focused field as a keyboard does, through the DevTools protocol's
+ * `Input.dispatchKeyEvent` (a trusted key press, handled by the browser's input pipeline), one
+ * key every `gapMs`.
+ */
+export async function typeKeys(cdp, keys, gapMs) {
+  for (const k of keys) {
+    const code = /\d/.test(k) ? `Digit${k}` : k;
+    await cdp.send('Input.dispatchKeyEvent', { type: 'keyDown', key: k, code, text: k, unmodifiedText: k, windowsVirtualKeyCode: k.charCodeAt(0) });
+    await cdp.send('Input.dispatchKeyEvent', { type: 'keyUp', key: k, code, windowsVirtualKeyCode: k.charCodeAt(0) });
+    await new Promise((r) => setTimeout(r, gapMs));
+  }
+}
+
+/**
+ * Drags the range input `selector` with the mouse through `Input.dispatchMouseEvent`: pressed on
+ * its thumb, moved `steps` times by `dx` CSS pixels one move per `gapMs` (a hand's drag at 60 Hz),
+ * then released.
+ */
+export async function dragSlider(page, cdp, selector, steps, dx, gapMs) {
+  const at = await page.evaluate((selector) => {
+    const el = document.querySelector(selector);
+    el.scrollIntoView({ block: 'center' });
+    const r = el.getBoundingClientRect();
+    const f = (Number(el.value) - Number(el.min || 0)) / (Number(el.max || 100) - Number(el.min || 0));
+    // The thumb's centre: the track runs between half a thumb from each end (16 px thumbs).
+    return { x: r.left + 8 + f * (r.width - 16), y: r.top + r.height / 2 };
+  }, selector);
+  const mouse = (type, x) => cdp.send('Input.dispatchMouseEvent', { type, x, y: at.y, button: 'left', buttons: type === 'mouseReleased' ? 0 : 1, clickCount: 1 });
+  await mouse('mousePressed', at.x);
+  let x = at.x;
+  for (let i = 0; i < steps; i++) {
+    x += dx;
+    await mouse('mouseMoved', x);
+    await new Promise((r) => setTimeout(r, gapMs));
+  }
+  await mouse('mouseReleased', x);
+}

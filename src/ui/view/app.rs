@@ -247,11 +247,13 @@ fn extra_panels(p: Planner) -> El {
         })
     });
     let host = h("div");
-    // The panels live under their own owner while the section is open: closing it disposes
-    // their effects, so a closed section costs nothing while a slider moves. The page's owner is
-    // held weakly: the listener outlives an unmounted page and must not keep it alive.
-    let parent = Owner::current().map(|o| o.downgrade());
-    let mounted = StoredValue::new_local(None::<Owner>);
+    // The panels live under an owner of their own, cleaned when the section closes: that disposes
+    // their effects, so a closed section costs nothing while a slider moves. One owner for every
+    // opening (an owner keeps a weak handle to each child it ever made until it is cleaned: a new
+    // child of the page's owner per opening would pile up). Held by the page's owner: the
+    // listener outlives an unmounted page and then finds it gone.
+    let panels_owner = StoredValue::new_local(Owner::current().map(|o| o.child()));
+    let mounted = StoredValue::new_local(false);
     // Bumped on every open and close: a chunk that arrives after its section closed (or closed
     // and opened again) builds nothing.
     let opened = StoredValue::new_local(0u32);
@@ -264,15 +266,14 @@ fn extra_panels(p: Planner) -> El {
     details.on("toggle", move |_| {
         opened.update_value(|n| *n += 1);
         if el.has_attribute("open") {
-            if mounted.with_value(|m| m.is_some()) {
+            if mounted.try_get_value() != Some(false) {
                 return;
             }
-            panel_plan.set(p.plan.get_untracked());
-            let Some(page) = parent.as_ref().and_then(|w| w.upgrade()) else {
+            let Some(owner) = panels_owner.try_with_value(Clone::clone).flatten() else {
                 return;
             };
-            let owner = page.child();
-            mounted.set_value(Some(owner.clone()));
+            panel_plan.set(p.plan.get_untracked());
+            mounted.set_value(true);
             let ticket = opened.get_value();
             // Built under the panels' owner, as everything in the section: an event handler
             // runs outside any owner, and a text effect made there would keep its node for ever.
@@ -320,8 +321,10 @@ fn extra_panels(p: Planner) -> El {
                     ),
                 }
             });
-        } else if let Some(owner) = mounted.try_update_value(Option::take).flatten() {
-            owner.cleanup();
+        } else if mounted.try_update_value(|m| std::mem::replace(m, false)) == Some(true) {
+            if let Some(owner) = panels_owner.try_with_value(Clone::clone).flatten() {
+                owner.cleanup();
+            }
             host.0.set_text_content(None);
         }
     })

@@ -120,8 +120,12 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
         if !visible.get() {
             return;
         }
-        fetch_chart_code(p, failure);
-        p.chart_code.track();
+        // The charts' code is fetched only once the page has settled (no background work left:
+        // the exact numbers are in and the layout above the charts is final): while it is still
+        // being built, a chart can sit at the fold for a moment and then move below it.
+        if !p.chart_code.get() && !p.idle.get() {
+            return;
+        }
         p.plan.track();
         // Background jobs (exact numbers, the largest batch, sweeps) change what the batch,
         // length and checkpoint charts show; the timeline and the per-layer chart follow from
@@ -136,6 +140,13 @@ pub fn chart_view(p: Planner, kind: ChartKind) -> El {
             let (d, pending, last) = (draw_now.clone(), pending.clone(), last_draw.clone());
             let run = move || {
                 pending.set(false);
+                // Seen again once the page is idle, when the layout has settled: a chart that
+                // crossed the fold only while the page was being built (content arriving above
+                // it) neither fetches the charts' code nor draws.
+                if visible.try_get_untracked() != Some(true) {
+                    return;
+                }
+                fetch_chart_code(p, failure);
                 last.set(browser::now());
                 d();
             };

@@ -6,7 +6,7 @@
 
 use leptos::prelude::*;
 
-use super::dom::{button, h, select, table_body, El};
+use super::dom::{button, h, memo, memo_always, select, table_body, El};
 use super::widgets::Prefs;
 use crate::plan::fit::compare;
 use crate::plan::Plan;
@@ -74,8 +74,8 @@ fn column_head(plan: RwSignal<Plan>, cx: Prefs, configs: RwSignal<Vec<Plan>>, i:
 
 pub fn compare_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let configs = RwSignal::new(plan.with_untracked(compare_defaults));
-    let results = Memo::new_with_compare(move |_| configs.with(|c| compare(c)), |_, _| true);
-    let count = Memo::new(move |_| configs.with(Vec::len));
+    let results = memo_always(move || configs.with(|c| compare(c)));
+    let count = memo(move || configs.with(Vec::len));
 
     // The header is rebuilt only when configurations are added or removed; its texts follow
     // the language on their own.

@@ -5,6 +5,7 @@
 //! (`textContent`, attributes, `value`): nothing is parsed as HTML.
 
 use leptos::prelude::*;
+use leptos::reactive::graph::{AnySubscriber, Observer, Subscriber};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::JsCast;
 use web_sys::{Element, Event, HtmlInputElement};
@@ -20,9 +21,66 @@ pub fn h(tag: &str) -> El {
 
 type Text = Box<dyn Fn() -> String>;
 
-/// Runs `f` now and whenever what it reads changes.
+/// Runs `f` now and whenever what it reads changes, until the owner in force now is cleaned.
 pub fn effect(f: Box<dyn Fn()>) {
-    Effect::new(move |_| f());
+    let reader = Reader::new();
+    Effect::new(move |_| {
+        reader.note();
+        f()
+    });
+}
+
+/// A memo of `f` that leaves what it read with the owner in force now (see [`Reader`]).
+pub fn memo<T: PartialEq + Send + Sync + 'static>(
+    f: impl Fn() -> T + Send + Sync + 'static,
+) -> Memo<T> {
+    let reader = Reader::new();
+    Memo::new(move |_| {
+        reader.note();
+        f()
+    })
+}
+
+/// [`memo`] for values that are not compared: every recomputation counts as a change.
+pub fn memo_always<T: Send + Sync + 'static>(f: impl Fn() -> T + Send + Sync + 'static) -> Memo<T> {
+    let reader = Reader::new();
+    Memo::new_with_compare(
+        move |_| {
+            reader.note();
+            f()
+        },
+        |_, _| true,
+    )
+}
+
+/// A memo or effect that leaves the signals it read when the owner in force at its creation is
+/// cleaned. The reactive graph (reactive_graph 0.2) removes a subscriber from a signal's list only
+/// when that subscriber runs again: one disposed for good (the bindings of rebuilt children, a
+/// closed panel) stays listed, and its allocation with it, in every signal it read for as long as
+/// that signal lives; for the page's language, units and plan that is the page's life, one entry
+/// per binding per rebuild. Call [`Reader::note`] at the start of each run.
+#[derive(Clone, Default)]
+pub struct Reader(std::sync::Arc<std::sync::OnceLock<AnySubscriber>>);
+
+impl Reader {
+    pub fn new() -> Self {
+        let r = Reader::default();
+        let me = r.clone();
+        on_cleanup(move || {
+            if let Some(s) = me.0.get() {
+                s.clear_sources(s);
+            }
+        });
+        r
+    }
+    /// Learns which memo or effect is running (its first run is enough: it stays the same).
+    pub fn note(&self) {
+        if self.0.get().is_none() {
+            if let Some(s) = Observer::get() {
+                let _ = self.0.set(s);
+            }
+        }
+    }
 }
 
 impl El {
@@ -222,43 +280,36 @@ impl Drop for Listener {
     }
 }
 
-/// Where children built in a later task go. They are built under an owner of their own, a child
-/// of the one in force when the element was built, so their effects are disposed with the page
-/// and when the next build replaces them (a later task runs outside any owner: effects created
-/// there would otherwise live on).
+/// Where children built in a later task go. They are built under an owner of their own, made
+/// once as a child of the one in force when the element was built, and cleaned before each build:
+/// their effects are disposed with the page and when the next build replaces them (a later task
+/// runs outside any owner: effects created there would otherwise live on). One owner for every
+/// build, not one per build: an owner keeps a weak handle to each child it ever made until it is
+/// itself cleaned, so a new child of the page's owner per build would keep that handle and the
+/// child's allocation for the page's life.
 #[derive(Clone)]
 struct Later {
     el: Element,
-    /// The page's owner, held weakly: a build due after an unmount (idle time can be seconds
-    /// away) finds it gone and builds nothing, as does one of an element built outside any owner.
-    parent: Option<WeakOwner>,
-    /// The current build's owner, kept by the page's (an owner is disposed when its last handle
-    /// drops).
-    built: StoredValue<Option<Owner>, LocalStorage>,
+    /// Held by the page's owner, as everything the page builds: a build due after an unmount
+    /// (idle time can be seconds away) finds it gone and builds nothing, as does one of an
+    /// element built outside any owner.
+    owner: StoredValue<Option<Owner>, LocalStorage>,
 }
 
 impl Later {
     fn new(el: &Element) -> Self {
         Later {
             el: el.clone(),
-            parent: Owner::current().map(|o| o.downgrade()),
-            built: StoredValue::new_local(None),
+            owner: StoredValue::new_local(Owner::current().map(|o| o.child())),
         }
     }
     // Not generic: one copy serves every caller (the wasm's first load is on a byte budget).
     fn fill(&self, build: Box<dyn FnOnce() -> Vec<El> + '_>) {
-        let Some(parent) = self.parent.as_ref().and_then(WeakOwner::upgrade) else {
+        let Some(owner) = self.owner.try_with_value(Clone::clone).flatten() else {
             return;
         };
-        let Some(old) = self.built.try_update_value(Option::take) else {
-            return;
-        };
-        if let Some(old) = old {
-            old.cleanup();
-        }
-        let owner = parent.child();
+        owner.cleanup();
         let kids = owner.with(|| untrack(build));
-        self.built.set_value(Some(owner));
         self.el.set_text_content(None);
         for k in kids {
             let _ = self.el.append_child(&k.0);
@@ -424,7 +475,9 @@ fn table_body_erased(rows: Box<dyn Fn() -> Vec<Row>>, row_headers: bool) -> El {
     };
     // The previous rows are compared in Rust: reading each cell's text back from the DOM would
     // cost a string conversion per cell per step.
+    let reader = Reader::new();
     Effect::new(move |prev: Option<Vec<Row>>| {
+        reader.note();
         let now = rows();
         let same_shape = prev.as_ref().is_some_and(|p| {
             p.len() == now.len()

@@ -5,7 +5,7 @@
 
 use leptos::prelude::*;
 
-use super::dom::{effect, h, El};
+use super::dom::{effect, h, memo, memo_always, El};
 use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
 use crate::estimator::config::Mode;
 use crate::plan::estimate;
@@ -32,17 +32,15 @@ fn set_rank(p: &mut Plan, s: &str) -> bool {
 }
 
 pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
-    let mode = Memo::new(move |_| plan.with(|p| p.mode));
-    let has_lora = Memo::new(move |_| plan.with(|p| p.lora.is_some()));
+    let mode = memo(move || plan.with(|p| p.mode));
+    let has_lora = memo(move || plan.with(|p| p.lora.is_some()));
     // Only serving plans need their own estimate here (the page shows the others').
-    let infer_est = Memo::new_with_compare(
-        move |_| plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))),
-        |_, _| true,
-    );
-    let base = Memo::new(move |_| plan.with(ml::context_base));
-    let points = Memo::new_with_compare(move |_| base.with(ml::context_points), |_, _| true);
-    let max_ctx = Memo::new(move |_| base.with(ml::max_context));
-    let is_text = Memo::new(move |_| plan.with(|p| ml::context_of(p).is_some()));
+    let infer_est =
+        memo_always(move || plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))));
+    let base = memo(move || plan.with(ml::context_base));
+    let points = memo_always(move || base.with(ml::context_points));
+    let max_ctx = memo(move || base.with(ml::max_context));
+    let is_text = memo(move || plan.with(|p| ml::context_of(p).is_some()));
     let shown = move || mode.get() == Mode::Infer && is_text.get();
 
     let (fig, canvas) = figure(

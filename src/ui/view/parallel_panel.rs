@@ -7,7 +7,7 @@
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
-use super::dom::{button, effect, h, El};
+use super::dom::{button, effect, h, memo, memo_always, El};
 use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
 use crate::estimator::config::Mode;
 use crate::estimator::units::Bytes;
@@ -139,17 +139,12 @@ fn found_view(
 }
 
 pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
-    let training = Memo::new(move |_| plan.with(|p| p.mode != Mode::Infer));
-    let est = Memo::new_with_compare(
-        move |_| plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))),
-        |_, _| true,
-    );
-    let base = Memo::new(move |_| plan.with(curves_base));
-    let curves = Memo::new_with_compare(
-        move |_| base.with(|b| (b.mode != Mode::Infer).then(|| sl::zero_curves(b))),
-        |_, _| true,
-    );
-    let capacity = Memo::new(move |_| plan.with(|p| sl::gpu_of(p).map(|g| g.memory)));
+    let training = memo(move || plan.with(|p| p.mode != Mode::Infer));
+    let est = memo_always(move || plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))));
+    let base = memo(move || plan.with(curves_base));
+    let curves =
+        memo_always(move || base.with(|b| (b.mode != Mode::Infer).then(|| sl::zero_curves(b))));
+    let capacity = memo(move || plan.with(|p| sl::gpu_of(p).map(|g| g.memory)));
 
     let (zero_fig, zero_canvas) =
         figure(cx, "chart-zero", Msg::ZeroChartAria, Msg::ZeroChartCaption);
