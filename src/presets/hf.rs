@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::gemma::Gemma;
 use super::generate;
+use super::modernbert::ModernBert;
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
@@ -122,7 +123,8 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
     };
     match mt {
         "gpt2" => gpt2(cfg),
-        "bert" => bert(cfg),
+        "bert" | "roberta" => bert(cfg, mt),
+        "modernbert" => modernbert(cfg),
         _ if SUPPORTED.contains(&mt) => llama(cfg, mt),
         other => Err(bad(format!(
             "model_type '{other}' is not supported: use {}",
@@ -165,6 +167,7 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
             MAX_DIM,
         )?),
         type_vocab: 0,
+        position_offset: 0,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
         qkv_bias: true,
         o_bias: true,
@@ -177,8 +180,11 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
     })
 }
 
-/// `BertConfig` for `BertForMaskedLM`: absolute positions only.
-fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
+/// `BertConfig` for `BertForMaskedLM` and `RobertaConfig` for `RobertaForMaskedLM`
+/// (`models/roberta/configuration_roberta.py`, transformers 5.24.0: vocabulary 50265,
+/// `pad_token_id` 1, whose positions start at `pad_token_id + 1`): absolute positions only.
+fn bert(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
+    let roberta = mt == "roberta";
     let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
     let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
     let head_dim = divide(
@@ -195,21 +201,49 @@ fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
         }
     }
     if boolean(cfg, "is_decoder", false)? {
-        return Err(bad("'is_decoder' = true (BertLMHeadModel) is not modelled; BERT is estimated as BertForMaskedLM"));
+        return Err(bad(format!("'is_decoder' = true (a causal LM head) is not modelled; {mt} is estimated as its masked-LM model")));
+    }
+    if boolean(cfg, "add_cross_attention", false)? {
+        return Err(bad(format!(
+            "'add_cross_attention' = true (an encoder-decoder {mt}) is not modelled"
+        )));
     }
     let hidden_dropout = prob(cfg, "hidden_dropout_prob", 0.1)?;
+    let max_positions = uint(cfg, &["max_position_embeddings"], Some(512), MAX_DIM)?;
+    let position_offset = if roberta {
+        let pad = match cfg.get("pad_token_id") {
+            None => 1,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                bad(format!(
+                    "'pad_token_id' must be a non-negative integer (RoBERTa's positions start after it), got {v}"
+                ))
+            })?,
+        };
+        if pad + 1 >= max_positions {
+            return Err(bad(format!("'max_position_embeddings' = {max_positions} leaves no position past 'pad_token_id' = {pad}")));
+        }
+        pad + 1
+    } else {
+        0
+    };
+    let (arch, vocab) = if roberta {
+        (Arch::Roberta, 50265)
+    } else {
+        (Arch::Bert, 30522)
+    };
     Ok(TextConfig {
-        arch: Arch::Bert,
-        model_type: "bert".into(),
-        vocab: uint(cfg, &["vocab_size"], Some(30522), MAX_VOCAB)?,
+        arch,
+        model_type: mt.into(),
+        vocab: uint(cfg, &["vocab_size"], Some(vocab), MAX_VOCAB)?,
         hidden,
         layers: uint(cfg, &["num_hidden_layers"], Some(12), MAX_LAYERS)?,
         heads,
         kv_heads: heads,
         head_dim,
         intermediate: uint(cfg, &["intermediate_size"], Some(3072), MAX_DIM)?,
-        max_positions: Some(uint(cfg, &["max_position_embeddings"], Some(512), MAX_DIM)?),
+        max_positions: Some(max_positions),
         type_vocab: uint(cfg, &["type_vocab_size"], Some(2), MAX_VOCAB)?,
+        position_offset,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
         qkv_bias: true,
         o_bias: true,
@@ -222,10 +256,104 @@ fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
     })
 }
 
+/// `ModernBertConfig` (`models/modernbert/configuration_modernbert.py`, transformers 5.24.0):
+/// vocabulary 50368, 768 wide, 22 layers of 12 heads, `intermediate_size` 1152 (the GeGLU `Wi`
+/// is twice that), `hidden_activation` and `classifier_activation` gelu, no biases but the
+/// decoder's (`norm_bias`, `attention_bias`, `mlp_bias`, `classifier_bias` false,
+/// `decoder_bias` true), dropouts 0, tied decoder, `local_attention` 128 with every
+/// `global_attn_every_n_layers` = 3rd layer global (`layer_types`, when listed, decides).
+/// Positions are rotary: no length limit.
+fn modernbert(cfg: &Value) -> Result<TextConfig, EstimateError> {
+    let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
+    // `ModernBertAttention` raises unless the heads divide the width.
+    let head_dim = divide(
+        "hidden_size must be divisible by num_attention_heads",
+        hidden,
+        heads,
+    )?;
+    if !head_dim.is_multiple_of(2) {
+        return Err(bad(format!(
+            "head_dim must be even for rotary embeddings, got {head_dim}"
+        )));
+    }
+    let layers = uint(cfg, &["num_hidden_layers"], Some(22), MAX_LAYERS)?;
+    if boolean(cfg, "sparse_prediction", false)? {
+        return Err(bad(
+            "'sparse_prediction' = true (the head on the masked tokens only) is not modelled",
+        ));
+    }
+    let local_attention = uint(cfg, &["local_attention"], Some(128), MAX_DIM)?;
+    let local = match cfg.get("layer_types") {
+        None | Some(Value::Null) => {
+            let every = uint(cfg, &["global_attn_every_n_layers"], Some(3), MAX_LAYERS)?;
+            (0..layers).map(|i| i % every != 0).collect()
+        }
+        Some(v) => layer_types(v, layers)?,
+    };
+    let attention_bias = boolean(cfg, "attention_bias", false)?;
+    let mb = ModernBert {
+        norm_bias: boolean(cfg, "norm_bias", false)?,
+        decoder_bias: boolean(cfg, "decoder_bias", true)?,
+        classifier_bias: boolean(cfg, "classifier_bias", false)?,
+        classifier_act: activation(cfg, "classifier_activation", "gelu")?,
+        mlp_dropout: prob(cfg, "mlp_dropout", 0.0)?,
+        half_window: local_attention / 2,
+        local,
+    };
+    Ok(TextConfig {
+        arch: Arch::ModernBert,
+        model_type: "modernbert".into(),
+        vocab: uint(cfg, &["vocab_size"], Some(50368), MAX_VOCAB)?,
+        hidden,
+        layers,
+        heads,
+        kv_heads: heads,
+        head_dim,
+        intermediate: uint(cfg, &["intermediate_size"], Some(1152), MAX_DIM)?,
+        max_positions: None,
+        type_vocab: 0,
+        position_offset: 0,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
+        qkv_bias: attention_bias,
+        o_bias: attention_bias,
+        mlp_bias: boolean(cfg, "mlp_bias", false)?,
+        act: activation(cfg, "hidden_activation", "gelu")?,
+        embd_dropout: prob(cfg, "embedding_dropout", 0.0)?,
+        attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
+        resid_dropout: 0.0,
+        variant: Variant {
+            modernbert: Some(mb),
+            ..Variant::default()
+        },
+    })
+}
+
+/// `layer_types`: one `"sliding_attention"` or `"full_attention"` per layer; whether each is local.
+fn layer_types(v: &Value, layers: u64) -> Result<Vec<bool>, EstimateError> {
+    match v {
+        Value::Array(xs) if xs.len() as u64 == layers => xs
+            .iter()
+            .map(|x| match x.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(bad(format!(
+                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
+                ))),
+            })
+            .collect(),
+        _ => Err(bad(format!(
+            "'layer_types' must list one type per layer ({layers}), got {v}"
+        ))),
+    }
+}
+
 /// The `model_type`s this reader accepts, in the order messages list them.
 pub const SUPPORTED: &[&str] = &[
     "gpt2",
     "bert",
+    "roberta",
+    "modernbert",
     "llama",
     "mistral",
     "qwen2",
@@ -373,6 +501,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         intermediate: uint(cfg, &["intermediate_size"], Some(inter), MAX_DIM)?,
         max_positions: None,
         type_vocab: 0,
+        position_offset: 0,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", gemma)?,
         qkv_bias,
         o_bias,
@@ -401,21 +530,7 @@ fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), 
             };
             (0..layers).map(|i| (i + 1) % pattern != 0).collect()
         }
-        Some(Value::Array(xs)) if xs.len() as u64 == layers => xs
-            .iter()
-            .map(|x| match x.as_str() {
-                Some("sliding_attention") => Ok(true),
-                Some("full_attention") => Ok(false),
-                _ => Err(bad(format!(
-                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(v) => {
-            return Err(bad(format!(
-                "'layer_types' must list one type per layer ({layers}), got {v}"
-            )))
-        }
+        Some(v) => layer_types(v, layers)?,
     };
     let capped = |key: &str, default: Option<f64>| -> Result<bool, EstimateError> {
         match cfg.get(key) {

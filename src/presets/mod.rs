@@ -9,6 +9,7 @@ pub mod gpus;
 pub mod hf;
 pub mod links;
 pub mod models;
+pub mod modernbert;
 pub mod moe;
 pub mod rnn;
 pub mod text;

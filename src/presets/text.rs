@@ -22,6 +22,7 @@ use crate::estimator::units::{Bytes, DType};
 use super::activation::activation;
 pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
+use super::modernbert::{self, ModernBert};
 use super::moe::{self, Moe};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -33,6 +34,12 @@ pub enum Arch {
     Gpt2,
     /// `BertForMaskedLM`: learned positions and token types, post-LayerNorm, MLM head.
     Bert,
+    /// `RobertaForMaskedLM` (`models/roberta/modeling_roberta.py`): BERT's encoder and head with
+    /// positions counted from the input ids past the padding index, and the head named `lm_head`.
+    Roberta,
+    /// `ModernBertForMaskedLM` ([`super::modernbert`]): pre-norm, rotary, alternating global
+    /// and sliding-window bidirectional attention, GeGLU MLP.
+    ModernBert,
     /// `LlamaForCausalLM` / `MistralForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, rotary
     /// positions, grouped-query attention, SiLU-gated MLP.
     Llama,
@@ -56,6 +63,9 @@ pub struct TextConfig {
     pub max_positions: Option<u64>,
     /// BERT token-type vocabulary.
     pub type_vocab: u64,
+    /// Rows of the learned position table a sequence never reaches: RoBERTa numbers positions
+    /// from `pad_token_id + 1` (`create_position_ids_from_input_ids`); 0 elsewhere.
+    pub position_offset: u64,
     /// The output projection reuses the input embedding (counted once).
     pub tie_embeddings: bool,
     pub qkv_bias: bool,
@@ -91,6 +101,8 @@ pub struct Variant {
     /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
     /// `sliding_window`).
     pub sliding: Option<Sliding>,
+    /// ModernBERT's own fields (set exactly for [`Arch::ModernBert`]).
+    pub modernbert: Option<ModernBert>,
 }
 
 /// The sliding-window layers of a decoder.
@@ -135,13 +147,17 @@ impl TextConfig {
                     2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
                 v * h + p * h + l * layer + 2 * h + b(!self.tie_embeddings, v * h)
             }
-            Arch::Bert => {
+            Arch::Bert | Arch::Roberta => {
                 let p = self.max_positions.unwrap_or(0);
                 let emb = v * h + p * h + self.type_vocab * h + 2 * h;
                 let layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h);
                 let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
                 emb + l * layer + head
             }
+            Arch::ModernBert => match &self.variant.modernbert {
+                Some(mb) => modernbert::param_count(self, mb),
+                None => 0,
+            },
             Arch::Llama => self.llama_params(false),
         }
     }
@@ -183,7 +199,7 @@ impl TextConfig {
 }
 
 /// Runs `layer` over all layers, wrapping the checkpointed groups.
-fn run_layers(
+pub(crate) fn run_layers(
     g: &mut Graph,
     cfg: &TextConfig,
     ctx: &BuildCtx,
@@ -256,7 +272,15 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     }
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
-        Arch::Bert => bert(&mut g, cfg, ctx, ids)?,
+        Arch::Bert | Arch::Roberta => bert(&mut g, cfg, ctx, ids)?,
+        Arch::ModernBert => match &cfg.variant.modernbert {
+            Some(mb) => modernbert::build(&mut g, cfg, mb, ctx, ids)?,
+            None => {
+                return Err(EstimateError::Unsupported(
+                    "a ModernBERT model needs its ModernBERT fields".into(),
+                ))
+            }
+        },
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
@@ -292,14 +316,17 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
     Ok(())
 }
 
-/// Refuses a sequence longer than the model's learned positions.
+/// Refuses a sequence longer than the model's learned positions (for RoBERTa the table's rows
+/// past its offset).
 pub fn check_positions(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     match cfg.max_positions {
-        Some(max) if ctx.seq > max => Err(EstimateError::SequenceTooLong {
-            model: cfg.model_type.clone(),
-            seq: ctx.seq,
-            max,
-        }),
+        Some(rows) if ctx.seq > rows.saturating_sub(cfg.position_offset) => {
+            Err(EstimateError::SequenceTooLong {
+                model: cfg.model_type.clone(),
+                seq: ctx.seq,
+                max: rows.saturating_sub(cfg.position_offset),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -318,7 +345,8 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
     }
     let (embeds, stack): (&[&str], &str) = match cfg.arch {
         Arch::Gpt2 => (&["wte", "wpe"], "h"),
-        Arch::Bert => (&["embeddings"], "layer"),
+        Arch::Bert | Arch::Roberta => (&["embeddings"], "layer"),
+        Arch::ModernBert => (&["embeddings"], "layers"),
         Arch::Llama => (&["embed_tokens"], "layers"),
     };
     g.frozen.extend(embeds.iter().map(|e| e.to_string()));
@@ -430,6 +458,12 @@ fn gpt2(
 /// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
 /// the raw scores.
+///
+/// `RobertaForMaskedLM.forward` (`models/roberta/modeling_roberta.py`, transformers 5.24.0) runs
+/// the same code but for two places: its embeddings number the positions from the input ids
+/// ([`roberta_position_ids`]), so the position and token-type lookups are per sample
+/// (`[B, S]`, where BERT's are `[1, S]` views of its buffers), and its head
+/// (`RobertaLMHead`: `dense`, `gelu`, `layer_norm`, `decoder`) always uses the erf GELU.
 fn bert(
     g: &mut Graph,
     cfg: &TextConfig,
@@ -443,13 +477,27 @@ fn bert(
     // Buffers `position_ids` and `token_type_ids`, `[1, max_positions]` int64 each.
     let pos_buf = g.buffer(vec![1, p], DType::I64)?;
     let tt_buf = g.buffer(vec![1, p], DType::I64)?;
+    let roberta = cfg.arch == Arch::Roberta;
     let (mut e, word) = g.scoped("embeddings", |g| {
+        let pos = if roberta {
+            roberta_position_ids(g, ids)?
+        } else {
+            g.alias(pos_buf, vec![1, s], false)
+        };
         let (x, word) = g.embedding("word_embeddings", ids, cfg.vocab, h_dim)?;
-        let tt = g.no_grad_op("gather", &[tt_buf], vec![1, s], DType::I64, Bytes::ZERO)?;
+        // `torch.gather(token_type_ids.expand(position_ids.shape[0], -1), 1, position_ids)`,
+        // expanded to `[B, S]`.
+        let rows = g.shape(pos)[0];
+        let tt = g.no_grad_op(
+            "gather",
+            &[tt_buf, pos],
+            vec![rows, s],
+            DType::I64,
+            Bytes::ZERO,
+        )?;
         let tt = g.alias(tt, vec![b, s], false);
         let (te, _) = g.embedding("token_type_embeddings", tt, cfg.type_vocab, h_dim)?;
         let e = g.add(x, te, false)?;
-        let pos = g.alias(pos_buf, vec![1, s], false);
         let (pe, _) = g.embedding("position_embeddings", pos, p, h_dim)?;
         let e = g.add(e, pe, false)?;
         let e = g.layer_norm("LayerNorm", e, true)?;
@@ -508,12 +556,23 @@ fn bert(
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
-    let scores = g.scoped("cls", |g| {
-        let t = g.scoped("transform", |g| {
+    // BERT: `cls.predictions.transform.{dense, LayerNorm}`, `cls.predictions.decoder`;
+    // RoBERTa: `lm_head.{dense, layer_norm, decoder}`.
+    let (head, transform, norm, act) = if roberta {
+        ("lm_head", None, "layer_norm", Activation::Gelu)
+    } else {
+        ("cls", Some("transform"), "LayerNorm", cfg.act)
+    };
+    let scores = g.scoped(head, |g| {
+        let transform_ops = |g: &mut Graph| {
             let t = g.linear("dense", e, h_dim, h_dim, true)?;
-            let t = activation(g, t, cfg.act, cpu)?;
-            g.layer_norm("LayerNorm", t, true)
-        })?;
+            let t = activation(g, t, act, cpu)?;
+            g.layer_norm(norm, t, true)
+        };
+        let t = match transform {
+            Some(scope) => g.scoped(scope, transform_ops)?,
+            None => transform_ops(g)?,
+        };
         g.scoped("decoder", |g| {
             let bias = g.param(vec![cfg.vocab])?;
             if cfg.tie_embeddings {
@@ -528,6 +587,26 @@ fn bert(
     let labels = g.view(ids, vec![b * s])?;
     g.scoped("loss", |g| g.cross_entropy(scores, labels))?;
     Ok(())
+}
+
+/// `RobertaEmbeddings.create_position_ids_from_input_ids` (transformers 5.24.0): `mask =
+/// input_ids.ne(padding_idx).int()`, `(torch.cumsum(mask, dim=1).type_as(mask) + cache_length) *
+/// mask`, `.long() + padding_idx`: `[B, S]` integer tensors without autograd (the cumsum of an
+/// int32 tensor is int64), of which only the last, the position ids, outlives the embeddings (the
+/// position and token-type lookups save it).
+fn roberta_position_ids(g: &mut Graph, ids: TensorId) -> Result<TensorId, EstimateError> {
+    let shape = g.shape(ids);
+    let step = |g: &mut Graph, kind: &'static str, ins: &[TensorId], dt: DType| {
+        g.no_grad_op(kind, ins, shape.clone(), dt, Bytes::ZERO)
+    };
+    let ne = step(g, "ne", &[ids], DType::Bool)?;
+    let mask = step(g, "to_int", &[ne], DType::I32)?;
+    let sum = step(g, "cumsum", &[mask], DType::I64)?;
+    let sum = step(g, "type_as", &[sum], DType::I32)?;
+    let sum = step(g, "add", &[sum], DType::I32)?;
+    let inc = step(g, "mul", &[sum, mask], DType::I32)?;
+    let long = step(g, "to_long", &[inc], DType::I64)?;
+    step(g, "add", &[long], DType::I64)
 }
 
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
@@ -921,7 +1000,7 @@ impl LlamaLayer<'_> {
 /// subclasses are never accumulated in place), so a third weight-sized tensor exists while the
 /// embedding's backward delivers its gradient. Recorded as scratch of the embedding op, which
 /// must be the op just recorded.
-fn tied_grad_sum(g: &mut Graph, w: TensorId) {
+pub(crate) fn tied_grad_sum(g: &mut Graph, w: TensorId) {
     let b = g.bytes(w);
     g.add_scratch(Bytes::ZERO, b);
 }
