@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use super::gemma::Gemma;
 use super::generate;
+use super::llava::{self, Clip, Llava};
 use super::modernbert::ModernBert;
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
@@ -95,7 +96,8 @@ fn activation(cfg: &Value, key: &str, default: &str) -> Result<Activation, Estim
         "gelu" | "gelu_pytorch_tanh" => Ok(Activation::Gelu),
         "relu" => Ok(Activation::Relu),
         "silu" | "swish" => Ok(Activation::Silu),
-        other => Err(bad(format!("activation '{other}' is not modelled (use gelu_new, gelu, gelu_pytorch_tanh, relu or silu)"))),
+        "quick_gelu" => Ok(Activation::QuickGelu),
+        other => Err(bad(format!("activation '{other}' is not modelled (use gelu_new, gelu, gelu_pytorch_tanh, quick_gelu, relu or silu)"))),
     }
 }
 
@@ -106,7 +108,25 @@ fn divide(what: &str, a: u64, b: u64) -> Result<u64, EstimateError> {
     Ok(a / b)
 }
 
-/// Parses a `config.json` into the builder's [`TextConfig`].
+/// The model a `config.json` describes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HfModel {
+    /// A language model ([`super::text`]).
+    Text(TextConfig),
+    /// A vision-language model ([`super::llava`]).
+    Llava(Box<Llava>),
+}
+
+/// Parses a `config.json` of any supported `model_type`.
+pub fn parse_model(cfg: &Value) -> Result<HfModel, EstimateError> {
+    match cfg.get("model_type") {
+        Some(Value::String(s)) if s == "llava" => llava(cfg).map(|l| HfModel::Llava(Box::new(l))),
+        _ => parse(cfg).map(HfModel::Text),
+    }
+}
+
+/// Parses a language model's `config.json` into the builder's [`TextConfig`] (LLaVA's is read
+/// by [`parse_model`]).
 pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
     if !cfg.is_object() {
         return Err(bad("expected a JSON object (the contents of config.json)"));
@@ -125,6 +145,9 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
         "gpt2" => gpt2(cfg),
         "bert" | "roberta" => bert(cfg, mt),
         "modernbert" => modernbert(cfg),
+        "llava" => Err(bad(
+            "model_type 'llava' is a vision-language model, not a language model: its language model is 'text_config'",
+        )),
         _ if SUPPORTED.contains(&mt) => llama(cfg, mt),
         other => Err(bad(format!(
             "model_type '{other}' is not supported: use {}",
@@ -348,6 +371,156 @@ fn layer_types(v: &Value, layers: u64) -> Result<Vec<bool>, EstimateError> {
     }
 }
 
+/// `LlavaConfig` (`models/llava/configuration_llava.py`, transformers 5.24.0): `vision_config`
+/// a `CLIPVisionConfig` (its class defaults when given, LLaVA's own when absent: CLIP ViT-L/14 at
+/// 336 pixels, 24 layers), `text_config` a LLaMA-family config (LLaMA's defaults when absent),
+/// `vision_feature_layer` -2, `vision_feature_select_strategy` "default" (the class token
+/// dropped), `projector_hidden_act` gelu, `multimodal_projector_bias` true, untied unless either
+/// config ties. `image_seq_length`, when given, must be the tower's feature count: the forward
+/// refuses a mismatch.
+fn llava(cfg: &Value) -> Result<Llava, EstimateError> {
+    let sub = |key: &str| -> Result<Option<&Value>, EstimateError> {
+        match cfg.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) if v.is_object() => Ok(Some(v)),
+            Some(v) => Err(bad(format!("'{key}' must be an object, got {v}"))),
+        }
+    };
+    let vision = match sub("vision_config")? {
+        None => Clip {
+            hidden: 1024,
+            intermediate: 4096,
+            layers: 24,
+            heads: 16,
+            channels: 3,
+            image_size: 336,
+            patch_size: 14,
+            act: Activation::QuickGelu,
+            attn_dropout: 0.0,
+        },
+        Some(v) => clip_vision(v)?,
+    };
+    let text_cfg = match sub("text_config")? {
+        None => serde_json::json!({"model_type": "llama"}),
+        Some(t) if t.get("model_type").is_none() => {
+            let mut t = t.clone();
+            t["model_type"] = "llama".into();
+            t
+        }
+        Some(t) => t.clone(),
+    };
+    let mut text = parse(&text_cfg).map_err(|e| match e {
+        EstimateError::BadHfConfig(m) => bad(format!("text_config: {m}")),
+        other => other,
+    })?;
+    if !llava::is_language_model(&text) {
+        return Err(bad(format!(
+            "text_config: model_type '{}' is not modelled as LLaVA's language model (use a LLaMA-family one: llama, mistral, qwen2, ...)",
+            text.model_type
+        )));
+    }
+    text.tie_embeddings |= boolean(cfg, "tie_word_embeddings", false)?;
+    let all = vision.layers as i64 + 1;
+    let index = |v: &Value| -> Result<u64, EstimateError> {
+        match v.as_i64() {
+            Some(i) if (-all..all).contains(&i) => Ok(if i < 0 { (all + i) as u64 } else { i as u64 }),
+            _ => Err(bad(format!(
+                "'vision_feature_layer' must index the tower's {all} hidden states (-{all} to {}), got {v}",
+                all - 1
+            ))),
+        }
+    };
+    let feature_layers = match cfg.get("vision_feature_layer") {
+        None | Some(Value::Null) => vec![all as u64 - 2],
+        Some(Value::Array(xs)) if !xs.is_empty() => {
+            xs.iter().map(index).collect::<Result<_, _>>()?
+        }
+        Some(v) => vec![index(v)?],
+    };
+    let drop_cls = match cfg
+        .get("vision_feature_select_strategy")
+        .and_then(Value::as_str)
+    {
+        None => match cfg.get("vision_feature_select_strategy") {
+            None | Some(Value::Null) => true,
+            Some(v) => {
+                return Err(bad(format!(
+                    "'vision_feature_select_strategy' must be \"default\" or \"full\", got {v}"
+                )))
+            }
+        },
+        Some("default") => true,
+        Some("full") => false,
+        Some(other) => {
+            return Err(bad(format!(
+                "'vision_feature_select_strategy' must be \"default\" or \"full\", got \"{other}\""
+            )))
+        }
+    };
+    let m = Llava {
+        vision,
+        text,
+        feature_layers,
+        drop_cls,
+        projector_act: activation(cfg, "projector_hidden_act", "gelu")?,
+        projector_bias: boolean(cfg, "multimodal_projector_bias", true)?,
+    };
+    if let Some(n) = opt_uint(cfg, "image_seq_length", MAX_DIM)? {
+        if n != m.image_tokens() {
+            return Err(bad(format!(
+                "'image_seq_length' = {n} but the vision tower gives {} features per image ({}×{} patches{}): set it to {}",
+                m.image_tokens(),
+                m.vision.grid(),
+                m.vision.grid(),
+                if m.drop_cls { "" } else { " and the class token" },
+                m.image_tokens()
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// `CLIPVisionConfig` (`models/clip/configuration_clip.py`, transformers 5.24.0): 768 wide, 12
+/// layers of 12 heads, `intermediate_size` 3072, 3 channels, 224-pixel images in 32-pixel
+/// patches, `hidden_act` quick_gelu, `attention_dropout` 0.
+fn clip_vision(v: &Value) -> Result<Clip, EstimateError> {
+    match v.get("model_type").and_then(Value::as_str) {
+        None | Some("clip_vision_model") => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "vision_config: model_type '{other}' is not modelled (use clip_vision_model)"
+            )))
+        }
+    }
+    let hidden = uint(v, &["hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(v, &["num_attention_heads"], Some(12), MAX_DIM)?;
+    divide(
+        "vision_config: hidden_size must be divisible by num_attention_heads",
+        hidden,
+        heads,
+    )?;
+    // Far above any published tower's 336 or 448 pixels, and small enough that the patch count
+    // stays a sane sequence.
+    let image_size = uint(v, &["image_size"], Some(224), 1 << 14)?;
+    let patch_size = uint(v, &["patch_size"], Some(32), 1 << 14)?;
+    if patch_size > image_size {
+        return Err(bad(format!(
+            "vision_config: patch_size {patch_size} is larger than image_size {image_size}"
+        )));
+    }
+    Ok(Clip {
+        hidden,
+        intermediate: uint(v, &["intermediate_size"], Some(3072), MAX_DIM)?,
+        layers: uint(v, &["num_hidden_layers"], Some(12), MAX_LAYERS)?,
+        heads,
+        channels: uint(v, &["num_channels"], Some(3), 64)?,
+        image_size,
+        patch_size,
+        act: activation(v, "hidden_act", "quick_gelu")?,
+        attn_dropout: prob(v, "attention_dropout", 0.0)?,
+    })
+}
+
 /// The `model_type`s this reader accepts, in the order messages list them.
 pub const SUPPORTED: &[&str] = &[
     "gpt2",
@@ -365,6 +538,7 @@ pub const SUPPORTED: &[&str] = &[
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
+    "llava",
 ];
 
 fn supported_list() -> String {
@@ -655,7 +829,10 @@ fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> 
 /// Builds the step of the model a `config.json` defines: training, or serving (a LLaMA-family
 /// model generates with its KV cache, [`generate`]; the others run the prompt's forward).
 pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let tc = parse(cfg)?;
+    let tc = match parse_model(cfg)? {
+        HfModel::Text(tc) => tc,
+        HfModel::Llava(m) => return llava::build(&m, ctx),
+    };
     if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
         text::check_positions(&tc, ctx)?;
         text::check_variant(&tc, ctx)?;

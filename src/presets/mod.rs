@@ -8,6 +8,7 @@ pub mod generate;
 pub mod gpus;
 pub mod hf;
 pub mod links;
+pub mod llava;
 pub mod models;
 pub mod modernbert;
 pub mod moe;

@@ -617,20 +617,46 @@ fn llama(
     ctx: &BuildCtx,
     ids: TensorId,
 ) -> Result<(), EstimateError> {
-    let cpu = ctx.device == Device::Cpu;
-    let (h_dim, d) = (cfg.hidden, cfg.head_dim);
-    let pdt = g.precision.param_dtype();
     g.nf4_shared_constants(&ctx.tune)?;
-    let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
-    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let (x, embed) = llama_embed(g, cfg, ids)?;
+    let mut router_logits = Vec::new();
+    let h = llama_decoder(g, cfg, ctx, x, &mut router_logits)?;
+    llama_head(g, cfg, h, embed, ids, &router_logits)
+}
+
+/// `embed_tokens(input_ids)` of a LLaMA-family model (Gemma's scaled): the embeddings and the
+/// embedding weight.
+pub(crate) fn llama_embed(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ids: TensorId,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, cfg.hidden)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
-    let gm = cfg.variant.gemma.as_ref();
-    let x = match gm {
+    let x = match cfg.variant.gemma.as_ref() {
         Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
         None => x,
     };
+    Ok((x, embed))
+}
+
+/// `LlamaModel.forward` from the input embeddings `x` (`[B, ctx.seq, hidden]`): the masks, the
+/// rotary tables, the decoder layers and the final norm. A sparse block's router logits are
+/// appended to `router_logits`.
+pub(crate) fn llama_decoder(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    x: TensorId,
+    router_logits: &mut Vec<TensorId>,
+) -> Result<TensorId, EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let d = cfg.head_dim;
+    let pdt = g.precision.param_dtype();
+    let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
+    let gm = cfg.variant.gemma.as_ref();
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
@@ -678,7 +704,6 @@ fn llama(
         local_rope,
         cpu,
     };
-    let mut router_logits = Vec::new();
     let h = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
         let local = sl.is_some_and(|sl| sl.is_local(i));
         layer.build(
@@ -689,14 +714,27 @@ fn llama(
                 mask: if local { local_mask } else { mask },
                 attn: ctx.attn,
             },
-            &mut router_logits,
+            router_logits,
         )
     })?;
-    let h = layer.norm(g, "norm", h)?;
+    layer.norm(g, "norm", h)
+}
+
+/// `*ForCausalLM`'s `lm_head` (the embedding weight when tied), Gemma 2's final soft-capping,
+/// `ForCausalLMLoss` against `ids`, and a mixture's load-balancing loss.
+pub(crate) fn llama_head(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    h: TensorId,
+    embed: TensorId,
+    ids: TensorId,
+    router_logits: &[TensorId],
+) -> Result<(), EstimateError> {
+    let gm = cfg.variant.gemma.as_ref();
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))?
     } else {
-        g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
+        g.column_parallel_linear("lm_head", h, cfg.hidden, cfg.vocab, false)?
     };
     // `final_logit_softcapping`: `logits / cap`, `tanh`, `* cap` over the whole vocabulary.
     let logits = if gm.is_some_and(|gm| gm.final_softcap) {
@@ -707,7 +745,7 @@ fn llama(
     let loss = g.causal_lm_loss(logits, ids)?;
     if let Some(moe) = cfg.variant.moe.as_ref().filter(|m| m.aux_loss) {
         if !g.inference {
-            moe::aux_loss(g, moe, &router_logits, loss)?;
+            moe::aux_loss(g, moe, router_logits, loss)?;
         }
     }
     Ok(())

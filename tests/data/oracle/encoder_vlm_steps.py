@@ -5,6 +5,8 @@ to 512 B, AdamW foreach) on the fake sm_90 CUDA device, as `variant_steps.py` me
 decoders: it reuses that driver's config table (`variant_steps.ALL`, `config`, `planner_config`)
 and chains its `models.build` hook, adding the builders for these three heads.
 
+The language model of LLaVA trains with `text_config.use_cache = False` (see `build`).
+
 Batches: the encoders take `{"input_ids": ids, "labels": ids}` (no `attention_mask`: every token
 attends to every other, the padded-batch path without padding; ModernBERT's local layers still
 build their sliding-window mask). LLaVA takes `{"input_ids", "pixel_values", "labels"}`: each
@@ -83,6 +85,11 @@ def build(spec):
     cfg._attn_implementation = spec.get("attn", "sdpa")
     seq = spec["seq"]
     if name in LLAVA:
+        # `use_cache` is the language model's own setting (`text_config.use_cache`, True by
+        # default): left on, `LlamaModel` builds a `DynamicCache` in training too, copying every
+        # layer's keys and values into it and skipping the causal mask. Training runs without a
+        # cache, as the harness's language models do.
+        cfg.text_config.use_cache = False
         cfg.text_config._attn_implementation = cfg._attn_implementation
         cfg.vision_config._attn_implementation = cfg._attn_implementation
         model = transformers.LlavaForConditionalGeneration(cfg)
@@ -127,6 +134,8 @@ def cases():
     out.append(dict(model="modernbert-small", seq=32, batch=2, dtype="fp32", opt="adamw", ckpt="none", attn="sdpa"))
     for dtype in ("fp32", "amp_bf16"):
         out.append(dict(model="llava-small", seq=512, batch=4, dtype=dtype, opt="adamw", ckpt="none", attn="sdpa"))
+    # The published widths with activations above the optimizer step's peak.
+    out.append(dict(model="llava-1.5-7b-2l", seq=1024, batch=8, dtype="amp_bf16", opt="adamw", ckpt="none", attn="sdpa"))
     # Fine-tuning with the vision tower frozen (`requires_grad_(False)`: no gradients, no optimizer state).
     out.append(dict(model="llava-small", seq=512, batch=4, dtype="amp_bf16", opt="adamw", ckpt="none", attn="sdpa",
                     frozen=["vision_tower"]))
