@@ -36,7 +36,7 @@ fn names_of(g: &Graph, kind: &str) -> Vec<String> {
 
 fn llava(cfg: &serde_json::Value) -> Llava {
     match parse_model(cfg).unwrap() {
-        HfModel::Llava(m) => *m,
+        HfModel::Llava(m) => m,
         other => panic!("not llava: {other:?}"),
     }
 }

@@ -114,13 +114,13 @@ pub enum HfModel {
     /// A language model ([`super::text`]).
     Text(TextConfig),
     /// A vision-language model ([`super::llava`]).
-    Llava(Box<Llava>),
+    Llava(Llava),
 }
 
 /// Parses a `config.json` of any supported `model_type`.
 pub fn parse_model(cfg: &Value) -> Result<HfModel, EstimateError> {
     match cfg.get("model_type") {
-        Some(Value::String(s)) if s == "llava" => llava(cfg).map(|l| HfModel::Llava(Box::new(l))),
+        Some(Value::String(s)) if s == "llava" => llava(cfg).map(HfModel::Llava),
         _ => parse(cfg).map(HfModel::Text),
     }
 }

@@ -17,7 +17,7 @@
 //! returns (the model's output holds the tower's last hidden state until then).
 
 use crate::estimator::checkpoint;
-use crate::estimator::config::{AttnImpl, BuildCtx, Device};
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Conv, EagerOpts};
@@ -124,6 +124,13 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     }
     if ctx.tp > 1 {
         return unsupported("tensor parallelism");
+    }
+    if matches!(ctx.ckpt, Checkpointing::Sqrt | Checkpointing::Segments(_)) {
+        // Segments cut one stack of layers; LLaVA has two (the tower's and the language
+        // model's).
+        return Err(EstimateError::Unsupported(
+            "checkpointing in segments is not modelled for llava's two stacks: use \"block\" (every layer of both)".into(),
+        ));
     }
     if matches!(ctx.tune.frozen, Some(Frozen::Layers(_))) {
         return Err(EstimateError::Unsupported(

@@ -1,8 +1,9 @@
 //! Language models built op by op as transformers 5.24 runs them in training
-//! (`transformers/models/{gpt2,bert,llama,mistral,qwen2}/modeling_*.py`): `GPT2LMHeadModel`,
-//! `BertForMaskedLM` and the LLaMA family's `*ForCausalLM` (Mistral and Qwen2 are LLaMA with
-//! other defaults and biases). The batch is `{"input_ids": ids, "labels": ids}` (one int64
-//! tensor), the loss `model(**batch).loss`, `use_cache=False`.
+//! (`transformers/models/{gpt2,bert,roberta,modernbert,llama,mistral,qwen2}/modeling_*.py`):
+//! `GPT2LMHeadModel`, `BertForMaskedLM`, `RobertaForMaskedLM`, `ModernBertForMaskedLM` and the
+//! LLaMA family's `*ForCausalLM` (Mistral and Qwen2 are LLaMA with other defaults and biases).
+//! The batch is `{"input_ids": ids, "labels": ids}` (one int64 tensor), the loss
+//! `model(**batch).loss`, `use_cache=False`.
 //!
 //! Op names follow the module paths below the model's base (`h.3.attn.c_attn`, `layer.3.output`,
 //! `layers.3.self_attn.q_proj`), so the per-layer activation chart groups them by layer.
@@ -155,7 +156,7 @@ impl TextConfig {
                 emb + l * layer + head
             }
             Arch::ModernBert => match &self.variant.modernbert {
-                Some(mb) => modernbert::param_count(self, mb),
+                Some(mb) => self.modernbert_params(mb),
                 None => 0,
             },
             Arch::Llama => self.llama_params(false),
@@ -170,6 +171,21 @@ impl TextConfig {
             Arch::Llama => self.llama_params(true),
             _ => self.param_count(),
         }
+    }
+
+    /// Parameters as `sum(p.numel() for p in model.parameters())` counts them: the decoder weight is
+    /// the token embedding's when tied; layer 0 has no `attn_norm`.
+    fn modernbert_params(&self, mb: &ModernBert) -> u64 {
+        let cfg = self;
+        let (h, v, i) = (cfg.hidden, cfg.vocab, cfg.intermediate);
+        let b = |on: bool, n: u64| if on { n } else { 0 };
+        let norm = h + b(mb.norm_bias, h);
+        let attn = 3 * h * h + b(cfg.qkv_bias, 3 * h) + h * h + b(cfg.o_bias, h);
+        let mlp = 2 * h * i + b(cfg.mlp_bias, 2 * i) + i * h + b(cfg.mlp_bias, h);
+        let layers = cfg.layers * (attn + mlp + 2 * norm) - norm;
+        let head = h * h + b(mb.classifier_bias, h) + norm;
+        let decoder = b(!cfg.tie_embeddings, v * h) + b(mb.decoder_bias, v);
+        v * h + norm + layers + norm + head + decoder
     }
 
     fn llama_params(&self, active: bool) -> u64 {
@@ -199,7 +215,7 @@ impl TextConfig {
 }
 
 /// Runs `layer` over all layers, wrapping the checkpointed groups.
-pub(crate) fn run_layers(
+fn run_layers(
     g: &mut Graph,
     cfg: &TextConfig,
     ctx: &BuildCtx,
@@ -274,7 +290,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
         Arch::Bert | Arch::Roberta => bert(&mut g, cfg, ctx, ids)?,
         Arch::ModernBert => match &cfg.variant.modernbert {
-            Some(mb) => modernbert::build(&mut g, cfg, mb, ctx, ids)?,
+            Some(mb) => modernbert(&mut g, cfg, mb, ctx, ids)?,
             None => {
                 return Err(EstimateError::Unsupported(
                     "a ModernBERT model needs its ModernBERT fields".into(),
@@ -587,6 +603,123 @@ fn bert(
     let labels = g.view(ids, vec![b * s])?;
     g.scoped("loss", |g| g.cross_entropy(scores, labels))?;
     Ok(())
+}
+
+/// `ModernBertForMaskedLM.forward` (`models/modernbert/modeling_modernbert.py`, transformers
+/// 5.24.0; [`super::modernbert`]) on `ids` `[B, S]`.
+fn modernbert(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    mb: &ModernBert,
+    ctx: &BuildCtx,
+    ids: TensorId,
+) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
+    let (b, s) = (ctx.batch, ctx.seq);
+    let pdt = g.precision.param_dtype();
+    let (x, word) = g.scoped("embeddings", |g| {
+        let (x, word) = g.embedding("tok_embeddings", ids, cfg.vocab, h_dim)?;
+        if cfg.tie_embeddings {
+            tied_grad_sum(g, word);
+        }
+        let x = g.layer_norm("norm", x, mb.norm_bias)?;
+        Ok::<_, EstimateError>((g.dropout_on(x, cfg.embd_dropout, cpu)?, word))
+    })?;
+    let mask = modernbert::sliding_mask(g, mb, ctx)?;
+    // One rotary embedding per layer type present, each with its `{type}_inv_freq` and
+    // `{type}_original_inv_freq` buffers, computed once per forward (global and local layers
+    // differ only in `rope_theta`, which changes no size).
+    let has = |local: bool| mb.local.contains(&local);
+    let tables = |g: &mut Graph, on: bool| -> Result<Option<(TensorId, TensorId)>, EstimateError> {
+        if !on {
+            return Ok(None);
+        }
+        let inv = g.buffer(vec![d / 2], DType::F32)?;
+        g.buffer(vec![d / 2], DType::F32)?;
+        g.scoped("rotary_emb", |g| g.rotary_tables(inv, s, d, pdt))
+            .map(Some)
+    };
+    let global_rope = tables(g, has(false))?;
+    let local_rope = tables(g, has(true))?;
+    let x = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
+        let local = mb.local.get(i as usize).copied().unwrap_or(false);
+        let (cos, sin) = match (local, local_rope, global_rope) {
+            (true, Some(t), _) | (false, _, Some(t)) => t,
+            _ => {
+                return Err(EstimateError::Unsupported(
+                    "a layer without its rotary table".into(),
+                ))
+            }
+        };
+        let a = if i == 0 {
+            h
+        } else {
+            g.layer_norm("attn_norm", h, mb.norm_bias)?
+        };
+        let o = g.scoped("attn", |g| {
+            let qkv = g.linear("Wqkv", a, h_dim, 3 * h_dim, cfg.qkv_bias)?;
+            // `qkv.view(B, S, 3, H, D).unbind(dim=-3)`: three views whose gradients backward
+            // stacks into one `[B, S, 3·H·D]` tensor.
+            let parts = g.split(qkv, vec![vec![b, s, h_dim]; 3])?;
+            let q = heads_view(g, parts[0], nh, d)?;
+            let k = heads_view(g, parts[1], nh, d)?;
+            let v = heads_view(g, parts[2], nh, d)?;
+            let q = modernbert::rotate_fp32(g, q, cos, sin)?;
+            let k = modernbert::rotate_fp32(g, k, cos, sin)?;
+            let m = if local { mask } else { None };
+            let o = match ctx.attn {
+                AttnImpl::Sdpa => g.sdpa(q, k, v, m.map(|m| m.0), cfg.attn_dropout, cpu)?,
+                AttnImpl::Eager => g.eager_attention(
+                    q,
+                    k,
+                    v,
+                    m.and_then(|m| m.1),
+                    EagerOpts {
+                        dropout: cfg.attn_dropout,
+                        fp32_softmax: true,
+                        cpu,
+                        softcap: false,
+                    },
+                )?,
+            };
+            let o = g.linear("Wo", o, h_dim, h_dim, cfg.o_bias)?;
+            // `out_drop`: `nn.Dropout(attention_dropout)`, the identity at 0.
+            g.dropout_on(o, cfg.attn_dropout, cpu)
+        })?;
+        let r = g.add(h, o, false)?;
+        let m = g.layer_norm("mlp_norm", r, mb.norm_bias)?;
+        let y = g.scoped("mlp", |g| {
+            let wi = g.linear("Wi", m, h_dim, 2 * cfg.intermediate, cfg.mlp_bias)?;
+            let half = vec![b, s, cfg.intermediate];
+            let parts = g.split(wi, vec![half.clone(), half])?;
+            let act = activation(g, parts[0], cfg.act, cpu)?;
+            let y = g.mul_bc(act, parts[1])?;
+            let y = g.dropout_on(y, mb.mlp_dropout, cpu)?;
+            g.linear("Wo", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+        })?;
+        g.add(r, y, false)
+    })?;
+    let x = g.layer_norm("final_norm", x, mb.norm_bias)?;
+    let t = g.scoped("head", |g| {
+        let t = g.linear("dense", x, h_dim, h_dim, mb.classifier_bias)?;
+        let t = activation(g, t, mb.classifier_act, cpu)?;
+        g.layer_norm("norm", t, mb.norm_bias)
+    })?;
+    let logits = g.scoped("decoder", |g| {
+        let bias = if mb.decoder_bias {
+            Some(g.param(vec![cfg.vocab])?)
+        } else {
+            None
+        };
+        let w = if cfg.tie_embeddings {
+            word
+        } else {
+            g.param(vec![cfg.vocab, h_dim])?
+        };
+        g.linear_with(t, w, bias)
+    })?;
+    modernbert::masked_lm_loss(g, logits, ids, cfg.vocab)
 }
 
 /// `RobertaEmbeddings.create_position_ids_from_input_ids` (transformers 5.24.0): `mask =
@@ -1038,7 +1171,7 @@ impl LlamaLayer<'_> {
 /// subclasses are never accumulated in place), so a third weight-sized tensor exists while the
 /// embedding's backward delivers its gradient. Recorded as scratch of the embedding op, which
 /// must be the op just recorded.
-pub(crate) fn tied_grad_sum(g: &mut Graph, w: TensorId) {
+fn tied_grad_sum(g: &mut Graph, w: TensorId) {
     let b = g.bytes(w);
     g.add_scratch(Bytes::ZERO, b);
 }
