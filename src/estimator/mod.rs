@@ -9,6 +9,7 @@
 pub mod allocator;
 pub mod checkpoint;
 pub mod config;
+pub mod decimal;
 pub mod device;
 pub mod error;
 pub mod estimate;

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
+use super::decimal::Fixed;
 use super::error::EstimateError;
 
 /// The CUDA caching allocator rounds every request up to a multiple of 512 bytes
@@ -109,9 +110,9 @@ fn format_binary(b: u64, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         u += 1;
     }
     if v >= 10.0 {
-        write!(f, "{v:.1} {}", UNITS[u])
+        write!(f, "{} {}", Fixed(v, 1), UNITS[u])
     } else {
-        write!(f, "{v:.2} {}", UNITS[u])
+        write!(f, "{} {}", Fixed(v, 2), UNITS[u])
     }
 }
 
@@ -138,11 +139,11 @@ impl fmt::Display for Elems {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let v = self.0 as f64;
         if v >= 1e9 {
-            write!(f, "{:.2} B", v / 1e9)
+            write!(f, "{} B", Fixed(v / 1e9, 2))
         } else if v >= 1e6 {
-            write!(f, "{:.1} M", v / 1e6)
+            write!(f, "{} M", Fixed(v / 1e6, 1))
         } else if v >= 1e3 {
-            write!(f, "{:.1} K", v / 1e3)
+            write!(f, "{} K", Fixed(v / 1e3, 1))
         } else {
             write!(f, "{}", self.0)
         }

@@ -4,6 +4,7 @@
 //! ([`crate::plan::fit::compare`]).
 
 use crate::estimator::config::Mode;
+use crate::estimator::decimal::Fixed;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
@@ -68,7 +69,7 @@ pub fn compare_rows(
                 if e.weights_bytes.0 == 0 {
                     "–".into()
                 } else {
-                    format!("{:.2}", act(e) as f64 / e.weights_bytes.0 as f64)
+                    Fixed(act(e) as f64 / e.weights_bytes.0 as f64, 2).to_string()
                 }
             }),
         ),

@@ -5,6 +5,7 @@
 //! the texts that carry numbers from facts the logic modules hand them.
 
 use crate::estimator::config::{AttnImpl, CausalMask, OptimizerImpl, OptimizerKind, Precision};
+use crate::estimator::decimal::Fixed;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
@@ -112,11 +113,11 @@ pub fn fmt_bytes(b: Bytes, units: Units) -> String {
                 u += 1;
             }
             if v >= 100.0 {
-                format!("{v:.0} {}", U[u])
+                format!("{} {}", Fixed(v, 0), U[u])
             } else if v >= 10.0 {
-                format!("{v:.1} {}", U[u])
+                format!("{} {}", Fixed(v, 1), U[u])
             } else {
-                format!("{v:.2} {}", U[u])
+                format!("{} {}", Fixed(v, 2), U[u])
             }
         }
     }
@@ -129,9 +130,9 @@ pub fn fmt_count(n: u64, lang: Lang) -> String {
         Lang::En => crate::estimator::units::Elems(n).to_string(),
         Lang::Zh => {
             if v >= 1e8 {
-                format!("{:.2} 亿", v / 1e8)
+                format!("{} 亿", Fixed(v / 1e8, 2))
             } else if v >= 1e4 {
-                format!("{:.1} 万", v / 1e4)
+                format!("{} 万", Fixed(v / 1e4, 1))
             } else {
                 n.to_string()
             }
@@ -146,9 +147,9 @@ pub fn fmt_pct(frac: f64) -> String {
         return "–".into();
     }
     if p.abs() >= 10.0 || p == 0.0 {
-        format!("{p:.0} %")
+        format!("{} %", Fixed(p, 0))
     } else {
-        format!("{p:.1} %")
+        format!("{} %", Fixed(p, 1))
     }
 }
 
@@ -160,11 +161,11 @@ pub fn fmt_seconds(s: f64) -> String {
         // Also −0.0, which a layout with nothing to communicate computes.
         "0 s".into()
     } else if s >= 1.0 {
-        format!("{s:.2} s")
+        format!("{} s", Fixed(s, 2))
     } else if s >= 1e-3 {
-        format!("{:.1} ms", s * 1e3)
+        format!("{} ms", Fixed(s * 1e3, 1))
     } else {
-        format!("{:.0} µs", s * 1e6)
+        format!("{} µs", Fixed(s * 1e6, 0))
     }
 }
 

@@ -7,6 +7,7 @@
 
 use super::i18n::{fmt_bytes, fmt_seconds, parallelism, Label, Lang, Msg, Units};
 use crate::estimator::config::Precision;
+use crate::estimator::decimal::Fixed;
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::{
     evaluate, MixedPrecision, MpDtype, Offload, Parallel, ParallelEstimate, Prepared,
@@ -420,7 +421,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
     if let Some(eff) = e.scaling_efficiency {
         rows.push((
             Msg::ScalingEfficiency.t(lang),
-            format!("{:.0} %", eff * 100.0),
+            format!("{} %", Fixed(eff * 100.0, 0)),
         ));
     }
     if let Some(o) = &e.offload {

@@ -3,6 +3,7 @@
 //! the chosen model, and the pickers' options. Nothing here knows about Leptos or the DOM.
 
 use crate::estimator::config::Checkpointing;
+use crate::estimator::decimal::Fixed;
 use crate::estimator::error::EstimateError;
 use crate::estimator::units::parse_decimal;
 use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
@@ -420,7 +421,12 @@ pub fn clamp_accumulation(v: u64) -> u32 {
 /// bandwidth ("H100 80 GB · 3350 GB/s").
 pub fn gpu_options() -> Vec<(&'static str, String)> {
     GPUS.iter()
-        .map(|g| (g.id, format!("{} · {:.0} GB/s", g.name, g.bandwidth_gbs)))
+        .map(|g| {
+            (
+                g.id,
+                format!("{} · {} GB/s", g.name, Fixed(g.bandwidth_gbs, 0)),
+            )
+        })
         .collect()
 }
 
@@ -447,7 +453,7 @@ pub fn custom_gpu(gib: &str) -> Option<String> {
 
 /// A float without trailing zeros ("24", "23.5").
 pub fn trim_float(v: f64) -> String {
-    let s = format!("{v:.3}");
+    let s = Fixed(v, 3).to_string();
     s.trim_end_matches('0').trim_end_matches('.').to_string()
 }
 

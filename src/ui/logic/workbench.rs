@@ -304,6 +304,20 @@ pub struct Wants {
 /// How many models the cache keeps (a 70B model's lines take about a megabyte).
 pub const CACHE_MODELS: usize = 64;
 
+/// How many largest batches and checkpointing probes the page keeps. Each is small (a plan's key
+/// and a number), but a session that slides the sequence length for months makes a new key per
+/// length: past this many the maps start afresh, so memory stays bounded and the current plan's
+/// entry is simply computed again.
+pub const CACHE_SMALL: usize = 4096;
+
+/// Inserts into a map that starts afresh at [`CACHE_SMALL`] entries.
+fn insert_bounded<K: Hash + Eq, V>(map: &mut HashMap<K, V>, key: K, value: V) {
+    if map.len() >= CACHE_SMALL {
+        map.clear();
+    }
+    map.insert(key, value);
+}
+
 /// The cache of models and the other results, and the list of what is still missing.
 #[derive(Default)]
 pub struct Workbench {
@@ -388,7 +402,7 @@ impl Workbench {
         }
         let info = CkptInfo::probe(plan);
         if crate::plan::lazy::ready_for(plan) {
-            self.ckpt.insert(key, info);
+            insert_bounded(&mut self.ckpt, key, info);
         }
         info
     }
@@ -438,7 +452,7 @@ impl Workbench {
                     None => Ok(None),
                 };
                 self.simulations += 8;
-                self.max_batches.insert(max_batch_key(&p), r);
+                insert_bounded(&mut self.max_batches, max_batch_key(&p), r);
             }
         }
     }
@@ -688,5 +702,29 @@ mod tests {
         assert_eq!(wb.models.len(), CACHE_MODELS);
         assert!(!wb.models.contains_key(&key(0)));
         assert!(wb.models.contains_key(&key(CACHE_MODELS as u64 + 4)));
+    }
+
+    #[test]
+    fn largest_batches_and_probes_are_bounded() {
+        let mut wb = Workbench::new();
+        let plan = |s: u64| Plan {
+            seq: Some(8 + s),
+            gpu: Some("t4".into()),
+            ..Plan::new("gpt2")
+        };
+        // Each sequence length is a key of its own, as a slider's session makes them.
+        for s in 0..(CACHE_SMALL as u64 + 3) {
+            insert_bounded(&mut wb.max_batches, max_batch_key(&plan(s)), Ok(Some(s)));
+        }
+        assert!(wb.max_batches.len() <= CACHE_SMALL);
+        let last = plan(CACHE_SMALL as u64 + 2);
+        assert_eq!(wb.max_batch(&last), Some(&Ok(Some(CACHE_SMALL as u64 + 2))));
+        for s in 0..(CACHE_SMALL as u64 + 3) {
+            wb.ckpt_info(&Plan {
+                res: Some(32 + s),
+                ..Plan::new("resnet18")
+            });
+        }
+        assert!(wb.ckpt.len() <= CACHE_SMALL);
     }
 }

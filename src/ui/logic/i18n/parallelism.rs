@@ -2,6 +2,7 @@
 //! chart marks, a found layout, the offload verdict. Sizes and durations come in formatted.
 
 use super::{fmt_seconds, Lang};
+use crate::estimator::decimal::Fixed;
 use crate::estimator::parallel::{OffloadReport, Scheme};
 
 /// "GPU" with the plural English wants for `n`.
@@ -144,13 +145,20 @@ pub fn offload_verdict(o: &OffloadReport, lang: Lang) -> String {
         Lang::En => {
             let secs = o.transfer_seconds_per_step;
             let mut t = if !o.timed {
-                format!("{secs:.3} s of copies per step over {link}; give a GPU to compare with compute")
+                format!(
+                    "{} s of copies per step over {link}; give a GPU to compare with compute",
+                    Fixed(secs, 3)
+                )
             } else if o.hidden {
-                format!("copies ({secs:.3} s per step over {link}) hide behind compute")
+                format!(
+                    "copies ({} s per step over {link}) hide behind compute",
+                    Fixed(secs, 3)
+                )
             } else {
                 format!(
-                    "copies take {secs:.3} s per step over {link}, {:.3} s of it not hidden behind compute{}",
-                    o.exposed_seconds_per_step,
+                    "copies take {} s per step over {link}, {} s of it not hidden behind compute{}",
+                    Fixed(secs, 3),
+                    Fixed(o.exposed_seconds_per_step, 3),
                     if o.on_compute_stream {
                         " (save_on_cpu copies run on the compute stream)"
                     } else {
