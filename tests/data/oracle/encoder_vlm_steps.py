@@ -147,7 +147,10 @@ def cases():
 
 
 def finish(s, rec):
-    plan = {"model": s["model"], "hf_config": variant_steps.planner_config(s["model"]), "seq": s["seq"], "batch": s["batch"],
+    cfg = variant_steps.planner_config(s["model"])
+    if s["model"] in LLAVA:
+        cfg["text_config"]["use_cache"] = False  # as `build` measured it
+    plan = {"model": s["model"], "hf_config": cfg, "seq": s["seq"], "batch": s["batch"],
             "dtype": s["dtype"], "opt": s["opt"], "attn": s["attn"]}
     if s.get("frozen"):
         plan.update(mode="finetune", frozen=s["frozen"])
