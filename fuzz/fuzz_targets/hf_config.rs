@@ -8,7 +8,16 @@ use libfuzzer_sys::fuzz_target;
 use vram_planner::plan::{estimate, Plan};
 use vram_planner::presets::hf;
 
-const MODEL_TYPES: [&str; 5] = ["gpt2", "bert", "llama", "mistral", "qwen2"];
+const MODEL_TYPES: [&str; 8] = [
+    "gpt2",
+    "bert",
+    "llama",
+    "mistral",
+    "qwen2",
+    "roberta",
+    "modernbert",
+    "llava",
+];
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, rest)) = data.split_first() else {
@@ -18,14 +27,14 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     // The raw value first, as pasted (its own model_type, or none).
-    let _ = hf::parse(&cfg);
+    let _ = hf::parse_model(&cfg);
     if let Some(o) = cfg.as_object_mut() {
         if pick < 250 {
             let mt = MODEL_TYPES[pick as usize % MODEL_TYPES.len()];
             o.insert("model_type".into(), mt.into());
         }
     }
-    if hf::parse(&cfg).is_err() {
+    if hf::parse_model(&cfg).is_err() {
         return;
     }
     let plan = Plan {

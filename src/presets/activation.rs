@@ -3,7 +3,7 @@
 
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::Act;
+use crate::estimator::ops::{Act, Pw};
 
 /// The MLP activation (`transformers/activations.py` `ACT2FN`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -14,6 +14,10 @@ pub enum Activation {
     Gelu,
     Relu,
     Silu,
+    /// `quick_gelu` (`QuickGELUActivation`, CLIP's): `input * torch.sigmoid(1.702 * input)`,
+    /// three ops: the scaled copy (saves nothing), the sigmoid (saves its output) and the
+    /// product (saves both operands).
+    QuickGelu,
 }
 
 pub(crate) fn activation(
@@ -27,5 +31,19 @@ pub(crate) fn activation(
         Activation::Gelu => g.act(x, Act::Gelu, false),
         Activation::Relu => g.act(x, Act::Relu, false),
         Activation::Silu => g.act(x, Act::Silu, false),
+        Activation::QuickGelu => {
+            let dt = g.dtype(x);
+            let scaled = g.pointwise(
+                "mul",
+                x,
+                dt,
+                Pw {
+                    flops: 1.0,
+                    ..Pw::default()
+                },
+            )?;
+            let sig = g.act(scaled, Act::Sigmoid, false)?;
+            g.mul_bc(x, sig)
+        }
     }
 }

@@ -10,6 +10,8 @@ use serde_json::Value;
 
 use super::gemma::Gemma;
 use super::generate;
+use super::llava::{self, Clip, Llava};
+use super::modernbert::ModernBert;
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
@@ -94,7 +96,8 @@ fn activation(cfg: &Value, key: &str, default: &str) -> Result<Activation, Estim
         "gelu" | "gelu_pytorch_tanh" => Ok(Activation::Gelu),
         "relu" => Ok(Activation::Relu),
         "silu" | "swish" => Ok(Activation::Silu),
-        other => Err(bad(format!("activation '{other}' is not modelled (use gelu_new, gelu, gelu_pytorch_tanh, relu or silu)"))),
+        "quick_gelu" => Ok(Activation::QuickGelu),
+        other => Err(bad(format!("activation '{other}' is not modelled (use gelu_new, gelu, gelu_pytorch_tanh, quick_gelu, relu or silu)"))),
     }
 }
 
@@ -105,7 +108,25 @@ fn divide(what: &str, a: u64, b: u64) -> Result<u64, EstimateError> {
     Ok(a / b)
 }
 
-/// Parses a `config.json` into the builder's [`TextConfig`].
+/// The model a `config.json` describes.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HfModel {
+    /// A language model ([`super::text`]).
+    Text(TextConfig),
+    /// A vision-language model ([`super::llava`]).
+    Llava(Llava),
+}
+
+/// Parses a `config.json` of any supported `model_type`.
+pub fn parse_model(cfg: &Value) -> Result<HfModel, EstimateError> {
+    match cfg.get("model_type") {
+        Some(Value::String(s)) if s == "llava" => llava(cfg).map(HfModel::Llava),
+        _ => parse(cfg).map(HfModel::Text),
+    }
+}
+
+/// Parses a language model's `config.json` into the builder's [`TextConfig`] (LLaVA's is read
+/// by [`parse_model`]).
 pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
     if !cfg.is_object() {
         return Err(bad("expected a JSON object (the contents of config.json)"));
@@ -122,7 +143,11 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
     };
     match mt {
         "gpt2" => gpt2(cfg),
-        "bert" => bert(cfg),
+        "bert" | "roberta" => bert(cfg, mt),
+        "modernbert" => modernbert(cfg),
+        "llava" => Err(bad(
+            "model_type 'llava' is a vision-language model, not a language model: its language model is 'text_config'",
+        )),
         _ if SUPPORTED.contains(&mt) => llama(cfg, mt),
         other => Err(bad(format!(
             "model_type '{other}' is not supported: use {}",
@@ -165,6 +190,7 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
             MAX_DIM,
         )?),
         type_vocab: 0,
+        position_offset: 0,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
         qkv_bias: true,
         o_bias: true,
@@ -177,8 +203,11 @@ fn gpt2(cfg: &Value) -> Result<TextConfig, EstimateError> {
     })
 }
 
-/// `BertConfig` for `BertForMaskedLM`: absolute positions only.
-fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
+/// `BertConfig` for `BertForMaskedLM` and `RobertaConfig` for `RobertaForMaskedLM`
+/// (`models/roberta/configuration_roberta.py`, transformers 5.24.0: vocabulary 50265,
+/// `pad_token_id` 1, whose positions start at `pad_token_id + 1`): absolute positions only.
+fn bert(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
+    let roberta = mt == "roberta";
     let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
     let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
     let head_dim = divide(
@@ -195,21 +224,49 @@ fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
         }
     }
     if boolean(cfg, "is_decoder", false)? {
-        return Err(bad("'is_decoder' = true (BertLMHeadModel) is not modelled; BERT is estimated as BertForMaskedLM"));
+        return Err(bad(format!("'is_decoder' = true (a causal LM head) is not modelled; {mt} is estimated as its masked-LM model")));
+    }
+    if boolean(cfg, "add_cross_attention", false)? {
+        return Err(bad(format!(
+            "'add_cross_attention' = true (an encoder-decoder {mt}) is not modelled"
+        )));
     }
     let hidden_dropout = prob(cfg, "hidden_dropout_prob", 0.1)?;
+    let max_positions = uint(cfg, &["max_position_embeddings"], Some(512), MAX_DIM)?;
+    let position_offset = if roberta {
+        let pad = match cfg.get("pad_token_id") {
+            None => 1,
+            Some(v) => v.as_u64().ok_or_else(|| {
+                bad(format!(
+                    "'pad_token_id' must be a non-negative integer (RoBERTa's positions start after it), got {v}"
+                ))
+            })?,
+        };
+        if pad + 1 >= max_positions {
+            return Err(bad(format!("'max_position_embeddings' = {max_positions} leaves no position past 'pad_token_id' = {pad}")));
+        }
+        pad + 1
+    } else {
+        0
+    };
+    let (arch, vocab) = if roberta {
+        (Arch::Roberta, 50265)
+    } else {
+        (Arch::Bert, 30522)
+    };
     Ok(TextConfig {
-        arch: Arch::Bert,
-        model_type: "bert".into(),
-        vocab: uint(cfg, &["vocab_size"], Some(30522), MAX_VOCAB)?,
+        arch,
+        model_type: mt.into(),
+        vocab: uint(cfg, &["vocab_size"], Some(vocab), MAX_VOCAB)?,
         hidden,
         layers: uint(cfg, &["num_hidden_layers"], Some(12), MAX_LAYERS)?,
         heads,
         kv_heads: heads,
         head_dim,
         intermediate: uint(cfg, &["intermediate_size"], Some(3072), MAX_DIM)?,
-        max_positions: Some(uint(cfg, &["max_position_embeddings"], Some(512), MAX_DIM)?),
+        max_positions: Some(max_positions),
         type_vocab: uint(cfg, &["type_vocab_size"], Some(2), MAX_VOCAB)?,
+        position_offset,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
         qkv_bias: true,
         o_bias: true,
@@ -222,10 +279,254 @@ fn bert(cfg: &Value) -> Result<TextConfig, EstimateError> {
     })
 }
 
+/// `ModernBertConfig` (`models/modernbert/configuration_modernbert.py`, transformers 5.24.0):
+/// vocabulary 50368, 768 wide, 22 layers of 12 heads, `intermediate_size` 1152 (the GeGLU `Wi`
+/// is twice that), `hidden_activation` and `classifier_activation` gelu, no biases but the
+/// decoder's (`norm_bias`, `attention_bias`, `mlp_bias`, `classifier_bias` false,
+/// `decoder_bias` true), dropouts 0, tied decoder, `local_attention` 128 with every
+/// `global_attn_every_n_layers` = 3rd layer global (`layer_types`, when listed, decides).
+/// Positions are rotary: no length limit.
+fn modernbert(cfg: &Value) -> Result<TextConfig, EstimateError> {
+    let hidden = uint(cfg, &["hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(cfg, &["num_attention_heads"], Some(12), MAX_DIM)?;
+    // `ModernBertAttention` raises unless the heads divide the width.
+    let head_dim = divide(
+        "hidden_size must be divisible by num_attention_heads",
+        hidden,
+        heads,
+    )?;
+    if !head_dim.is_multiple_of(2) {
+        return Err(bad(format!(
+            "head_dim must be even for rotary embeddings, got {head_dim}"
+        )));
+    }
+    let layers = uint(cfg, &["num_hidden_layers"], Some(22), MAX_LAYERS)?;
+    if boolean(cfg, "sparse_prediction", false)? {
+        return Err(bad(
+            "'sparse_prediction' = true (the head on the masked tokens only) is not modelled",
+        ));
+    }
+    let local_attention = uint(cfg, &["local_attention"], Some(128), MAX_DIM)?;
+    let local = match cfg.get("layer_types") {
+        None | Some(Value::Null) => {
+            let every = uint(cfg, &["global_attn_every_n_layers"], Some(3), MAX_LAYERS)?;
+            (0..layers).map(|i| i % every != 0).collect()
+        }
+        Some(v) => layer_types(v, layers)?,
+    };
+    let attention_bias = boolean(cfg, "attention_bias", false)?;
+    let mb = ModernBert {
+        norm_bias: boolean(cfg, "norm_bias", false)?,
+        decoder_bias: boolean(cfg, "decoder_bias", true)?,
+        classifier_bias: boolean(cfg, "classifier_bias", false)?,
+        classifier_act: activation(cfg, "classifier_activation", "gelu")?,
+        mlp_dropout: prob(cfg, "mlp_dropout", 0.0)?,
+        half_window: local_attention / 2,
+        local,
+    };
+    Ok(TextConfig {
+        arch: Arch::ModernBert,
+        model_type: "modernbert".into(),
+        vocab: uint(cfg, &["vocab_size"], Some(50368), MAX_VOCAB)?,
+        hidden,
+        layers,
+        heads,
+        kv_heads: heads,
+        head_dim,
+        intermediate: uint(cfg, &["intermediate_size"], Some(1152), MAX_DIM)?,
+        max_positions: None,
+        type_vocab: 0,
+        position_offset: 0,
+        tie_embeddings: boolean(cfg, "tie_word_embeddings", true)?,
+        qkv_bias: attention_bias,
+        o_bias: attention_bias,
+        mlp_bias: boolean(cfg, "mlp_bias", false)?,
+        act: activation(cfg, "hidden_activation", "gelu")?,
+        embd_dropout: prob(cfg, "embedding_dropout", 0.0)?,
+        attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
+        resid_dropout: 0.0,
+        variant: Variant {
+            modernbert: Some(mb),
+            ..Variant::default()
+        },
+    })
+}
+
+/// `layer_types`: one `"sliding_attention"` or `"full_attention"` per layer; whether each is local.
+fn layer_types(v: &Value, layers: u64) -> Result<Vec<bool>, EstimateError> {
+    match v {
+        Value::Array(xs) if xs.len() as u64 == layers => xs
+            .iter()
+            .map(|x| match x.as_str() {
+                Some("sliding_attention") => Ok(true),
+                Some("full_attention") => Ok(false),
+                _ => Err(bad(format!(
+                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
+                ))),
+            })
+            .collect(),
+        _ => Err(bad(format!(
+            "'layer_types' must list one type per layer ({layers}), got {v}"
+        ))),
+    }
+}
+
+/// `LlavaConfig` (`models/llava/configuration_llava.py`, transformers 5.24.0): `vision_config`
+/// a `CLIPVisionConfig` (its class defaults when given, LLaVA's own when absent: CLIP ViT-L/14 at
+/// 336 pixels, 24 layers), `text_config` a LLaMA-family config (LLaMA's defaults when absent),
+/// `vision_feature_layer` -2, `vision_feature_select_strategy` "default" (the class token
+/// dropped), `projector_hidden_act` gelu, `multimodal_projector_bias` true, untied unless either
+/// config ties. `image_seq_length`, when given, must be the tower's feature count: the forward
+/// refuses a mismatch.
+fn llava(cfg: &Value) -> Result<Llava, EstimateError> {
+    let sub = |key: &str| -> Result<Option<&Value>, EstimateError> {
+        match cfg.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) if v.is_object() => Ok(Some(v)),
+            Some(v) => Err(bad(format!("'{key}' must be an object, got {v}"))),
+        }
+    };
+    let vision = match sub("vision_config")? {
+        None => Clip {
+            hidden: 1024,
+            intermediate: 4096,
+            layers: 24,
+            heads: 16,
+            channels: 3,
+            image_size: 336,
+            patch_size: 14,
+            act: Activation::QuickGelu,
+            attn_dropout: 0.0,
+        },
+        Some(v) => clip_vision(v)?,
+    };
+    let text_cfg = match sub("text_config")? {
+        None => serde_json::json!({"model_type": "llama"}),
+        Some(t) if t.get("model_type").is_none() => {
+            let mut t = t.clone();
+            t["model_type"] = "llama".into();
+            t
+        }
+        Some(t) => t.clone(),
+    };
+    let mut text = parse(&text_cfg).map_err(|e| match e {
+        EstimateError::BadHfConfig(m) => bad(format!("text_config: {m}")),
+        other => other,
+    })?;
+    if !llava::is_language_model(&text) {
+        return Err(bad(format!(
+            "text_config: model_type '{}' is not modelled as LLaVA's language model (use a LLaMA-family one: llama, mistral, qwen2, ...)",
+            text.model_type
+        )));
+    }
+    text.tie_embeddings |= boolean(cfg, "tie_word_embeddings", false)?;
+    let all = vision.layers as i64 + 1;
+    let index = |v: &Value| -> Result<u64, EstimateError> {
+        match v.as_i64() {
+            Some(i) if (-all..all).contains(&i) => Ok(if i < 0 { (all + i) as u64 } else { i as u64 }),
+            _ => Err(bad(format!(
+                "'vision_feature_layer' must index the tower's {all} hidden states (-{all} to {}), got {v}",
+                all - 1
+            ))),
+        }
+    };
+    let feature_layers = match cfg.get("vision_feature_layer") {
+        None | Some(Value::Null) => vec![all as u64 - 2],
+        Some(Value::Array(xs)) if !xs.is_empty() => {
+            xs.iter().map(index).collect::<Result<_, _>>()?
+        }
+        Some(v) => vec![index(v)?],
+    };
+    let drop_cls = match cfg
+        .get("vision_feature_select_strategy")
+        .and_then(Value::as_str)
+    {
+        None => match cfg.get("vision_feature_select_strategy") {
+            None | Some(Value::Null) => true,
+            Some(v) => {
+                return Err(bad(format!(
+                    "'vision_feature_select_strategy' must be \"default\" or \"full\", got {v}"
+                )))
+            }
+        },
+        Some("default") => true,
+        Some("full") => false,
+        Some(other) => {
+            return Err(bad(format!(
+                "'vision_feature_select_strategy' must be \"default\" or \"full\", got \"{other}\""
+            )))
+        }
+    };
+    let m = Llava {
+        vision,
+        text,
+        feature_layers,
+        drop_cls,
+        projector_act: activation(cfg, "projector_hidden_act", "gelu")?,
+        projector_bias: boolean(cfg, "multimodal_projector_bias", true)?,
+    };
+    if let Some(n) = opt_uint(cfg, "image_seq_length", MAX_DIM)? {
+        if n != m.image_tokens() {
+            return Err(bad(format!(
+                "'image_seq_length' = {n} but the vision tower gives {} features per image ({}×{} patches{}): set it to {}",
+                m.image_tokens(),
+                m.vision.grid(),
+                m.vision.grid(),
+                if m.drop_cls { "" } else { " and the class token" },
+                m.image_tokens()
+            )));
+        }
+    }
+    Ok(m)
+}
+
+/// `CLIPVisionConfig` (`models/clip/configuration_clip.py`, transformers 5.24.0): 768 wide, 12
+/// layers of 12 heads, `intermediate_size` 3072, 3 channels, 224-pixel images in 32-pixel
+/// patches, `hidden_act` quick_gelu, `attention_dropout` 0.
+fn clip_vision(v: &Value) -> Result<Clip, EstimateError> {
+    match v.get("model_type").and_then(Value::as_str) {
+        None | Some("clip_vision_model") => {}
+        Some(other) => {
+            return Err(bad(format!(
+                "vision_config: model_type '{other}' is not modelled (use clip_vision_model)"
+            )))
+        }
+    }
+    let hidden = uint(v, &["hidden_size"], Some(768), MAX_DIM)?;
+    let heads = uint(v, &["num_attention_heads"], Some(12), MAX_DIM)?;
+    divide(
+        "vision_config: hidden_size must be divisible by num_attention_heads",
+        hidden,
+        heads,
+    )?;
+    // Far above any published tower's 336 or 448 pixels, and small enough that the patch count
+    // stays a sane sequence.
+    let image_size = uint(v, &["image_size"], Some(224), 1 << 14)?;
+    let patch_size = uint(v, &["patch_size"], Some(32), 1 << 14)?;
+    if patch_size > image_size {
+        return Err(bad(format!(
+            "vision_config: patch_size {patch_size} is larger than image_size {image_size}"
+        )));
+    }
+    Ok(Clip {
+        hidden,
+        intermediate: uint(v, &["intermediate_size"], Some(3072), MAX_DIM)?,
+        layers: uint(v, &["num_hidden_layers"], Some(12), MAX_LAYERS)?,
+        heads,
+        channels: uint(v, &["num_channels"], Some(3), 64)?,
+        image_size,
+        patch_size,
+        act: activation(v, "hidden_act", "quick_gelu")?,
+        attn_dropout: prob(v, "attention_dropout", 0.0)?,
+    })
+}
+
 /// The `model_type`s this reader accepts, in the order messages list them.
 pub const SUPPORTED: &[&str] = &[
     "gpt2",
     "bert",
+    "roberta",
+    "modernbert",
     "llama",
     "mistral",
     "qwen2",
@@ -237,6 +538,7 @@ pub const SUPPORTED: &[&str] = &[
     "mixtral",
     "qwen2_moe",
     "qwen3_moe",
+    "llava",
 ];
 
 fn supported_list() -> String {
@@ -373,6 +675,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         intermediate: uint(cfg, &["intermediate_size"], Some(inter), MAX_DIM)?,
         max_positions: None,
         type_vocab: 0,
+        position_offset: 0,
         tie_embeddings: boolean(cfg, "tie_word_embeddings", gemma)?,
         qkv_bias,
         o_bias,
@@ -401,21 +704,7 @@ fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), 
             };
             (0..layers).map(|i| (i + 1) % pattern != 0).collect()
         }
-        Some(Value::Array(xs)) if xs.len() as u64 == layers => xs
-            .iter()
-            .map(|x| match x.as_str() {
-                Some("sliding_attention") => Ok(true),
-                Some("full_attention") => Ok(false),
-                _ => Err(bad(format!(
-                    "'layer_types' entries must be \"sliding_attention\" or \"full_attention\", got {x}"
-                ))),
-            })
-            .collect::<Result<_, _>>()?,
-        Some(v) => {
-            return Err(bad(format!(
-                "'layer_types' must list one type per layer ({layers}), got {v}"
-            )))
-        }
+        Some(v) => layer_types(v, layers)?,
     };
     let capped = |key: &str, default: Option<f64>| -> Result<bool, EstimateError> {
         match cfg.get(key) {
@@ -540,7 +829,10 @@ fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> 
 /// Builds the step of the model a `config.json` defines: training, or serving (a LLaMA-family
 /// model generates with its KV cache, [`generate`]; the others run the prompt's forward).
 pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let tc = parse(cfg)?;
+    let tc = match parse_model(cfg)? {
+        HfModel::Text(tc) => tc,
+        HfModel::Llava(m) => return llava::build(&m, ctx),
+    };
     if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
         text::check_positions(&tc, ctx)?;
         text::check_variant(&tc, ctx)?;

@@ -243,6 +243,22 @@ pub static MODELS: &[ModelPreset] = &[
         build: None,
     },
     ModelPreset {
+        id: "roberta-base",
+        name: "RoBERTa-base (MLM)",
+        family: Family::Language,
+        input: tokens(512, Some(512)),
+        params: 124_697_433,
+        build: None,
+    },
+    ModelPreset {
+        id: "modernbert-base",
+        name: "ModernBERT-base (MLM)",
+        family: Family::Language,
+        input: tokens(1024, None),
+        params: 149_655_232,
+        build: None,
+    },
+    ModelPreset {
         id: "llama-small",
         name: "LLaMA small (h1024 × 8)",
         family: Family::Language,
@@ -394,6 +410,14 @@ pub static MODELS: &[ModelPreset] = &[
         params: 3_821_079_552,
         build: None,
     },
+    ModelPreset {
+        id: "llava-1.5-7b",
+        name: "LLaVA-1.5 7B (text + 1 image)",
+        family: Family::Language,
+        input: tokens(1024, None),
+        params: 7_063_427_072,
+        build: None,
+    },
 ];
 
 /// The `config.json` of a language-model preset: the published configs' architecture fields
@@ -401,8 +425,9 @@ pub static MODELS: &[ModelPreset] = &[
 /// (`Llama-3.1-{8B,70B,405B}` among them), `mistralai/Mistral-7B-v0.1`,
 /// `mistralai/Mixtral-8x7B-v0.1`, `Qwen/Qwen2-0.5B`, `Qwen/Qwen2.5-7B`, `Qwen/Qwen3-8B`,
 /// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`, `google/gemma-2-9b`, and the
-/// `text_config` of `google/gemma-3-12b-pt`); `llama-small` and `llama-7b` exactly as the
-/// reference harness defines them (`harness/models.py` `hf_config`).
+/// `text_config` of `google/gemma-3-12b-pt`, `FacebookAI/roberta-base`,
+/// `answerdotai/ModernBERT-base`, `llava-hf/llava-1.5-7b-hf`); `llama-small` and `llama-7b`
+/// exactly as the reference harness defines them (`harness/models.py` `hf_config`).
 pub fn text_config(id: &str) -> Option<serde_json::Value> {
     use serde_json::json;
     let gpt2 = |e: u64, l: u64, h: u64| json!({"model_type": "gpt2", "n_embd": e, "n_layer": l, "n_head": h, "n_positions": 1024, "vocab_size": 50257});
@@ -415,6 +440,17 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
         "gpt2-xl" => gpt2(1600, 48, 25),
         "bert-base" => bert(768, 12, 12, 3072),
         "bert-large" => bert(1024, 24, 16, 4096),
+        "roberta-base" => {
+            json!({"model_type": "roberta", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072, "vocab_size": 50265, "max_position_embeddings": 514, "type_vocab_size": 1, "pad_token_id": 1})
+        }
+        "modernbert-base" => {
+            json!({"model_type": "modernbert", "hidden_size": 768, "intermediate_size": 1152, "num_hidden_layers": 22, "num_attention_heads": 12, "vocab_size": 50368, "max_position_embeddings": 8192, "global_attn_every_n_layers": 3, "local_attention": 128, "norm_bias": false, "attention_bias": false, "mlp_bias": false, "decoder_bias": true, "classifier_activation": "gelu", "hidden_activation": "gelu", "tie_word_embeddings": true})
+        }
+        "llava-1.5-7b" => {
+            json!({"model_type": "llava", "image_token_index": 32000, "image_seq_length": 576, "projector_hidden_act": "gelu", "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+                   "vision_config": {"model_type": "clip_vision_model", "hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16, "image_size": 336, "patch_size": 14, "projection_dim": 768, "hidden_act": "quick_gelu"},
+                   "text_config": {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 32, "vocab_size": 32064, "max_position_embeddings": 4096, "tie_word_embeddings": false}})
+        }
         "llama-small" => llama(1024, 2816, 8, 16, 16, 32000, 4096),
         "llama-7b" | "llama-2-7b" => llama(4096, 11008, 32, 32, 32, 32000, 4096),
         "llama-2-13b" => llama(5120, 13824, 40, 40, 40, 32000, 4096),
@@ -459,7 +495,7 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
 /// page asks on every plan; [`text_config`] lives with the builders in the page's lazy chunk).
 pub fn text_model_type(id: &str) -> Option<&'static str> {
     // Preset id prefixes, the more specific first.
-    const TYPES: [(&str, &str); 11] = [
+    const TYPES: [(&str, &str); 14] = [
         ("qwen3-30b", "qwen3_moe"),
         ("mixtral", "mixtral"),
         ("phi-3", "phi3"),
@@ -467,6 +503,9 @@ pub fn text_model_type(id: &str) -> Option<&'static str> {
         ("gemma-3", "gemma3_text"),
         ("gpt2", "gpt2"),
         ("bert", "bert"),
+        ("roberta", "roberta"),
+        ("modernbert", "modernbert"),
+        ("llava", "llava"),
         ("llama", "llama"),
         ("mistral", "mistral"),
         ("qwen2", "qwen2"),

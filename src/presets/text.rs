@@ -1,8 +1,9 @@
 //! Language models built op by op as transformers 5.24 runs them in training
-//! (`transformers/models/{gpt2,bert,llama,mistral,qwen2}/modeling_*.py`): `GPT2LMHeadModel`,
-//! `BertForMaskedLM` and the LLaMA family's `*ForCausalLM` (Mistral and Qwen2 are LLaMA with
-//! other defaults and biases). The batch is `{"input_ids": ids, "labels": ids}` (one int64
-//! tensor), the loss `model(**batch).loss`, `use_cache=False`.
+//! (`transformers/models/{gpt2,bert,roberta,modernbert,llama,mistral,qwen2}/modeling_*.py`):
+//! `GPT2LMHeadModel`, `BertForMaskedLM`, `RobertaForMaskedLM`, `ModernBertForMaskedLM` and the
+//! LLaMA family's `*ForCausalLM` (Mistral and Qwen2 are LLaMA with other defaults and biases).
+//! The batch is `{"input_ids": ids, "labels": ids}` (one int64 tensor), the loss
+//! `model(**batch).loss`, `use_cache=False`.
 //!
 //! Op names follow the module paths below the model's base (`h.3.attn.c_attn`, `layer.3.output`,
 //! `layers.3.self_attn.q_proj`), so the per-layer activation chart groups them by layer.
@@ -22,6 +23,7 @@ use crate::estimator::units::{Bytes, DType};
 use super::activation::activation;
 pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
+use super::modernbert::{self, ModernBert};
 use super::moe::{self, Moe};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -33,6 +35,12 @@ pub enum Arch {
     Gpt2,
     /// `BertForMaskedLM`: learned positions and token types, post-LayerNorm, MLM head.
     Bert,
+    /// `RobertaForMaskedLM` (`models/roberta/modeling_roberta.py`): BERT's encoder and head with
+    /// positions counted from the input ids past the padding index, and the head named `lm_head`.
+    Roberta,
+    /// `ModernBertForMaskedLM` ([`super::modernbert`]): pre-norm, rotary, alternating global
+    /// and sliding-window bidirectional attention, GeGLU MLP.
+    ModernBert,
     /// `LlamaForCausalLM` / `MistralForCausalLM` / `Qwen2ForCausalLM`: RMSNorm, rotary
     /// positions, grouped-query attention, SiLU-gated MLP.
     Llama,
@@ -56,6 +64,9 @@ pub struct TextConfig {
     pub max_positions: Option<u64>,
     /// BERT token-type vocabulary.
     pub type_vocab: u64,
+    /// Rows of the learned position table a sequence never reaches: RoBERTa numbers positions
+    /// from `pad_token_id + 1` (`create_position_ids_from_input_ids`); 0 elsewhere.
+    pub position_offset: u64,
     /// The output projection reuses the input embedding (counted once).
     pub tie_embeddings: bool,
     pub qkv_bias: bool,
@@ -91,6 +102,8 @@ pub struct Variant {
     /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
     /// `sliding_window`).
     pub sliding: Option<Sliding>,
+    /// ModernBERT's own fields (set exactly for [`Arch::ModernBert`]).
+    pub modernbert: Option<ModernBert>,
 }
 
 /// The sliding-window layers of a decoder.
@@ -135,13 +148,17 @@ impl TextConfig {
                     2 * 2 * h + (h * 3 * h + 3 * h) + (h * h + h) + (h * i + i) + (i * h + h);
                 v * h + p * h + l * layer + 2 * h + b(!self.tie_embeddings, v * h)
             }
-            Arch::Bert => {
+            Arch::Bert | Arch::Roberta => {
                 let p = self.max_positions.unwrap_or(0);
                 let emb = v * h + p * h + self.type_vocab * h + 2 * h;
                 let layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h);
                 let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
                 emb + l * layer + head
             }
+            Arch::ModernBert => match &self.variant.modernbert {
+                Some(mb) => self.modernbert_params(mb),
+                None => 0,
+            },
             Arch::Llama => self.llama_params(false),
         }
     }
@@ -154,6 +171,21 @@ impl TextConfig {
             Arch::Llama => self.llama_params(true),
             _ => self.param_count(),
         }
+    }
+
+    /// Parameters as `sum(p.numel() for p in model.parameters())` counts them: the decoder weight is
+    /// the token embedding's when tied; layer 0 has no `attn_norm`.
+    fn modernbert_params(&self, mb: &ModernBert) -> u64 {
+        let cfg = self;
+        let (h, v, i) = (cfg.hidden, cfg.vocab, cfg.intermediate);
+        let b = |on: bool, n: u64| if on { n } else { 0 };
+        let norm = h + b(mb.norm_bias, h);
+        let attn = 3 * h * h + b(cfg.qkv_bias, 3 * h) + h * h + b(cfg.o_bias, h);
+        let mlp = 2 * h * i + b(cfg.mlp_bias, 2 * i) + i * h + b(cfg.mlp_bias, h);
+        let layers = cfg.layers * (attn + mlp + 2 * norm) - norm;
+        let head = h * h + b(mb.classifier_bias, h) + norm;
+        let decoder = b(!cfg.tie_embeddings, v * h) + b(mb.decoder_bias, v);
+        v * h + norm + layers + norm + head + decoder
     }
 
     fn llama_params(&self, active: bool) -> u64 {
@@ -256,7 +288,15 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     }
     match cfg.arch {
         Arch::Gpt2 => gpt2(&mut g, cfg, ctx, ids)?,
-        Arch::Bert => bert(&mut g, cfg, ctx, ids)?,
+        Arch::Bert | Arch::Roberta => bert(&mut g, cfg, ctx, ids)?,
+        Arch::ModernBert => match &cfg.variant.modernbert {
+            Some(mb) => modernbert(&mut g, cfg, mb, ctx, ids)?,
+            None => {
+                return Err(EstimateError::Unsupported(
+                    "a ModernBERT model needs its ModernBERT fields".into(),
+                ))
+            }
+        },
         Arch::Llama => llama(&mut g, cfg, ctx, ids)?,
     }
     Ok(g)
@@ -292,14 +332,17 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
     Ok(())
 }
 
-/// Refuses a sequence longer than the model's learned positions.
+/// Refuses a sequence longer than the model's learned positions (for RoBERTa the table's rows
+/// past its offset).
 pub fn check_positions(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     match cfg.max_positions {
-        Some(max) if ctx.seq > max => Err(EstimateError::SequenceTooLong {
-            model: cfg.model_type.clone(),
-            seq: ctx.seq,
-            max,
-        }),
+        Some(rows) if ctx.seq > rows.saturating_sub(cfg.position_offset) => {
+            Err(EstimateError::SequenceTooLong {
+                model: cfg.model_type.clone(),
+                seq: ctx.seq,
+                max: rows.saturating_sub(cfg.position_offset),
+            })
+        }
         _ => Ok(()),
     }
 }
@@ -318,7 +361,8 @@ fn freeze_layers(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), 
     }
     let (embeds, stack): (&[&str], &str) = match cfg.arch {
         Arch::Gpt2 => (&["wte", "wpe"], "h"),
-        Arch::Bert => (&["embeddings"], "layer"),
+        Arch::Bert | Arch::Roberta => (&["embeddings"], "layer"),
+        Arch::ModernBert => (&["embeddings"], "layers"),
         Arch::Llama => (&["embed_tokens"], "layers"),
     };
     g.frozen.extend(embeds.iter().map(|e| e.to_string()));
@@ -430,6 +474,12 @@ fn gpt2(
 /// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
 /// the raw scores.
+///
+/// `RobertaForMaskedLM.forward` (`models/roberta/modeling_roberta.py`, transformers 5.24.0) runs
+/// the same code but for two places: its embeddings number the positions from the input ids
+/// ([`roberta_position_ids`]), so the position and token-type lookups are per sample
+/// (`[B, S]`, where BERT's are `[1, S]` views of its buffers), and its head
+/// (`RobertaLMHead`: `dense`, `gelu`, `layer_norm`, `decoder`) always uses the erf GELU.
 fn bert(
     g: &mut Graph,
     cfg: &TextConfig,
@@ -443,13 +493,27 @@ fn bert(
     // Buffers `position_ids` and `token_type_ids`, `[1, max_positions]` int64 each.
     let pos_buf = g.buffer(vec![1, p], DType::I64)?;
     let tt_buf = g.buffer(vec![1, p], DType::I64)?;
+    let roberta = cfg.arch == Arch::Roberta;
     let (mut e, word) = g.scoped("embeddings", |g| {
+        let pos = if roberta {
+            roberta_position_ids(g, ids)?
+        } else {
+            g.alias(pos_buf, vec![1, s], false)
+        };
         let (x, word) = g.embedding("word_embeddings", ids, cfg.vocab, h_dim)?;
-        let tt = g.no_grad_op("gather", &[tt_buf], vec![1, s], DType::I64, Bytes::ZERO)?;
+        // `torch.gather(token_type_ids.expand(position_ids.shape[0], -1), 1, position_ids)`,
+        // expanded to `[B, S]`.
+        let rows = g.shape(pos)[0];
+        let tt = g.no_grad_op(
+            "gather",
+            &[tt_buf, pos],
+            vec![rows, s],
+            DType::I64,
+            Bytes::ZERO,
+        )?;
         let tt = g.alias(tt, vec![b, s], false);
         let (te, _) = g.embedding("token_type_embeddings", tt, cfg.type_vocab, h_dim)?;
         let e = g.add(x, te, false)?;
-        let pos = g.alias(pos_buf, vec![1, s], false);
         let (pe, _) = g.embedding("position_embeddings", pos, p, h_dim)?;
         let e = g.add(e, pe, false)?;
         let e = g.layer_norm("LayerNorm", e, true)?;
@@ -508,12 +572,23 @@ fn bert(
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
-    let scores = g.scoped("cls", |g| {
-        let t = g.scoped("transform", |g| {
+    // BERT: `cls.predictions.transform.{dense, LayerNorm}`, `cls.predictions.decoder`;
+    // RoBERTa: `lm_head.{dense, layer_norm, decoder}`.
+    let (head, transform, norm, act) = if roberta {
+        ("lm_head", None, "layer_norm", Activation::Gelu)
+    } else {
+        ("cls", Some("transform"), "LayerNorm", cfg.act)
+    };
+    let scores = g.scoped(head, |g| {
+        let transform_ops = |g: &mut Graph| {
             let t = g.linear("dense", e, h_dim, h_dim, true)?;
-            let t = activation(g, t, cfg.act, cpu)?;
-            g.layer_norm("LayerNorm", t, true)
-        })?;
+            let t = activation(g, t, act, cpu)?;
+            g.layer_norm(norm, t, true)
+        };
+        let t = match transform {
+            Some(scope) => g.scoped(scope, transform_ops)?,
+            None => transform_ops(g)?,
+        };
         g.scoped("decoder", |g| {
             let bias = g.param(vec![cfg.vocab])?;
             if cfg.tie_embeddings {
@@ -530,6 +605,143 @@ fn bert(
     Ok(())
 }
 
+/// `ModernBertForMaskedLM.forward` (`models/modernbert/modeling_modernbert.py`, transformers
+/// 5.24.0; [`super::modernbert`]) on `ids` `[B, S]`.
+fn modernbert(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    mb: &ModernBert,
+    ctx: &BuildCtx,
+    ids: TensorId,
+) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
+    let (b, s) = (ctx.batch, ctx.seq);
+    let pdt = g.precision.param_dtype();
+    let (x, word) = g.scoped("embeddings", |g| {
+        let (x, word) = g.embedding("tok_embeddings", ids, cfg.vocab, h_dim)?;
+        if cfg.tie_embeddings {
+            tied_grad_sum(g, word);
+        }
+        let x = g.layer_norm("norm", x, mb.norm_bias)?;
+        Ok::<_, EstimateError>((g.dropout_on(x, cfg.embd_dropout, cpu)?, word))
+    })?;
+    let mask = modernbert::sliding_mask(g, mb, ctx)?;
+    // One rotary embedding per layer type present, each with its `{type}_inv_freq` and
+    // `{type}_original_inv_freq` buffers, computed once per forward (global and local layers
+    // differ only in `rope_theta`, which changes no size).
+    let has = |local: bool| mb.local.contains(&local);
+    let tables = |g: &mut Graph, on: bool| -> Result<Option<(TensorId, TensorId)>, EstimateError> {
+        if !on {
+            return Ok(None);
+        }
+        let inv = g.buffer(vec![d / 2], DType::F32)?;
+        g.buffer(vec![d / 2], DType::F32)?;
+        g.scoped("rotary_emb", |g| g.rotary_tables(inv, s, d, pdt))
+            .map(Some)
+    };
+    let global_rope = tables(g, has(false))?;
+    let local_rope = tables(g, has(true))?;
+    let x = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
+        let local = mb.local.get(i as usize).copied().unwrap_or(false);
+        let (cos, sin) = match (local, local_rope, global_rope) {
+            (true, Some(t), _) | (false, _, Some(t)) => t,
+            _ => {
+                return Err(EstimateError::Unsupported(
+                    "a layer without its rotary table".into(),
+                ))
+            }
+        };
+        let a = if i == 0 {
+            h
+        } else {
+            g.layer_norm("attn_norm", h, mb.norm_bias)?
+        };
+        let o = g.scoped("attn", |g| {
+            let qkv = g.linear("Wqkv", a, h_dim, 3 * h_dim, cfg.qkv_bias)?;
+            // `qkv.view(B, S, 3, H, D).unbind(dim=-3)`: three views whose gradients backward
+            // stacks into one `[B, S, 3·H·D]` tensor.
+            let parts = g.split(qkv, vec![vec![b, s, h_dim]; 3])?;
+            let q = heads_view(g, parts[0], nh, d)?;
+            let k = heads_view(g, parts[1], nh, d)?;
+            let v = heads_view(g, parts[2], nh, d)?;
+            let q = modernbert::rotate_fp32(g, q, cos, sin)?;
+            let k = modernbert::rotate_fp32(g, k, cos, sin)?;
+            let m = if local { mask } else { None };
+            let o = match ctx.attn {
+                AttnImpl::Sdpa => g.sdpa(q, k, v, m.map(|m| m.0), cfg.attn_dropout, cpu)?,
+                AttnImpl::Eager => g.eager_attention(
+                    q,
+                    k,
+                    v,
+                    m.and_then(|m| m.1),
+                    EagerOpts {
+                        dropout: cfg.attn_dropout,
+                        fp32_softmax: true,
+                        cpu,
+                        softcap: false,
+                    },
+                )?,
+            };
+            let o = g.linear("Wo", o, h_dim, h_dim, cfg.o_bias)?;
+            // `out_drop`: `nn.Dropout(attention_dropout)`, the identity at 0.
+            g.dropout_on(o, cfg.attn_dropout, cpu)
+        })?;
+        let r = g.add(h, o, false)?;
+        let m = g.layer_norm("mlp_norm", r, mb.norm_bias)?;
+        let y = g.scoped("mlp", |g| {
+            let wi = g.linear("Wi", m, h_dim, 2 * cfg.intermediate, cfg.mlp_bias)?;
+            let half = vec![b, s, cfg.intermediate];
+            let parts = g.split(wi, vec![half.clone(), half])?;
+            let act = activation(g, parts[0], cfg.act, cpu)?;
+            let y = g.mul_bc(act, parts[1])?;
+            let y = g.dropout_on(y, mb.mlp_dropout, cpu)?;
+            g.linear("Wo", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+        })?;
+        g.add(r, y, false)
+    })?;
+    let x = g.layer_norm("final_norm", x, mb.norm_bias)?;
+    let t = g.scoped("head", |g| {
+        let t = g.linear("dense", x, h_dim, h_dim, mb.classifier_bias)?;
+        let t = activation(g, t, mb.classifier_act, cpu)?;
+        g.layer_norm("norm", t, mb.norm_bias)
+    })?;
+    let logits = g.scoped("decoder", |g| {
+        let bias = if mb.decoder_bias {
+            Some(g.param(vec![cfg.vocab])?)
+        } else {
+            None
+        };
+        let w = if cfg.tie_embeddings {
+            word
+        } else {
+            g.param(vec![cfg.vocab, h_dim])?
+        };
+        g.linear_with(t, w, bias)
+    })?;
+    modernbert::masked_lm_loss(g, logits, ids, cfg.vocab)
+}
+
+/// `RobertaEmbeddings.create_position_ids_from_input_ids` (transformers 5.24.0): `mask =
+/// input_ids.ne(padding_idx).int()`, `(torch.cumsum(mask, dim=1).type_as(mask) + cache_length) *
+/// mask`, `.long() + padding_idx`: `[B, S]` integer tensors without autograd (the cumsum of an
+/// int32 tensor is int64), of which only the last, the position ids, outlives the embeddings (the
+/// position and token-type lookups save it).
+fn roberta_position_ids(g: &mut Graph, ids: TensorId) -> Result<TensorId, EstimateError> {
+    let shape = g.shape(ids);
+    let step = |g: &mut Graph, kind: &'static str, ins: &[TensorId], dt: DType| {
+        g.no_grad_op(kind, ins, shape.clone(), dt, Bytes::ZERO)
+    };
+    let ne = step(g, "ne", &[ids], DType::Bool)?;
+    let mask = step(g, "to_int", &[ne], DType::I32)?;
+    let sum = step(g, "cumsum", &[mask], DType::I64)?;
+    let sum = step(g, "type_as", &[sum], DType::I32)?;
+    let sum = step(g, "add", &[sum], DType::I32)?;
+    let inc = step(g, "mul", &[sum, mask], DType::I32)?;
+    let long = step(g, "to_long", &[inc], DType::I64)?;
+    step(g, "add", &[long], DType::I64)
+}
+
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
 /// to biases and defaults).
 fn llama(
@@ -538,20 +750,46 @@ fn llama(
     ctx: &BuildCtx,
     ids: TensorId,
 ) -> Result<(), EstimateError> {
-    let cpu = ctx.device == Device::Cpu;
-    let (h_dim, d) = (cfg.hidden, cfg.head_dim);
-    let pdt = g.precision.param_dtype();
     g.nf4_shared_constants(&ctx.tune)?;
-    let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
-    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
+    let (x, embed) = llama_embed(g, cfg, ids)?;
+    let mut router_logits = Vec::new();
+    let h = llama_decoder(g, cfg, ctx, x, &mut router_logits)?;
+    llama_head(g, cfg, h, embed, ids, &router_logits)
+}
+
+/// `embed_tokens(input_ids)` of a LLaMA-family model (Gemma's scaled): the embeddings and the
+/// embedding weight.
+pub(crate) fn llama_embed(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ids: TensorId,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, cfg.hidden)?;
     if cfg.tie_embeddings {
         tied_grad_sum(g, embed);
     }
-    let gm = cfg.variant.gemma.as_ref();
-    let x = match gm {
+    let x = match cfg.variant.gemma.as_ref() {
         Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
         None => x,
     };
+    Ok((x, embed))
+}
+
+/// `LlamaModel.forward` from the input embeddings `x` (`[B, ctx.seq, hidden]`): the masks, the
+/// rotary tables, the decoder layers and the final norm. A sparse block's router logits are
+/// appended to `router_logits`.
+pub(crate) fn llama_decoder(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    x: TensorId,
+    router_logits: &mut Vec<TensorId>,
+) -> Result<TensorId, EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let d = cfg.head_dim;
+    let pdt = g.precision.param_dtype();
+    let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
+    let gm = cfg.variant.gemma.as_ref();
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
     let inv_freq = g.buffer(vec![d / 2], pdt)?;
     g.buffer(vec![d / 2], pdt)?;
@@ -599,7 +837,6 @@ fn llama(
         local_rope,
         cpu,
     };
-    let mut router_logits = Vec::new();
     let h = run_layers(g, cfg, ctx, "layers", x, |g, h, i| {
         let local = sl.is_some_and(|sl| sl.is_local(i));
         layer.build(
@@ -610,14 +847,27 @@ fn llama(
                 mask: if local { local_mask } else { mask },
                 attn: ctx.attn,
             },
-            &mut router_logits,
+            router_logits,
         )
     })?;
-    let h = layer.norm(g, "norm", h)?;
+    layer.norm(g, "norm", h)
+}
+
+/// `*ForCausalLM`'s `lm_head` (the embedding weight when tied), Gemma 2's final soft-capping,
+/// `ForCausalLMLoss` against `ids`, and a mixture's load-balancing loss.
+pub(crate) fn llama_head(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    h: TensorId,
+    embed: TensorId,
+    ids: TensorId,
+    router_logits: &[TensorId],
+) -> Result<(), EstimateError> {
+    let gm = cfg.variant.gemma.as_ref();
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.column_parallel_linear_with(h, embed, None))?
     } else {
-        g.column_parallel_linear("lm_head", h, h_dim, cfg.vocab, false)?
+        g.column_parallel_linear("lm_head", h, cfg.hidden, cfg.vocab, false)?
     };
     // `final_logit_softcapping`: `logits / cap`, `tanh`, `* cap` over the whole vocabulary.
     let logits = if gm.is_some_and(|gm| gm.final_softcap) {
@@ -628,7 +878,7 @@ fn llama(
     let loss = g.causal_lm_loss(logits, ids)?;
     if let Some(moe) = cfg.variant.moe.as_ref().filter(|m| m.aux_loss) {
         if !g.inference {
-            moe::aux_loss(g, moe, &router_logits, loss)?;
+            moe::aux_loss(g, moe, router_logits, loss)?;
         }
     }
     Ok(())

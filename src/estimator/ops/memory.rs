@@ -215,6 +215,22 @@ impl Graph {
         Ok(z)
     }
 
+    /// `x.masked_scatter(mask, source)` (LLaVA writes the image features over the image tokens'
+    /// embeddings): a new tensor of `x`'s size. Autograd saves the mask (`derivatives.yaml`
+    /// `masked_scatter`: `self: grad.masked_fill(mask, 0)`, `source:
+    /// masked_scatter_backward(grad, mask, source.sizes())`), so backward allocates one gradient
+    /// of each input's size.
+    pub fn masked_scatter(&mut self, x: TensorId, mask: TensorId, source: TensorId) -> R {
+        let y = self.out_like(self.shape(x), self.dtype(x), &[x, source])?;
+        let mut op = self.op("masked_scatter", "");
+        op.inputs = vec![x, mask, source];
+        op.outputs = vec![y];
+        op.saved = vec![mask];
+        op.grads = self.grads_alloc(&[x, source]);
+        self.record(op);
+        Ok(y)
+    }
+
     /// An integer/bool tensor computed without autograd (positions, shifted labels, masks).
     pub fn no_grad_op(
         &mut self,

@@ -158,8 +158,9 @@ pub fn input_spec(plan: &Plan) -> InputSpec {
             } else {
                 "max_position_embeddings"
             };
-            // Only learned position tables (GPT-2, BERT) stop at their size; rotary models do not.
-            (kind == "gpt2" || kind == "bert")
+            // Only learned position tables (GPT-2, BERT, RoBERTa) stop at their size; rotary
+            // models do not.
+            matches!(kind, "gpt2" | "bert" | "roberta")
                 .then(|| c.get(key).and_then(|v| v.as_u64()))
                 .flatten()
         });
@@ -254,13 +255,14 @@ pub fn gpu_of(plan: &Plan) -> Option<gpus::Gpu> {
 }
 
 /// Whether the plan's model is a decoder whose causal mask the batch's padding decides (GPT-2,
-/// LLaMA, Mistral, Qwen2 — not BERT, whose mask is bidirectional, nor vision models).
+/// LLaMA, Mistral, Qwen2, LLaVA's language model — not the encoders BERT, RoBERTa and
+/// ModernBERT, whose attention is bidirectional, nor vision models).
 pub fn has_causal_mask(plan: &Plan) -> bool {
     let kind = match &plan.hf_config {
         Some(c) => c.get("model_type").and_then(|t| t.as_str()),
         None => models::text_model_type(&plan.model),
     };
-    kind.is_some_and(|t| t != "bert")
+    kind.is_some_and(|t| !matches!(t, "bert" | "roberta" | "modernbert"))
 }
 
 /// The checkpointing picker's choices for a model: `(value, label)`. `stage` only where it
@@ -479,6 +481,9 @@ mod tests {
             ("llama-3-8b", true),
             ("qwen2-0.5b", true),
             ("bert-base", false),
+            ("roberta-base", false),
+            ("modernbert-base", false),
+            ("llava-1.5-7b", true),
             ("vit_b_16", false),
             ("resnet50", false),
             ("lstm-lm", false),

@@ -1,0 +1,357 @@
+//! LLaVA as transformers 5.24.0 trains it (`models/llava/modeling_llava.py`,
+//! `LlavaForConditionalGeneration`): a CLIP vision tower (`models/clip/modeling_clip.py`,
+//! `CLIPVisionModel`), the multimodal projector (`linear_1`, activation, `linear_2`) and a
+//! LLaMA-family language model ([`super::text`]) whose input embeddings carry the projected image
+//! features in place of the image tokens (`masked_scatter`).
+//!
+//! The batch: per sample, one image (`pixel_values` `[B, 3, image_size, image_size]`) and
+//! `input_ids` of the plan's `seq` text tokens plus the image's placeholder tokens, as many as
+//! the tower gives features (`(image_size / patch_size)²`, plus the class token under the
+//! `"full"` strategy); `labels` are the input ids. So the language model runs on
+//! `seq + image tokens` positions.
+//!
+//! The tower runs all its layers, but the loss depends only on the hidden states
+//! `vision_feature_layer` selects: the layers past the deepest selected one and `post_layernorm`
+//! (its pooled output is replaced by the image features) get no gradient, so their parameters
+//! have no `.grad` and no optimizer state, and their activations live only until the forward
+//! returns (the model's output holds the tower's last hidden state until then).
+
+use crate::estimator::checkpoint;
+use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
+use crate::estimator::error::EstimateError;
+use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::ops::{Conv, EagerOpts};
+use crate::estimator::tune::Frozen;
+use crate::estimator::units::{Bytes, DType};
+
+use super::activation::{activation, Activation};
+use super::text::{self, heads_view, Arch, TextConfig};
+
+/// `CLIPVisionConfig`: the fields the tower's size and ops depend on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Clip {
+    pub hidden: u64,
+    pub intermediate: u64,
+    pub layers: u64,
+    pub heads: u64,
+    pub channels: u64,
+    pub image_size: u64,
+    pub patch_size: u64,
+    /// `hidden_act` (`quick_gelu`).
+    pub act: Activation,
+    /// `attention_dropout`.
+    pub attn_dropout: f64,
+}
+
+impl Clip {
+    /// Patches per image side (`Conv2d(kernel=stride=patch_size)` on the square image).
+    pub fn grid(&self) -> u64 {
+        self.image_size / self.patch_size
+    }
+
+    /// Positions of the tower's sequence: the patches and the class token.
+    pub fn positions(&self) -> u64 {
+        self.grid() * self.grid() + 1
+    }
+
+    /// Parameters of `CLIPVisionModel`.
+    pub fn param_count(&self) -> u64 {
+        let (d, i) = (self.hidden, self.intermediate);
+        let embeddings =
+            d + self.channels * self.patch_size * self.patch_size * d + self.positions() * d;
+        let layer = 4 * (d * d + d) + 2 * 2 * d + (d * i + i) + (i * d + d);
+        embeddings + 2 * d + self.layers * layer + 2 * d
+    }
+}
+
+/// A LLaVA `config.json` (`LlavaConfig`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Llava {
+    pub vision: Clip,
+    /// The language model (`text_config`), a LLaMA-family decoder; its `tie_embeddings` is
+    /// LLaVA's (`tie_word_embeddings` of either config).
+    pub text: TextConfig,
+    /// The selected hidden states of the tower (`vision_feature_layer`, one or several), as
+    /// indices into its `L + 1` hidden states: 0 is the embeddings after `pre_layrnorm`, `j` the
+    /// output of layer `j - 1`.
+    pub feature_layers: Vec<u64>,
+    /// `vision_feature_select_strategy == "default"`: the class token's feature is dropped.
+    pub drop_cls: bool,
+    /// `projector_hidden_act`.
+    pub projector_act: Activation,
+    /// `multimodal_projector_bias`.
+    pub projector_bias: bool,
+}
+
+impl Llava {
+    /// Image tokens per image: the tower's features (its patches, and the class token under the
+    /// `"full"` strategy).
+    pub fn image_tokens(&self) -> u64 {
+        self.vision.positions() - u64::from(self.drop_cls)
+    }
+
+    /// Projector input width: the tower's width times the selected layers.
+    fn projector_in(&self) -> u64 {
+        self.vision.hidden * self.feature_layers.len() as u64
+    }
+
+    /// Parameters as `sum(p.numel() for p in model.parameters())` counts them.
+    pub fn param_count(&self) -> u64 {
+        let h = self.text.hidden;
+        let b = if self.projector_bias { h } else { 0 };
+        let projector = self.projector_in() * h + b + h * h + b;
+        self.vision.param_count() + projector + self.text.param_count()
+    }
+
+    /// The deepest selected hidden state: the layers from it on feed nothing the loss reads.
+    fn needed_layers(&self) -> u64 {
+        self.feature_layers.iter().copied().max().unwrap_or(0)
+    }
+}
+
+/// Builds the training step of `m` at `ctx` (`ctx.seq`: the text tokens per sample).
+pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
+    let unsupported = |what: &str| {
+        Err(EstimateError::Unsupported(format!(
+            "{what} is not modelled for llava: use a plain or fine-tuning step on one GPU"
+        )))
+    };
+    if ctx.tune.infer.is_some() {
+        return unsupported("serving");
+    }
+    if ctx.tune.lora.is_some() || !ctx.tune.dense_linears() {
+        return unsupported("LoRA or quantized weights");
+    }
+    if ctx.tp > 1 {
+        return unsupported("tensor parallelism");
+    }
+    if matches!(ctx.ckpt, Checkpointing::Sqrt | Checkpointing::Segments(_)) {
+        // Segments cut one stack of layers; LLaVA has two (the tower's and the language
+        // model's).
+        return Err(EstimateError::Unsupported(
+            "checkpointing in segments is not modelled for llava's two stacks: use \"block\" (every layer of both)".into(),
+        ));
+    }
+    if matches!(ctx.tune.frozen, Some(Frozen::Layers(_))) {
+        return Err(EstimateError::Unsupported(
+            "\"frozen\": N counts the blocks of one stack; for llava list module paths (e.g. [\"vision_tower\"] or [\"vision_tower\", \"language_model.layers.0\"])".into(),
+        ));
+    }
+    let tokens = ctx.seq + m.image_tokens();
+    let text_ctx = BuildCtx {
+        seq: tokens,
+        ..ctx.clone()
+    };
+    text::check_variant(&m.text, &text_ctx)?;
+    let mut g = Graph::for_build(ctx);
+    let b = ctx.batch;
+    let v = &m.vision;
+    let ids = g.input(vec![b, tokens], DType::I64)?;
+    let pixels = g.input(
+        vec![b, v.channels, v.image_size, v.image_size],
+        g.precision.param_dtype(),
+    )?;
+    if m.text.variant.moe.is_some() {
+        let rest = m.param_count() - m.text.param_count();
+        g.active_params = Some(rest + m.text.active_param_count());
+    }
+    // `LlavaModel.forward`: the text embeddings first, then the image features.
+    let (embeds, embed_w) = g.scoped("language_model", |g| text::llama_embed(g, &m.text, ids))?;
+    let mut tail = Vec::new();
+    let features = g.scoped("vision_tower", |g| {
+        g.scoped("vision_model", |g| {
+            vision_tower(g, m, ctx, pixels, &mut tail)
+        })
+    })?;
+    let features = g.scoped("multi_modal_projector", |g| projector(g, m, ctx, features))?;
+    // `list(image_features)`, `torch.cat(image_features, dim=0).to(inputs_embeds.dtype)`.
+    let per_image = g.unbind(features)?;
+    let features = g.cat(&per_image, 0)?;
+    let features = g.cast(features, g.dtype(embeds))?;
+    // `get_placeholder_mask`: `input_ids == image_token_id` and its count.
+    let mask = g.no_grad_op("eq", &[ids], vec![b, tokens], DType::Bool, Bytes::ZERO)?;
+    g.no_grad_op("sum", &[mask], vec![], DType::I64, Bytes::ZERO)?;
+    let mask = g.alias(mask, vec![b, tokens, 1], false);
+    let embeds = g.masked_scatter(embeds, mask, features)?;
+    let mut router_logits = Vec::new();
+    let h = g.scoped("language_model", |g| {
+        text::llama_decoder(g, &m.text, &text_ctx, embeds, &mut router_logits)
+    })?;
+    text::llama_head(&mut g, &m.text, h, embed_w, ids, &router_logits)?;
+    // The forward returns: the tower's unused tail is released with the model's output.
+    g.hold(&tail);
+    Ok(g)
+}
+
+/// `CLIPVisionModel.forward` up to the selected hidden states (the `[B, positions, D]` tensors
+/// of [`Llava::feature_layers`]). The ops past them run too; what they would save for backward
+/// goes to `tail` instead, for the caller to hold until the forward returns.
+fn vision_tower(
+    g: &mut Graph,
+    m: &Llava,
+    ctx: &BuildCtx,
+    pixels: TensorId,
+    tail: &mut Vec<TensorId>,
+) -> Result<Vec<TensorId>, EstimateError> {
+    let v = &m.vision;
+    let cpu = ctx.device == Device::Cpu;
+    let (b, d, n) = (ctx.batch, v.hidden, v.positions());
+    // Parameters past the selected layers never receive a gradient: to the optimizer they are
+    // frozen.
+    let needed = m.needed_layers();
+    g.frozen.extend(
+        (needed..v.layers).map(|i| format!("vision_tower.vision_model.encoder.layers.{i}")),
+    );
+    g.frozen
+        .push("vision_tower.vision_model.post_layernorm".into());
+    // `position_ids` buffer `[1, positions]`.
+    let pos = g.buffer(vec![1, n], DType::I64)?;
+    let x = g.scoped("embeddings", |g| {
+        let cls = g.scoped("class_embedding", |g| g.param(vec![d]))?;
+        // `pixel_values.to(patch_embedding.weight.dtype)` is the identity: the batch is
+        // already in the weights' dtype.
+        let p = g.conv2d(
+            "patch_embedding",
+            pixels,
+            Conv::new(v.channels, d, v.patch_size, v.patch_size, 0),
+        )?;
+        let grid = v.grid();
+        let p = g.view(p, vec![b, d, grid * grid])?;
+        let p = g.view(p, vec![b, grid * grid, d])?;
+        let cls = g.expand(cls, vec![b, 1, d])?;
+        // The class embedding (an fp32 parameter) goes first: the concatenation is fp32 under
+        // autocast, as torchvision's ViT's.
+        let x = g.cat(&[cls, p], 1)?;
+        let (pe, _) = g.embedding("position_embedding", pos, n, d)?;
+        g.add(x, pe, false)
+    })?;
+    let x = g.layer_norm_on("pre_layrnorm", x, true, cpu)?;
+    let mut hidden = vec![x];
+    let first_tail = std::cell::Cell::new(None);
+    let mut h = x;
+    g.scoped("encoder", |g| {
+        for (range, ck) in checkpoint::runs(ctx.ckpt, v.layers as usize, "layers", true)? {
+            h = g.checkpointed(ck, |g| {
+                let mut h = h;
+                for i in range {
+                    if i as u64 == needed && first_tail.get().is_none() {
+                        first_tail.set(Some(g.ops.len()));
+                    }
+                    h = g.scoped(format!("layers.{i}"), |g| clip_layer(g, v, ctx, h))?;
+                    hidden.push(h);
+                }
+                Ok::<_, EstimateError>(h)
+            })?;
+        }
+        Ok::<_, EstimateError>(())
+    })?;
+    if first_tail.get().is_none() {
+        first_tail.set(Some(g.ops.len()));
+    }
+    // `last_hidden_state[:, 0, :]` and `post_layernorm`.
+    let pooled = g.select(h, vec![b, d])?;
+    g.layer_norm_on("post_layernorm", pooled, true, cpu)?;
+    let start = first_tail.get().unwrap_or(g.ops.len());
+    for op in &mut g.ops[start..] {
+        tail.append(&mut op.saved);
+        op.grads.clear();
+    }
+    Ok(m.feature_layers
+        .iter()
+        .map(|&i| hidden[i as usize])
+        .collect())
+}
+
+/// `CLIPEncoderLayer.forward`: `layer_norm1`, self-attention (`q_proj`, `k_proj`, `v_proj`,
+/// SDPA or eager without a mask, `out_proj`), residual; `layer_norm2`, `fc1`, activation,
+/// `fc2`, residual.
+fn clip_layer(
+    g: &mut Graph,
+    v: &Clip,
+    ctx: &BuildCtx,
+    x: TensorId,
+) -> Result<TensorId, EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (d, nh) = (v.hidden, v.heads);
+    let hd = d / nh;
+    let a = g.layer_norm_on("layer_norm1", x, true, cpu)?;
+    let o = g.scoped("self_attn", |g| {
+        let q = g.linear("q_proj", a, d, d, true)?;
+        let k = g.linear("k_proj", a, d, d, true)?;
+        let vv = g.linear("v_proj", a, d, d, true)?;
+        let q = heads_view(g, q, nh, hd)?;
+        let k = heads_view(g, k, nh, hd)?;
+        let vv = heads_view(g, vv, nh, hd)?;
+        let o = match ctx.attn {
+            AttnImpl::Sdpa => g.sdpa(q, k, vv, None, v.attn_dropout, cpu)?,
+            AttnImpl::Eager => g.eager_attention(
+                q,
+                k,
+                vv,
+                None,
+                EagerOpts {
+                    dropout: v.attn_dropout,
+                    fp32_softmax: true,
+                    cpu,
+                    softcap: false,
+                },
+            )?,
+        };
+        g.linear("out_proj", o, d, d, true)
+    })?;
+    let r = g.add(x, o, false)?;
+    let m = g.layer_norm_on("layer_norm2", r, true, cpu)?;
+    let y = g.scoped("mlp", |g| {
+        let y = g.linear("fc1", m, d, v.intermediate, true)?;
+        let y = activation(g, y, v.act, cpu)?;
+        g.linear("fc2", y, v.intermediate, d, true)
+    })?;
+    g.add(r, y, false)
+}
+
+/// `get_image_features`' selection and `LlavaMultiModalProjector.forward`: each selected hidden
+/// state without its class token under the default strategy (`[:, 1:]`, a view), several of them
+/// concatenated on the features, then `linear_1`, activation, `linear_2`.
+fn projector(
+    g: &mut Graph,
+    m: &Llava,
+    ctx: &BuildCtx,
+    selected: Vec<TensorId>,
+) -> Result<TensorId, EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (b, d, h) = (ctx.batch, m.vision.hidden, m.text.hidden);
+    let t = m.image_tokens();
+    let views = selected
+        .into_iter()
+        .map(|x| {
+            if m.drop_cls {
+                g.slice_view(x, vec![b, t, d])
+            } else {
+                Ok(x)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (x, strided) = if views.len() == 1 {
+        (views[0], m.drop_cls)
+    } else {
+        (g.cat(&views, 2)?, false)
+    };
+    let din = m.projector_in();
+    // `aten::linear` on a 3-D input that is not contiguous (the `[:, 1:]` slice of more than one
+    // image) takes the `matmul` path, whose reshape copies it; autocast's cast to the
+    // low-precision dtype already makes a contiguous copy.
+    let y = if strided && b > 1 && g.precision.autocast().is_none() {
+        let flat = g.copy(x, vec![b * t, din], false)?;
+        let y = g.linear("linear_1", flat, din, h, m.projector_bias)?;
+        g.view(y, vec![b, t, h])?
+    } else {
+        g.linear("linear_1", x, din, h, m.projector_bias)?
+    };
+    let y = activation(g, y, m.projector_act, cpu)?;
+    g.linear("linear_2", y, h, h, m.projector_bias)
+}
+
+/// Whether `tc` can be LLaVA's language model.
+pub fn is_language_model(tc: &TextConfig) -> bool {
+    tc.arch == Arch::Llama
+}
