@@ -22,6 +22,8 @@ use crate::estimator::units::{Bytes, DType};
 use super::activation::activation;
 pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
+use super::gpt_oss::{self, GptOss};
+use super::mla::{self, Mla, MlaKv};
 use super::moe::{self, Moe};
 
 pub type Built = Result<Graph, EstimateError>;
@@ -89,8 +91,12 @@ pub struct Variant {
     /// Gemma 2 / Gemma 3 ([`super::gemma`]).
     pub gemma: Option<Gemma>,
     /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
-    /// `sliding_window`).
+    /// `sliding_window`, gpt-oss).
     pub sliding: Option<Sliding>,
+    /// DeepSeek-V3's multi-head latent attention ([`super::mla`]) in place of q/k/v.
+    pub mla: Option<Mla>,
+    /// gpt-oss ([`super::gpt_oss`]): attention sinks, its rotation and norms.
+    pub gpt_oss: Option<GptOss>,
 }
 
 /// The sliding-window layers of a decoder.
@@ -165,7 +171,12 @@ impl TextConfig {
             QkNorm::PerHead => 2 * self.head_dim,
             QkNorm::Full => q + kv,
         };
-        let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+        let attn = match &self.variant.mla {
+            Some(m) => m.params(h, self.heads),
+            None => h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h),
+        };
+        // gpt-oss: one sink logit per head.
+        let attn = attn + b(self.variant.gpt_oss.is_some(), self.heads);
         let dense = 3 * h * i + b(self.mlp_bias, 2 * i + h);
         let layers: u64 = (0..self.layers)
             .map(|l| {
@@ -223,16 +234,18 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     check_positions(cfg, ctx)?;
     // transformers 5.24 has no SDPA path for Gemma 2 (`_supports_sdpa` is off; its attention
     // soft-capping needs the scores): the model runs eager attention whatever was asked.
+    // Nor for gpt-oss (`_supports_sdpa = False`: its sinks need the scores).
     let eager;
-    let ctx = match &cfg.variant.gemma {
-        Some(gm) if gm.version == 2 && ctx.attn != AttnImpl::Eager => {
-            eager = BuildCtx {
-                attn: AttnImpl::Eager,
-                ..ctx.clone()
-            };
-            &eager
-        }
-        _ => ctx,
+    let eager_only = cfg.variant.gemma.as_ref().is_some_and(|gm| gm.version == 2)
+        || cfg.variant.gpt_oss.is_some();
+    let ctx = if eager_only && ctx.attn != AttnImpl::Eager {
+        eager = BuildCtx {
+            attn: AttnImpl::Eager,
+            ..ctx.clone()
+        };
+        &eager
+    } else {
+        ctx
     };
     if let Some(step) = ctx.tune.infer {
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
@@ -530,6 +543,21 @@ fn bert(
     Ok(())
 }
 
+/// The rotary embedding's `inv_freq` length and its tables' width: `head_dim / 2` and
+/// `head_dim` (`cat((freqs, freqs))`); DeepSeek-V3 rotates only `qk_rope_head_dim` (its config
+/// sets `head_dim` to it); gpt-oss's tables are the frequencies themselves (`emb = freqs`).
+pub(crate) fn rope_dims(cfg: &TextConfig) -> (u64, u64) {
+    let d = match &cfg.variant.mla {
+        Some(m) => m.qk_rope_head_dim,
+        None => cfg.head_dim,
+    };
+    if cfg.variant.gpt_oss.is_some() {
+        (d / 2, d / 2)
+    } else {
+        (d / 2, d)
+    }
+}
+
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
 /// to biases and defaults).
 fn llama(
@@ -553,8 +581,9 @@ fn llama(
         None => x,
     };
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
-    let inv_freq = g.buffer(vec![d / 2], pdt)?;
-    g.buffer(vec![d / 2], pdt)?;
+    let (inv_len, table) = rope_dims(cfg);
+    let inv_freq = g.buffer(vec![inv_len], pdt)?;
+    g.buffer(vec![inv_len], pdt)?;
     let sl = cfg.variant.sliding.as_ref();
     // Global layers take the causal mask; local layers their sliding-window mask
     // (`create_sliding_window_causal_mask`), skipped like the causal one only while the window
@@ -578,7 +607,9 @@ fn llama(
         }
         _ => None,
     };
-    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    let (cos, sin) = g.scoped("rotary_emb", |g| {
+        g.rotary_tables(inv_freq, ctx.seq, table, pdt)
+    })?;
     // Gemma 3's local layers rotate with `rope_local_base_freq`: a second rotary embedding.
     let local_rope = match gm {
         Some(gm) if gm.version == 3 => {
@@ -670,11 +701,12 @@ pub(crate) struct LlamaLayer<'a> {
 }
 
 impl LlamaLayer<'_> {
-    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's (the weight in fp32) or LLaMA's.
+    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's and gpt-oss's (the weight in
+    /// fp32, `GptOssRMSNorm`: `(self.weight * hidden_states).to(input_dtype)`) or LLaMA's.
     pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
         if self.cfg.variant.gemma.is_some() {
             g.gemma_rms_norm(leaf, x)
-        } else if self.cfg.variant.norm_after {
+        } else if self.cfg.variant.norm_after || self.cfg.variant.gpt_oss.is_some() {
             g.olmo2_rms_norm(leaf, x)
         } else {
             g.rms_norm(leaf, x)
@@ -710,7 +742,6 @@ impl LlamaLayer<'_> {
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
         let gm = var.gemma.as_ref();
-        let sandwich = gm.is_some();
         let local = var.sliding.as_ref().is_some_and(|sl| sl.is_local(index));
         let (cos, sin) = match self.local_rope {
             Some(rope) if local => rope,
@@ -721,6 +752,27 @@ impl LlamaLayer<'_> {
         } else {
             self.norm(g, "input_layernorm", h)?
         };
+        if let Some(m) = &var.mla {
+            let kv = match attention {
+                LlamaAttention::Masked { mask, attn } => MlaKv::Masked {
+                    mask,
+                    attn,
+                    dropout: cfg.attn_dropout,
+                    cpu: self.cpu,
+                },
+                LlamaAttention::Cached {
+                    k_cache,
+                    v_cache,
+                    past,
+                } => MlaKv::Cached {
+                    first: k_cache,
+                    second: v_cache,
+                    past,
+                },
+            };
+            let o = g.scoped("self_attn", |g| mla::attention(g, cfg, m, a, cos, sin, kv))?;
+            return self.finish_layer(g, h, o, index, hold, router_logits);
+        }
         let o = g.scoped("self_attn", |g| {
             let (q, k, v) = if var.fused {
                 let qkv = g.block_linear(
@@ -769,8 +821,18 @@ impl LlamaLayer<'_> {
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
-            let q = g.rotary(q, cos, sin)?;
-            let k = g.rotary(k, cos, sin)?;
+            let sinks = match &var.gpt_oss {
+                Some(_) => Some(g.scoped("sinks", |g| g.param(vec![self.heads.0]))?),
+                None => None,
+            };
+            let (q, k) = if sinks.is_some() {
+                (
+                    gpt_oss::rotate_halves(g, q, cos, sin, false)?,
+                    gpt_oss::rotate_halves(g, k, cos, sin, false)?,
+                )
+            } else {
+                (g.rotary(q, cos, sin)?, g.rotary(k, cos, sin)?)
+            };
             // Phi-3's `apply_rotary_pos_emb` rotates `q[..., :rotary_dim]` and cats the rest
             // back on (`torch.cat([rotated, q_pass], dim=-1)`, `q_pass` empty at the full
             // rotary factor): a copy of the rotated queries and keys whose gradient passes back
@@ -781,8 +843,31 @@ impl LlamaLayer<'_> {
             } else {
                 (q, k)
             };
-            let o = match attention {
-                LlamaAttention::Masked { mask, attn } => {
+            let o = match (attention, sinks) {
+                (LlamaAttention::Masked { mask, .. }, Some(sinks)) => gpt_oss::sink_attention(
+                    g,
+                    q,
+                    k,
+                    v,
+                    mask,
+                    sinks,
+                    nh / nkv,
+                    cfg.attn_dropout,
+                    self.cpu,
+                )?,
+                (
+                    LlamaAttention::Cached {
+                        k_cache,
+                        v_cache,
+                        past,
+                    },
+                    Some(sinks),
+                ) => {
+                    let k_all = g.kv_update(k, k_cache, past)?;
+                    let v_all = g.kv_update(v, v_cache, past)?;
+                    gpt_oss::sink_attention(g, q, k_all, v_all, None, sinks, nh / nkv, 0.0, false)?
+                }
+                (LlamaAttention::Masked { mask, attn }, None) => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
                     // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
                     let (k, v) = if mask.is_some() {
@@ -806,11 +891,14 @@ impl LlamaLayer<'_> {
                         )?,
                     }
                 }
-                LlamaAttention::Cached {
-                    k_cache,
-                    v_cache,
-                    past,
-                } => {
+                (
+                    LlamaAttention::Cached {
+                        k_cache,
+                        v_cache,
+                        past,
+                    },
+                    None,
+                ) => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
                     g.sdpa_infer(q, k_all, v_all)?
@@ -822,6 +910,25 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(o)
         })?;
+        self.finish_layer(g, h, o, index, hold, router_logits)
+    }
+
+    /// The rest of the decoder layer after the attention output `o`: the optional norm after
+    /// it, the residual add, the MLP (dense, fused or a sparse block) with its norms, and the
+    /// second residual add.
+    fn finish_layer(
+        &self,
+        g: &mut Graph,
+        h: TensorId,
+        o: TensorId,
+        index: u64,
+        hold: bool,
+        router_logits: &mut Vec<TensorId>,
+    ) -> Result<TensorId, EstimateError> {
+        let (cfg, tune) = (self.cfg, self.tune);
+        let var = &cfg.variant;
+        let h_dim = cfg.hidden;
+        let sandwich = var.gemma.is_some();
         let o = if var.norm_after || sandwich {
             self.norm(g, "post_attention_layernorm", o)?
         } else {
@@ -833,7 +940,7 @@ impl LlamaLayer<'_> {
         } else if var.norm_after {
             r
         } else {
-            g.rms_norm("post_attention_layernorm", r)?
+            self.norm(g, "post_attention_layernorm", r)?
         };
         let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {

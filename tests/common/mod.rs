@@ -61,10 +61,13 @@ pub const ZERO1: Measured = measured!("zero1-steps.jsonl");
 /// Qwen3, Phi-3, OLMo 2, Gemma 2 and 3 (two layers, published widths, fake CUDA) and the
 /// mixtures of experts (two layers, reduced widths, real CPU tensors, balanced routing).
 pub const VARIANTS: Measured = measured!("variant-steps.jsonl");
+/// DeepSeek-V3 (multi-head latent attention) and gpt-oss (attention sinks) at two layers and
+/// reduced widths on real CPU tensors, balanced routing.
+pub const MLA_SINKS: Measured = measured!("mla-sinks-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 16] = [
+pub const ALL: [Measured; 17] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -81,6 +84,7 @@ pub const ALL: [Measured; 16] = [
     DDP,
     ZERO1,
     VARIANTS,
+    MLA_SINKS,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.
