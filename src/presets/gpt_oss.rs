@@ -6,8 +6,8 @@
 //! router (`GptOssTopKRouter`: a bias, `topk` of the logits, a softmax over the chosen ones) and
 //! the experts (`GptOssExperts`: transposed weights with biases, gate and up interleaved in
 //! `gate_up_proj`, the clamped SwiGLU `(clamp(up) + 1) · g · sigmoid(α g)` with
-//! `g = clamp(gate, max=limit)`). Its sliding-window layers are [`super::text::Sliding`]; its
-//! mixture of experts runs the loop of [`super::moe`].
+//! `g = clamp(gate, max=limit)`; those two live with the other routers and experts in
+//! [`super::moe`]). Its sliding-window layers are [`super::text::Sliding`].
 //!
 //! `GptOssPreTrainedModel` sets `_supports_sdpa = False`: training runs the eager attention
 //! whatever the plan asks (flash and flex kernels need packages the estimate does not assume).
@@ -16,8 +16,6 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::Pw;
 use crate::estimator::units::DType;
-
-use super::moe::{self, Moe};
 
 /// The gpt-oss part of a config.
 #[derive(Clone, Debug, PartialEq)]
@@ -66,96 +64,6 @@ pub(crate) fn rotate_halves(
     let d = g.mul_bc(x1, sin)?;
     let second = g.add(c, d, false)?;
     g.cat(&[first, second], last)
-}
-
-/// `GptOssTopKRouter.forward`: `F.linear(x, weight, bias)`, `topk` of the logits, then
-/// `softmax(values, dim=1, dtype=values.dtype)` (saves its output): the routing weights in the
-/// logits' dtype.
-pub(crate) fn router(
-    g: &mut Graph,
-    moe: &Moe,
-    hv: TensorId,
-) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
-    let h = g.shape(hv)[1];
-    let w = g.param(vec![moe.experts, h])?;
-    let b = g.param(vec![moe.experts])?;
-    let logits = g.linear_with(hv, w, Some(b))?;
-    let (vals, sel) = moe::topk(g, logits, moe.top_k)?;
-    let dt = g.dtype(vals);
-    let rw = g.softmax_to(vals, dt)?;
-    Ok((logits, rw, sel))
-}
-
-/// `GptOssExperts`' parameters: `gate_up_proj` `[E, H, 2I]`, `gate_up_proj_bias` `[E, 2I]`,
-/// `down_proj` `[E, I, H]`, `down_proj_bias` `[E, H]`.
-pub(crate) fn expert_params(
-    g: &mut Graph,
-    experts: u64,
-    hidden: u64,
-    inter: u64,
-) -> Result<Vec<TensorId>, EstimateError> {
-    Ok(vec![
-        g.param(vec![experts, hidden, 2 * inter])?,
-        g.param(vec![experts, 2 * inter])?,
-        g.param(vec![experts, inter, hidden])?,
-        g.param(vec![experts, hidden])?,
-    ])
-}
-
-/// One expert of `GptOssExperts.forward` on its tokens `cur` (`[n, H]`):
-/// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` (the strided gate and up halves, each clamped:
-/// `clamp` saves its input, so the `[n, 2I]` projection stays alive; `gate * α`, `sigmoid`
-/// saving its output, the product saving both, `up + 1`, the final product saving both), then
-/// `@ down_proj[e] + down_proj_bias[e]`. Each weight and bias is a `select` view of its
-/// parameter.
-pub(crate) fn expert(
-    g: &mut Graph,
-    w: &[TensorId],
-    cur: TensorId,
-    inter: u64,
-) -> Result<TensorId, EstimateError> {
-    let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
-    let w1 = g.select(w[0], vec![h, 2 * inter])?;
-    let gu = g.matmul(cur, w1)?;
-    let b1 = g.select(w[1], vec![2 * inter])?;
-    let gu = g.add(gu, b1, false)?;
-    let dt = g.dtype(gu);
-    let gate = g.slice_view(gu, vec![n, inter])?;
-    let up = g.slice_view(gu, vec![n, inter])?;
-    let clamp = Pw {
-        save_input: true,
-        flops: 1.0,
-        ..Pw::default()
-    };
-    let gate = g.pointwise("clamp", gate, dt, clamp)?;
-    let up = g.pointwise("clamp", up, dt, clamp)?;
-    let ga = g.pointwise("mul", gate, dt, scalar())?;
-    let sg = g.pointwise(
-        "sigmoid",
-        ga,
-        dt,
-        Pw {
-            save_output: true,
-            flops: 4.0,
-            ..Pw::default()
-        },
-    )?;
-    let glu = g.mul_bc(gate, sg)?;
-    let up1 = g.pointwise(
-        "add",
-        up,
-        dt,
-        Pw {
-            alias_grad: true,
-            flops: 1.0,
-            ..Pw::default()
-        },
-    )?;
-    let y = g.mul_bc(up1, glu)?;
-    let w2 = g.select(w[2], vec![inter, h])?;
-    let out = g.matmul(y, w2)?;
-    let b2 = g.select(w[3], vec![h])?;
-    g.add(out, b2, false)
 }
 
 /// gpt-oss's `eager_attention_forward` on rotated `q` (`[B, H, S, D]`, contiguous: the rotation

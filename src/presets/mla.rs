@@ -23,7 +23,6 @@ use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::EagerOpts;
 
 use super::gpt_oss::rotate_halves;
-use super::text::TextConfig;
 
 /// The MLA part of a config (`DeepseekV3Config`).
 #[derive(Clone, Debug, PartialEq)]
@@ -116,13 +115,13 @@ pub(crate) enum MlaKv {
     },
 }
 
-/// `DeepseekV3Attention.forward` on the input-norm output `x` (`[B, S, H]`) inside the
-/// `self_attn` scope, with the rotary tables `cos`/`sin` (`[1, 1, S, qk_rope_head_dim]`).
+/// `DeepseekV3Attention.forward` on the input-norm output `x` (`[B, S, H]`) with `nh` heads inside the `self_attn` scope, with the rotary tables `cos`/`sin` (`[1, 1, S, qk_rope_head_dim]`).
 /// Returns the `o_proj` output; in generation also holds the module's references.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     g: &mut Graph,
-    cfg: &TextConfig,
     mla: &Mla,
+    nh: u64,
     x: TensorId,
     cos: TensorId,
     sin: TensorId,
@@ -130,7 +129,6 @@ pub(crate) fn attention(
 ) -> Result<TensorId, EstimateError> {
     let s = g.shape(x);
     let (b, sq, hd) = (s[0], s[1], s[2]);
-    let nh = cfg.heads;
     let (nope, rope, vd, r) = (
         mla.qk_nope_head_dim,
         mla.qk_rope_head_dim,
@@ -217,11 +215,10 @@ pub(crate) fn attention(
         (None, _) => g.sdpa_infer(query, key, value)?,
     };
     let o = g.linear("o_proj", o, nh * vd, hd, mla.bias)?;
-    // Generation: the forward's locals (the input, the query and latent projections, the
-    // assembled query, keys and values) live until it returns.
-    if let MlaKv::Cached { .. } = kv {
-        g.hold(&[x, q, ckv, query, key, value]);
-    }
+    // The forward's locals (the input, the query and latent projections, the assembled query,
+    // keys and values) live until it returns: in training this matters where the attention
+    // saves none of them (SDPA's math path on the CPU, which MLA's unequal head dims select).
+    g.hold(&[x, q, ckv, query, key, value]);
     Ok(o)
 }
 

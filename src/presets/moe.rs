@@ -41,7 +41,8 @@ pub enum MoeKind {
     DeepseekV3 { groups: u64, topk_group: u64 },
     /// `GptOssMLP`: a router with a bias, `topk` of the logits then a softmax over the chosen
     /// ones; experts stored transposed (`gate_up_proj` `[E, H, 2I]`, `down_proj` `[E, I, H]`)
-    /// with biases, gate and up interleaved, the clamped SwiGLU ([`super::gpt_oss`]).
+    /// with biases, gate and up interleaved, the clamped SwiGLU
+    /// (`models/gpt_oss/modeling_gpt_oss.py`).
     GptOss,
 }
 
@@ -183,7 +184,7 @@ pub fn sparse_block(
         MoeKind::DeepseekV3 { groups, topk_group } => {
             g.scoped("gate", |g| deepseek_router(g, moe, hv, groups, topk_group))?
         }
-        MoeKind::GptOss => g.scoped("router", |g| super::gpt_oss::router(g, moe, hv))?,
+        MoeKind::GptOss => g.scoped("router", |g| gpt_oss_router(g, moe, hv))?,
         _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
     };
     let out = g.scoped("experts", |g| experts(g, moe, hv, rw, sel, act, cpu, dt))?;
@@ -225,11 +226,7 @@ pub fn sparse_block(
 /// `topk` of `[T, ·]` scores: values (with a gradient when the scores have one) and int64
 /// indices `[T, k]`; saves the indices, and its gradient is scattered into zeros of the
 /// input's size.
-pub(crate) fn topk(
-    g: &mut Graph,
-    x: TensorId,
-    k: u64,
-) -> Result<(TensorId, TensorId), EstimateError> {
+fn topk(g: &mut Graph, x: TensorId, k: u64) -> Result<(TensorId, TensorId), EstimateError> {
     let mut shape = g.shape(x);
     if let Some(last) = shape.last_mut() {
         *last = k;
@@ -385,6 +382,104 @@ fn deepseek_router(
     Ok((logits, rw, sel))
 }
 
+/// `GptOssTopKRouter.forward`: `F.linear(x, weight, bias)`, `topk` of the logits, then
+/// `softmax(values, dim=1, dtype=values.dtype)` (saves its output): the routing weights in the
+/// logits' dtype.
+fn gpt_oss_router(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
+    let h = g.shape(hv)[1];
+    let w = g.param(vec![moe.experts, h])?;
+    let b = g.param(vec![moe.experts])?;
+    let logits = g.linear_with(hv, w, Some(b))?;
+    let (vals, sel) = topk(g, logits, moe.top_k)?;
+    let dt = g.dtype(vals);
+    let rw = g.softmax_to(vals, dt)?;
+    Ok((logits, rw, sel))
+}
+
+/// `GptOssExperts`' parameters: `gate_up_proj` `[E, H, 2I]`, `gate_up_proj_bias` `[E, 2I]`,
+/// `down_proj` `[E, I, H]`, `down_proj_bias` `[E, H]`.
+fn gpt_oss_expert_params(
+    g: &mut Graph,
+    experts: u64,
+    hidden: u64,
+    inter: u64,
+) -> Result<Vec<TensorId>, EstimateError> {
+    Ok(vec![
+        g.param(vec![experts, hidden, 2 * inter])?,
+        g.param(vec![experts, 2 * inter])?,
+        g.param(vec![experts, inter, hidden])?,
+        g.param(vec![experts, hidden])?,
+    ])
+}
+
+/// One expert of `GptOssExperts.forward` on its tokens `cur` (`[n, H]`):
+/// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` (the strided gate and up halves, each clamped:
+/// `clamp` saves its input, so the `[n, 2I]` projection stays alive; `gate * α`, `sigmoid`
+/// saving its output, the product saving both, `up + 1`, the final product saving both), then
+/// `@ down_proj[e] + down_proj_bias[e]`. Each weight and bias is a `select` view of its
+/// parameter.
+fn gpt_oss_expert(
+    g: &mut Graph,
+    w: &[TensorId],
+    cur: TensorId,
+    inter: u64,
+) -> Result<TensorId, EstimateError> {
+    let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
+    let w1 = g.select(w[0], vec![h, 2 * inter])?;
+    let gu = g.matmul(cur, w1)?;
+    let b1 = g.select(w[1], vec![2 * inter])?;
+    let gu = g.add(gu, b1, false)?;
+    let dt = g.dtype(gu);
+    let gate = g.slice_view(gu, vec![n, inter])?;
+    let up = g.slice_view(gu, vec![n, inter])?;
+    let clamp = Pw {
+        save_input: true,
+        flops: 1.0,
+        ..Pw::default()
+    };
+    let gate = g.pointwise("clamp", gate, dt, clamp)?;
+    let up = g.pointwise("clamp", up, dt, clamp)?;
+    let ga = g.pointwise(
+        "mul",
+        gate,
+        dt,
+        Pw {
+            flops: 1.0,
+            ..Pw::default()
+        },
+    )?;
+    let sg = g.pointwise(
+        "sigmoid",
+        ga,
+        dt,
+        Pw {
+            save_output: true,
+            flops: 4.0,
+            ..Pw::default()
+        },
+    )?;
+    let glu = g.mul_bc(gate, sg)?;
+    let up1 = g.pointwise(
+        "add",
+        up,
+        dt,
+        Pw {
+            alias_grad: true,
+            flops: 1.0,
+            ..Pw::default()
+        },
+    )?;
+    let y = g.mul_bc(up1, glu)?;
+    let w2 = g.select(w[2], vec![inter, h])?;
+    let out = g.matmul(y, w2)?;
+    let b2 = g.select(w[3], vec![h])?;
+    g.add(out, b2, false)
+}
+
 /// The experts' eager loop (`*Experts.forward`): the dispatch without autograd, then per expert
 /// with tokens its gather, MLP, weighting and `index_add_` into the output.
 #[allow(clippy::too_many_arguments)]
@@ -401,7 +496,7 @@ fn experts(
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
     let weights = if moe.kind == MoeKind::GptOss {
-        super::gpt_oss::expert_params(g, e_n, h, i)?
+        gpt_oss_expert_params(g, e_n, h, i)?
     } else {
         vec![g.param(vec![e_n, 2 * i, h])?, g.param(vec![e_n, h, i])?]
     };
@@ -430,7 +525,7 @@ fn experts(
         let pos = g.alias(slots, vec![n], false);
         let cur = index_rows(g, hv, &[tok], vec![n, h])?;
         let y = if moe.kind == MoeKind::GptOss {
-            super::gpt_oss::expert(g, &weights, cur, i)?
+            gpt_oss_expert(g, &weights, cur, i)?
         } else {
             let w1 = g.select(weights[0], vec![2 * i, h])?;
             let gu = g.linear_with(cur, w1, None)?;
@@ -444,14 +539,16 @@ fn experts(
         let y = g.mul_bc(y, w)?;
         let y = g.cast(y, dt)?;
         // `final_hidden_states.index_add_(0, token_idx, y)`: in place; the source's gradient
-        // is `grad.index_select(0, token_idx)` (a new tensor), the destination's passes on.
+        // is `grad.index_select(0, token_idx).expand_as(source)` (a new tensor), so autograd
+        // saves the source as well as the indices (`derivatives.yaml` `index_add`); the
+        // destination's gradient passes on.
         let rg = g.requires_grad(&[fin, y]);
         let next = g.alias(fin, vec![t, h], rg);
         let mut op = g.op("index_add", "");
         op.flops = (n * h) as f64;
         op.inputs = vec![fin, tok, y];
         op.outputs = vec![next];
-        op.saved = vec![tok];
+        op.saved = vec![tok, y];
         if g.t(fin).requires_grad {
             op.grads.push((fin, GradFlow::Alias));
         }

@@ -770,7 +770,9 @@ impl LlamaLayer<'_> {
                     past,
                 },
             };
-            let o = g.scoped("self_attn", |g| mla::attention(g, cfg, m, a, cos, sin, kv))?;
+            let o = g.scoped("self_attn", |g| {
+                mla::attention(g, m, cfg.heads, a, cos, sin, kv)
+            })?;
             return self.finish_layer(g, h, o, index, hold, router_logits);
         }
         let o = g.scoped("self_attn", |g| {

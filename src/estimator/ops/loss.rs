@@ -65,7 +65,8 @@ impl Graph {
 
     /// `ForCausalLMLoss` (`transformers/loss/loss_utils.py`): `logits.float()` (a new fp32 copy
     /// unless already fp32), labels padded with -100 and shifted (`pad`, `[..., 1:].contiguous()`),
-    /// then `cross_entropy` with mean reduction (`num_items_in_batch` is None).
+    /// then `cross_entropy` with mean reduction (`num_items_in_batch` is None). The caller's
+    /// `logits` stay alive through it (a local of `*ForCausalLM.forward`).
     pub fn causal_lm_loss(&mut self, logits: TensorId, labels: TensorId) -> R {
         // Inference: `model(input_ids).logits`, no loss; the caller holds the logits.
         if self.inference {
@@ -91,7 +92,11 @@ impl Graph {
                 self.no_grad_op("clone", &[padded], vec![b, t], DType::I64, Bytes::ZERO)?;
             let l2 = self.view(lf, vec![b * t, v])?;
             let y = self.view(shifted, vec![b * t])?;
-            self.vocab_parallel_cross_entropy(l2, y)
+            let loss = self.vocab_parallel_cross_entropy(l2, y)?;
+            // The model's forward holds its `logits` (the low-precision ones the copy was made
+            // from) until it returns with the loss.
+            self.hold(&[logits]);
+            Ok(loss)
         })();
         self.pop();
         r
