@@ -17,13 +17,6 @@ use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::Pw;
 use crate::estimator::units::DType;
 
-/// The gpt-oss part of a config.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GptOss {
-    /// `attention_dropout` on the attention probabilities (0 in the published configs).
-    pub attn_dropout: f64,
-}
-
 fn scalar() -> Pw {
     Pw {
         flops: 1.0,

@@ -10,7 +10,6 @@ use serde_json::Value;
 
 use super::gemma::Gemma;
 use super::generate;
-use super::gpt_oss::GptOss;
 use super::mla::{Mla, MlaCache};
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
@@ -367,9 +366,7 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         let (moe, sliding) = gpt_oss_config(cfg, layers)?;
         variant.moe = Some(moe);
         variant.sliding = Some(sliding);
-        variant.gpt_oss = Some(GptOss {
-            attn_dropout: prob(cfg, "attention_dropout", 0.0)?,
-        });
+        variant.sinks = true;
     }
     let gemma = matches!(mt, "gemma2" | "gemma3_text");
     if gemma {

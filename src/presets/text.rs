@@ -22,7 +22,7 @@ use crate::estimator::units::{Bytes, DType};
 use super::activation::activation;
 pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
-use super::gpt_oss::{self, GptOss};
+use super::gpt_oss;
 use super::mla::{self, Mla, MlaKv};
 use super::moe::{self, Moe};
 
@@ -96,7 +96,7 @@ pub struct Variant {
     /// DeepSeek-V3's multi-head latent attention ([`super::mla`]) in place of q/k/v.
     pub mla: Option<Mla>,
     /// gpt-oss ([`super::gpt_oss`]): attention sinks, its rotation and norms.
-    pub gpt_oss: Option<GptOss>,
+    pub sinks: bool,
 }
 
 /// The sliding-window layers of a decoder.
@@ -176,7 +176,7 @@ impl TextConfig {
             None => h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h),
         };
         // gpt-oss: one sink logit per head.
-        let attn = attn + b(self.variant.gpt_oss.is_some(), self.heads);
+        let attn = attn + b(self.variant.sinks, self.heads);
         let dense = 3 * h * i + b(self.mlp_bias, 2 * i + h);
         let layers: u64 = (0..self.layers)
             .map(|l| {
@@ -236,8 +236,8 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     // soft-capping needs the scores): the model runs eager attention whatever was asked.
     // Nor for gpt-oss (`_supports_sdpa = False`: its sinks need the scores).
     let eager;
-    let eager_only = cfg.variant.gemma.as_ref().is_some_and(|gm| gm.version == 2)
-        || cfg.variant.gpt_oss.is_some();
+    let eager_only =
+        cfg.variant.gemma.as_ref().is_some_and(|gm| gm.version == 2) || cfg.variant.sinks;
     let ctx = if eager_only && ctx.attn != AttnImpl::Eager {
         eager = BuildCtx {
             attn: AttnImpl::Eager,
@@ -551,7 +551,7 @@ pub(crate) fn rope_dims(cfg: &TextConfig) -> (u64, u64) {
         Some(m) => m.qk_rope_head_dim,
         None => cfg.head_dim,
     };
-    if cfg.variant.gpt_oss.is_some() {
+    if cfg.variant.sinks {
         (d / 2, d / 2)
     } else {
         (d / 2, d)
@@ -706,7 +706,7 @@ impl LlamaLayer<'_> {
     pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
         if self.cfg.variant.gemma.is_some() {
             g.gemma_rms_norm(leaf, x)
-        } else if self.cfg.variant.norm_after || self.cfg.variant.gpt_oss.is_some() {
+        } else if self.cfg.variant.norm_after || self.cfg.variant.sinks {
             g.olmo2_rms_norm(leaf, x)
         } else {
             g.rms_norm(leaf, x)
@@ -823,9 +823,10 @@ impl LlamaLayer<'_> {
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
-            let sinks = match &var.gpt_oss {
-                Some(_) => Some(g.scoped("sinks", |g| g.param(vec![self.heads.0]))?),
-                None => None,
+            let sinks = if var.sinks {
+                Some(g.scoped("sinks", |g| g.param(vec![self.heads.0]))?)
+            } else {
+                None
             };
             let (q, k) = if sinks.is_some() {
                 (
