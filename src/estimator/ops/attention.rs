@@ -443,6 +443,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn unequal_value_head_dims_leave_the_flash_kernels() {
+        // Observed with torch 2.15: the CPU runs the math path for q/k 96 and v 64; the fake
+        // sm_90 device runs cuDNN in bf16 (q/k 192, v 128) and the efficient kernel in fp32.
+        assert_eq!(
+            SdpaKernel::select_dims(true, DType::F32, true, 0.0, 96, 64),
+            SdpaKernel::Math
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::BF16, false, 0.0, 192, 128),
+            SdpaKernel::Cudnn
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::F32, true, 0.0, 192, 128),
+            SdpaKernel::Efficient
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::BF16, false, 0.1, 192, 128),
+            SdpaKernel::Efficient
+        );
+    }
+
+    #[test]
     fn kernel_choice_matches_the_oracle() {
         // GPT-2 (mask + dropout): efficient in every dtype; BERT bf16 (dropout, no mask): flash;
         // LLaMA bf16 (mask, no dropout): cuDNN; fp32: efficient.
