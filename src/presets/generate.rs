@@ -18,7 +18,7 @@ use crate::estimator::graph::Graph;
 use crate::estimator::units::DType;
 
 use super::gemma;
-use super::text::{Built, LlamaAttention, LlamaLayer, TextConfig};
+use super::text::{self, Built, LlamaAttention, LlamaLayer, TextConfig};
 
 /// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
 pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
@@ -53,8 +53,13 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
             }
             _ => (t, step.past),
         };
-        let k = g.kv_cache(vec![b, nkv, len, d], kv_dt)?;
-        let v = g.kv_cache(vec![b, nkv, len, d], kv_dt)?;
+        // MLA ([`super::mla`]): the latent and the rotary key, or the expanded heads.
+        let [ks, vs] = match &cfg.variant.mla {
+            Some(m) => m.cache_shapes(m.cache, b, nh, len),
+            None => [vec![b, nkv, len, d], vec![b, nkv, len, d]],
+        };
+        let k = g.kv_cache(ks, kv_dt)?;
+        let v = g.kv_cache(vs, kv_dt)?;
         caches.push((k, v, past));
     }
     let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
@@ -63,9 +68,10 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Some(gm) => gemma::scale_embeddings(&mut g, x, gm.version)?,
         None => x,
     };
-    let inv_freq = g.buffer(vec![d / 2], pdt)?;
-    g.buffer(vec![d / 2], pdt)?;
-    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, d, pdt))?;
+    let (inv_len, table) = text::rope_dims(cfg);
+    let inv_freq = g.buffer(vec![inv_len], pdt)?;
+    g.buffer(vec![inv_len], pdt)?;
+    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, s, table, pdt))?;
     let local_rope = match gm {
         Some(gm) if gm.version == 3 => {
             let inv = g.buffer(vec![d / 2], pdt)?;

@@ -1,6 +1,6 @@
 //! Models defined by a Hugging Face `config.json`: GPT-2, BERT and the LLaMA-family decoders
-//! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, and the mixtures of experts Mixtral, Qwen2-MoE
-//! and Qwen3-MoE), read
+//! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, and the mixtures of
+//! experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and gpt-oss), read
 //! with the defaults and attribute aliases of their transformers 5.24 config classes
 //! (`models/*/configuration_*.py`). The task head is always the language-modelling one
 //! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), whatever `architectures` lists.
@@ -11,6 +11,7 @@ use serde_json::Value;
 use super::gemma::Gemma;
 use super::generate;
 use super::llava::{self, Clip, Llava};
+use super::mla::{Mla, MlaCache};
 use super::modernbert::ModernBert;
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
@@ -312,7 +313,7 @@ fn modernbert(cfg: &Value) -> Result<TextConfig, EstimateError> {
             let every = uint(cfg, &["global_attn_every_n_layers"], Some(3), MAX_LAYERS)?;
             (0..layers).map(|i| i % every != 0).collect()
         }
-        Some(v) => layer_types(v, layers)?,
+        Some(v) => listed_layer_types(v, layers)?,
     };
     let attention_bias = boolean(cfg, "attention_bias", false)?;
     let mb = ModernBert {
@@ -353,7 +354,7 @@ fn modernbert(cfg: &Value) -> Result<TextConfig, EstimateError> {
 }
 
 /// `layer_types`: one `"sliding_attention"` or `"full_attention"` per layer; whether each is local.
-fn layer_types(v: &Value, layers: u64) -> Result<Vec<bool>, EstimateError> {
+fn listed_layer_types(v: &Value, layers: u64) -> Result<Vec<bool>, EstimateError> {
     match v {
         Value::Array(xs) if xs.len() as u64 == layers => xs
             .iter()
@@ -539,6 +540,8 @@ pub const SUPPORTED: &[&str] = &[
     "qwen2_moe",
     "qwen3_moe",
     "llava",
+    "deepseek_v3",
+    "gpt_oss",
 ];
 
 fn supported_list() -> String {
@@ -564,6 +567,8 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         "gemma3_text" => (262208, 2304, 9216, 26, 8, Some(4), Some(256)),
         "mixtral" => (32000, 4096, 14336, 32, 32, Some(8), None),
         "qwen2_moe" => (151936, 2048, 5632, 24, 16, Some(16), None),
+        "deepseek_v3" => (129280, 7168, 18432, 61, 128, None, None),
+        "gpt_oss" => (201088, 2880, 2880, 36, 64, Some(8), Some(64)),
         _ => (151936, 2048, 6144, 24, 32, Some(4), None),
     };
     let hidden = uint(cfg, &["hidden_size"], Some(hidden), MAX_DIM)?;
@@ -579,7 +584,23 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         heads,
         kv_heads,
     )?;
-    let head_dim = match opt_uint(cfg, "head_dim", MAX_DIM)?.or(hd_default) {
+    // `DeepseekV3Config.__post_init__` sets `head_dim` to `qk_rope_head_dim` (the rotary width).
+    let mla = if mt == "deepseek_v3" {
+        if kv_heads != heads {
+            return Err(bad(format!(
+                "deepseek_v3: num_key_value_heads ({kv_heads}) must equal num_attention_heads ({heads}): the latent is expanded to every head"
+            )));
+        }
+        Some(mla_config(cfg)?)
+    } else {
+        None
+    };
+    let head_dim = match mla
+        .as_ref()
+        .map(|m| m.qk_rope_head_dim)
+        .or(opt_uint(cfg, "head_dim", MAX_DIM)?)
+        .or(hd_default)
+    {
         Some(d) => d,
         None => divide(
             "hidden_size must be divisible by num_attention_heads (or give head_dim)",
@@ -597,8 +618,12 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
             let ab = boolean(cfg, "attention_bias", false)?;
             (ab, ab, boolean(cfg, "mlp_bias", false)?)
         }
-        "qwen3" | "qwen3_moe" | "olmo2" | "gemma2" | "gemma3_text" => {
+        "qwen3" | "qwen3_moe" | "olmo2" | "gemma2" | "gemma3_text" | "deepseek_v3" => {
             let ab = boolean(cfg, "attention_bias", false)?;
+            (ab, ab, false)
+        }
+        "gpt_oss" => {
+            let ab = boolean(cfg, "attention_bias", true)?;
             (ab, ab, false)
         }
         "qwen2" | "qwen2_moe" => (true, false, false),
@@ -634,6 +659,16 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
     let layers = uint(cfg, &["num_hidden_layers"], Some(layers), MAX_LAYERS)?;
     if matches!(mt, "mixtral" | "qwen2_moe" | "qwen3_moe") {
         variant.moe = Some(moe_config(cfg, mt, layers)?);
+    }
+    if mt == "deepseek_v3" {
+        variant.moe = Some(deepseek_moe(cfg, layers)?);
+        variant.mla = mla;
+    }
+    if mt == "gpt_oss" {
+        let (moe, sliding) = gpt_oss_config(cfg, layers)?;
+        variant.moe = Some(moe);
+        variant.sliding = Some(sliding);
+        variant.sinks = true;
     }
     let gemma = matches!(mt, "gemma2" | "gemma3_text");
     if gemma {
@@ -695,17 +730,12 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
 fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), EstimateError> {
     let version = if mt == "gemma2" { 2 } else { 3 };
     let window = uint(cfg, &["sliding_window"], Some(4096), MAX_DIM)?;
-    let local = match cfg.get("layer_types") {
-        None | Some(Value::Null) => {
-            let pattern = if version == 2 {
-                2
-            } else {
-                uint(cfg, &["sliding_window_pattern"], Some(6), MAX_LAYERS)?
-            };
-            (0..layers).map(|i| (i + 1) % pattern != 0).collect()
-        }
-        Some(v) => layer_types(v, layers)?,
+    let pattern = if version == 2 {
+        2
+    } else {
+        uint(cfg, &["sliding_window_pattern"], Some(6), MAX_LAYERS)?
     };
+    let local = layer_types(cfg, layers, pattern)?;
     let capped = |key: &str, default: Option<f64>| -> Result<bool, EstimateError> {
         match cfg.get(key) {
             None => Ok(default.is_some()),
@@ -731,6 +761,142 @@ fn gemma_config(cfg: &Value, mt: &str, layers: u64) -> Result<(Gemma, Sliding), 
         },
         Sliding { window, local },
     ))
+}
+
+/// `layer_types` when the config lists it (one `"sliding_attention"` or `"full_attention"` per
+/// layer), else every `pattern`-th layer global: whether each layer attends locally.
+fn layer_types(cfg: &Value, layers: u64, pattern: u64) -> Result<Vec<bool>, EstimateError> {
+    match cfg.get("layer_types") {
+        None | Some(Value::Null) => Ok((0..layers).map(|i| (i + 1) % pattern != 0).collect()),
+        Some(v) => listed_layer_types(v, layers),
+    }
+}
+
+/// The attention fields of `DeepseekV3Config` (transformers 5.24.0
+/// `models/deepseek_v3/configuration_deepseek_v3.py`): `q_lora_rank` 1536 (null: one
+/// `q_proj`), `kv_lora_rank` 512, `qk_nope_head_dim` 128, `qk_rope_head_dim` 64, `v_head_dim`
+/// 128, `rope_interleave` true, `attention_bias` false. `mla_cache` (not a transformers field)
+/// picks the serving cache: `"latent"` (default, what transformers and vLLM/SGLang keep) or
+/// `"expanded"` (per-head keys and values).
+fn mla_config(cfg: &Value) -> Result<Mla, EstimateError> {
+    let q_lora_rank = match cfg.get("q_lora_rank") {
+        Some(Value::Null) => None,
+        _ => Some(uint(cfg, &["q_lora_rank"], Some(1536), MAX_DIM)?),
+    };
+    let qk_rope_head_dim = uint(cfg, &["qk_rope_head_dim"], Some(64), MAX_DIM)?;
+    if !qk_rope_head_dim.is_multiple_of(2) {
+        return Err(bad(format!(
+            "'qk_rope_head_dim' must be even for rotary embeddings, got {qk_rope_head_dim}"
+        )));
+    }
+    let cache = match cfg.get("mla_cache") {
+        None | Some(Value::Null) => MlaCache::Latent,
+        Some(v) => match v.as_str() {
+            Some("latent") => MlaCache::Latent,
+            Some("expanded") => MlaCache::Expanded,
+            _ => {
+                return Err(bad(format!(
+                    "'mla_cache' must be \"latent\" or \"expanded\", got {v}"
+                )))
+            }
+        },
+    };
+    Ok(Mla {
+        q_lora_rank,
+        kv_lora_rank: uint(cfg, &["kv_lora_rank"], Some(512), MAX_DIM)?,
+        qk_nope_head_dim: uint(cfg, &["qk_nope_head_dim"], Some(128), MAX_DIM)?,
+        qk_rope_head_dim,
+        v_head_dim: uint(cfg, &["v_head_dim"], Some(128), MAX_DIM)?,
+        rope_interleave: boolean(cfg, "rope_interleave", true)?,
+        bias: boolean(cfg, "attention_bias", false)?,
+        cache,
+    })
+}
+
+/// The expert fields of `DeepseekV3Config`: `n_routed_experts` 256 (alias
+/// `num_local_experts`), `num_experts_per_tok` 8, `moe_intermediate_size` 2048,
+/// `n_shared_experts` 1, `n_group` 8, `topk_group` 4, `norm_topk_prob` true,
+/// `first_k_dense_replace` 3 (those first layers run the dense `intermediate_size` MLP).
+/// `DeepseekV3ForCausalLM` adds no auxiliary loss.
+fn deepseek_moe(cfg: &Value, layers: u64) -> Result<Moe, EstimateError> {
+    let experts = uint(
+        cfg,
+        &["n_routed_experts", "num_local_experts"],
+        Some(256),
+        MAX_DIM,
+    )?;
+    let top_k = uint(cfg, &["num_experts_per_tok"], Some(8), MAX_DIM)?;
+    let groups = uint(cfg, &["n_group"], Some(8), MAX_DIM)?;
+    let topk_group = uint(cfg, &["topk_group"], Some(4), MAX_DIM)?;
+    let per_group = divide(
+        "n_routed_experts must be divisible by n_group",
+        experts,
+        groups,
+    )?;
+    // `topk(2)` inside each group, `topk(topk_group)` over the groups, `topk(top_k)` over the
+    // experts of the chosen groups.
+    if per_group < 2 || topk_group > groups || top_k > topk_group * per_group {
+        return Err(bad(format!(
+            "deepseek_v3 routing needs at least 2 experts per group, topk_group ({topk_group}) <= n_group ({groups}) and num_experts_per_tok ({top_k}) <= the {} experts of the chosen groups",
+            topk_group * per_group
+        )));
+    }
+    let inter = uint(cfg, &["moe_intermediate_size"], Some(2048), MAX_DIM)?;
+    let shared = match cfg.get("n_shared_experts") {
+        Some(Value::Null) => None,
+        _ => Some(uint(cfg, &["n_shared_experts"], Some(1), MAX_DIM)?),
+    };
+    let first_dense = match cfg.get("first_k_dense_replace") {
+        Some(v) if v.as_u64() == Some(0) => 0,
+        Some(Value::Null) => 0,
+        _ => uint(cfg, &["first_k_dense_replace"], Some(3), MAX_LAYERS)?,
+    };
+    Ok(Moe {
+        kind: MoeKind::DeepseekV3 { groups, topk_group },
+        experts,
+        top_k,
+        expert_intermediate: inter,
+        norm_topk: boolean(cfg, "norm_topk_prob", true)?,
+        shared_intermediate: shared.map(|n| n * inter),
+        sparse_step: 1,
+        dense_layers: (0..first_dense.min(layers)).collect(),
+        aux_loss: false,
+    })
+}
+
+/// `GptOssConfig` (transformers 5.24.0 `models/gpt_oss/configuration_gpt_oss.py`):
+/// `num_local_experts` 128 (alias `num_experts`), `num_experts_per_tok` 4, the experts as wide
+/// as `intermediate_size`, `sliding_window` 128 on the even layers unless `layer_types` says
+/// otherwise, `output_router_logits` false.
+fn gpt_oss_config(cfg: &Value, layers: u64) -> Result<(Moe, Sliding), EstimateError> {
+    let experts = uint(
+        cfg,
+        &["num_local_experts", "num_experts"],
+        Some(128),
+        MAX_DIM,
+    )?;
+    let top_k = uint(cfg, &["num_experts_per_tok"], Some(4), MAX_DIM)?;
+    if top_k > experts {
+        return Err(bad(format!(
+            "'num_experts_per_tok' = {top_k} is more than the {experts} experts"
+        )));
+    }
+    let moe = Moe {
+        kind: MoeKind::GptOss,
+        experts,
+        top_k,
+        expert_intermediate: uint(cfg, &["intermediate_size"], Some(2880), MAX_DIM)?,
+        norm_topk: false,
+        shared_intermediate: None,
+        sparse_step: 1,
+        dense_layers: Vec::new(),
+        aux_loss: boolean(cfg, "output_router_logits", false)?,
+    };
+    let sliding = Sliding {
+        window: uint(cfg, &["sliding_window"], Some(128), MAX_DIM)?,
+        local: layer_types(cfg, layers, 2)?,
+    };
+    Ok((moe, sliding))
 }
 
 /// The expert fields of `MixtralConfig` (`num_local_experts` 8, `num_experts_per_tok` 2, the

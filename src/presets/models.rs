@@ -387,6 +387,30 @@ pub static MODELS: &[ModelPreset] = &[
         build: None,
     },
     ModelPreset {
+        id: "deepseek-v3",
+        name: "DeepSeek-V3 671B (MLA, MoE)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 671_026_404_352,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt-oss-20b",
+        name: "gpt-oss-20b (MoE)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 20_914_757_184,
+        build: None,
+    },
+    ModelPreset {
+        id: "gpt-oss-120b",
+        name: "gpt-oss-120b (MoE)",
+        family: Family::Language,
+        input: tokens(4096, None),
+        params: 116_829_156_672,
+        build: None,
+    },
+    ModelPreset {
         id: "gemma-2-9b",
         name: "Gemma 2 9B",
         family: Family::Language,
@@ -424,7 +448,8 @@ pub static MODELS: &[ModelPreset] = &[
 /// (Hugging Face hub `openai-community/gpt2*`, `google-bert/bert-*-uncased`, `meta-llama/*`
 /// (`Llama-3.1-{8B,70B,405B}` among them), `mistralai/Mistral-7B-v0.1`,
 /// `mistralai/Mixtral-8x7B-v0.1`, `Qwen/Qwen2-0.5B`, `Qwen/Qwen2.5-7B`, `Qwen/Qwen3-8B`,
-/// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`, `google/gemma-2-9b`, and the
+/// `Qwen/Qwen3-30B-A3B`, `microsoft/Phi-3-mini-4k-instruct`, `google/gemma-2-9b`,
+/// `deepseek-ai/DeepSeek-V3`, `openai/gpt-oss-20b`, `openai/gpt-oss-120b`, and the
 /// `text_config` of `google/gemma-3-12b-pt`, `FacebookAI/roberta-base`,
 /// `answerdotai/ModernBERT-base`, `llava-hf/llava-1.5-7b-hf`); `llama-small` and `llama-7b`
 /// exactly as the reference harness defines them (`harness/models.py` `hf_config`).
@@ -475,6 +500,26 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
         "qwen3-30b-a3b" => {
             json!({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128, "num_experts_per_tok": 8, "norm_topk_prob": true, "decoder_sparse_step": 1, "mlp_only_layers": [], "output_router_logits": false, "vocab_size": 151936, "max_position_embeddings": 40960, "attention_bias": false, "tie_word_embeddings": false})
         }
+        "deepseek-v3" => {
+            json!({"model_type": "deepseek_v3", "vocab_size": 129280, "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "routed_scaling_factor": 2.5, "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "n_group": 8, "topk_group": 4, "num_experts_per_tok": 8, "first_k_dense_replace": 3, "norm_topk_prob": true, "hidden_act": "silu", "max_position_embeddings": 163840, "attention_bias": false, "attention_dropout": 0.0, "tie_word_embeddings": false})
+        }
+        "gpt-oss-20b" | "gpt-oss-120b" => {
+            let (layers, experts) = if id == "gpt-oss-20b" {
+                (24, 32)
+            } else {
+                (36, 128)
+            };
+            let types: Vec<&str> = (0..layers)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        "sliding_attention"
+                    } else {
+                        "full_attention"
+                    }
+                })
+                .collect();
+            json!({"model_type": "gpt_oss", "vocab_size": 201088, "hidden_size": 2880, "intermediate_size": 2880, "num_hidden_layers": layers, "num_local_experts": experts, "num_experts_per_tok": 4, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 64, "sliding_window": 128, "layer_types": types, "attention_bias": true, "attention_dropout": 0.0, "swiglu_limit": 7.0, "max_position_embeddings": 131072, "output_router_logits": false, "tie_word_embeddings": false})
+        }
         "mixtral-8x7b" => {
             json!({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8, "num_experts_per_tok": 2, "output_router_logits": false, "router_aux_loss_coef": 0.02, "vocab_size": 32000, "max_position_embeddings": 32768, "tie_word_embeddings": false})
         }
@@ -495,8 +540,10 @@ pub fn text_config(id: &str) -> Option<serde_json::Value> {
 /// page asks on every plan; [`text_config`] lives with the builders in the page's lazy chunk).
 pub fn text_model_type(id: &str) -> Option<&'static str> {
     // Preset id prefixes, the more specific first.
-    const TYPES: [(&str, &str); 14] = [
+    const TYPES: [(&str, &str); 16] = [
         ("qwen3-30b", "qwen3_moe"),
+        ("deepseek-v3", "deepseek_v3"),
+        ("gpt-oss", "gpt_oss"),
         ("mixtral", "mixtral"),
         ("phi-3", "phi3"),
         ("gemma-2", "gemma2"),

@@ -1,8 +1,9 @@
 //! The sparse mixture-of-experts block of the LLaMA-family decoders, op by op as transformers
 //! 5.24 runs it with its eager experts: the per-expert Python loop of `MixtralExperts`,
-//! `Qwen2MoeExperts` and `Qwen3MoeExperts` behind their `*TopKRouter`
-//! (`models/{mixtral,qwen2_moe,qwen3_moe}/modeling_*.py`), and the auxiliary load-balancing loss
-//! (`load_balancing_loss_func`) when the config asks for the router logits.
+//! `Qwen2MoeExperts`, `Qwen3MoeExperts`, `DeepseekV3Experts` and `GptOssExperts` behind their
+//! routers (`models/{mixtral,qwen2_moe,qwen3_moe,deepseek_v3,gpt_oss}/modeling_*.py`), and the
+//! auxiliary load-balancing loss (`load_balancing_loss_func`) when the config asks for the
+//! router logits.
 //!
 //! Routing makes the shapes data-dependent; the estimate assumes **balanced routing**: each of
 //! the `T·k` token-to-expert assignments of a step goes to the experts in turn, so every expert
@@ -32,6 +33,17 @@ pub enum MoeKind {
     Qwen2,
     /// `Qwen3MoeSparseMoeBlock`: as Qwen2-MoE without the shared expert.
     Qwen3,
+    /// `DeepseekV3MoE`: the sigmoid router `DeepseekV3TopkRouter` in fp32 (experts chosen
+    /// among the `topk_group` best of `groups` expert groups, by scores plus
+    /// `e_score_correction_bias`; weights gathered from the plain scores, renormalised when
+    /// `norm_topk_prob`, times `routed_scaling_factor`), the routed experts, then the
+    /// `n_shared_experts` shared experts as one ungated MLP added last.
+    DeepseekV3 { groups: u64, topk_group: u64 },
+    /// `GptOssMLP`: a router with a bias, `topk` of the logits then a softmax over the chosen
+    /// ones; experts stored transposed (`gate_up_proj` `[E, H, 2I]`, `down_proj` `[E, I, H]`)
+    /// with biases, gate and up interleaved, the clamped SwiGLU
+    /// (`models/gpt_oss/modeling_gpt_oss.py`).
+    GptOss,
 }
 
 /// The mixture-of-experts part of a config.
@@ -46,7 +58,8 @@ pub struct Moe {
     pub expert_intermediate: u64,
     /// `norm_topk_prob`: the top-k probabilities divided by their sum.
     pub norm_topk: bool,
-    /// Qwen2-MoE `shared_expert_intermediate_size`.
+    /// Qwen2-MoE `shared_expert_intermediate_size` (gated); DeepSeek-V3 `moe_intermediate_size
+    /// · n_shared_experts` (ungated).
     pub shared_intermediate: Option<u64>,
     /// A layer is sparse when `(i + 1) % sparse_step == 0` and `i` is not in `dense_layers`
     /// (`decoder_sparse_step`, `mlp_only_layers`); the others run the dense MLP.
@@ -70,19 +83,29 @@ impl Moe {
 
     /// Parameters of one sparse block: the router, the experts, the shared expert and its gate.
     pub fn block_params(&self, hidden: u64) -> u64 {
-        let shared = self
-            .shared_intermediate
-            .map_or(0, |i| 3 * hidden * i + hidden);
-        hidden * self.experts + self.experts * 3 * hidden * self.expert_intermediate + shared
+        self.params_with(hidden, self.experts)
     }
 
     /// Parameters one token runs through in a sparse block: the router, `top_k` experts and the
     /// shared expert.
     pub fn active_block_params(&self, hidden: u64) -> u64 {
+        self.params_with(hidden, self.top_k)
+    }
+
+    /// The block's parameters with `experts` routed experts counted: gpt-oss adds the router's
+    /// and each expert's biases (`2I + H`); Qwen2-MoE gates its shared expert (`H`), DeepSeek-V3
+    /// does not (its `e_score_correction_bias` is a buffer).
+    fn params_with(&self, hidden: u64, experts: u64) -> u64 {
+        let i = self.expert_intermediate;
+        let (router_bias, expert_bias, shared_gate) = match self.kind {
+            MoeKind::GptOss => (self.experts, 2 * i + hidden, 0),
+            MoeKind::Qwen2 => (0, 0, hidden),
+            _ => (0, 0, 0),
+        };
         let shared = self
             .shared_intermediate
-            .map_or(0, |i| 3 * hidden * i + hidden);
-        hidden * self.experts + self.top_k * 3 * hidden * self.expert_intermediate + shared
+            .map_or(0, |si| 3 * hidden * si + shared_gate);
+        hidden * self.experts + router_bias + experts * (3 * hidden * i + expert_bias) + shared
     }
 }
 
@@ -128,12 +151,13 @@ pub struct MoeOut {
 /// `*SparseMoeBlock.forward` on `x` (`[B, S, H]`, the post-attention norm's output) inside the
 /// layer's `mlp` scope, as transformers 5.24 writes it: the router (`*TopKRouter`: `F.linear`
 /// with its `[E, H]` weight, softmax in fp32, `topk`, the optional renormalisation in place,
-/// Qwen's cast back to the logits' dtype) and the experts (`*Experts`, stored as two 3-D
-/// parameters `gate_up_proj` `[E, 2I, H]` and `down_proj` `[E, H, I]`) run by the eager
-/// per-expert loop (`experts_implementation="eager"`). Each expert's weights are a `select`
-/// view of the 3-D parameters: under autocast the view is cast anew for every expert (only leaf
-/// weights are cached) and the copy saved, and in backward each view's gradient is a zero tensor
-/// of the whole parameter's size with the expert's slice filled in (`select_backward`).
+/// Qwen's cast back to the logits' dtype; DeepSeek-V3's and gpt-oss's routers are their own,
+/// see [`MoeKind`]) and the experts (`*Experts`, stored as two 3-D parameters `gate_up_proj`
+/// `[E, 2I, H]` and `down_proj` `[E, H, I]`) run by the eager per-expert loop
+/// (`experts_implementation="eager"`). Each expert's weights are a `select` view of the 3-D
+/// parameters: under autocast the view is cast anew for every expert (only leaf weights are
+/// cached) and the copy saved, and in backward each view's gradient is a zero tensor of the
+/// whole parameter's size with the expert's slice filled in (`select_backward`).
 ///
 /// transformers 5.24 picks `grouped_mm` instead when `torch._grouped_mm` can dispatch (recent
 /// CUDA GPUs); the loop is what it runs elsewhere and what `experts_implementation="eager"` asks.
@@ -147,111 +171,23 @@ pub fn sparse_block(
     let s = g.shape(x);
     let (b, seq, h) = (s[0], s[1], s[2]);
     let t = b * seq;
-    let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
     let dt = g.dtype(x);
     let hv = g.view(x, vec![t, h])?;
     // Qwen2-MoE runs its shared expert first.
-    let shared = match moe.shared_intermediate {
-        Some(si) => Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu))?),
-        None => None,
-    };
-    let (logits, rw, sel) = g.scoped("gate", |g| {
-        let w = g.param(vec![e_n, h])?;
-        let logits = g.linear_with(hv, w, None)?;
-        // Mixtral: `softmax(router_logits.float())`; Qwen: `softmax(..., dtype=torch.float)`.
-        let probs = if moe.kind == MoeKind::Mixtral {
-            let lf = g.cast(logits, DType::F32)?;
-            g.softmax_to(lf, DType::F32)?
-        } else {
-            g.softmax_to(logits, DType::F32)?
-        };
-        let rg = g.t(probs).requires_grad;
-        let vals = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
-        let sel = g.alloc(vec![t, k], DType::I64, StorageKind::Activation, false)?;
-        // `topk` saves its indices; its gradient is scattered into zeros of the input's size.
-        g.record_simple("topk", vec![probs], vec![vals, sel], vec![sel], 0.0);
-        let vals = if moe.norm_topk {
-            // `router_top_value /= router_top_value.sum(dim=-1, keepdim=True)`: in place, so
-            // autograd keeps a copy of the dividend (the divisor's gradient needs it).
-            let sum = g.alloc(vec![t, 1], DType::F32, StorageKind::Activation, rg)?;
-            g.record_unary("sum", vals, sum, vec![], (t * k) as f64);
-            let q = g.alloc(vec![t, k], DType::F32, StorageKind::Activation, rg)?;
-            g.record_simple(
-                "div",
-                vec![vals, sum],
-                vec![q],
-                vec![vals, sum],
-                (t * k) as f64,
-            );
-            q
-        } else {
-            vals
-        };
-        let rw = if moe.kind == MoeKind::Mixtral {
-            vals
-        } else {
-            let ldt = g.dtype(logits);
-            g.cast(vals, ldt)?
-        };
-        Ok::<_, EstimateError>((logits, rw, sel))
-    })?;
-    let out = g.scoped("experts", |g| {
-        let gate_up = g.param(vec![e_n, 2 * i, h])?;
-        let down = g.param(vec![e_n, h, i])?;
-        let mut fin = g.zeros(vec![t, h], dt)?;
-        // The dispatch, without autograd: `one_hot(top_k_index, E + 1).permute(2, 1, 0)` (int64,
-        // alive for the whole loop), the experts hit (`sum`, `greater`, `nonzero`), then per
-        // expert `torch.where(expert_mask[e])` (one `nonzero`: slot and token indices).
-        let mask = g.no_grad_op(
-            "one_hot",
-            &[sel],
-            vec![t, k, e_n + 1],
-            DType::I64,
-            Bytes::ZERO,
-        )?;
-        let hit = g.no_grad_op("sum", &[mask], vec![e_n + 1], DType::I64, Bytes::ZERO)?;
-        let hit = g.no_grad_op("gt", &[hit], vec![e_n + 1], DType::Bool, Bytes::ZERO)?;
-        let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, Bytes::ZERO)?;
-        for e in 0..e_n {
-            let n = moe.balanced_tokens(t, e);
-            if n == 0 {
-                continue;
-            }
-            let slots = g.no_grad_op("nonzero", &[mask], vec![n, 2], DType::I64, Bytes::ZERO)?;
-            let tok = g.alias(slots, vec![n], false);
-            let pos = g.alias(slots, vec![n], false);
-            let cur = index_rows(g, hv, &[tok], vec![n, h])?;
-            let w1 = g.select(gate_up, vec![2 * i, h])?;
-            let gu = g.linear_with(cur, w1, None)?;
-            let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
-            let a = activation(g, parts[0], act, cpu)?;
-            let y = g.mul_bc(a, parts[1])?;
-            let w2 = g.select(down, vec![h, i])?;
-            let y = g.linear_with(y, w2, None)?;
-            let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
-            let y = g.mul_bc(y, w)?;
-            let y = g.cast(y, dt)?;
-            // `final_hidden_states.index_add_(0, token_idx, y)`: in place; the source's gradient
-            // is `grad.index_select(0, token_idx)` (a new tensor), the destination's passes on.
-            let rg = g.requires_grad(&[fin, y]);
-            let next = g.alias(fin, vec![t, h], rg);
-            let mut op = g.op("index_add", "");
-            op.flops = (n * h) as f64;
-            op.inputs = vec![fin, tok, y];
-            op.outputs = vec![next];
-            op.saved = vec![tok];
-            if g.t(fin).requires_grad {
-                op.grads.push((fin, GradFlow::Alias));
-            }
-            if g.t(y).requires_grad {
-                op.grads.push((y, GradFlow::Alloc));
-            }
-            g.record(op);
-            fin = next;
+    let shared = match (moe.kind, moe.shared_intermediate) {
+        (MoeKind::Qwen2, Some(si)) => {
+            Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu))?)
         }
-        g.hold(&[mask, hit]);
-        Ok::<_, EstimateError>(fin)
-    })?;
+        _ => None,
+    };
+    let (logits, rw, sel) = match moe.kind {
+        MoeKind::DeepseekV3 { groups, topk_group } => {
+            g.scoped("gate", |g| deepseek_router(g, moe, hv, groups, topk_group))?
+        }
+        MoeKind::GptOss => g.scoped("router", |g| gpt_oss_router(g, moe, hv))?,
+        _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
+    };
+    let out = g.scoped("experts", |g| experts(g, moe, hv, rw, sel, act, cpu, dt))?;
     let out = match shared {
         // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
         Some(y) => {
@@ -273,10 +209,357 @@ pub fn sparse_block(
         None => out,
     };
     let out = g.view(out, vec![b, seq, h])?;
+    // DeepSeek-V3: `hidden_states + self.shared_experts(residuals)` after the routed experts.
+    let out = match (moe.kind, moe.shared_intermediate) {
+        (MoeKind::DeepseekV3 { .. }, Some(si)) => {
+            let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu))?;
+            g.add(out, y, false)?
+        }
+        _ => out,
+    };
     Ok(MoeOut {
         out,
         router_logits: logits,
     })
+}
+
+/// `topk` of `[T, ·]` scores: values (with a gradient when the scores have one) and int64
+/// indices `[T, k]`; saves the indices, and its gradient is scattered into zeros of the
+/// input's size.
+fn topk(g: &mut Graph, x: TensorId, k: u64) -> Result<(TensorId, TensorId), EstimateError> {
+    let mut shape = g.shape(x);
+    if let Some(last) = shape.last_mut() {
+        *last = k;
+    }
+    let rg = g.t(x).requires_grad;
+    let vals = g.alloc(shape.clone(), g.dtype(x), StorageKind::Activation, rg)?;
+    let sel = g.alloc(shape, DType::I64, StorageKind::Activation, false)?;
+    g.record_simple("topk", vec![x], vec![vals, sel], vec![sel], 0.0);
+    Ok((vals, sel))
+}
+
+/// `router_top_value /= router_top_value.sum(dim=-1, keepdim=True)` (DeepSeek-V3 adds `1e-20`
+/// to the sum first): in place, so autograd keeps a copy of the dividend (the divisor's
+/// gradient needs it).
+fn renormalise(g: &mut Graph, vals: TensorId, eps: bool) -> Result<TensorId, EstimateError> {
+    let s = g.shape(vals);
+    let (t, k) = (s[0], s[1]);
+    let dt = g.dtype(vals);
+    let rg = g.t(vals).requires_grad;
+    let mut sum = g.alloc(vec![t, 1], dt, StorageKind::Activation, rg)?;
+    g.record_unary("sum", vals, sum, vec![], (t * k) as f64);
+    if eps {
+        sum = g.pointwise(
+            "add",
+            sum,
+            dt,
+            Pw {
+                alias_grad: true,
+                flops: 1.0,
+                ..Pw::default()
+            },
+        )?;
+    }
+    let q = g.alloc(vec![t, k], dt, StorageKind::Activation, rg)?;
+    g.record_simple(
+        "div",
+        vec![vals, sum],
+        vec![q],
+        vec![vals, sum],
+        (t * k) as f64,
+    );
+    Ok(q)
+}
+
+/// Mixtral's and Qwen's `*TopKRouter`: logits, softmax in fp32, `topk`, the optional
+/// renormalisation, Qwen's cast of the weights back to the logits' dtype.
+fn softmax_router(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
+    let h = g.shape(hv)[1];
+    let w = g.param(vec![moe.experts, h])?;
+    let logits = g.linear_with(hv, w, None)?;
+    // Mixtral: `softmax(router_logits.float())`; Qwen: `softmax(..., dtype=torch.float)`.
+    let probs = if moe.kind == MoeKind::Mixtral {
+        let lf = g.cast(logits, DType::F32)?;
+        g.softmax_to(lf, DType::F32)?
+    } else {
+        g.softmax_to(logits, DType::F32)?
+    };
+    let (vals, sel) = topk(g, probs, moe.top_k)?;
+    let vals = if moe.norm_topk {
+        renormalise(g, vals, false)?
+    } else {
+        vals
+    };
+    let rw = if moe.kind == MoeKind::Mixtral {
+        vals
+    } else {
+        let ldt = g.dtype(logits);
+        g.cast(vals, ldt)?
+    };
+    Ok((logits, rw, sel))
+}
+
+/// `DeepseekV3TopkRouter.forward`: `F.linear(x.float(), weight.float())` (fp32 copies of a
+/// low-precision input and weight, saved), `sigmoid` (saves its output), then the choice: the
+/// scores plus `e_score_correction_bias`, per group the sum of its two best (`topk(2)` of a
+/// `[T, G, E/G]` view), the `topk_group` best groups, a zero `[T, G]` mask scattered with ones,
+/// expanded and reshaped to `[T, E]` (a copy), `~mask.bool()` (two bool tensors),
+/// `masked_fill(-inf)` and the final `topk`. Only the indices of that branch are used: its
+/// values are dropped at once, so no gradient ever reaches it and its nodes (and what they
+/// saved) die with the router's locals; it is recorded without autograd, the locals
+/// (`group_scores`, `group_mask`, `score_mask`) held to the end of the router. The weights are
+/// `scores.gather(1, idx)` (saves the indices; its gradient is a zero `[T, E]` scattered into),
+/// renormalised in place when `norm_topk_prob`, times `routed_scaling_factor` (a new tensor):
+/// fp32, so the experts' weighted outputs are fp32 and cast back.
+fn deepseek_router(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+    groups: u64,
+    topk_group: u64,
+) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
+    let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
+    let (e, k) = (moe.experts, moe.top_k);
+    let w = g.param(vec![e, h])?;
+    let pdt = g.precision.param_dtype();
+    let bias = g.buffer(vec![e], pdt)?;
+    let xf = g.cast(hv, DType::F32)?;
+    let wf = g.cast(w, DType::F32)?;
+    let logits = g.linear_with(xf, wf, None)?;
+    let ldt = g.dtype(logits);
+    let scores = g.pointwise(
+        "sigmoid",
+        logits,
+        ldt,
+        Pw {
+            save_output: true,
+            flops: 4.0,
+            ..Pw::default()
+        },
+    )?;
+    let z = Bytes::ZERO;
+    let choice = g.no_grad_op("add", &[scores, bias], vec![t, e], ldt, z)?;
+    let top2 = g.no_grad_op("topk", &[choice], vec![t, groups, 2], ldt, z)?;
+    let top2_idx = g.no_grad_op("topk", &[choice], vec![t, groups, 2], DType::I64, z)?;
+    let group_scores = g.no_grad_op("sum", &[top2, top2_idx], vec![t, groups], ldt, z)?;
+    let gv = g.no_grad_op("topk", &[group_scores], vec![t, topk_group], ldt, z)?;
+    let gi = g.no_grad_op(
+        "topk",
+        &[group_scores, gv],
+        vec![t, topk_group],
+        DType::I64,
+        z,
+    )?;
+    let group_mask = g.no_grad_op("scatter", &[gi], vec![t, groups], ldt, z)?;
+    let score_mask = g.no_grad_op("clone", &[group_mask], vec![t, e], ldt, z)?;
+    let mb = g.no_grad_op("to_copy", &[score_mask], vec![t, e], DType::Bool, z)?;
+    let keep = g.no_grad_op("bitwise_not", &[mb], vec![t, e], DType::Bool, z)?;
+    let masked = g.no_grad_op("masked_fill", &[choice, keep], vec![t, e], ldt, z)?;
+    let vals = g.no_grad_op("topk", &[masked], vec![t, k], ldt, z)?;
+    let sel = g.no_grad_op("topk", &[masked, vals], vec![t, k], DType::I64, z)?;
+    let rg = g.t(scores).requires_grad;
+    let tw = g.alloc(vec![t, k], ldt, StorageKind::Activation, rg)?;
+    g.record_simple("gather", vec![scores, sel], vec![tw], vec![sel], 0.0);
+    let tw = if moe.norm_topk {
+        renormalise(g, tw, true)?
+    } else {
+        tw
+    };
+    let rw = g.pointwise(
+        "mul",
+        tw,
+        ldt,
+        Pw {
+            flops: 1.0,
+            ..Pw::default()
+        },
+    )?;
+    g.hold(&[group_scores, group_mask, score_mask]);
+    Ok((logits, rw, sel))
+}
+
+/// `GptOssTopKRouter.forward`: `F.linear(x, weight, bias)`, `topk` of the logits, then
+/// `softmax(values, dim=1, dtype=values.dtype)` (saves its output): the routing weights in the
+/// logits' dtype.
+fn gpt_oss_router(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+) -> Result<(TensorId, TensorId, TensorId), EstimateError> {
+    let h = g.shape(hv)[1];
+    let w = g.param(vec![moe.experts, h])?;
+    let b = g.param(vec![moe.experts])?;
+    let logits = g.linear_with(hv, w, Some(b))?;
+    let (vals, sel) = topk(g, logits, moe.top_k)?;
+    let dt = g.dtype(vals);
+    let rw = g.softmax_to(vals, dt)?;
+    Ok((logits, rw, sel))
+}
+
+/// `GptOssExperts`' parameters: `gate_up_proj` `[E, H, 2I]`, `gate_up_proj_bias` `[E, 2I]`,
+/// `down_proj` `[E, I, H]`, `down_proj_bias` `[E, H]`.
+fn gpt_oss_expert_params(
+    g: &mut Graph,
+    experts: u64,
+    hidden: u64,
+    inter: u64,
+) -> Result<Vec<TensorId>, EstimateError> {
+    Ok(vec![
+        g.param(vec![experts, hidden, 2 * inter])?,
+        g.param(vec![experts, 2 * inter])?,
+        g.param(vec![experts, inter, hidden])?,
+        g.param(vec![experts, hidden])?,
+    ])
+}
+
+/// One expert of `GptOssExperts.forward` on its tokens `cur` (`[n, H]`):
+/// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` (the strided gate and up halves, each clamped:
+/// `clamp` saves its input, so the `[n, 2I]` projection stays alive; `gate * α`, `sigmoid`
+/// saving its output, the product saving both, `up + 1`, the final product saving both), then
+/// `@ down_proj[e] + down_proj_bias[e]`. Each weight and bias is a `select` view of its
+/// parameter.
+fn gpt_oss_expert(
+    g: &mut Graph,
+    w: &[TensorId],
+    cur: TensorId,
+    inter: u64,
+) -> Result<TensorId, EstimateError> {
+    let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
+    let w1 = g.select(w[0], vec![h, 2 * inter])?;
+    let gu = g.matmul(cur, w1)?;
+    let b1 = g.select(w[1], vec![2 * inter])?;
+    let gu = g.add(gu, b1, false)?;
+    let dt = g.dtype(gu);
+    let gate = g.slice_view(gu, vec![n, inter])?;
+    let up = g.slice_view(gu, vec![n, inter])?;
+    let clamp = Pw {
+        save_input: true,
+        flops: 1.0,
+        ..Pw::default()
+    };
+    let gate = g.pointwise("clamp", gate, dt, clamp)?;
+    let up = g.pointwise("clamp", up, dt, clamp)?;
+    let ga = g.pointwise(
+        "mul",
+        gate,
+        dt,
+        Pw {
+            flops: 1.0,
+            ..Pw::default()
+        },
+    )?;
+    let sg = g.pointwise(
+        "sigmoid",
+        ga,
+        dt,
+        Pw {
+            save_output: true,
+            flops: 4.0,
+            ..Pw::default()
+        },
+    )?;
+    let glu = g.mul_bc(gate, sg)?;
+    let up1 = g.pointwise(
+        "add",
+        up,
+        dt,
+        Pw {
+            alias_grad: true,
+            flops: 1.0,
+            ..Pw::default()
+        },
+    )?;
+    let y = g.mul_bc(up1, glu)?;
+    let w2 = g.select(w[2], vec![inter, h])?;
+    let out = g.matmul(y, w2)?;
+    let b2 = g.select(w[3], vec![h])?;
+    g.add(out, b2, false)
+}
+
+/// The experts' eager loop (`*Experts.forward`): the dispatch without autograd, then per expert
+/// with tokens its gather, MLP, weighting and `index_add_` into the output.
+#[allow(clippy::too_many_arguments)]
+fn experts(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+    rw: TensorId,
+    sel: TensorId,
+    act: Activation,
+    cpu: bool,
+    dt: DType,
+) -> Result<TensorId, EstimateError> {
+    let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
+    let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
+    let weights = if moe.kind == MoeKind::GptOss {
+        gpt_oss_expert_params(g, e_n, h, i)?
+    } else {
+        vec![g.param(vec![e_n, 2 * i, h])?, g.param(vec![e_n, h, i])?]
+    };
+    let mut fin = g.zeros(vec![t, h], dt)?;
+    // The dispatch, without autograd: `one_hot(top_k_index, classes).permute(2, 1, 0)` (int64,
+    // alive for the whole loop; `E + 1` classes, gpt-oss `E`), the experts hit (`sum`,
+    // `greater`, `nonzero`), then per expert `torch.where(expert_mask[e])` (one `nonzero`: slot
+    // and token indices).
+    let classes = if moe.kind == MoeKind::GptOss {
+        e_n
+    } else {
+        e_n + 1
+    };
+    let z = Bytes::ZERO;
+    let mask = g.no_grad_op("one_hot", &[sel], vec![t, k, classes], DType::I64, z)?;
+    let hit = g.no_grad_op("sum", &[mask], vec![classes], DType::I64, z)?;
+    let hit = g.no_grad_op("gt", &[hit], vec![classes], DType::Bool, z)?;
+    let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, z)?;
+    for e in 0..e_n {
+        let n = moe.balanced_tokens(t, e);
+        if n == 0 {
+            continue;
+        }
+        let slots = g.no_grad_op("nonzero", &[mask], vec![n, 2], DType::I64, z)?;
+        let tok = g.alias(slots, vec![n], false);
+        let pos = g.alias(slots, vec![n], false);
+        let cur = index_rows(g, hv, &[tok], vec![n, h])?;
+        let y = if moe.kind == MoeKind::GptOss {
+            gpt_oss_expert(g, &weights, cur, i)?
+        } else {
+            let w1 = g.select(weights[0], vec![2 * i, h])?;
+            let gu = g.linear_with(cur, w1, None)?;
+            let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
+            let a = activation(g, parts[0], act, cpu)?;
+            let y = g.mul_bc(a, parts[1])?;
+            let w2 = g.select(weights[1], vec![h, i])?;
+            g.linear_with(y, w2, None)?
+        };
+        let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
+        let y = g.mul_bc(y, w)?;
+        let y = g.cast(y, dt)?;
+        // `final_hidden_states.index_add_(0, token_idx, y)`: in place; the source's gradient
+        // is `grad.index_select(0, token_idx).expand_as(source)` (a new tensor), so autograd
+        // saves the source as well as the indices (`derivatives.yaml` `index_add`); the
+        // destination's gradient passes on.
+        let rg = g.requires_grad(&[fin, y]);
+        let next = g.alias(fin, vec![t, h], rg);
+        let mut op = g.op("index_add", "");
+        op.flops = (n * h) as f64;
+        op.inputs = vec![fin, tok, y];
+        op.outputs = vec![next];
+        op.saved = vec![tok, y];
+        if g.t(fin).requires_grad {
+            op.grads.push((fin, GradFlow::Alias));
+        }
+        if g.t(y).requires_grad {
+            op.grads.push((y, GradFlow::Alloc));
+        }
+        g.record(op);
+        fin = next;
+    }
+    g.hold(&[mask, hit]);
+    Ok(fin)
 }
 
 /// `load_balancing_loss_func(router_logits, E, k)` without an attention mask, then

@@ -23,6 +23,8 @@ use crate::estimator::units::{Bytes, DType};
 use super::activation::activation;
 pub use super::activation::Activation;
 use super::gemma::{self, Gemma};
+use super::gpt_oss;
+use super::mla::{self, Mla, MlaKv};
 use super::modernbert::{self, ModernBert};
 use super::moe::{self, Moe};
 
@@ -100,10 +102,14 @@ pub struct Variant {
     /// Gemma 2 / Gemma 3 ([`super::gemma`]).
     pub gemma: Option<Gemma>,
     /// Layers that attend through a sliding window (Gemma's local layers, Mistral with
-    /// `sliding_window`).
+    /// `sliding_window`, gpt-oss).
     pub sliding: Option<Sliding>,
     /// ModernBERT's own fields (set exactly for [`Arch::ModernBert`]).
     pub modernbert: Option<ModernBert>,
+    /// DeepSeek-V3's multi-head latent attention ([`super::mla`]) in place of q/k/v.
+    pub mla: Option<Mla>,
+    /// gpt-oss ([`super::gpt_oss`]): attention sinks, its rotation and norms.
+    pub sinks: bool,
 }
 
 /// The sliding-window layers of a decoder.
@@ -197,7 +203,12 @@ impl TextConfig {
             QkNorm::PerHead => 2 * self.head_dim,
             QkNorm::Full => q + kv,
         };
-        let attn = h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h);
+        let attn = match &self.variant.mla {
+            Some(m) => m.params(h, self.heads),
+            None => h * q + 2 * h * kv + q * h + b(self.qkv_bias, q + 2 * kv) + b(self.o_bias, h),
+        };
+        // gpt-oss: one sink logit per head.
+        let attn = attn + b(self.variant.sinks, self.heads);
         let dense = 3 * h * i + b(self.mlp_bias, 2 * i + h);
         let layers: u64 = (0..self.layers)
             .map(|l| {
@@ -255,16 +266,18 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     check_positions(cfg, ctx)?;
     // transformers 5.24 has no SDPA path for Gemma 2 (`_supports_sdpa` is off; its attention
     // soft-capping needs the scores): the model runs eager attention whatever was asked.
+    // Nor for gpt-oss (`_supports_sdpa = False`: its sinks need the scores).
     let eager;
-    let ctx = match &cfg.variant.gemma {
-        Some(gm) if gm.version == 2 && ctx.attn != AttnImpl::Eager => {
-            eager = BuildCtx {
-                attn: AttnImpl::Eager,
-                ..ctx.clone()
-            };
-            &eager
-        }
-        _ => ctx,
+    let eager_only =
+        cfg.variant.gemma.as_ref().is_some_and(|gm| gm.version == 2) || cfg.variant.sinks;
+    let ctx = if eager_only && ctx.attn != AttnImpl::Eager {
+        eager = BuildCtx {
+            attn: AttnImpl::Eager,
+            ..ctx.clone()
+        };
+        &eager
+    } else {
+        ctx
     };
     if let Some(step) = ctx.tune.infer {
         // GPT-2 and BERT: one forward of the prompt without a cache (`model(input_ids).logits`).
@@ -742,6 +755,21 @@ fn roberta_position_ids(g: &mut Graph, ids: TensorId) -> Result<TensorId, Estima
     step(g, "add", &[long], DType::I64)
 }
 
+/// The rotary embedding's `inv_freq` length and its tables' width: `head_dim / 2` and
+/// `head_dim` (`cat((freqs, freqs))`); DeepSeek-V3 rotates only `qk_rope_head_dim` (its config
+/// sets `head_dim` to it); gpt-oss's tables are the frequencies themselves (`emb = freqs`).
+pub(crate) fn rope_dims(cfg: &TextConfig) -> (u64, u64) {
+    let d = match &cfg.variant.mla {
+        Some(m) => m.qk_rope_head_dim,
+        None => cfg.head_dim,
+    };
+    if cfg.variant.sinks {
+        (d / 2, d / 2)
+    } else {
+        (d / 2, d)
+    }
+}
+
 /// `LlamaForCausalLM.forward` (`models/llama/modeling_llama.py`; Mistral and Qwen2 identical up
 /// to biases and defaults).
 fn llama(
@@ -791,8 +819,9 @@ pub(crate) fn llama_decoder(
     let (nhl, nkvl) = g.tp_attention_heads(cfg.heads, cfg.kv_heads)?;
     let gm = cfg.variant.gemma.as_ref();
     // `inv_freq` and `original_inv_freq` buffers of the rotary embedding (`[d / 2]`).
-    let inv_freq = g.buffer(vec![d / 2], pdt)?;
-    g.buffer(vec![d / 2], pdt)?;
+    let (inv_len, table) = rope_dims(cfg);
+    let inv_freq = g.buffer(vec![inv_len], pdt)?;
+    g.buffer(vec![inv_len], pdt)?;
     let sl = cfg.variant.sliding.as_ref();
     // Global layers take the causal mask; local layers their sliding-window mask
     // (`create_sliding_window_causal_mask`), skipped like the causal one only while the window
@@ -816,7 +845,9 @@ pub(crate) fn llama_decoder(
         }
         _ => None,
     };
-    let (cos, sin) = g.scoped("rotary_emb", |g| g.rotary_tables(inv_freq, ctx.seq, d, pdt))?;
+    let (cos, sin) = g.scoped("rotary_emb", |g| {
+        g.rotary_tables(inv_freq, ctx.seq, table, pdt)
+    })?;
     // Gemma 3's local layers rotate with `rope_local_base_freq`: a second rotary embedding.
     let local_rope = match gm {
         Some(gm) if gm.version == 3 => {
@@ -920,11 +951,12 @@ pub(crate) struct LlamaLayer<'a> {
 }
 
 impl LlamaLayer<'_> {
-    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's (the weight in fp32) or LLaMA's.
+    /// The model's RMSNorm: Gemma's (`(1 + w)` in fp32), OLMo 2's and gpt-oss's (the weight in
+    /// fp32, `GptOssRMSNorm`: `(self.weight * hidden_states).to(input_dtype)`) or LLaMA's.
     pub fn norm(&self, g: &mut Graph, leaf: &str, x: TensorId) -> Result<TensorId, EstimateError> {
         if self.cfg.variant.gemma.is_some() {
             g.gemma_rms_norm(leaf, x)
-        } else if self.cfg.variant.norm_after {
+        } else if self.cfg.variant.norm_after || self.cfg.variant.sinks {
             g.olmo2_rms_norm(leaf, x)
         } else {
             g.rms_norm(leaf, x)
@@ -960,7 +992,6 @@ impl LlamaLayer<'_> {
         let (h_dim, nh, nkv, d) = (cfg.hidden, cfg.heads, cfg.kv_heads, cfg.head_dim);
         let hold = matches!(attention, LlamaAttention::Cached { .. });
         let gm = var.gemma.as_ref();
-        let sandwich = gm.is_some();
         let local = var.sliding.as_ref().is_some_and(|sl| sl.is_local(index));
         let (cos, sin) = match self.local_rope {
             Some(rope) if local => rope,
@@ -971,6 +1002,29 @@ impl LlamaLayer<'_> {
         } else {
             self.norm(g, "input_layernorm", h)?
         };
+        if let Some(m) = &var.mla {
+            let kv = match attention {
+                LlamaAttention::Masked { mask, attn } => MlaKv::Masked {
+                    mask,
+                    attn,
+                    dropout: cfg.attn_dropout,
+                    cpu: self.cpu,
+                },
+                LlamaAttention::Cached {
+                    k_cache,
+                    v_cache,
+                    past,
+                } => MlaKv::Cached {
+                    first: k_cache,
+                    second: v_cache,
+                    past,
+                },
+            };
+            let o = g.scoped("self_attn", |g| {
+                mla::attention(g, m, cfg.heads, a, cos, sin, kv)
+            })?;
+            return self.finish_layer(g, h, o, index, hold, router_logits);
+        }
         let o = g.scoped("self_attn", |g| {
             let (q, k, v) = if var.fused {
                 let qkv = g.block_linear(
@@ -1019,8 +1073,19 @@ impl LlamaLayer<'_> {
             let q = heads_view(g, q, self.heads.0, d)?;
             let k = heads_view(g, k, self.heads.1, d)?;
             let v = heads_view(g, v, self.heads.1, d)?;
-            let q = g.rotary(q, cos, sin)?;
-            let k = g.rotary(k, cos, sin)?;
+            let sinks = if var.sinks {
+                Some(g.scoped("sinks", |g| g.param(vec![self.heads.0]))?)
+            } else {
+                None
+            };
+            let (q, k) = if sinks.is_some() {
+                (
+                    gpt_oss::rotate_halves(g, q, cos, sin, false)?,
+                    gpt_oss::rotate_halves(g, k, cos, sin, false)?,
+                )
+            } else {
+                (g.rotary(q, cos, sin)?, g.rotary(k, cos, sin)?)
+            };
             // Phi-3's `apply_rotary_pos_emb` rotates `q[..., :rotary_dim]` and cats the rest
             // back on (`torch.cat([rotated, q_pass], dim=-1)`, `q_pass` empty at the full
             // rotary factor): a copy of the rotated queries and keys whose gradient passes back
@@ -1031,8 +1096,31 @@ impl LlamaLayer<'_> {
             } else {
                 (q, k)
             };
-            let o = match attention {
-                LlamaAttention::Masked { mask, attn } => {
+            let o = match (attention, sinks) {
+                (LlamaAttention::Masked { mask, .. }, Some(sinks)) => gpt_oss::sink_attention(
+                    g,
+                    q,
+                    k,
+                    v,
+                    mask,
+                    sinks,
+                    nh / nkv,
+                    cfg.attn_dropout,
+                    self.cpu,
+                )?,
+                (
+                    LlamaAttention::Cached {
+                        k_cache,
+                        v_cache,
+                        past,
+                    },
+                    Some(sinks),
+                ) => {
+                    let k_all = g.kv_update(k, k_cache, past)?;
+                    let v_all = g.kv_update(v, v_cache, past)?;
+                    gpt_oss::sink_attention(g, q, k_all, v_all, None, sinks, nh / nkv, 0.0, false)?
+                }
+                (LlamaAttention::Masked { mask, attn }, None) => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
                     // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
                     let (k, v) = if mask.is_some() {
@@ -1056,11 +1144,14 @@ impl LlamaLayer<'_> {
                         )?,
                     }
                 }
-                LlamaAttention::Cached {
-                    k_cache,
-                    v_cache,
-                    past,
-                } => {
+                (
+                    LlamaAttention::Cached {
+                        k_cache,
+                        v_cache,
+                        past,
+                    },
+                    None,
+                ) => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
                     g.sdpa_infer(q, k_all, v_all)?
@@ -1072,6 +1163,25 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(o)
         })?;
+        self.finish_layer(g, h, o, index, hold, router_logits)
+    }
+
+    /// The rest of the decoder layer after the attention output `o`: the optional norm after
+    /// it, the residual add, the MLP (dense, fused or a sparse block) with its norms, and the
+    /// second residual add.
+    fn finish_layer(
+        &self,
+        g: &mut Graph,
+        h: TensorId,
+        o: TensorId,
+        index: u64,
+        hold: bool,
+        router_logits: &mut Vec<TensorId>,
+    ) -> Result<TensorId, EstimateError> {
+        let (cfg, tune) = (self.cfg, self.tune);
+        let var = &cfg.variant;
+        let h_dim = cfg.hidden;
+        let sandwich = var.gemma.is_some();
         let o = if var.norm_after || sandwich {
             self.norm(g, "post_attention_layernorm", o)?
         } else {
@@ -1083,7 +1193,7 @@ impl LlamaLayer<'_> {
         } else if var.norm_after {
             r
         } else {
-            g.rms_norm("post_attention_layernorm", r)?
+            self.norm(g, "post_attention_layernorm", r)?
         };
         let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {

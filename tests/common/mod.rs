@@ -64,10 +64,13 @@ pub const VARIANTS: Measured = measured!("variant-steps.jsonl");
 /// RoBERTa and ModernBERT (masked LM) and LLaVA (CLIP tower, projector, LLaMA), at reduced and
 /// published widths, on the fake CUDA device.
 pub const ENCODER_VLM: Measured = measured!("encoder-vlm-steps.jsonl");
+/// DeepSeek-V3 (multi-head latent attention) and gpt-oss (attention sinks) at two layers and
+/// reduced widths on real CPU tensors, balanced routing.
+pub const MLA_SINKS: Measured = measured!("mla-sinks-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 17] = [
+pub const ALL: [Measured; 18] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -85,6 +88,7 @@ pub const ALL: [Measured; 17] = [
     ZERO1,
     VARIANTS,
     ENCODER_VLM,
+    MLA_SINKS,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

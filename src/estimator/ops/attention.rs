@@ -30,17 +30,35 @@ impl SdpaKernel {
     /// (BERT: flash; GPT-2 with its mask: efficient). On the CPU the flash kernel runs without
     /// dropout, the math path with it.
     pub fn select(cpu: bool, dtype: DType, has_mask: bool, dropout: f64, head_dim: u64) -> Self {
+        Self::select_dims(cpu, dtype, has_mask, dropout, head_dim, head_dim)
+    }
+
+    /// [`SdpaKernel::select`] when the values' head dim `v_head_dim` may differ from the
+    /// queries' and keys' (multi-head latent attention: 192 and 128 in DeepSeek-V3). The flash
+    /// kernels need one head dim for all three (`check_head_dim_size_flash`,
+    /// `check_head_dim_size_cpp` in torch 2.15 `sdp_utils*.cpp`): observed, the CPU then runs
+    /// the math path and sm_90 the efficient kernel (fp32) or cuDNN (bf16, q/k 96 or 192 with
+    /// v 64 or 128, the fake sm_90 device).
+    pub fn select_dims(
+        cpu: bool,
+        dtype: DType,
+        has_mask: bool,
+        dropout: f64,
+        head_dim: u64,
+        v_head_dim: u64,
+    ) -> Self {
+        let same = head_dim == v_head_dim;
         if cpu {
-            if dropout > 0.0 {
+            if dropout > 0.0 || !same {
                 SdpaKernel::Math
             } else {
                 SdpaKernel::FlashCpu
             }
         } else if dtype == DType::F32 {
             SdpaKernel::Efficient
-        } else if dropout <= 0.0 && head_dim <= 128 {
+        } else if dropout <= 0.0 && (head_dim <= 128 || !same) {
             SdpaKernel::Cudnn
-        } else if !has_mask && head_dim <= 256 {
+        } else if !has_mask && head_dim <= 256 && same {
             SdpaKernel::Flash
         } else {
             SdpaKernel::Efficient
@@ -146,15 +164,22 @@ impl Graph {
             && ks[1] > 0
             && qs.len() == 4
             && qs[1].is_multiple_of(ks[1]);
-        if qs.len() != 4 || ks.len() != 4 || (qs[1] != ks[1] && !gqa_ok) || self.shape(v) != ks {
+        let vs = self.shape(v);
+        if qs.len() != 4
+            || ks.len() != 4
+            || (qs[1] != ks[1] && !gqa_ok)
+            || qs[3] != ks[3]
+            || vs.len() != 4
+            || vs[..3] != ks[..3]
+        {
             return Err(self.bad_shape(format!(
-                "sdpa expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}"
+                "sdpa expects [B, H, S, D] q/k/v, got {qs:?}, {ks:?}, {vs:?}"
             )));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
-        let kv_s = ks[2];
+        let (kv_s, dv) = (ks[2], vs[3]);
         let dt = self.dtype(q);
-        let kernel = SdpaKernel::select(cpu, dt, bool_mask.is_some(), dropout, d);
+        let kernel = SdpaKernel::select_dims(cpu, dt, bool_mask.is_some(), dropout, d, dv);
         let fmask = match bool_mask {
             Some(m) => {
                 Some(self.no_grad_op("where", &[m], vec![b, 1, s, kv_s], dt, Bytes::ZERO)?)
@@ -172,7 +197,7 @@ impl Graph {
         }
         let ins = vec![q, k, v];
         let rg = self.requires_grad(&ins);
-        let out = self.alloc(vec![b, h, s, d], dt, StorageKind::Activation, rg)?;
+        let out = self.alloc(vec![b, h, s, dv], dt, StorageKind::Activation, rg)?;
         let mut outs = vec![out];
         let stats = match kernel {
             SdpaKernel::Efficient => vec![b, h, s.div_ceil(32) * 32],
@@ -189,7 +214,7 @@ impl Graph {
             outs.push(self.alloc(shape, DType::I64, StorageKind::Activation, false)?);
         }
         let mut op = self.op(kernel.op_name(), "attn");
-        op.flops = 4.0 * (b * h) as f64 * (s * d) as f64 * kv_s as f64;
+        op.flops = 2.0 * (b * h) as f64 * (s * (d + dv)) as f64 * kv_s as f64;
         op.inputs = ins.clone();
         op.inputs.extend(fmask);
         op.outputs = outs.clone();
@@ -239,7 +264,7 @@ impl Graph {
         };
         let p = self.softmax_to(w, DType::F32)?;
         let p = self.dropout_on(p, dropout, true)?;
-        let vc = self.contiguous(v, vec![b, h, kv_s, d])?;
+        let vc = self.contiguous(v, self.shape(v))?;
         let o = self.bmm_raw(p, vc)?;
         self.cast(o, orig)
     }
@@ -308,8 +333,10 @@ impl Graph {
         p = self.dropout_on(p, dropout, cpu)?;
         let vc = self.contiguous(v, self.shape(v))?;
         let o = self.matmul(p, vc)?;
-        let ot = self.view(o, vec![b, s, h, d])?;
-        self.contiguous(ot, vec![b, s, h * d])
+        // The values' head dim (multi-head latent attention's may differ from the keys').
+        let dv = self.shape(vc)[3];
+        let ot = self.view(o, vec![b, s, h, dv])?;
+        self.contiguous(ot, vec![b, s, h * dv])
     }
 
     /// Logit soft-capping, `cap * tanh(x / cap)` as Gemma 2 writes it (`x / cap`, `torch.tanh`,
@@ -362,22 +389,24 @@ impl Graph {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
-        let (qs, ks) = (self.shape(q), self.shape(k));
+        let (qs, ks, vs) = (self.shape(q), self.shape(k), self.shape(v));
         if qs.len() != 4
             || ks.len() != 4
             || ks[1] == 0
             || !qs[1].is_multiple_of(ks[1])
-            || self.shape(v) != ks
+            || qs[3] != ks[3]
+            || vs.len() != 4
+            || vs[..3] != ks[..3]
         {
             return Err(self.bad_shape(format!(
                 "attention expects [B, H, S, D] queries and [B, KV, T, D] keys, got {qs:?}, {ks:?}"
             )));
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
-        let t = ks[2];
+        let (t, dv) = (ks[2], vs[3]);
         let dt = self.dtype(q);
-        let kernel = SdpaKernel::select(false, dt, false, 0.0, d);
-        let out = self.alloc(vec![b, h, s, d], dt, StorageKind::Activation, false)?;
+        let kernel = SdpaKernel::select_dims(false, dt, false, 0.0, d, dv);
+        let out = self.alloc(vec![b, h, s, dv], dt, StorageKind::Activation, false)?;
         let stats = match kernel {
             SdpaKernel::Efficient => vec![b, h, s.div_ceil(32) * 32],
             SdpaKernel::Cudnn => vec![b, h, s, 1],
@@ -401,17 +430,39 @@ impl Graph {
         } else {
             (s * t) as f64
         };
-        op.flops = 4.0 * (b * h) as f64 * d as f64 * pairs;
+        op.flops = 2.0 * (b * h) as f64 * (d + dv) as f64 * pairs;
         op.inputs = vec![q, k, v];
         op.outputs = outs;
         self.record(op);
-        self.view(out, vec![b, s, h * d])
+        self.view(out, vec![b, s, h * dv])
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unequal_value_head_dims_leave_the_flash_kernels() {
+        // Observed with torch 2.15: the CPU runs the math path for q/k 96 and v 64; the fake
+        // sm_90 device runs cuDNN in bf16 (q/k 192, v 128) and the efficient kernel in fp32.
+        assert_eq!(
+            SdpaKernel::select_dims(true, DType::F32, true, 0.0, 96, 64),
+            SdpaKernel::Math
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::BF16, false, 0.0, 192, 128),
+            SdpaKernel::Cudnn
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::F32, true, 0.0, 192, 128),
+            SdpaKernel::Efficient
+        );
+        assert_eq!(
+            SdpaKernel::select_dims(false, DType::BF16, false, 0.1, 192, 128),
+            SdpaKernel::Efficient
+        );
+    }
 
     #[test]
     fn kernel_choice_matches_the_oracle() {
