@@ -60,15 +60,21 @@ impl Pools {
     }
 }
 
-/// cuBLAS + cuBLASLt workspaces for two handles (forward and backward threads).
-pub fn cublas_workspaces(sm: u32) -> Bytes {
+/// cuBLAS + cuBLASLt workspaces for two handles (forward and backward threads), one block each
+/// as the caching allocator hands them out.
+pub fn cublas_workspace_blocks(sm: u32) -> [u64; 4] {
     let per_handle = if sm >= 90 {
         32 << 20
     } else {
         (4096 << 10) * 2 + (16 << 10) * 8
     };
     let lt = 1 << 20;
-    Bytes(2 * (per_handle + lt))
+    [per_handle, lt, per_handle, lt]
+}
+
+/// The sum of [`cublas_workspace_blocks`].
+pub fn cublas_workspaces(sm: u32) -> Bytes {
+    Bytes(cublas_workspace_blocks(sm).iter().sum())
 }
 
 #[cfg(test)]

@@ -86,12 +86,14 @@ pub enum Device {
 pub const DEFAULT_SM: u32 = 90;
 
 /// Device memory a step holds outside the model's tensors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DeviceOverhead {
     /// cuBLAS and cuBLASLt workspaces, allocated through PyTorch's caching allocator.
     pub workspaces: Bytes,
     /// The CUDA context and loaded kernels, outside PyTorch's allocator.
     pub context: Bytes,
+    /// The workspaces as the blocks the caching allocator hands out.
+    pub workspace_blocks: Vec<u64>,
 }
 
 impl DeviceOverhead {
@@ -107,6 +109,11 @@ impl DeviceOverhead {
                 super::device::cublas_workspaces(sm)
             },
             context: gpu.map_or(super::device::DEFAULT_CONTEXT, |g| g.context),
+            workspace_blocks: if sm == 0 {
+                Vec::new()
+            } else {
+                super::device::cublas_workspace_blocks(sm).to_vec()
+            },
         }
     }
 }

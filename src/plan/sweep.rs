@@ -101,6 +101,11 @@ pub struct BatchLines {
     peak_candidates: Vec<u32>,
     /// The same for the reserved-memory lines.
     reserved_candidates: Vec<u32>,
+    /// What the caching allocator's replay reserves beyond the lines' packed segments
+    /// (fragmentation, cached blocks), as a line through the two estimates: the allocator's
+    /// layout is not affine in the batch, so this is the preview's one approximation beyond
+    /// block rounding, a few per cent, which the exact estimate replaces.
+    excess: (f64, f64),
     fixed: Bytes,
     forward_flops_per_sample: f64,
     recompute_flops_per_sample: f64,
@@ -153,7 +158,15 @@ impl BatchLines {
             })
             .collect();
         let range = (1.0, MAX_BATCH as f64);
+        let excess_at = |e: &Estimate| {
+            let packed = e.timeline.reserved().0 + e.workspaces.0;
+            e.reserved.0 as f64 - packed as f64
+        };
+        let (x1, x2) = (excess_at(e1), excess_at(e2));
+        let excess_slope = (x2 - x1) / d;
         Ok(BatchLines {
+            excess: (x1 - excess_slope * b1 as f64, excess_slope),
+
             peak_candidates: envelope(&totals, range),
             reserved_candidates: envelope(&reserved, range),
             lines,
@@ -240,7 +253,8 @@ impl BatchLines {
             .map(|&i| self.reserved[i as usize])
             .map(|(p, a)| p + a * bf)
             .fold(0.0, f64::max)
-            .max(peak.0 as f64);
+            .max(peak.0 as f64)
+            + (self.excess.0 + self.excess.1 * bf).max(0.0);
         Point {
             x: b,
             peak_allocated: peak,

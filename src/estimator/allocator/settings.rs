@@ -43,7 +43,7 @@ impl Default for AllocatorSettings {
 }
 
 /// A `PYTORCH_CUDA_ALLOC_CONF` string that PyTorch would reject or that this replay cannot follow.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Clone, Debug, Error, PartialEq)]
 pub enum SettingsError {
     #[error("allocator option `{0}` is not `key:value`; write e.g. `expandable_segments:True`")]
     NotKeyValue(String),
