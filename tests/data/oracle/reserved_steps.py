@@ -112,6 +112,10 @@ def cases():
     add(model="llama-small", seq=1024, batch=8, dtype="bf16", opt="adamw", attn="sdpa", alloc_conf="expandable_segments:True")
     add(model="resnet50", res=224, batch=32, dtype="fp32", opt="adam", alloc_conf="expandable_segments:True")
     add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", alloc_conf="max_split_size_mb:128")
+    # controls: the same steps without the harness's LiveTracker (only the d2h-counting mode), to
+    # show that running the tracker in the same process does not change what the allocator does
+    add(model="resnet50", res=224, batch=32, dtype="fp32", opt="adam", tracker=False)
+    add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", tracker=False)
     for c in C:
         c["case_id"] = case_id(c)
     return C
@@ -135,6 +139,8 @@ def case_id(s):
         cid += "/fused"
     if s.get("alloc_conf"):
         cid += "/" + s["alloc_conf"].replace(":", "=")
+    if s.get("tracker") is False:
+        cid += "/notracker"
     return cid
 
 
