@@ -206,7 +206,8 @@ def run_one(spec):
             if n:
                 self.ops[f"aten.{name}"] = self.ops.get(f"aten.{name}", 0) + n
                 # where it came from: the innermost frames outside torch/ (model or library code)
-                fr = [f for f in traceback.extract_stack()[:-1] if "/torch/" not in f.filename and "reserved_steps" not in f.filename]
+                fr = [f for f in traceback.extract_stack()[:-1]
+                      if "/torch/" not in f.filename and not f.filename.endswith(("reserved_steps.py", "tracker.py"))]
                 where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}" for f in fr[-3:][::-1])
                 key = f"aten.{name} at {where}"
                 self.sites[key] = self.sites.get(key, 0) + n
