@@ -112,6 +112,11 @@ def cases():
     add(model="llama-small", seq=1024, batch=8, dtype="bf16", opt="adamw", attn="sdpa", alloc_conf="expandable_segments:True")
     add(model="resnet50", res=224, batch=32, dtype="fp32", opt="adam", alloc_conf="expandable_segments:True")
     add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", alloc_conf="max_split_size_mb:128")
+    # the device->host answer a real GPU gives: transformers' packed-sequence check returns None
+    # (sequential position ids), so no 4-D mask is built (validated against unpadded-steps.jsonl)
+    add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", unpadded=True)
+    add(model="llama-small", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", ckpt="layer", unpadded=True)
+    add(model="llama-small", seq=2048, batch=8, dtype="bf16", opt="adamw", attn="sdpa", unpadded=True)
     # controls: the same steps without the harness's LiveTracker (only the d2h-counting mode), to
     # show that running the tracker in the same process does not change what the allocator does
     add(model="resnet50", res=224, batch=32, dtype="fp32", opt="adam", tracker=False)
@@ -141,6 +146,8 @@ def case_id(s):
         cid += "/" + s["alloc_conf"].replace(":", "=")
     if s.get("tracker") is False:
         cid += "/notracker"
+    if s.get("unpadded"):
+        cid += "/unpadded"
     return cid
 
 
@@ -215,6 +222,20 @@ def run_one(spec):
                 self.kernels[f"aten.{name}"] = self.kernels.get(f"aten.{name}", 0) + 1
             return out
 
+    if spec.get("unpadded"):
+        # As tests/data/oracle/unpadded_steps.py does (copied from there): the same temporaries as
+        # transformers' find_packed_sequence_indices, and the answer a real GPU gives for an unpadded
+        # batch with sequential position ids (its `.all()` check holds: None, no packed mask). This
+        # replaces the one device->host read these steps make.
+        import transformers.masking_utils as mu
+
+        def unpadded_find_packed_sequence_indices(position_ids):
+            first = position_ids[:, :1] - 1
+            diff = torch.diff(position_ids, prepend=first, dim=-1)
+            (diff != 1).cumsum(-1)
+            return None
+
+        mu.find_packed_sequence_indices = unpadded_find_packed_sequence_indices
     torch.manual_seed(0)
     bspec = {k: v for k, v in spec.items() if k in ("model", "res", "seq", "batch", "dtype", "opt", "ckpt", "attn")}
     wl = build(bspec)  # on the CPU (real init), as a script on a GPU builds it
@@ -321,13 +342,19 @@ def run_one(spec):
 
 
 # --------------------------------------------------------------------------- parent: one process per case
+UNPADDED_JSONL = os.path.join(HERE, "..", "unpadded-steps.jsonl")
+
+
 def harness_records():
+    """The shared set's records by case id, plus the unpadded ones (the same harness with the
+    packed-sequence check answered as on a GPU; case ids ending in /unpadded)."""
     out = {}
-    if os.path.exists(SHARED_JSONL):
-        for line in open(SHARED_JSONL):
-            if line.strip():
-                r = json.loads(line)
-                out[r["case_id"]] = r
+    for path in (SHARED_JSONL, UNPADDED_JSONL):
+        if os.path.exists(path):
+            for line in open(path):
+                if line.strip():
+                    r = json.loads(line)
+                    out[r["case_id"]] = r
     return out
 
 
@@ -364,7 +391,7 @@ def main(argv=None):
             print(f"[FAIL {time.time()-t0:5.1f}s] {c['case_id']}\n{p.stderr[-3000:]}", flush=True)
             continue
         m = json.loads(line[0][len("RECORD "):])
-        hid = harness_case_id(c)
+        hid = harness_case_id(c) + ("/unpadded" if c.get("unpadded") else "")
         h = H.get(hid)
         foreach_ref = None
         if c.get("opt_impl") == "fused":  # the harness measured the foreach optimizer only: not the same case
@@ -374,6 +401,8 @@ def main(argv=None):
                "PyTorch's real CUDACachingAllocator on a faked sm_90 device; kernels, cuBLAS, cuBLASLt and cuDNN are no-ops; "
                "cuDNN enabled with every workspace/reserve-space size answered as 0; device->host copies read zeros",
                "harness_case_id": hid if h else None,
+               "harness_file": (None if not h else "tests/data/unpadded-steps.jsonl" if c.get("unpadded")
+                                else "shared/reference/pytorch-step-memory.jsonl"),
                "harness_peak_r512": h["peak_r512"] if h else None,
                "harness_peak": h["peak"] if h else None}
         if foreach_ref is not None:
