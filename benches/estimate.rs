@@ -60,6 +60,7 @@ fn main() {
             optimizer_impl: plan.optimizer_impl(),
             accumulation: plan.accumulation,
             device: plan.device,
+            gemm_workspace: 0,
         };
         let trace = simulate(&g, &opts).alloc_trace;
         println!("{name}: {} allocator events", trace.len());

@@ -371,12 +371,12 @@ fn allocator_settings(setup: &Setup) -> Result<AllocatorSettings, EstimateError>
     })
 }
 
-/// What the caching allocator's replay of a step's stream starts from: the workspaces (made at
-/// the first GEMM of each handle, then cached), the options, and on a known card what the CUDA
+/// What the caching allocator's replay of a step's stream takes: the cuBLAS workspace each
+/// GEMM allocates and frees, the options, and on a known card what the CUDA
 /// context leaves it, so that it frees its cache and retries before it gives up, as PyTorch
 /// does; past that the replay goes on so that the figures say what the step would need.
 struct ReplayInputs {
-    resident: Vec<u64>,
+    gemm_workspace: u64,
     settings: AllocatorSettings,
     capacity: Option<allocator::Capacity>,
 }
@@ -390,7 +390,7 @@ impl ReplayInputs {
                 total: g.memory.0,
                 free: g.memory.0.saturating_sub(o.context.0),
             }),
-            resident: o.workspace_blocks,
+            gemm_workspace: o.workspaces.0,
             settings: allocator_settings(setup).unwrap_or_default(),
         }
     }
@@ -404,18 +404,19 @@ pub fn segments_at_peak(
     gpu: Option<&Gpu>,
 ) -> Result<Vec<allocator::SegmentView>, EstimateError> {
     let g = build_graph(model, setup)?;
-    let r = simulate(&g, &step_options(setup));
     let inputs = ReplayInputs::of(setup, gpu);
+    let r = simulate(&g, &step_options(setup, inputs.gemm_workspace));
     Ok(allocator::segment_map(
         &r.alloc_trace,
-        &inputs.resident,
+        &[],
         inputs.settings,
         inputs.capacity,
     ))
 }
 
-fn step_options(setup: &Setup) -> StepOptions {
+fn step_options(setup: &Setup, gemm_workspace: u64) -> StepOptions {
     StepOptions {
+        gemm_workspace,
         optimizer: setup.opt,
         optimizer_impl: setup.optimizer_impl(),
         accumulation: setup.accumulation,
@@ -425,7 +426,8 @@ fn step_options(setup: &Setup) -> StepOptions {
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
-    let r = simulate(g, &step_options(plan));
+    let inputs = ReplayInputs::of(plan, gpu);
+    let r = simulate(g, &step_options(plan, inputs.gemm_workspace));
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
         Some(e) => (
@@ -483,13 +485,7 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
         context,
         ..
     } = DeviceOverhead::of(gpu);
-    let inputs = ReplayInputs::of(plan, gpu);
-    let report = allocator::replay(
-        &r.alloc_trace,
-        &inputs.resident,
-        inputs.settings,
-        inputs.capacity,
-    );
+    let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
     let reserved = report.max_reserved;
     let mut layers: Vec<LayerActivation> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {

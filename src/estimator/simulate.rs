@@ -26,6 +26,9 @@ pub struct StepOptions {
     pub accumulation: u32,
     /// Where the step runs: decides whether the optimizer's step counters are device memory.
     pub device: Device,
+    /// The cuBLAS workspace each matrix multiply allocates and frees (0: none), which only the
+    /// allocator's stream carries: the measured steps count tensors, not kernels' scratch.
+    pub gemm_workspace: u64,
 }
 
 /// What the replay measured besides the timeline.
@@ -55,6 +58,11 @@ fn kind_category(k: StorageKind) -> Category {
     }
 }
 
+/// Ops that run cuBLAS matrix multiplies (SDPA's fused kernels and convolutions do not).
+fn is_gemm(kind: &str) -> bool {
+    matches!(kind, "linear" | "matmul" | "bmm" | "addmm" | "bilinear")
+}
+
 /// A gradient tensor of the backward pass, shared by the inputs it was passed through to.
 struct GradObj {
     bytes: u64,
@@ -67,6 +75,7 @@ struct GradObj {
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
     let mut step = Replay::new(&tape);
+    step.gemm_workspace = opt.gemm_workspace;
     step.zero_grad(opt);
     let forward_flops = step.forward();
     step.end_autocast();
@@ -247,6 +256,7 @@ struct Replay<'t, 'g> {
     /// state in creation order, and `.grad` when it persists across micro-batches.
     resident: Vec<u64>,
     state: Vec<u64>,
+    gemm_workspace: u64,
 }
 
 impl<'t, 'g> Replay<'t, 'g> {
@@ -272,6 +282,7 @@ impl<'t, 'g> Replay<'t, 'g> {
             re_block: vec![NO_BLOCK; ns],
             resident: Vec::new(),
             state: Vec::new(),
+            gemm_workspace: 0,
         }
     }
 
@@ -284,12 +295,17 @@ impl<'t, 'g> Replay<'t, 'g> {
         self.live.sub(c, Bytes(b));
         self.stream.free(block);
     }
-    /// Records the timeline point of op `op` with `scratch` allocated for the op's duration.
+    /// Records the timeline point of op `op` with `scratch` allocated for the op's duration (and
+    /// a GEMM's cuBLAS workspace in the allocator's stream).
     fn push_with_scratch(&mut self, phase: Phase, op: Option<usize>, c: Category, scratch: u64) {
         let mut at = self.live;
         at.add(c, Bytes(scratch));
         self.tl.push(phase, op, at);
         let id = self.stream.alloc(scratch);
+        if op.is_some_and(|i| is_gemm(self.tape.g.ops[i].kind)) {
+            let ws = self.stream.alloc(self.gemm_workspace);
+            self.stream.free(ws);
+        }
         self.stream.free(id);
     }
 

@@ -477,11 +477,11 @@ mod tests {
     }
 
     /// Reserved memory is the caching allocator's replay, whose layout (which cached block
-    /// serves which request) is not affine in the batch; the lines carry its excess over packed
-    /// segments as a line through two estimates: within 6 % or 64 MiB (the exact estimate
-    /// replaces it on the page).
+    /// serves which request) is not affine in the batch; the lines scale their packed segments
+    /// by the replay's ratio at two batches (`BatchLines::excess`): within 12 % or 64 MiB (the
+    /// exact estimate replaces it on the page once input settles).
     fn close_reserved(a: Bytes, b: Bytes) -> bool {
-        a.0.abs_diff(b.0) as f64 <= (0.06 * b.0 as f64).max((64u64 << 20) as f64)
+        a.0.abs_diff(b.0) as f64 <= (0.12 * b.0 as f64).max((64u64 << 20) as f64)
     }
 
     #[test]
@@ -593,7 +593,7 @@ mod tests {
         // The guess reads the lines' reserved memory (see `close_reserved`); the solver
         // confirms with exact estimates.
         assert!(
-            guess.abs_diff(exact) <= (exact / 100).max(1),
+            guess.abs_diff(exact) <= (exact * 12 / 100).max(1),
             "guess {guess} vs {exact}"
         );
         assert_eq!(m.max_batch_guess(Bytes(1 << 20), Some(&gpu)), None);
@@ -676,7 +676,12 @@ mod tests {
         );
         let n = wb.numbers(&plan).unwrap();
         let e = wb.exact(&plan).unwrap().as_ref().unwrap();
-        assert!(close_reserved(n.device_total, e.device_total));
+        assert!(
+            close_reserved(n.device_total, e.device_total),
+            "{} vs {}",
+            n.device_total,
+            e.device_total
+        );
     }
 
     #[test]

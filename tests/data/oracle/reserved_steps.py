@@ -31,7 +31,7 @@ for `"opt_impl": "fused"`. The loop is the harness's (`measure.run_case`):
         del loss
 
 Usage (with the harness venv's python; re-executes itself with the shims preloaded):
-    python tests/data/oracle/reserved_steps.py --out tests/data/reserved-steps.jsonl [--filter REGEX] [--list]
+    python tests/data/oracle/reserved_steps.py --out tests/data/reserved/reserved-steps.jsonl [--filter REGEX] [--list]
 """
 import argparse
 import contextlib
