@@ -91,23 +91,19 @@ pub struct BatchLines {
     lines: Vec<[(f64, f64); Category::COUNT]>,
     /// Per event, the total's intercept and slope (the sum of the categories').
     totals: Vec<(f64, f64)>,
-    /// Per event: reserved segments at the two batches, interpolated the same way.
-    reserved: Vec<(f64, f64)>,
     /// Per event: the phase of the step it belongs to.
     phases: Vec<Phase>,
     /// Events whose total line is the largest at some batch in `1..=MAX_BATCH` (the upper
     /// envelope), in event order: the only ones the peak can come from, so a point costs a few
     /// lines instead of the whole step.
     peak_candidates: Vec<u32>,
-    /// The same for the reserved-memory lines.
-    reserved_candidates: Vec<u32>,
-    /// What the caching allocator's replay reserves over the lines' packed segments
-    /// (fragmentation, cached blocks) at the two estimates' batches, `(batch, packed, excess)`:
-    /// the excess is held below the first, interpolated between them, and grows with the
-    /// packed bytes beyond the second. Which cached block serves which request changes with
-    /// the sizes, so the replay's reserved bytes are not affine in the batch (ResNet-18 at
-    /// 64 px: 1.24 × packed at batch 256, 1.40 at 300): this is the preview's one
-    /// approximation beyond block rounding, which the exact estimate replaces.
+    /// What the caching allocator's replay reserves over the allocated peak (fragmentation,
+    /// cached blocks) at the two estimates' batches, `(batch, peak, excess)`: the excess is
+    /// held below the first, interpolated between them, and grows with the peak beyond the
+    /// second. Which cached block serves which request changes with the sizes, so the replay's
+    /// reserved bytes are not affine in the batch (ResNet-18 at 64 px: 1.40 × the peak at batch
+    /// 300, 1.24 at 256): this is the preview's one approximation beyond block rounding, which
+    /// the exact estimate replaces.
     excess: [(f64, f64, f64); 2],
     fixed: Bytes,
     forward_flops_per_sample: f64,
@@ -138,7 +134,6 @@ impl BatchLines {
         }
         let d = (b2 - b1) as f64;
         let mut lines = Vec::with_capacity(e1.timeline.events.len());
-        let mut reserved = Vec::with_capacity(e1.timeline.events.len());
         for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
             let mut l = [(0.0, 0.0); Category::COUNT];
             for (c, line) in l.iter_mut().enumerate() {
@@ -146,12 +141,6 @@ impl BatchLines {
                 *line = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }
             lines.push(l);
-            let (r1, r2) = (
-                a.live.1.reserved().max(a.live.total()).0 as f64,
-                b.live.1.reserved().max(b.live.total()).0 as f64,
-            );
-            let slope = (r2 - r1) / d;
-            reserved.push((r1 - slope * b1 as f64, slope));
         }
         let totals: Vec<(f64, f64)> = lines
             .iter()
@@ -162,17 +151,15 @@ impl BatchLines {
             .collect();
         let range = (1.0, MAX_BATCH as f64);
         let excess_at = |b: u64, e: &Estimate| {
-            let packed = e.timeline.reserved().0 as f64;
-            (b as f64, packed, e.reserved.0 as f64 - packed)
+            let peak = e.peak_allocated.0 as f64;
+            (b as f64, peak, e.reserved.0 as f64 - peak)
         };
         Ok(BatchLines {
             excess: [excess_at(b1, e1), excess_at(b2, e2)],
 
             peak_candidates: envelope(&totals, range),
-            reserved_candidates: envelope(&reserved, range),
             lines,
             totals,
-            reserved,
             phases: e1.timeline.events.iter().map(|e| e.phase).collect(),
             fixed: e1.workspaces + e1.context,
             forward_flops_per_sample: e1.forward_flops / b1 as f64,
@@ -248,13 +235,7 @@ impl BatchLines {
             })
             .collect();
         let peak: Bytes = by_category.iter().map(|(_, b)| *b).sum();
-        let reserved = self
-            .reserved_candidates
-            .iter()
-            .map(|&i| self.reserved[i as usize])
-            .map(|(p, a)| p + a * bf)
-            .fold(0.0, f64::max)
-            .max(peak.0 as f64);
+        let reserved = peak.0 as f64;
         let [(b1, _, x1), (b2, p2, x2)] = self.excess;
         let excess = if bf <= b2 {
             x1 + (x2 - x1) * ((bf - b1) / (b2 - b1)).clamp(0.0, 1.0)

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use super::layout::{bad, Layout};
 use super::{offload, pipeline};
+use crate::estimator::allocator::{replay, AllocatorSettings};
 use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
@@ -190,9 +191,14 @@ pub fn prepare_graph(
     }
     let forward_flops_full: f64 = g.ops.iter().map(|o| o.flops).sum();
     let whole = simulate(&g, &opts);
-    let overhead = whole
-        .timeline
-        .reserved()
+    // What the caching allocator holds beyond the whole model's allocated peak, from its replay
+    // of the step (each rank's pieces then carry the same overhead).
+    let settings = match &plan.alloc_conf {
+        Some(c) => AllocatorSettings::parse(c)?,
+        None => AllocatorSettings::default(),
+    };
+    let overhead = replay(&whole.alloc_trace, &[], settings, None)
+        .max_reserved
         .0
         .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
     let pieces = if chunks == 1 {

@@ -477,11 +477,11 @@ mod tests {
     }
 
     /// Reserved memory is the caching allocator's replay, whose layout (which cached block
-    /// serves which request) is not affine in the batch; the lines scale their packed segments
-    /// by the replay's ratio at two batches (`BatchLines::excess`): within 12 % or 64 MiB (the
-    /// exact estimate replaces it on the page once input settles).
+    /// serves which request) is not affine in the batch; the lines carry the replay's excess
+    /// over the allocated peak from two batches (`BatchLines::excess`): within 15 % or 64 MiB
+    /// (the exact estimate replaces it on the page once input settles).
     fn close_reserved(a: Bytes, b: Bytes) -> bool {
-        a.0.abs_diff(b.0) as f64 <= (0.12 * b.0 as f64).max((64u64 << 20) as f64)
+        a.0.abs_diff(b.0) as f64 <= (0.15 * b.0 as f64).max((64u64 << 20) as f64)
     }
 
     #[test]
