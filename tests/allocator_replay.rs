@@ -2,12 +2,13 @@
 //! (`estimator::allocator`): the options a run sets in `PYTORCH_CUDA_ALLOC_CONF` change it the
 //! way PyTorch's allocator would, and an option PyTorch rejects is refused with its name.
 
-use vram_planner::plan::{estimate, Plan};
+use vram_planner::estimator::allocator::AllocConf;
+use vram_planner::plan::{estimate, parse_json, Plan};
 
 fn with_conf(model: &str, conf: Option<&str>) -> Plan {
     let mut p = Plan::new(model);
     p.batch = 8;
-    p.alloc_conf = conf.map(str::to_string);
+    p.alloc_conf = conf.map(|c| AllocConf::parse(c).unwrap());
     p
 }
 
@@ -48,6 +49,9 @@ fn reserved_holds_the_peak_and_the_free_blocks() {
     }
 }
 
+/// A plan's `alloc_conf` is checked as the plan is read, as PyTorch checks the variable when CUDA
+/// starts: an option it rejects is refused with its name, and a valid one is written back as
+/// given.
 #[test]
 fn options_pytorch_rejects_are_refused_by_name() {
     for (conf, says) in [
@@ -58,13 +62,21 @@ fn options_pytorch_rejects_are_refused_by_name() {
             "unknown allocator option",
         ),
         ("garbage_collection_threshold", "key:value"),
+        ("garbage_collection_threshold:1e-3", "a number"),
     ] {
-        let err = estimate(&with_conf("gpt2", Some(conf)))
-            .unwrap_err()
-            .to_string();
+        let plan = format!(r#"{{"model":"gpt2","alloc_conf":"{conf}"}}"#);
+        let err = parse_json(&plan).unwrap_err().to_string();
         assert!(err.contains(says), "{conf}: {err}");
         assert!(err.contains("PYTORCH_CUDA_ALLOC_CONF"), "{conf}: {err}");
     }
+    let text = r#"{"model":"gpt2","alloc_conf":"expandable_segments:True,garbage_collection_threshold:0.6"}"#;
+    let p = parse_json(text).unwrap();
+    let s = p.alloc_conf.as_ref().unwrap().settings;
+    assert!(s.expandable_segments);
+    assert_eq!(s.garbage_collection_threshold, Some(0.6));
+    assert!(serde_json::to_string(&p)
+        .unwrap()
+        .contains(r#""alloc_conf":"expandable_segments:True,garbage_collection_threshold:0.6""#));
 }
 
 mod common;
@@ -83,7 +95,9 @@ fn reserved_plan(r: &serde_json::Value) -> Plan {
     let mut settings = r.clone();
     settings["peak_r512"] = r["max_allocated"].clone();
     let mut p = common::plan_of(&settings);
-    p.alloc_conf = r["alloc_conf"].as_str().map(str::to_string);
+    p.alloc_conf = r["alloc_conf"]
+        .as_str()
+        .map(|c| AllocConf::parse(c).unwrap());
     if r["opt_impl"] == "fused" {
         p.optimizer_impl = Some(OptimizerImpl::Fused);
     }

@@ -156,7 +156,6 @@ fn build_graph_step(
     decode: Option<()>,
 ) -> Result<Graph, EstimateError> {
     check_range("batch", setup.batch, 1, MAX_BATCH)?;
-    allocator_settings(setup)?;
     check_range(
         "accumulation",
         setup.accumulation as u64,
@@ -363,14 +362,6 @@ fn block_of(name: &str) -> &str {
     &name[..len]
 }
 
-/// The caching allocator's options the plan sets (`PYTORCH_CUDA_ALLOC_CONF`).
-fn allocator_settings(setup: &Setup) -> Result<AllocatorSettings, EstimateError> {
-    Ok(match &setup.alloc_conf {
-        Some(c) => AllocatorSettings::parse(c)?,
-        None => AllocatorSettings::default(),
-    })
-}
-
 /// What the caching allocator's replay of a step's stream takes: the cuBLAS workspace each
 /// GEMM allocates and frees, the options, and on a known card what the CUDA
 /// context leaves it, so that it frees its cache and retries before it gives up, as PyTorch
@@ -382,7 +373,6 @@ struct ReplayInputs {
 }
 
 impl ReplayInputs {
-    /// `build_graph` has checked the options.
     fn of(setup: &Setup, gpu: Option<&Gpu>) -> ReplayInputs {
         let o = DeviceOverhead::of(gpu);
         ReplayInputs {
@@ -391,7 +381,7 @@ impl ReplayInputs {
                 free: g.memory.0.saturating_sub(o.context.0),
             }),
             gemm_workspace: o.workspaces.0,
-            settings: allocator_settings(setup).unwrap_or_default(),
+            settings: setup.allocator,
         }
     }
 }

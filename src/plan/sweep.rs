@@ -290,7 +290,9 @@ fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
         }
         hull.push(k);
     }
-    let mut keep: Vec<u32> = (0..hull.len())
+    // Sorted as `usize`, the type the step simulation sorts too: one copy of the sorting code
+    // in the page's first load instead of one per element type.
+    let mut keep: Vec<usize> = (0..hull.len())
         .filter(|&i| {
             let from = if i == 0 {
                 f64::NEG_INFINITY
@@ -304,10 +306,10 @@ fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
             };
             from <= range.1 && to >= range.0
         })
-        .map(|i| hull[i] as u32)
+        .map(|i| hull[i])
         .collect();
     keep.sort_unstable();
-    keep
+    keep.into_iter().map(|i| i as u32).collect()
 }
 
 /// `n` values from `lo` to `hi`, evenly spaced on a log scale, deduplicated.

@@ -23,5 +23,5 @@ pub mod trace;
 mod tests;
 
 pub use caching::{BlockView, CachingAllocator, Capacity, OutOfMemory, SegmentView};
-pub use settings::{AllocatorSettings, SettingsError};
+pub use settings::{AllocConf, AllocatorSettings, SettingsError};
 pub use trace::{replay, segment_map, AllocTrace, AllocatorReport, Handle};

@@ -42,6 +42,38 @@ impl Default for AllocatorSettings {
     }
 }
 
+/// `PYTORCH_CUDA_ALLOC_CONF` as a plan writes it, checked when the plan is read (so that a page
+/// holds its reader with the plan reader, in the chunk fetched with a link's JSON) and kept as
+/// written so that the plan writes it back unchanged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocConf {
+    pub text: String,
+    pub settings: AllocatorSettings,
+}
+
+impl AllocConf {
+    pub fn parse(text: &str) -> Result<AllocConf, SettingsError> {
+        Ok(AllocConf {
+            text: text.to_string(),
+            settings: AllocatorSettings::parse(text)?,
+        })
+    }
+}
+
+impl serde::Serialize for AllocConf {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AllocConf {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AllocConf, D::Error> {
+        let text = String::deserialize(d)?;
+        AllocConf::parse(&text)
+            .map_err(|e| serde::de::Error::custom(format!("PYTORCH_CUDA_ALLOC_CONF: {e}")))
+    }
+}
+
 /// A `PYTORCH_CUDA_ALLOC_CONF` string that PyTorch would reject or that this replay cannot follow.
 #[derive(Clone, Debug, Error, PartialEq)]
 pub enum SettingsError {

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use super::layout::{bad, Layout};
 use super::{offload, pipeline};
-use crate::estimator::allocator::{replay, AllocatorSettings};
+use crate::estimator::allocator::replay;
 use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
@@ -193,11 +193,7 @@ pub fn prepare_graph(
     let whole = simulate(&g, &opts);
     // What the caching allocator holds beyond the whole model's allocated peak, from its replay
     // of the step (each rank's pieces then carry the same overhead).
-    let settings = match &plan.alloc_conf {
-        Some(c) => AllocatorSettings::parse(c)?,
-        None => AllocatorSettings::default(),
-    };
-    let overhead = replay(&whole.alloc_trace, &[], settings, None)
+    let overhead = replay(&whole.alloc_trace, &[], plan.allocator, None)
         .max_reserved
         .0
         .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
