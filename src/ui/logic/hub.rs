@@ -245,10 +245,100 @@ pub fn page_may_fetch(endpoint: &Endpoint, page_origin: &str) -> bool {
     o == DEFAULT_ENDPOINT || o == page_origin.trim_end_matches('/')
 }
 
+/// Where the page's model-id box stands after its Fetch button was pressed.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum PageStatus {
+    /// Nothing asked yet (the page has made no request for it).
+    #[default]
+    Idle,
+    Fetching(String),
+    /// The config is the plan's, fresh from the Hub or (`cached`) as remembered offline.
+    Applied {
+        id: String,
+        cached: bool,
+    },
+    Failed {
+        id: String,
+        error: HubError,
+    },
+}
+
+impl PageStatus {
+    /// The `data-testid` of the status line, one per outcome.
+    pub fn test_id(&self) -> &'static str {
+        match self {
+            PageStatus::Idle => "hf-status",
+            PageStatus::Fetching(_) => "hf-fetching",
+            PageStatus::Applied { cached: false, .. } => "hf-fetched",
+            PageStatus::Applied { cached: true, .. } => "hf-cached",
+            PageStatus::Failed { error, .. } => match error {
+                HubError::BadId(_) => "hf-bad-id",
+                HubError::BadEndpoint(_) => "hf-bad-endpoint",
+                HubError::Gated { .. } => "hf-gated",
+                HubError::Missing { .. } => "hf-missing",
+                HubError::Http { .. } => "hf-http-error",
+                HubError::Unreachable { .. } | HubError::NotCached { .. } => "hf-offline",
+                HubError::NotJson { .. } => "hf-not-json",
+                HubError::Unsupported(_) => "hf-unsupported",
+                HubError::Blocked(_) => "hf-blocked",
+            },
+        }
+    }
+
+    /// Whether the line reports a failure (an alert for assistive technology).
+    pub fn failed(&self) -> bool {
+        matches!(self, PageStatus::Failed { .. })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn each_page_outcome_has_its_own_test_id() {
+        let id = || "a/b".to_string();
+        let errors = [
+            HubError::BadId(id()),
+            HubError::BadEndpoint(id()),
+            check_status(&Endpoint::default(), &RepoId::parse("a/b").unwrap(), 401).unwrap_err(),
+            check_status(&Endpoint::default(), &RepoId::parse("a/b").unwrap(), 404).unwrap_err(),
+            check_status(&Endpoint::default(), &RepoId::parse("a/b").unwrap(), 502).unwrap_err(),
+            HubError::Unreachable {
+                endpoint: id(),
+                detail: id(),
+            },
+            HubError::NotJson {
+                url: id(),
+                detail: id(),
+            },
+            HubError::Unsupported(id()),
+            HubError::Blocked(id()),
+        ];
+        let mut ids: Vec<&str> = errors
+            .into_iter()
+            .map(|error| PageStatus::Failed { id: id(), error }.test_id())
+            .collect();
+        ids.extend([
+            PageStatus::Idle.test_id(),
+            PageStatus::Fetching(id()).test_id(),
+            PageStatus::Applied {
+                id: id(),
+                cached: false,
+            }
+            .test_id(),
+            PageStatus::Applied {
+                id: id(),
+                cached: true,
+            }
+            .test_id(),
+        ]);
+        let n = ids.len();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), n, "{ids:?}");
+    }
 
     #[test]
     fn ids_follow_the_hubs_rules() {

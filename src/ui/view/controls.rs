@@ -154,7 +154,13 @@ pub fn model_picker(p: Planner) -> El {
             h("details")
                 .cls("paste")
                 .testid("config")
-                .child(h("summary").dyn_text(p.prefs().text(Msg::PasteConfig)))
+                .child(h("summary").dyn_text(p.prefs().text(Msg::HubModel)))
+                .child(super::hub_box::hub_box(p, with_code))
+                .child(
+                    h("p")
+                        .cls("hint")
+                        .dyn_text(p.prefs().text(Msg::PasteConfig)),
+                )
                 .child(h("p").cls("hint").dyn_text(p.prefs().text(Msg::PasteHint)))
                 .child(
                     h("textarea")
