@@ -273,13 +273,16 @@ fn a_gated_model_takes_the_token() {
     );
 }
 
+/// Arguments after `estimate`, environment, exit status, what stderr says.
+type Case<'a> = (&'a [&'a str], Vec<(&'a str, &'a str)>, i32, &'a [&'a str]);
+
 /// Each failure: exit 1 (2 for clap's usage errors), one line on stderr naming what to do.
 #[test]
 fn every_hub_failure_is_one_actionable_line() {
     let hub = start_hub();
     let cache = cache_home("errors");
     let gone = closed_endpoint();
-    let cases: [(&[&str], Vec<(&str, &str)>, i32, &[&str]); 10] = [
+    let cases: [Case; 10] = [
         (
             &["--hf", "not a/model id"],
             vec![],
