@@ -534,3 +534,60 @@ async fn rebuilding_the_suggestions_list_a_thousand_times_keeps_listeners_and_me
         "wasm memory grew from {memory_before} to {memory_after} bytes"
     );
 }
+
+/// The model-id box answers what it can without the network: a malformed id, and a mirror the
+/// page's Content-Security-Policy would refuse (asked of no one; the link's mirror stays in the
+/// address as the plan changes).
+#[wasm_bindgen_test]
+async fn the_model_id_box_refuses_a_bad_id_and_a_mirror_outside_the_policy() {
+    let (host, _app) = mount_app();
+    settle().await;
+    let id: HtmlInputElement = by_test_id(&host, "hf-id").unchecked_into();
+    let press = || {
+        by_test_id(&host, "hf-fetch")
+            .unchecked_into::<HtmlElement>()
+            .click()
+    };
+    set_value(&id, "not an id", "input");
+    press();
+    assert!(
+        until(3000, || shown(&host, "hf-bad-id")).await,
+        "no hf-bad-id"
+    );
+    assert!(text(&host, "hf-bad-id").contains("owner/name"));
+
+    let path = window().location().pathname().unwrap();
+    window()
+        .history()
+        .unwrap()
+        .replace_state_with_url(
+            &wasm_bindgen::JsValue::NULL,
+            "",
+            Some(&format!("{path}?hf_endpoint=https%3A%2F%2Fhf-mirror.com")),
+        )
+        .unwrap();
+    set_value(&id, "Qwen/Qwen3-8B", "input");
+    press();
+    assert!(
+        until(3000, || shown(&host, "hf-blocked")).await,
+        "no hf-blocked"
+    );
+    assert!(text(&host, "hf-blocked").contains("huggingface.co"));
+    set_value(&input_in(&host, "batch", "number"), "8", "input");
+    settle().await;
+    let query = window().location().search().unwrap();
+    assert!(
+        until(3000, || window()
+            .location()
+            .search()
+            .unwrap()
+            .contains("batch=8"))
+        .await,
+        "{query}"
+    );
+    let query = window().location().search().unwrap();
+    assert!(
+        query.contains("hf_endpoint=https%3A%2F%2Fhf-mirror.com"),
+        "{query}"
+    );
+}
