@@ -586,8 +586,10 @@ async fn the_model_id_box_refuses_a_bad_id_and_a_mirror_outside_the_policy() {
         "{query}"
     );
     let query = window().location().search().unwrap();
-    assert!(
-        query.contains("hf_endpoint=https%3A%2F%2Fhf-mirror.com"),
+    let kept = vram_planner::ui::logic::url::hf_endpoint(&query);
+    assert_eq!(
+        kept.as_ref().map(|e| e.as_str()),
+        Some("https://hf-mirror.com"),
         "{query}"
     );
 }
