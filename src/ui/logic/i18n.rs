@@ -200,6 +200,8 @@ messages! {
     HubModel => "Hugging Face model: its id or config.json", "Hugging Face 模型：ID 或 config.json";
     HubId => "Model id on the Hub (owner/name)", "Hub 上的模型 ID（owner/name）";
     HubFetch => "Fetch", "获取";
+    HubFetching => "Fetching the config.json…", "正在获取 config.json…";
+    HubUnavailable => "The Hub cannot be reached (offline?): paste the config.json below.", "无法连接 Hub（是否离线？）：请在下方粘贴 config.json。";
     PasteConfig => "Or paste its config.json", "或粘贴其 config.json";
     PasteHint => "A Hugging Face config.json of a GPT-2, BERT, LLaMA, Mistral or Qwen2 model.", "GPT-2、BERT、LLaMA、Mistral 或 Qwen2 模型的 Hugging Face config.json。";
     UseConfig => "Use this config", "使用此配置";

@@ -18,45 +18,58 @@ use super::dom::{button, h, label, value_of, El};
 use super::planner::Planner;
 use crate::plan::Plan;
 use crate::ui::logic::hub::{self, Endpoint, HubError, PageStatus, RepoId};
-use crate::ui::logic::i18n::{self, Msg};
+use crate::ui::logic::i18n::hub::StatusLine;
+use crate::ui::logic::i18n::Msg;
 use crate::ui::logic::{json, state, url};
+
+/// Where the box stands: nothing asked, a fetch under way, or its outcome.
+#[derive(Clone, PartialEq)]
+enum Shown {
+    Idle,
+    Fetching,
+    /// The fetch's chunk could not be had: the page is offline.
+    NoChunk,
+    Done(StatusLine),
+}
 
 /// The model-id box; `apply` takes the plan with the fetched config (and fetches the model code
 /// it needs first, as the picker does).
 pub fn hub_box(p: Planner, apply: impl Fn(Plan) + Copy + 'static) -> El {
     let id = RwSignal::new(String::new());
-    let status = RwSignal::new(PageStatus::Idle);
+    let shown = RwSignal::new(Shown::Idle);
     let fetch = move || {
-        if matches!(status.get_untracked(), PageStatus::Fetching(_)) {
+        if shown.get_untracked() == Shown::Fetching {
             return;
         }
-        let text = id.get_untracked();
-        let shown = text.trim().to_string();
-        status.set(PageStatus::Fetching(shown.clone()));
+        shown.set(Shown::Fetching);
         let endpoint = url::hf_endpoint(&browser::location_query());
+        let ask = start_fetch(
+            id.get_untracked(),
+            endpoint,
+            browser::origin(),
+            p.plan.get_untracked(),
+        );
         leptos::task::spawn_local(async move {
-            let got = match start_fetch(text, endpoint, browser::origin()).await {
-                Ok(pending) => pending.await,
-                // The chunk with the fetch could not be had: the page is offline.
-                Err(NoChunk) => Err(HubError::Unreachable {
-                    endpoint: String::new(),
-                    detail: String::new(),
-                }),
-            };
-            let next = got.and_then(|(v, cached)| {
-                let mut q = p.plan.get_untracked();
-                state::set_config_value(&mut q, v)
-                    .map(|()| (q, cached))
-                    .map_err(|e| HubError::Unsupported(e.to_string()))
-            });
-            status.set(match next {
-                Ok((q, cached)) => {
-                    apply(q);
-                    PageStatus::Applied { id: shown, cached }
+            shown.set(match ask.await {
+                Ok(pending) => {
+                    let (next, line) = pending.await;
+                    if let Some(next) = next {
+                        apply(next);
+                    }
+                    Shown::Done(line)
                 }
-                Err(error) => PageStatus::Failed { id: shown, error },
+                Err(NoChunk) => Shown::NoChunk,
             });
         });
+    };
+    let text = move || {
+        let lang = p.lang.get();
+        shown.with(|s| match s {
+            Shown::Idle => String::new(),
+            Shown::Fetching => Msg::HubFetching.t(lang).into(),
+            Shown::NoChunk => Msg::HubUnavailable.t(lang).into(),
+            Shown::Done(line) => line.text(lang).into(),
+        })
     };
     h("div")
         .cls("hub")
@@ -81,26 +94,31 @@ pub fn hub_box(p: Planner, apply: impl Fn(Plan) + Copy + 'static) -> El {
             h("p")
                 .attr("role", "status")
                 .dyn_attr("data-testid", move || {
-                    Some(status.with(PageStatus::test_id).to_string())
-                })
-                .dyn_attr("class", move || {
                     Some(
-                        if status.with(PageStatus::failed) {
-                            "error"
-                        } else {
-                            "hint"
-                        }
-                        .into(),
+                        shown
+                            .with(|s| match s {
+                                Shown::Idle => "hf-status",
+                                Shown::Fetching => "hf-fetching",
+                                Shown::NoChunk => "hf-offline",
+                                Shown::Done(line) => line.test_id,
+                            })
+                            .into(),
                     )
                 })
-                .show(move || status.with(|s| *s != PageStatus::Idle))
-                .dyn_text(move || status.with(|s| i18n::hub::status(s, p.lang.get()))),
+                .dyn_attr("class", move || {
+                    let failed = shown.with(|s| match s {
+                        Shown::Done(line) => line.failed,
+                        s => *s == Shown::NoChunk,
+                    });
+                    Some(if failed { "error" } else { "hint" }.into())
+                })
+                .show(move || shown.with(|s| *s != Shown::Idle))
+                .dyn_text(text),
         )
 }
 
-/// What a fetch gives: the config and whether it came from the offline copy.
-type Fetched = Result<(Value, bool), HubError>;
-type Pending = Pin<Box<dyn Future<Output = Fetched>>>;
+/// What a fetch ends with: the plan to apply (none when it failed) and the line to show.
+type Pending = Pin<Box<dyn Future<Output = (Option<Plan>, StatusLine)>>>;
 
 /// The fetch's chunk could not be had.
 pub struct NoChunk;
@@ -113,13 +131,31 @@ impl From<wasm_split_helpers::SplitLoaderError> for NoChunk {
 
 split_point! { hub;
     /// Starts fetching `id`'s config.json from `endpoint` (default: the Hub) for a page at
-    /// `origin`. A split function cannot be async itself: it hands back the fetch's future.
-    fn start_fetch(id: String, endpoint: Option<Endpoint>, origin: String) -> Result<Pending, NoChunk> {
-        Ok(Box::pin(fetch_config(id, endpoint, origin)))
+    /// `origin`, to apply to `plan` as a pasted config is. A split function cannot be async
+    /// itself: it hands back the fetch's future.
+    fn start_fetch(id: String, endpoint: Option<Endpoint>, origin: String, plan: Plan) -> Result<Pending, NoChunk> {
+        Ok(Box::pin(async move {
+            let shown = id.trim().to_string();
+            let got = fetch_config(id, endpoint, origin).await.and_then(|(v, cached)| {
+                let mut next = plan;
+                state::set_config_value(&mut next, v)
+                    .map(|()| (next, cached))
+                    .map_err(|e| HubError::Unsupported(e.to_string()))
+            });
+            match got {
+                Ok((next, cached)) => (Some(next), StatusLine::of(&PageStatus::Applied { id: shown, cached })),
+                Err(error) => (None, StatusLine::of(&PageStatus::Failed { id: shown, error })),
+            }
+        }))
     }
 }
 
-async fn fetch_config(id: String, endpoint: Option<Endpoint>, origin: String) -> Fetched {
+/// The config and whether it came from the offline copy.
+async fn fetch_config(
+    id: String,
+    endpoint: Option<Endpoint>,
+    origin: String,
+) -> Result<(Value, bool), HubError> {
     let id = RepoId::parse(&id)?;
     let endpoint = endpoint.unwrap_or_default();
     if !hub::page_may_fetch(&endpoint, &origin) {

@@ -4,6 +4,30 @@
 use super::Lang;
 use crate::ui::logic::hub::{HubError, PageStatus};
 
+/// A status line written out in both languages at once: the page builds it where the fetch runs
+/// (a chunk of its own), so these sentences stay out of the page's first load, and a language
+/// switch afterwards still shows the right one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusLine {
+    pub test_id: &'static str,
+    pub failed: bool,
+    texts: [String; 2],
+}
+
+impl StatusLine {
+    pub fn of(s: &PageStatus) -> StatusLine {
+        StatusLine {
+            test_id: s.test_id(),
+            failed: s.failed(),
+            texts: Lang::ALL.map(|l| status(s, l)),
+        }
+    }
+
+    pub fn text(&self, lang: Lang) -> &str {
+        &self.texts[lang as usize]
+    }
+}
+
 /// The status line under the model-id box (empty while nothing was asked).
 pub fn status(s: &PageStatus, lang: Lang) -> String {
     let zh = lang == Lang::Zh;
@@ -92,5 +116,14 @@ mod tests {
         let blocked = status(&failed(HubError::Blocked("https://m".into())), Lang::En);
         assert!(blocked.contains("Content-Security-Policy") && blocked.contains("huggingface.co"));
         assert!(status(&PageStatus::Idle, Lang::En).is_empty());
+        let line = StatusLine::of(&failed(HubError::BadId("x".into())));
+        assert_eq!(line.test_id, "hf-bad-id");
+        assert!(line.failed);
+        for lang in Lang::ALL {
+            assert_eq!(
+                line.text(lang),
+                status(&failed(HubError::BadId("x".into())), lang)
+            );
+        }
     }
 }
