@@ -587,9 +587,5 @@ async fn the_model_id_box_refuses_a_bad_id_and_a_mirror_outside_the_policy() {
     );
     let query = window().location().search().unwrap();
     let kept = vram_planner::ui::logic::url::hf_endpoint(&query);
-    assert_eq!(
-        kept.as_ref().map(|e| e.as_str()),
-        Some("https://hf-mirror.com"),
-        "{query}"
-    );
+    assert_eq!(kept.as_deref(), Some("https://hf-mirror.com"), "{query}");
 }

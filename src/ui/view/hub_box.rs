@@ -5,8 +5,7 @@
 //! of their own in a `lazy-chunks` build, fetched with the first press; what each outcome means
 //! is [`crate::ui::logic::hub`]'s.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::rc::Rc;
 
 use leptos::prelude::*;
 use serde_json::Value;
@@ -24,7 +23,7 @@ use crate::ui::logic::{json, state, url};
 
 /// Where the box stands: nothing asked, a fetch under way, or its outcome.
 #[derive(Clone, PartialEq)]
-enum Shown {
+pub enum Shown {
     Idle,
     Fetching,
     /// The fetch's chunk could not be had: the page is offline.
@@ -34,32 +33,26 @@ enum Shown {
 
 /// The model-id box; `apply` takes the plan with the fetched config (and fetches the model code
 /// it needs first, as the picker does).
-pub fn hub_box(p: Planner, apply: impl Fn(Plan) + Copy + 'static) -> El {
+pub fn hub_box(p: Planner, apply: impl Fn(Plan) + 'static) -> El {
     let id = RwSignal::new(String::new());
     let shown = RwSignal::new(Shown::Idle);
+    let apply: Rc<dyn Fn(Plan)> = Rc::new(apply);
     let fetch = move || {
         if shown.get_untracked() == Shown::Fetching {
             return;
         }
         shown.set(Shown::Fetching);
-        let endpoint = url::hf_endpoint(&browser::location_query());
-        let ask = start_fetch(
+        let ask = fetch_and_apply(
             id.get_untracked(),
-            endpoint,
-            browser::origin(),
+            url::hf_endpoint(&browser::location_query()),
             p.plan.get_untracked(),
+            shown,
+            apply.clone(),
         );
         leptos::task::spawn_local(async move {
-            shown.set(match ask.await {
-                Ok(pending) => {
-                    let (next, line) = pending.await;
-                    if let Some(next) = next {
-                        apply(next);
-                    }
-                    Shown::Done(line)
-                }
-                Err(NoChunk) => Shown::NoChunk,
-            });
+            if ask.await.is_err() {
+                shown.set(Shown::NoChunk);
+            }
         });
     };
     let text = move || {
@@ -117,9 +110,6 @@ pub fn hub_box(p: Planner, apply: impl Fn(Plan) + Copy + 'static) -> El {
         )
 }
 
-/// What a fetch ends with: the plan to apply (none when it failed) and the line to show.
-type Pending = Pin<Box<dyn Future<Output = (Option<Plan>, StatusLine)>>>;
-
 /// The fetch's chunk could not be had.
 pub struct NoChunk;
 
@@ -130,35 +120,40 @@ impl From<wasm_split_helpers::SplitLoaderError> for NoChunk {
 }
 
 split_point! { hub;
-    /// Starts fetching `id`'s config.json from `endpoint` (default: the Hub) for a page at
-    /// `origin`, to apply to `plan` as a pasted config is. A split function cannot be async
-    /// itself: it hands back the fetch's future.
-    fn start_fetch(id: String, endpoint: Option<Endpoint>, origin: String, plan: Plan) -> Result<Pending, NoChunk> {
-        Ok(Box::pin(async move {
-            let shown = id.trim().to_string();
-            let got = fetch_config(id, endpoint, origin).await.and_then(|(v, cached)| {
+    /// Starts fetching `id`'s config.json from `endpoint` (the link's `hf_endpoint`, checked
+    /// here; default: the Hub); once it is here, hands `plan` with it applied as a pasted config
+    /// to `apply`, and the outcome to `shown`. The fetch runs in a task of its own, so its code
+    /// stays in this chunk.
+    fn fetch_and_apply(id: String, endpoint: Option<String>, plan: Plan, shown: RwSignal<Shown>, apply: Rc<dyn Fn(Plan)>) -> Result<(), NoChunk> {
+        leptos::task::spawn_local(async move {
+            let name = id.trim().to_string();
+            let got = fetch_config(id, endpoint).await.and_then(|(v, cached)| {
                 let mut next = plan;
                 state::set_config_value(&mut next, v)
                     .map(|()| (next, cached))
                     .map_err(|e| HubError::Unsupported(e.to_string()))
             });
-            match got {
-                Ok((next, cached)) => (Some(next), StatusLine::of(&PageStatus::Applied { id: shown, cached })),
-                Err(error) => (None, StatusLine::of(&PageStatus::Failed { id: shown, error })),
-            }
-        }))
+            let status = match got {
+                Ok((next, cached)) => {
+                    apply(next);
+                    PageStatus::Applied { id: name, cached }
+                }
+                Err(error) => PageStatus::Failed { id: name, error },
+            };
+            shown.set(Shown::Done(StatusLine::of(&status)));
+        });
+        Ok(())
     }
 }
 
 /// The config and whether it came from the offline copy.
-async fn fetch_config(
-    id: String,
-    endpoint: Option<Endpoint>,
-    origin: String,
-) -> Result<(Value, bool), HubError> {
+async fn fetch_config(id: String, endpoint: Option<String>) -> Result<(Value, bool), HubError> {
     let id = RepoId::parse(&id)?;
-    let endpoint = endpoint.unwrap_or_default();
-    if !hub::page_may_fetch(&endpoint, &origin) {
+    let endpoint = match endpoint {
+        Some(e) => Endpoint::parse(&e)?,
+        None => Endpoint::default(),
+    };
+    if !hub::page_may_fetch(&endpoint, &browser::origin()) {
         return Err(HubError::Blocked(endpoint.origin().to_string()));
     }
     let url = endpoint.config_url(&id);
