@@ -45,7 +45,7 @@ pub fn hub_box(p: Planner, apply: impl Fn(Plan) + 'static) -> El {
         let ask = fetch_and_apply(
             id.get_untracked(),
             url::hf_endpoint(&browser::location_query()),
-            p.plan.get_untracked(),
+            p.plan,
             shown,
             apply.clone(),
         );
@@ -121,14 +121,14 @@ impl From<wasm_split_helpers::SplitLoaderError> for NoChunk {
 
 split_point! { hub;
     /// Starts fetching `id`'s config.json from `endpoint` (the link's `hf_endpoint`, checked
-    /// here; default: the Hub); once it is here, hands `plan` with it applied as a pasted config
-    /// to `apply`, and the outcome to `shown`. The fetch runs in a task of its own, so its code
-    /// stays in this chunk.
-    fn fetch_and_apply(id: String, endpoint: Option<String>, plan: Plan, shown: RwSignal<Shown>, apply: Rc<dyn Fn(Plan)>) -> Result<(), NoChunk> {
+    /// here; default: the Hub); once it is here, hands the plan as it then stands, with the
+    /// config applied as a pasted one, to `apply`, and the outcome to `shown`. The fetch runs in
+    /// a task of its own, so its code stays in this chunk.
+    fn fetch_and_apply(id: String, endpoint: Option<String>, plan: RwSignal<Plan>, shown: RwSignal<Shown>, apply: Rc<dyn Fn(Plan)>) -> Result<(), NoChunk> {
         leptos::task::spawn_local(async move {
             let name = id.trim().to_string();
             let got = fetch_config(id, endpoint).await.and_then(|(v, cached)| {
-                let mut next = plan;
+                let mut next = plan.get_untracked();
                 state::set_config_value(&mut next, v)
                     .map(|()| (next, cached))
                     .map_err(|e| HubError::Unsupported(e.to_string()))
