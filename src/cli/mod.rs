@@ -43,6 +43,10 @@ enum Cmd {
         /// `table` for people, `json` for programs (keys in docs/estimate.schema.json).
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+        /// Also give the caching allocator's segment map when the allocated bytes peak: each
+        /// segment's size and its blocks, as `torch.cuda.memory_snapshot()` lists them.
+        #[arg(long)]
+        segments: bool,
     },
     /// The cheapest multi-GPU layouts of a plan (JSON, stdin or --config FILE) that fit its GPU:
     /// fewest GPUs, then the shortest step, for the plan's global batch.
@@ -166,22 +170,36 @@ fn usage_error_line(rendered: &str) -> String {
 
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
-        Cmd::Estimate { source, format } => {
+        Cmd::Estimate {
+            source,
+            format,
+            segments,
+        } => {
             let plan = read_plan(source)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
+            let segs = if segments {
+                Some(plan::segments_at_peak(&plan).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
             let par = if plan.is_parallel() {
                 Some(plan::estimate_parallel(&plan).map_err(|e| e.to_string())?)
             } else {
                 None
             };
             match format {
-                Format::Json => emit(
-                    &(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref()))
-                        .map_err(|e| e.to_string())?
-                        + "\n"),
-                )?,
+                Format::Json => {
+                    let mut v = estimate_json_with(&plan, &est, par.as_ref());
+                    if let (Some(o), Some(segs)) = (v.as_object_mut(), &segs) {
+                        o.insert("segments_at_peak".into(), serde_json::json!(segs));
+                    }
+                    emit(&(serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"))?
+                }
                 Format::Table => {
                     emit(&table(&plan, &est))?;
+                    if let Some(segs) = &segs {
+                        emit(&segment_table(segs))?;
+                    }
                     if let Some(p) = &par {
                         emit(&parallel_table(&plan, p))?;
                     }
@@ -343,6 +361,36 @@ pub fn estimate_json_with(
     v
 }
 
+/// The segment map, one line a segment: its pool, size, bytes in use and blocks in address order
+/// (`*` marks an allocated block).
+fn segment_table(segs: &[crate::estimator::allocator::SegmentView]) -> String {
+    use crate::estimator::units::Bytes;
+    use std::fmt::Write;
+    let mut s = format!("segments at the peak    {:>12}\n", segs.len());
+    for g in segs {
+        let used: u64 = g
+            .blocks
+            .iter()
+            .filter(|b| b.allocated)
+            .map(|b| b.size)
+            .sum();
+        let blocks: Vec<String> = g
+            .blocks
+            .iter()
+            .map(|b| format!("{}{}", Bytes(b.size), if b.allocated { "*" } else { "" }))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<5} {:>10} {:>10} used  {}",
+            if g.small { "small" } else { "large" },
+            Bytes(g.size).to_string(),
+            Bytes(used).to_string(),
+            blocks.join(" ")
+        );
+    }
+    s
+}
+
 /// The offload report with its verdict in words.
 fn offload_json(o: &OffloadReport) -> serde_json::Value {
     let mut v = serde_json::json!(o);
@@ -372,6 +420,8 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         "peak_op": e.peak_op,
         "peak_forward_bytes": e.peak_forward.0,
         "reserved_bytes": e.reserved.0,
+        "fragmentation_at_peak_bytes": e.fragmentation_at_peak.0,
+        "alloc_retries": e.alloc_retries,
         "workspace_bytes": e.workspaces.0,
         "context_bytes": e.context.0,
         "device_total_bytes": e.device_total.0,
@@ -550,6 +600,12 @@ fn table(plan: &Plan, e: &Estimate) -> String {
         e.workspaces.to_string()
     );
     let _ = writeln!(s, "{:<24} {:>12}", "reserved", e.reserved.to_string());
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>12}",
+        "free at the peak",
+        e.fragmentation_at_peak.to_string()
+    );
     let _ = writeln!(s, "{:<24} {:>12}", "CUDA context", e.context.to_string());
     let _ = writeln!(
         s,

@@ -147,6 +147,8 @@ pub struct Setup {
     pub parallel: Option<super::parallel::Parallel>,
     /// What lives in host memory instead of on the GPU.
     pub offload: Option<super::parallel::Offload>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` for the caching allocator's replay; `None`: the defaults.
+    pub alloc_conf: Option<String>,
 }
 
 impl Setup {

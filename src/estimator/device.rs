@@ -60,15 +60,18 @@ impl Pools {
     }
 }
 
-/// cuBLAS + cuBLASLt workspaces for two handles (forward and backward threads).
-pub fn cublas_workspaces(sm: u32) -> Bytes {
-    let per_handle = if sm >= 90 {
+/// The cuBLAS workspace of one matrix multiply: PyTorch's `getChosenWorkspaceSize`
+/// (`aten/src/ATen/cuda/CublasHandlePool.cpp`, PyTorch 2.15): 32 MiB from sm_90 on, else
+/// `CUBLAS_WORKSPACE_CONFIG`'s default `:4096:2:16:8` (2 × 4 MiB + 8 × 16 KiB). PyTorch 2.15
+/// allocates it through the caching allocator for each GEMM and frees it after (a 32 MiB block
+/// inside every `aten.mm`, measured in `tests/data/reserved/`; `TORCH_CUBLAS_WORKSPACE_CACHE=1`
+/// would keep one per handle), and cuBLASLt shares it.
+pub fn cublas_workspace(sm: u32) -> Bytes {
+    Bytes(if sm >= 90 {
         32 << 20
     } else {
         (4096 << 10) * 2 + (16 << 10) * 8
-    };
-    let lt = 1 << 20;
-    Bytes(2 * (per_handle + lt))
+    })
 }
 
 #[cfg(test)]
@@ -86,7 +89,7 @@ mod tests {
 
     #[test]
     fn hopper_workspace_is_larger() {
-        assert_eq!(cublas_workspaces(90), Bytes(2 * (33 << 20)));
-        assert!(cublas_workspaces(80) < cublas_workspaces(90));
+        assert_eq!(cublas_workspace(90), Bytes(32 << 20));
+        assert_eq!(cublas_workspace(80), Bytes(8_519_680));
     }
 }

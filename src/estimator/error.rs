@@ -30,6 +30,8 @@ pub enum EstimateError {
     BadHfConfig(String),
     #[error("unsupported combination: {0}")]
     Unsupported(String),
+    #[error("PYTORCH_CUDA_ALLOC_CONF: {0}")]
+    AllocConf(#[from] super::allocator::SettingsError),
     /// A multi-GPU layout that cannot run (see `estimator::parallel`).
     #[error("invalid parallel layout: {0}")]
     BadLayout(String),

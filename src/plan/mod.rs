@@ -44,6 +44,21 @@ pub fn build_graph(plan: &Plan) -> Result<Graph, PlanError> {
     Ok(crate::estimator::build_graph(&model, &plan.setup())?)
 }
 
+/// The caching allocator's segments when `plan`'s allocated bytes peak (see
+/// [`crate::estimator::segments_at_peak`]).
+pub fn segments_at_peak(
+    plan: &Plan,
+) -> Result<Vec<crate::estimator::allocator::SegmentView>, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    let gpu = resolve::gpu(plan)?;
+    Ok(crate::estimator::segments_at_peak(
+        &model,
+        &plan.setup(),
+        gpu.as_ref(),
+    )?)
+}
+
 /// Estimates one step of `plan` on its GPU (see [`crate::estimator::estimate`]).
 pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
     let model = resolve::model(plan)?;

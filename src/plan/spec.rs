@@ -108,6 +108,10 @@ pub struct Plan {
     /// What lives in host memory instead of on the GPU (ZeRO-Offload / ZeRO-Infinity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Offload>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the run sets it (e.g. `expandable_segments:True`), for the
+    /// caching allocator's replay. Absent: PyTorch's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<String>,
 }
 
 impl Default for Plan {
@@ -138,6 +142,7 @@ impl Default for Plan {
             frozen: None,
             context: None,
             new_tokens: None,
+            alloc_conf: None,
             parallel: None,
             offload: None,
         }
@@ -207,6 +212,7 @@ impl Plan {
             new_tokens: self.new_tokens,
             parallel: self.parallel.clone(),
             offload: self.offload.clone(),
+            alloc_conf: self.alloc_conf.clone(),
         }
     }
 }

@@ -1,7 +1,5 @@
 //! The ordered sets of the allocator's pools (`std::set<Block*, Comparison>` in
-//! `c10/cuda/CUDACachingAllocator.cpp`): keys kept sorted in a vector. A pool holds at most a few
-//! thousand free blocks, so moving keys on insert costs little, and the page's WebAssembly
-//! carries a binary search instead of a B-tree.
+//! `c10/cuda/CUDACachingAllocator.cpp`): keys kept sorted in a vector, searched by bisection.
 
 /// Four ordered fields: `(stream, size, address, block)` for free blocks (`BlockComparatorSize`),
 /// `(stream, address, 0, block)` for unmapped ranges (`BlockComparatorAddress`).
@@ -32,15 +30,15 @@ impl SortedSet {
     pub fn contains(&self, k: &Key) -> bool {
         self.0.binary_search(k).is_ok()
     }
-    /// The keys from `k` on (`lower_bound(k)` to the end).
-    pub fn from(&self, k: Key) -> &[Key] {
-        &self.0[self.lower_bound(&k)..]
+    /// The keys from `k` on (`lower_bound(k)` to the end), in order.
+    pub fn from(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
+        self.0[self.lower_bound(&k)..].iter()
     }
-    /// The keys before `k`.
-    pub fn below(&self, k: Key) -> &[Key] {
-        &self.0[..self.lower_bound(&k)]
+    /// The keys before `k`, in order.
+    pub fn below(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
+        self.0[..self.lower_bound(&k)].iter()
     }
-    pub fn iter(&self) -> std::slice::Iter<'_, Key> {
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Key> {
         self.0.iter()
     }
 }
@@ -66,8 +64,11 @@ mod tests {
             all,
             [(0, 3, 2, 1), (0, 5, 0, 3), (0, 5, 1, 0), (1, 1, 0, 2)]
         );
-        assert_eq!(s.from((0, 4, 0, 0))[0], (0, 5, 0, 3));
-        assert_eq!(s.below((0, 5, 0, 0)), [(0, 3, 2, 1)]);
+        assert_eq!(s.from((0, 4, 0, 0)).next(), Some(&(0, 5, 0, 3)));
+        assert_eq!(
+            s.below((0, 5, 0, 0)).copied().collect::<Vec<_>>(),
+            [(0, 3, 2, 1)]
+        );
         assert!(s.remove(&(0, 5, 0, 3)));
         assert!(!s.remove(&(0, 5, 0, 3)));
         assert!(!s.contains(&(0, 5, 0, 3)));

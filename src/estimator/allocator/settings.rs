@@ -43,7 +43,7 @@ impl Default for AllocatorSettings {
 }
 
 /// A `PYTORCH_CUDA_ALLOC_CONF` string that PyTorch would reject or that this replay cannot follow.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Clone, Debug, Error, PartialEq)]
 pub enum SettingsError {
     #[error("allocator option `{0}` is not `key:value`; write e.g. `expandable_segments:True`")]
     NotKeyValue(String),
@@ -106,7 +106,7 @@ impl AllocatorSettings {
                     s.roundup_power2_divisions = d;
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 = value.parse().map_err(|_| bad("a number"))?;
+                    let t = decimal_fraction(value).ok_or_else(|| bad("a number"))?;
                     if !(t > 0.0 && t < 1.0) {
                         return Err(bad("strictly between 0 and 1"));
                     }
@@ -124,6 +124,23 @@ impl AllocatorSettings {
         }
         Ok(s)
     }
+}
+
+/// A plain decimal such as `0.8` or `1` (what the option takes), read without the float parser
+/// that would weigh on the page's first load.
+fn decimal_fraction(v: &str) -> Option<f64> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() && frac.is_empty() || !digits(int) || !digits(frac) || frac.len() > 9 {
+        return None;
+    }
+    let whole: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let part: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
+    Some(whole as f64 + part as f64 / 10f64.powi(frac.len() as i32))
 }
 
 #[cfg(test)]

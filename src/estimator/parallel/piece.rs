@@ -173,6 +173,7 @@ pub fn prepare_graph(
         optimizer_impl: plan.optimizer_impl(),
         accumulation: layout.micro_batches,
         device: plan.device,
+        gemm_workspace: 0,
     };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);

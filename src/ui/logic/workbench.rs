@@ -476,10 +476,12 @@ mod tests {
         (a.0 as f64 - b.0 as f64).abs() / b.0.max(1) as f64
     }
 
-    /// Reserved memory steps with the allocator's 2 and 20 MiB segments, which the lines
-    /// interpolate: within 2 % or 64 MiB (the exact estimate replaces it on the page).
+    /// Reserved memory is the caching allocator's replay, whose layout (which cached block
+    /// serves which request) is not affine in the batch; the lines scale their packed segments
+    /// by the replay's ratio at two batches (`BatchLines::excess`): within 12 % or 64 MiB (the
+    /// exact estimate replaces it on the page once input settles).
     fn close_reserved(a: Bytes, b: Bytes) -> bool {
-        a.0.abs_diff(b.0) as f64 <= (0.02 * b.0 as f64).max((64u64 << 20) as f64)
+        a.0.abs_diff(b.0) as f64 <= (0.12 * b.0 as f64).max((64u64 << 20) as f64)
     }
 
     #[test]
@@ -588,7 +590,12 @@ mod tests {
         let m = BatchModel::new(&plan).unwrap();
         let guess = m.max_batch_guess(gpu.memory, Some(&gpu)).unwrap();
         let exact = max_batch(&plan, gpu.memory).unwrap().unwrap();
-        assert!(guess.abs_diff(exact) <= 1, "guess {guess} vs {exact}");
+        // The guess reads the lines' reserved memory (see `close_reserved`); the solver
+        // confirms with exact estimates.
+        assert!(
+            guess.abs_diff(exact) <= (exact * 12 / 100).max(1),
+            "guess {guess} vs {exact}"
+        );
         assert_eq!(m.max_batch_guess(Bytes(1 << 20), Some(&gpu)), None);
     }
 
@@ -669,7 +676,12 @@ mod tests {
         );
         let n = wb.numbers(&plan).unwrap();
         let e = wb.exact(&plan).unwrap().as_ref().unwrap();
-        assert!(close_reserved(n.device_total, e.device_total));
+        assert!(
+            close_reserved(n.device_total, e.device_total),
+            "{} vs {}",
+            n.device_total,
+            e.device_total
+        );
     }
 
     #[test]
