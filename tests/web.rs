@@ -535,13 +535,28 @@ async fn rebuilding_the_suggestions_list_a_thousand_times_keeps_listeners_and_me
     );
 }
 
-/// The model-id box answers what it can without the network: a malformed id, and a mirror the
-/// page's Content-Security-Policy would refuse (asked of no one; the link's mirror stays in the
-/// address as the plan changes).
+/// The model-id box, built when its section opens, answers what it can without the network: a
+/// malformed id, and a mirror the page's Content-Security-Policy would refuse (asked of no one;
+/// the link's mirror stays in the address as the plan changes).
 #[wasm_bindgen_test]
 async fn the_model_id_box_refuses_a_bad_id_and_a_mirror_outside_the_policy() {
     let (host, _app) = mount_app();
     settle().await;
+    // The box is built when its section first opens.
+    assert!(
+        find(&host, "hf-id").is_none(),
+        "the box is built before it is opened"
+    );
+    by_test_id(&host, "config")
+        .query_selector("summary")
+        .unwrap()
+        .unwrap()
+        .unchecked_into::<HtmlElement>()
+        .click();
+    assert!(
+        until(3000, || find(&host, "hf-id").is_some()).await,
+        "opening the section built no box"
+    );
     let id: HtmlInputElement = by_test_id(&host, "hf-id").unchecked_into();
     let press = || {
         by_test_id(&host, "hf-fetch")

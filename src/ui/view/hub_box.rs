@@ -1,10 +1,11 @@
 //! The model-id box beside the config.json paste box: the id of a model on the Hugging Face Hub
 //! and a Fetch button. Nothing is requested until the button is pressed. The fetched config is
 //! applied as a pasted one is (the same plan, the same link) and remembered in localStorage, so
-//! the same id works offline later. The fetch, its checks and the storage are a WebAssembly chunk
-//! of their own in a `lazy-chunks` build, fetched with the first press; what each outcome means
-//! is [`crate::ui::logic::hub`]'s.
+//! the same id works offline later. The box, the fetch, its checks and the storage are a
+//! WebAssembly chunk of their own in a `lazy-chunks` build, fetched when the section holding the
+//! box first opens; what each outcome means is [`crate::ui::logic::hub`]'s.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
 use leptos::prelude::*;
@@ -23,49 +24,89 @@ use crate::ui::logic::{json, state, url};
 
 /// Where the box stands: nothing asked, a fetch under way, or its outcome.
 #[derive(Clone, PartialEq)]
-pub enum Shown {
+enum Shown {
     Idle,
     Fetching,
-    /// The fetch's chunk could not be had: the page is offline.
-    NoChunk,
     Done(StatusLine),
 }
 
-/// The model-id box; `apply` takes the plan with the fetched config (and fetches the model code
-/// it needs first, as the picker does).
-pub fn hub_box(p: Planner, apply: impl Fn(Plan) + 'static) -> El {
+/// What builds the box into `slot` the first time its section opens (call it on every `toggle`):
+/// its code, with the fetch's, comes with the chunk fetched then. `apply` takes the plan with the
+/// fetched config (and fetches the model code it needs first, as the picker does).
+pub fn on_open(p: Planner, apply: impl Fn(Plan) + 'static, slot: web_sys::Element) -> impl Fn() {
+    let apply: Rc<dyn Fn(Plan)> = Rc::new(apply);
+    // The box is built under the page's owner: an event handler runs outside any owner, and a
+    // text effect made there would keep its node for ever.
+    let owner = Owner::current();
+    let asked = Rc::new(Cell::new(false));
+    move || {
+        if asked.replace(true) {
+            return;
+        }
+        let built = build_box(owner.clone(), p, apply.clone());
+        let (slot, asked) = (slot.clone(), asked.clone());
+        leptos::task::spawn_local(async move {
+            match built.await {
+                Ok(el) => {
+                    slot.set_text_content(None);
+                    let _ = slot.append_child(&el);
+                }
+                Err(NoChunk) => {
+                    // Offline before the service worker had the chunk: the next opening retries.
+                    asked.set(false);
+                    slot.set_text_content(Some(Msg::HubUnavailable.t(p.lang.get_untracked())));
+                }
+            }
+        });
+    }
+}
+
+/// The box's chunk could not be had.
+pub struct NoChunk;
+
+impl From<wasm_split_helpers::SplitLoaderError> for NoChunk {
+    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
+        NoChunk
+    }
+}
+
+split_point! { hub;
+    /// [`hub_box`] built under `owner`.
+    fn build_box(owner: Option<Owner>, p: Planner, apply: Rc<dyn Fn(Plan)>) -> Result<web_sys::Element, NoChunk> {
+        Ok(match owner {
+            Some(o) => o.with(|| hub_box(p, apply)),
+            None => hub_box(p, apply),
+        }
+        .0)
+    }
+}
+
+/// The model-id box: the id, the Fetch button and the outcome's line.
+fn hub_box(p: Planner, apply: Rc<dyn Fn(Plan)>) -> El {
     let id = RwSignal::new(String::new());
     let shown = RwSignal::new(Shown::Idle);
-    let apply: Rc<dyn Fn(Plan)> = Rc::new(apply);
     let fetch = move || {
         if shown.get_untracked() == Shown::Fetching {
             return;
         }
         shown.set(Shown::Fetching);
-        let ask = fetch_and_apply(
+        fetch_and_apply(
             id.get_untracked(),
             url::hf_endpoint(&browser::location_query()),
             p.plan,
             shown,
             apply.clone(),
         );
-        leptos::task::spawn_local(async move {
-            if ask.await.is_err() {
-                shown.set(Shown::NoChunk);
-            }
-        });
     };
     let text = move || {
         let lang = p.lang.get();
         shown.with(|s| match s {
             Shown::Idle => String::new(),
             Shown::Fetching => Msg::HubFetching.t(lang).into(),
-            Shown::NoChunk => Msg::HubUnavailable.t(lang).into(),
             Shown::Done(line) => line.text(lang).into(),
         })
     };
     h("div")
-        .cls("hub")
         .child(label("hf-id", p.prefs().text(Msg::HubId)))
         .child(
             h("div")
@@ -92,17 +133,13 @@ pub fn hub_box(p: Planner, apply: impl Fn(Plan) + 'static) -> El {
                             .with(|s| match s {
                                 Shown::Idle => "hf-status",
                                 Shown::Fetching => "hf-fetching",
-                                Shown::NoChunk => "hf-offline",
                                 Shown::Done(line) => line.test_id,
                             })
                             .into(),
                     )
                 })
                 .dyn_attr("class", move || {
-                    let failed = shown.with(|s| match s {
-                        Shown::Done(line) => line.failed,
-                        s => *s == Shown::NoChunk,
-                    });
+                    let failed = shown.with(|s| matches!(s, Shown::Done(line) if line.failed));
                     Some(if failed { "error" } else { "hint" }.into())
                 })
                 .show(move || shown.with(|s| *s != Shown::Idle))
@@ -110,40 +147,33 @@ pub fn hub_box(p: Planner, apply: impl Fn(Plan) + 'static) -> El {
         )
 }
 
-/// The fetch's chunk could not be had.
-pub struct NoChunk;
-
-impl From<wasm_split_helpers::SplitLoaderError> for NoChunk {
-    fn from(_: wasm_split_helpers::SplitLoaderError) -> Self {
-        NoChunk
-    }
-}
-
-split_point! { hub;
-    /// Starts fetching `id`'s config.json from `endpoint` (the link's `hf_endpoint`, checked
-    /// here; default: the Hub); once it is here, hands the plan as it then stands, with the
-    /// config applied as a pasted one, to `apply`, and the outcome to `shown`. The fetch runs in
-    /// a task of its own, so its code stays in this chunk.
-    fn fetch_and_apply(id: String, endpoint: Option<String>, plan: RwSignal<Plan>, shown: RwSignal<Shown>, apply: Rc<dyn Fn(Plan)>) -> Result<(), NoChunk> {
-        leptos::task::spawn_local(async move {
-            let name = id.trim().to_string();
-            let got = fetch_config(id, endpoint).await.and_then(|(v, cached)| {
-                let mut next = plan.get_untracked();
-                state::set_config_value(&mut next, v)
-                    .map(|()| (next, cached))
-                    .map_err(|e| HubError::Unsupported(e.to_string()))
-            });
-            let status = match got {
-                Ok((next, cached)) => {
-                    apply(next);
-                    PageStatus::Applied { id: name, cached }
-                }
-                Err(error) => PageStatus::Failed { id: name, error },
-            };
-            shown.set(Shown::Done(StatusLine::of(&status)));
+/// Fetches `id`'s config.json from `endpoint` (the link's `hf_endpoint`, checked here; default:
+/// the Hub) in a task of its own; once it is here, hands the plan as it then stands, with the
+/// config applied as a pasted one, to `apply`, and the outcome to `shown`.
+fn fetch_and_apply(
+    id: String,
+    endpoint: Option<String>,
+    plan: RwSignal<Plan>,
+    shown: RwSignal<Shown>,
+    apply: Rc<dyn Fn(Plan)>,
+) {
+    leptos::task::spawn_local(async move {
+        let name = id.trim().to_string();
+        let got = fetch_config(id, endpoint).await.and_then(|(v, cached)| {
+            let mut next = plan.get_untracked();
+            state::set_config_value(&mut next, v)
+                .map(|()| (next, cached))
+                .map_err(|e| HubError::Unsupported(e.to_string()))
         });
-        Ok(())
-    }
+        let status = match got {
+            Ok((next, cached)) => {
+                apply(next);
+                PageStatus::Applied { id: name, cached }
+            }
+            Err(error) => PageStatus::Failed { id: name, error },
+        };
+        shown.set(Shown::Done(StatusLine::of(&status)));
+    });
 }
 
 /// The config and whether it came from the offline copy.
