@@ -22,7 +22,7 @@ pub mod spec;
 pub mod sweep;
 
 pub use error::PlanError;
-pub use spec::{parse_json, Plan};
+pub use spec::{parse_json, Plan, MAX_PLAN_TEXT};
 
 use crate::estimator::graph::Graph;
 use crate::estimator::parallel::{self, Layout, ParallelEstimate, Prepared};

@@ -157,10 +157,11 @@ impl Planner {
             embed,
             ..self.view()
         };
+        let q = self.plan.with_untracked(|p| url::to_query(p, &v))?;
         Ok(format!(
             "{}?{}",
             browser::base_url(),
-            self.plan.with_untracked(|p| url::to_query(p, &v))?
+            url::keep_hf_endpoint(q, &browser::location_query())
         ))
     }
 
@@ -204,7 +205,7 @@ impl Planner {
     pub fn sync_address(self) {
         self.with_json(
             |p| p.plan.with_untracked(|q| url::to_query(q, &p.view())),
-            |_, q| browser::replace_query(&q),
+            |_, q| browser::replace_query(&url::keep_hf_endpoint(q, &browser::location_query())),
         );
     }
 
