@@ -16,7 +16,7 @@ use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
 use super::step_stream::{StepStream, NO_BLOCK};
 use super::timeline::{Category, Live, Phase, Timeline};
-use super::units::{Bytes, DType};
+use super::units::{insert_sorted, Bytes, DType};
 
 #[derive(Clone, Copy, Debug)]
 pub struct StepOptions {
@@ -182,9 +182,10 @@ impl<'g> Tape<'g> {
     /// `SavedVariable`s live in the node).
     fn pin_saved(&mut self) {
         for (i, op) in self.g.ops.iter().enumerate() {
-            let mut ss: Vec<usize> = op.saved.iter().map(|&x| self.storage(x)).collect();
-            ss.sort_unstable();
-            ss.dedup();
+            let mut ss: Vec<usize> = Vec::with_capacity(op.saved.len());
+            for &x in &op.saved {
+                insert_sorted(&mut ss, self.storage(x));
+            }
             self.distinct_saved[i] = ss.clone();
             if op.segment.is_none() {
                 for &s in &ss {

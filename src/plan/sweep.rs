@@ -5,7 +5,7 @@ use super::{estimate, Plan, PlanError};
 use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
 use crate::estimator::timeline::{Category, Phase};
-use crate::estimator::units::Bytes;
+use crate::estimator::units::{insert_sorted, Bytes};
 use crate::estimator::{Estimate, MAX_BATCH};
 
 /// One point of a sweep: the swept value and the peak broken down by category.
@@ -259,14 +259,41 @@ impl BatchLines {
 /// lines that only touch the envelope at a single point are kept, so the first-on-ties rule of
 /// a full scan still holds.
 fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
-    let mut order: Vec<usize> = (0..lines.len()).collect();
-    order.sort_by(|&i, &j| {
+    // By slope, then intercept downwards, then index: a total order, so any sort gives the
+    // same result; a small merge sort here keeps the standard library's stable sort, with its
+    // own copy of the sorting code, out of the page's first load.
+    let before = |i: usize, j: usize| {
         lines[i]
             .1
             .total_cmp(&lines[j].1)
             .then(lines[j].0.total_cmp(&lines[i].0))
             .then(i.cmp(&j))
-    });
+            .is_lt()
+    };
+    let mut order: Vec<usize> = (0..lines.len()).collect();
+    let mut buf = order.clone();
+    let mut width = 1;
+    while width < order.len() {
+        for (start, out) in (0..order.len())
+            .step_by(2 * width)
+            .zip(buf.chunks_mut(2 * width))
+        {
+            let mid = (start + width).min(order.len());
+            let end = (start + 2 * width).min(order.len());
+            let (mut a, mut b) = (start, mid);
+            for slot in out.iter_mut() {
+                let take_a = b >= end || (a < mid && !before(order[b], order[a]));
+                *slot = if take_a { order[a] } else { order[b] };
+                if take_a {
+                    a += 1;
+                } else {
+                    b += 1;
+                }
+            }
+        }
+        std::mem::swap(&mut order, &mut buf);
+        width *= 2;
+    }
     // Where line `k` overtakes line `j` (slope of k > slope of j).
     let cross = |j: usize, k: usize| (lines[j].0 - lines[k].0) / (lines[k].1 - lines[j].1);
     let mut hull: Vec<usize> = Vec::new();
@@ -290,9 +317,7 @@ fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
         }
         hull.push(k);
     }
-    // Sorted as `usize`, the type the step simulation sorts too: one copy of the sorting code
-    // in the page's first load instead of one per element type.
-    let mut keep: Vec<usize> = (0..hull.len())
+    let kept = (0..hull.len())
         .filter(|&i| {
             let from = if i == 0 {
                 f64::NEG_INFINITY
@@ -306,9 +331,11 @@ fn envelope(lines: &[(f64, f64)], range: (f64, f64)) -> Vec<u32> {
             };
             from <= range.1 && to >= range.0
         })
-        .map(|i| hull[i])
-        .collect();
-    keep.sort_unstable();
+        .map(|i| hull[i]);
+    let mut keep: Vec<usize> = Vec::new();
+    for i in kept {
+        insert_sorted(&mut keep, i);
+    }
     keep.into_iter().map(|i| i as u32).collect()
 }
 

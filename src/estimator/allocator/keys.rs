@@ -98,13 +98,13 @@ mod tests {
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let k: Key = ((x >> 60) as u32 % 2, (x >> 20) % 700, x % 5, step % 7);
-            if x % 3 == 0 {
+            if x.is_multiple_of(3) {
                 assert_eq!(s.remove(&k), b.remove(&k), "{step}");
             } else {
                 s.insert(k);
                 b.insert(k);
             }
-            if step % 997 == 0 {
+            if step.is_multiple_of(997) {
                 assert!(s.iter().copied().eq(b.iter().copied()));
                 let probe: Key = (1, 350, 2, 3);
                 assert!(s.from(probe).copied().eq(b.range(probe..).copied()));

@@ -117,6 +117,44 @@ fn run(
     (a, report)
 }
 
+/// The segments the trace's live blocks would need at its worst moment if each pool packed them
+/// perfectly: blocks up to 1 MiB in 2 MiB segments, up to 10 MiB in 20 MiB ones, larger ones
+/// rounded to 2 MiB. A lower bound of what the allocator reserves, with no fragmentation, for
+/// streams that are not replayed (a multi-GPU rank's).
+pub fn packed_peak(trace: &AllocTrace) -> Bytes {
+    let mut sizes: Vec<u64> = Vec::with_capacity(trace.allocs as usize);
+    let (mut small, mut medium, mut large, mut peak) = (0u64, 0u64, 0u64, 0u64);
+    let pool = |b: u64| match b {
+        0..=0x10_0000 => 0,
+        0x10_0001..=0xA0_0000 => 1,
+        _ => 2,
+    };
+    for e in &trace.events {
+        let (b, add) = match *e {
+            Event::Alloc { bytes, .. } => {
+                sizes.push(bytes);
+                (bytes, true)
+            }
+            Event::Free(h) => (sizes[h as usize], false),
+        };
+        let slot = match pool(b) {
+            0 => &mut small,
+            1 => &mut medium,
+            _ => &mut large,
+        };
+        let b = if pool(b) == 2 {
+            b.div_ceil(2 << 20) * (2 << 20)
+        } else {
+            b
+        };
+        *slot = if add { *slot + b } else { *slot - b };
+        peak = peak.max(
+            small.div_ceil(2 << 20) * (2 << 20) + medium.div_ceil(20 << 20) * (20 << 20) + large,
+        );
+    }
+    Bytes(peak)
+}
+
 /// Replays `trace` after the `resident` allocations (made before the step and kept: library
 /// workspaces) on a device of `capacity` (`None`: unlimited).
 pub fn replay(
