@@ -7,7 +7,7 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 /// The Qwen3 config.json transformers 5.24 wrote for the measured steps of
@@ -115,23 +115,12 @@ fn cache_home(name: &str) -> PathBuf {
 /// Runs the CLI with only the Hub variables given here (none inherited from the user's shell).
 fn run(args: &[&str], stdin: &str, cache: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_vram-planner"));
-    cmd.args(args)
-        .env("XDG_CACHE_HOME", cache)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+    cmd.env("XDG_CACHE_HOME", cache);
     for k in ["HF_ENDPOINT", "HF_TOKEN", "HF_HUB_OFFLINE"] {
         cmd.env_remove(k);
     }
     cmd.envs(env.iter().copied());
-    let mut child = cmd.spawn().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::run_cli_in(cmd, args, stdin)
 }
 
 fn text(b: &[u8]) -> String {

@@ -58,13 +58,7 @@ pub fn config(id: &str, endpoint: Option<&str>, env: &Env) -> Result<(Value, Sou
     }
     let url = endpoint.config_url(&id);
     let text = match get(&url, env.token.as_deref()) {
-        Ok((status, body)) => {
-            hub::check_status(&endpoint, &id, status)?;
-            body.map_err(|detail| HubError::NotJson {
-                url: url.clone(),
-                detail,
-            })?
-        }
+        Ok((status, body)) => hub::answer_text(&endpoint, &id, &url, status, body)?,
         Err(detail) => {
             return match read_cache() {
                 Some(v) => Ok((

@@ -188,6 +188,22 @@ pub fn check_status(endpoint: &Endpoint, id: &RepoId, status: u16) -> Result<(),
     }
 }
 
+/// The config.json's text from the Hub's answer to `url`: its status judged by [`check_status`],
+/// then its body, which did not read as text (`Err` with why) where it is not one.
+pub fn answer_text(
+    endpoint: &Endpoint,
+    id: &RepoId,
+    url: &str,
+    status: u16,
+    body: Result<String, String>,
+) -> Result<String, HubError> {
+    check_status(endpoint, id, status)?;
+    body.map_err(|detail| HubError::NotJson {
+        url: url.to_string(),
+        detail,
+    })
+}
+
 /// Checks a fetched config.json's shape: a JSON object whose `model_type` the importer reads
 /// (its own message names the supported ones). Everything else is judged by the estimator, as
 /// for a pasted config.

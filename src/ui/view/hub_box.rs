@@ -197,13 +197,7 @@ async fn fetch_config(id: String, endpoint: Option<String>) -> Result<(Value, bo
     }
     let key = hub::storage_key(&id);
     let text = match get(&url).await {
-        Ok((status, body)) => {
-            hub::check_status(&endpoint, &id, status)?;
-            body.map_err(|detail| HubError::NotJson {
-                url: url.clone(),
-                detail,
-            })?
-        }
+        Ok((status, body)) => hub::answer_text(&endpoint, &id, &url, status, body)?,
         Err(detail) => {
             return browser::stored(&key)
                 .and_then(|t| read(&url, &t).ok())
