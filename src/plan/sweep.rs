@@ -362,20 +362,100 @@ pub fn log_points(lo: u64, hi: u64, n: usize) -> Vec<u64> {
 /// [`BatchLines`] predicts it; full estimates around the prediction confirm it, so the answer is
 /// exactly what [`estimate`] says. `Ok(None)` when even batch 1 does not fit.
 pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
-    let fits = |b: u64| fits_at(plan, Axis::Batch, b, capacity);
-    if !fits(1)? {
-        return Ok(None);
+    let mut search = MaxBatchSearch::new(plan, capacity);
+    loop {
+        if let Some(answer) = search.step() {
+            return answer;
+        }
     }
-    let Ok(lines) = BatchLines::new(plan, 1024) else {
-        return max_batch_bisect(plan, capacity);
-    };
-    // Predicted boundary from the lines, then a bracket confirmed by real estimates.
+}
+
+/// [`max_batch`] a step at a time, for a page that answers input between steps: each
+/// [`MaxBatchSearch::step`] makes at most one new estimate (the two of the lines count as one).
+/// A step replays the search from the start with the answers it already has, which costs no
+/// estimate, until it reaches a question it has not asked; it asks that one and stops there.
+pub struct MaxBatchSearch {
+    plan: Plan,
+    capacity: Bytes,
+    lines: Option<Option<BatchLines>>,
+    known: Vec<(u64, Result<bool, PlanError>)>,
+}
+
+impl MaxBatchSearch {
+    pub fn new(plan: &Plan, capacity: Bytes) -> MaxBatchSearch {
+        MaxBatchSearch {
+            plan: plan.clone(),
+            capacity,
+            lines: None,
+            known: Vec::new(),
+        }
+    }
+
+    /// One step: `None` while the search needs another, then its answer.
+    pub fn step(&mut self) -> Option<Result<Option<u64>, PlanError>> {
+        use std::cell::{Cell, RefCell};
+        let budget = Cell::new(1u32);
+        let paused = Cell::new(false);
+        let spend = || {
+            if budget.get() == 0 {
+                paused.set(true);
+                false
+            } else {
+                budget.set(budget.get() - 1);
+                true
+            }
+        };
+        let (plan, capacity) = (&self.plan, self.capacity);
+        let known = RefCell::new(std::mem::take(&mut self.known));
+        let lines = RefCell::new(self.lines.take());
+        // A question past the step's one estimate gets a stand-in answer; the step's result is
+        // then thrown away (`paused`), and the next step asks it for real.
+        let fits = |b: u64| -> Result<bool, PlanError> {
+            if let Some((_, r)) = known.borrow().iter().find(|(x, _)| *x == b) {
+                return r.clone();
+            }
+            if !spend() {
+                return Ok(false);
+            }
+            let r = fits_at(plan, Axis::Batch, b, capacity);
+            known.borrow_mut().push((b, r.clone()));
+            r
+        };
+        let answer = (|| {
+            if !fits(1)? {
+                return Ok(None);
+            }
+            if lines.borrow().is_none() {
+                if !spend() {
+                    return Ok(None);
+                }
+                *lines.borrow_mut() = Some(BatchLines::new(plan, 1024).ok());
+            }
+            let lines = lines.borrow();
+            match lines.as_ref().and_then(|l| l.as_ref()) {
+                Some(l) => bracket(l, capacity, &fits),
+                None => largest_fitting(MAX_BATCH, &fits),
+            }
+        })();
+        self.known = known.into_inner();
+        self.lines = lines.into_inner();
+        (!paused.get()).then_some(answer)
+    }
+}
+
+/// The boundary predicted from the lines, then a bracket confirmed by real estimates: walk down
+/// from the guess until it fits, then up until it does not, widening the step each time, then
+/// bisect.
+fn bracket(
+    lines: &BatchLines,
+    capacity: Bytes,
+    fits: &dyn Fn(u64) -> Result<bool, PlanError>,
+) -> Result<Option<u64>, PlanError> {
     let (mut lo, mut hi) = (1u64, MAX_BATCH);
     let guess =
         largest_fitting(MAX_BATCH, |m| Ok(lines.point(m).device_total <= capacity))?.unwrap_or(1);
     let mut step = (guess / 64).max(1);
     let mut probe = guess;
-    // Walk down until it fits, then up until it does not, widening the step each time.
     while probe > 1 && !fits(probe)? {
         hi = probe;
         probe = probe.saturating_sub(step).max(1);
@@ -402,10 +482,6 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError>
         return Ok(Some(MAX_BATCH));
     }
     bisect(lo, hi, fits).map(Some)
-}
-
-fn max_batch_bisect(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError> {
-    largest_fitting(MAX_BATCH, |b| fits_at(plan, Axis::Batch, b, capacity))
 }
 
 /// Whether `plan` with `axis` set to `x` fits `capacity`; sizes past the supported limits do not.
@@ -462,6 +538,35 @@ fn bisect(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The page's search asks at most one question (one estimate, or the lines' two) per step,
+    /// and lands where a plain bisection over real estimates lands.
+    #[test]
+    fn the_search_asks_one_question_a_step_and_answers_as_a_bisection() {
+        let plan = Plan {
+            gpu: Some("rtx4090".into()),
+            ..Plan::new("resnet50")
+        };
+        let cap = crate::presets::gpus::find("rtx4090").unwrap().memory;
+        let mut search = MaxBatchSearch::new(&plan, cap);
+        let asked = |s: &MaxBatchSearch| s.known.len() + usize::from(s.lines.is_some());
+        let mut steps = 0;
+        let answer = loop {
+            let before = asked(&search);
+            let r = search.step();
+            assert!(
+                asked(&search) - before <= 1,
+                "step {steps} asked more than once"
+            );
+            steps += 1;
+            if let Some(r) = r {
+                break r.unwrap();
+            }
+        };
+        assert!(steps > 3, "{steps} steps");
+        let plain = largest_fitting(MAX_BATCH, |b| fits_at(&plan, Axis::Batch, b, cap)).unwrap();
+        assert_eq!(answer, plain);
+    }
 
     #[test]
     fn batch_lines_match_full_estimates() {

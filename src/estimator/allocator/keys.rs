@@ -12,73 +12,86 @@ pub type Key = (u32, u64, u64, u32);
 /// Half the longest run: a full run splits in two.
 const RUN: usize = 128;
 
-/// Sorted, non-empty runs in order: every key of a run is below every key of the next.
+/// Sorted, non-empty runs in order: every key of a run is below every key of the next. `last`
+/// holds each run's largest key, contiguous, so a search bisects it without touching the runs.
 #[derive(Clone, Debug, Default)]
-pub struct SortedSet(Vec<Vec<Key>>);
+pub struct SortedSet {
+    runs: Vec<Vec<Key>>,
+    last: Vec<Key>,
+}
 
 impl SortedSet {
     /// The run that holds `k` or would (the first whose last key is not below `k`; the last run
     /// when `k` is above them all), and `k`'s lower bound in it.
     fn locate(&self, k: &Key) -> (usize, usize) {
         let r = self
-            .0
-            .partition_point(|run| run.last().is_some_and(|x| x < k))
-            .min(self.0.len().saturating_sub(1));
+            .last
+            .partition_point(|x| x < k)
+            .min(self.runs.len().saturating_sub(1));
         let i = self
-            .0
+            .runs
             .get(r)
             .map_or(0, |run| run.partition_point(|x| x < k));
         (r, i)
     }
     pub fn insert(&mut self, k: Key) {
-        if self.0.is_empty() {
-            self.0.push(vec![k]);
+        if self.runs.is_empty() {
+            self.runs.push(vec![k]);
+            self.last.push(k);
             return;
         }
         let (r, i) = self.locate(&k);
-        let run = &mut self.0[r];
+        let run = &mut self.runs[r];
         if run.get(i) == Some(&k) {
             return;
         }
         run.insert(i, k);
         if run.len() > 2 * RUN {
             let tail = run.split_off(RUN);
-            self.0.insert(r + 1, tail);
+            self.last[r] = run[RUN - 1];
+            self.last.insert(r + 1, tail[tail.len() - 1]);
+            self.runs.insert(r + 1, tail);
+        } else {
+            self.last[r] = run[run.len() - 1];
         }
     }
     pub fn remove(&mut self, k: &Key) -> bool {
         let (r, i) = self.locate(k);
-        let Some(run) = self.0.get_mut(r) else {
+        let Some(run) = self.runs.get_mut(r) else {
             return false;
         };
         if run.get(i) != Some(k) {
             return false;
         }
         run.remove(i);
-        if run.is_empty() {
-            self.0.remove(r);
+        match run.last() {
+            Some(&l) => self.last[r] = l,
+            None => {
+                self.runs.remove(r);
+                self.last.remove(r);
+            }
         }
         true
     }
     pub fn contains(&self, k: &Key) -> bool {
         let (r, i) = self.locate(k);
-        self.0.get(r).and_then(|run| run.get(i)) == Some(k)
+        self.runs.get(r).and_then(|run| run.get(i)) == Some(k)
     }
     /// The keys from `k` on (`lower_bound(k)` to the end), in order.
     pub fn from(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
         let (r, i) = self.locate(&k);
-        let head = self.0.get(r).map_or(&[][..], |run| &run[i..]);
-        let rest = self.0.get(r + 1..).unwrap_or(&[]);
+        let head = self.runs.get(r).map_or(&[][..], |run| &run[i..]);
+        let rest = self.runs.get(r + 1..).unwrap_or(&[]);
         head.iter().chain(rest.iter().flatten())
     }
     /// The keys before `k`, in order.
     pub fn below(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
         let (r, i) = self.locate(&k);
-        let tail = self.0.get(r).map_or(&[][..], |run| &run[..i]);
-        self.0[..r].iter().flatten().chain(tail.iter())
+        let tail = self.runs.get(r).map_or(&[][..], |run| &run[..i]);
+        self.runs[..r].iter().flatten().chain(tail.iter())
     }
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Key> {
-        self.0.iter().flatten()
+        self.runs.iter().flatten()
     }
 }
 
@@ -117,9 +130,14 @@ mod tests {
             }
         }
         assert!(s
-            .0
+            .runs
             .iter()
             .all(|run| !run.is_empty() && run.len() <= 2 * RUN));
+        assert!(s
+            .runs
+            .iter()
+            .zip(&s.last)
+            .all(|(run, l)| run.last() == Some(l)));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
 use crate::plan::estimate;
-use crate::plan::sweep::{max_batch, BatchLines, Point};
+use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point};
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
@@ -324,6 +324,8 @@ pub struct Workbench {
     models: HashMap<ModelKey, Rc<Result<BatchModel, PlanError>>>,
     order: VecDeque<ModelKey>,
     max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, PlanError>>,
+    /// The largest-batch search under way, a step per job (input is answered between steps).
+    searching: Option<((ModelKey, Option<String>), MaxBatchSearch)>,
     exact: Option<(Plan, Result<Estimate, PlanError>)>,
     ckpt: HashMap<ModelKey, CkptInfo>,
     /// Simulations run so far (for tests and the page's diagnostics).
@@ -446,13 +448,20 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = super::state::gpu_of(&p).map(|g| g.memory);
-                let r = match cap {
-                    Some(cap) => max_batch(&p, cap),
-                    None => Ok(None),
+                let key = max_batch_key(&p);
+                let Some(cap) = super::state::gpu_of(&p).map(|g| g.memory) else {
+                    insert_bounded(&mut self.max_batches, key, Ok(None));
+                    return;
                 };
-                self.simulations += 8;
-                insert_bounded(&mut self.max_batches, max_batch_key(&p), r);
+                let mut search = match self.searching.take() {
+                    Some((k, s)) if k == key => s,
+                    _ => MaxBatchSearch::new(&p, cap),
+                };
+                self.simulations += 1;
+                match search.step() {
+                    Some(r) => insert_bounded(&mut self.max_batches, key, r),
+                    None => self.searching = Some((key, search)),
+                }
             }
         }
     }
@@ -469,6 +478,7 @@ impl Workbench {
 mod tests {
     use super::*;
     use crate::estimator::config::Precision;
+    use crate::plan::sweep::max_batch;
     use crate::presets::gpus;
     use crate::presets::models::MODELS;
 
