@@ -302,7 +302,11 @@ pub struct Wants {
 }
 
 /// How many models the cache keeps (a 70B model's lines take about a megabyte).
-pub const CACHE_MODELS: usize = 64;
+pub const CACHE_MODELS: usize = 96;
+
+/// How many of the page's wanted models are simulated, in priority order: fewer than the cache
+/// keeps, with room for the plans the user moves between.
+pub const WANTED_MODELS: usize = CACHE_MODELS - 16;
 
 /// How many largest batches and checkpointing probes the page keeps. Each is small (a plan's key
 /// and a number), but a session that slides the sequence length for months makes a new key per
@@ -429,9 +433,12 @@ impl Workbench {
                 ..plan.clone()
             }));
         }
+        // No more wanted models than the cache keeps: past that each new one would push out
+        // another wanted one, and the pump would simulate them in turn for ever.
         wants
             .models
             .iter()
+            .take(WANTED_MODELS)
             .find(|p| crate::plan::lazy::ready_for(p) && self.cached(p).is_none())
             .map(|p| Job::Model(model_plan(p)))
     }
@@ -607,6 +614,33 @@ mod tests {
             "guess {guess} vs {exact}"
         );
         assert_eq!(m.max_batch_guess(Bytes(1 << 20), Some(&gpu)), None);
+    }
+
+    /// A page that wants more models than the cache keeps still runs out of work: the models
+    /// past [`WANTED_MODELS`] are not simulated, so none pushes out another wanted one.
+    #[test]
+    fn more_wanted_models_than_the_cache_keeps_still_end() {
+        let mut wb = Workbench::new();
+        let plan = Plan::new("resnet18");
+        let models: Vec<Plan> = (0..CACHE_MODELS as u64 + 20)
+            .map(|r| Plan {
+                res: Some(32 + r),
+                ..plan.clone()
+            })
+            .collect();
+        let wants = Wants {
+            models,
+            ..Default::default()
+        };
+        let mut jobs = 0;
+        while let Some(j) = wb.next_job(&plan, &wants) {
+            wb.run(j);
+            jobs += 1;
+            assert!(jobs <= WANTED_MODELS + 1, "the jobs never end");
+        }
+        assert!(wants.models[..WANTED_MODELS]
+            .iter()
+            .all(|p| wb.cached(p).is_some()));
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub fn App() -> impl IntoView {
     let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
     // Every change of the plan: wake the background work and, a moment later, the address bar.
+    pump::adopt();
     Effect::new(move |_| {
         p.plan.track();
         p.idle.set(false);

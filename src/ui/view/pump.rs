@@ -25,6 +25,13 @@ thread_local! {
 /// never waits for a full simulation).
 pub const SETTLE_MS: f64 = 150.0;
 
+/// A newly mounted page owns the pump: a run still scheduled by a page unmounted before it (a
+/// test's) finds its plan gone and stops, and must not make the new page's wake-up look done.
+pub fn adopt() {
+    PUMP_SCHEDULED.with(|s| s.set(false));
+    FETCHING_SUGGESTIONS.with(|f| f.set(false));
+}
+
 /// Notes a change of the plan (the exact estimate waits for quiet) and wakes the pump.
 pub fn plan_changed(p: Planner) {
     LAST_CHANGE.with(|c| c.set(now()));
