@@ -479,20 +479,11 @@ async fn rebuilding_the_suggestions_list_a_thousand_times_keeps_listeners_and_me
     for b in ["512", "640", "512"] {
         set_value(&batch, b, "input");
         settle().await;
-        let ok = until(30_000, || idle(&host) && list().is_some()).await;
-        let dbg = vram_planner::ui::view::page_workbench::wb(|w| {
-            let mut plan = vram_planner::ui::logic::state::initial_plan();
-            plan.batch = b.parse().unwrap();
-            let wants = vram_planner::ui::view::pump::wanted(w, &plan, false, true);
-            let j = w.next_job(&plan, &wants);
-            let pos = wants.models.iter().position(|p| w.cached(p).is_none());
-            let m0 = wants.models[pos.unwrap_or(0)].clone();
-            if let Some(j) = j.clone() { w.run(j); }
-            let after = w.cached(&m0).map(|m| m.is_ok());
-            let again = w.next_job(&plan, &wants).map(|j| format!("{j:?}").chars().take(200).collect::<String>());
-            format!("sims {} wanted {} first missing {:?} after run cached {after:?} again {again:?} m0 {m0:?}", w.simulations, wants.models.len(), pos)
-        });
-        assert!(ok, "no suggestions at batch {b}: {dbg}: {}", text(&host, "suggestions"));
+        assert!(
+            until(90_000, || idle(&host) && list().is_some()).await,
+            "no suggestions at batch {b}: {}",
+            text(&host, "suggestions")
+        );
     }
     let memory = || {
         wasm_bindgen::memory()

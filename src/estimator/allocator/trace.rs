@@ -4,6 +4,7 @@
 
 use super::caching::{CachingAllocator, Capacity, OutOfMemory, SegmentView};
 use super::settings::AllocatorSettings;
+use super::sizes::{LARGE_BUFFER, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use crate::estimator::units::Bytes;
 
 /// Names one allocation of a trace: the n-th `alloc` is handle n.
@@ -123,12 +124,9 @@ fn run(
 /// streams that are not replayed (a multi-GPU rank's).
 pub fn packed_peak(trace: &AllocTrace) -> Bytes {
     let mut sizes: Vec<u64> = Vec::with_capacity(trace.allocs as usize);
-    let (mut small, mut medium, mut large, mut peak) = (0u64, 0u64, 0u64, 0u64);
-    let pool = |b: u64| match b {
-        0..=0x10_0000 => 0,
-        0x10_0001..=0xA0_0000 => 1,
-        _ => 2,
-    };
+    // Live bytes of the small, medium and large pools (the large ones already rounded).
+    let mut live = [0u64; 3];
+    let mut peak = 0u64;
     for e in &trace.events {
         let (b, add) = match *e {
             Event::Alloc { bytes, .. } => {
@@ -137,19 +135,16 @@ pub fn packed_peak(trace: &AllocTrace) -> Bytes {
             }
             Event::Free(h) => (sizes[h as usize], false),
         };
-        let slot = match pool(b) {
-            0 => &mut small,
-            1 => &mut medium,
-            _ => &mut large,
+        let (pool, b) = match b {
+            _ if b <= SMALL_SIZE => (0, b),
+            _ if b <= MIN_LARGE_ALLOC => (1, b),
+            _ => (2, b.div_ceil(ROUND_LARGE) * ROUND_LARGE),
         };
-        let b = if pool(b) == 2 {
-            b.div_ceil(2 << 20) * (2 << 20)
-        } else {
-            b
-        };
-        *slot = if add { *slot + b } else { *slot - b };
+        live[pool] = if add { live[pool] + b } else { live[pool] - b };
         peak = peak.max(
-            small.div_ceil(2 << 20) * (2 << 20) + medium.div_ceil(20 << 20) * (20 << 20) + large,
+            live[0].div_ceil(SMALL_BUFFER) * SMALL_BUFFER
+                + live[1].div_ceil(LARGE_BUFFER) * LARGE_BUFFER
+                + live[2],
         );
     }
     Bytes(peak)
