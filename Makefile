@@ -155,7 +155,7 @@ test-wasm: tools browser fetch
 	@echo "==> wasm: wasm-bindgen-test in headless Chromium"
 	@# The runner gives a test 20 s by default; the thousand-rebuild leak check takes 6 s alone and
 	@# several times that on a loaded 2-core machine.
-	CHROMEDRIVER=$(CHROMEDRIVER) WASM_BINDGEN_TEST_TIMEOUT=180 cargo test --locked --offline --target $(WASM_TARGET) --test web --test web_panels
+	CHROMEDRIVER=$(CHROMEDRIVER) WASM_BINDGEN_TEST_TIMEOUT=180 cargo test --locked --offline --profile wasm-test --target $(WASM_TARGET) --test web --test web_panels
 
 test-e2e: dist browser node-tools
 	@echo "==> end-to-end: Playwright against dist/ under /vram-planner/"

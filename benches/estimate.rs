@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use vram_planner::estimator::allocator::{replay, AllocatorSettings};
 use vram_planner::estimator::config::Precision;
+use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::Bytes;
 use vram_planner::plan::sweep::{log_points, max_batch, sweep, Axis};
 use vram_planner::plan::Plan;
@@ -52,6 +54,26 @@ fn main() {
         time(&format!("{name}: one estimate"), 20, || {
             std::hint::black_box(estimate(&plan).unwrap());
         });
+        // The caching allocator's replay inside that estimate, on its own, for its share.
+        let opts = StepOptions {
+            optimizer: plan.opt,
+            optimizer_impl: plan.optimizer_impl(),
+            accumulation: plan.accumulation,
+            device: plan.device,
+            gemm_workspace: 0,
+        };
+        let trace = simulate(&g, &opts).alloc_trace;
+        println!("{name}: {} allocator events", trace.len());
+        time(&format!("{name}: simulate the step"), 20, || {
+            std::hint::black_box(simulate(&g, &opts));
+        });
+        time(
+            &format!("{name}: replay its stream (allocator)"),
+            20,
+            || {
+                std::hint::black_box(replay(&trace, &[], AllocatorSettings::default(), None));
+            },
+        );
         let xs = log_points(1, 4096, 64);
         time(
             &format!("{name}: batch sweep, {} points", xs.len()),

@@ -22,6 +22,7 @@ fn opts(opt: OptimizerKind) -> StepOptions {
         optimizer_impl: OptimizerImpl::Foreach,
         accumulation: 1,
         device: Default::default(),
+        gemm_workspace: 0,
     }
 }
 

@@ -147,6 +147,28 @@ fn estimate_json_matches_its_schema() {
     }
 }
 
+/// `--segments` adds the caching allocator's segment map at the peak: its segments hold every
+/// allocated byte the replay counts, and the schema describes it.
+#[test]
+fn segment_map_matches_its_schema_and_the_reserved_figure() {
+    let s = schema("estimate.schema.json");
+    let plan = r#"{"model":"resnet18","batch":8,"alloc_conf":"max_split_size_mb:64"}"#;
+    let v = cli(&["estimate", "--format", "json", "--segments"], plan);
+    let e = errors(&v, &s);
+    assert!(e.is_empty(), "{plan}:\n{}", e.join("\n"));
+    let segs = v["segments_at_peak"].as_array().unwrap();
+    assert!(segs.len() > 3, "{segs:?}");
+    let size: u64 = segs.iter().map(|g| g["size"].as_u64().unwrap()).sum();
+    let free: u64 = segs
+        .iter()
+        .flat_map(|g| g["blocks"].as_array().unwrap())
+        .filter(|b| !b["allocated"].as_bool().unwrap())
+        .map(|b| b["size"].as_u64().unwrap())
+        .sum();
+    assert!(size <= v["reserved_bytes"].as_u64().unwrap());
+    assert_eq!(free, v["fragmentation_at_peak_bytes"].as_u64().unwrap());
+}
+
 #[test]
 fn search_json_matches_its_schema() {
     let s = schema("search.schema.json");

@@ -310,6 +310,7 @@ fn measured_mla_and_sink_steps() {
             optimizer_impl: p.optimizer_impl(),
             accumulation: s.accumulation,
             device: s.device,
+            gemm_workspace: 0,
         };
         let bwd = simulate(&g, &opts).timeline.peak_in(Phase::Backward).0;
         // The largest 3-D parameter: `gate_up_proj`, `[E, 2I, H]` or `[E, H, 2I]`.

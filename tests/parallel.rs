@@ -303,6 +303,7 @@ fn layer_saved(g: &Graph, r: std::ops::Range<usize>) -> f64 {
         optimizer_impl: OptimizerImpl::Foreach,
         accumulation: 1,
         device: Default::default(),
+        gemm_workspace: 0,
     };
     simulate(g, &o).saved_after_forward[r].iter().sum::<u64>() as f64
 }

@@ -1,11 +1,12 @@
 //! The command-line tool on the same core: `estimate` a plan, replay the `reference`
 //! measurements, list `models` and `gpus`.
 
+pub mod hub;
 pub mod reference;
 
-use std::io::Read;
+use std::io::{IsTerminal, Read};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::estimator::parallel::{self, OffloadReport, ParallelEstimate};
 use crate::estimator::Estimate;
@@ -34,15 +35,18 @@ enum Cmd {
     /// Estimate a plan given as JSON (stdin or --config FILE).
     #[command(
         long_about = "Estimate one training (or fine-tuning, or serving) step of a plan given as JSON on stdin or in --config FILE: the peak memory PyTorch allocates, its breakdown, the device total and, with a `gpu` key, whether it fits. A plan with `parallel` or `offload` keys is also estimated per GPU of its layout.",
-        after_help = "Example:\n  echo '{\"model\":\"resnet50\",\"batch\":64,\"gpu\":\"a100-40\"}' | vram-planner estimate\n\nThe JSON output (--format json) is described by docs/estimate.schema.json."
+        after_help = "Example:\n  echo '{\"model\":\"resnet50\",\"batch\":64,\"gpu\":\"a100-40\"}' | vram-planner estimate\n  echo '{\"seq\":4096,\"dtype\":\"bf16\",\"gpu\":\"h100-80\"}' | vram-planner estimate --hf Qwen/Qwen3-8B\n\nThe JSON output (--format json) is described by docs/estimate.schema.json."
     )]
     Estimate {
-        /// The plan's JSON file (default: read stdin).
-        #[arg(long, value_name = "FILE")]
-        config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        source: PlanSource,
         /// `table` for people, `json` for programs (keys in docs/estimate.schema.json).
         #[arg(long, value_enum, default_value = "table")]
         format: Format,
+        /// Also give the caching allocator's segment map when the allocated bytes peak: each
+        /// segment's size and its blocks, as `torch.cuda.memory_snapshot()` lists them.
+        #[arg(long)]
+        segments: bool,
     },
     /// The cheapest multi-GPU layouts of a plan (JSON, stdin or --config FILE) that fit its GPU:
     /// fewest GPUs, then the shortest step, for the plan's global batch.
@@ -51,9 +55,8 @@ enum Cmd {
         after_help = "Example:\n  echo '{\"model\":\"llama-2-7b\",\"seq\":2048,\"dtype\":\"bf16\",\"gpu\":\"a100-40\"}' | vram-planner search --max-gpus 16\n\nThe output is a JSON array described by docs/search.schema.json."
     )]
     Search {
-        /// The plan's JSON file (default: read stdin).
-        #[arg(long, value_name = "FILE")]
-        config: Option<std::path::PathBuf>,
+        #[command(flatten)]
+        source: PlanSource,
         /// The most GPUs a layout may use (at most 4096).
         #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..=search::MAX_SEARCH_GPUS))]
         max_gpus: u64,
@@ -85,6 +88,23 @@ enum Cmd {
         long_about = "List the GPU presets: the id a plan's `gpu` key takes (or `custom:<GiB>`), the name and the memory."
     )]
     Gpus,
+}
+
+/// Where a plan comes from: a file or stdin, and the model's config.json from the Hub.
+#[derive(Args)]
+struct PlanSource {
+    /// The plan's JSON file (default: read stdin; with --hf, stdin only when piped, and the
+    /// plan may leave out `model`).
+    #[arg(long, value_name = "FILE")]
+    config: Option<std::path::PathBuf>,
+    /// A Hugging Face model id (owner/name, e.g. Qwen/Qwen3-8B): its config.json, fetched from
+    /// the Hub and cached, is the plan's `hf_config` (HF_TOKEN for gated models; HF_HUB_OFFLINE=1
+    /// reads the cache only).
+    #[arg(long, value_name = "ID")]
+    hf: Option<String>,
+    /// The Hub's address for --hf (default: $HF_ENDPOINT, else https://huggingface.co).
+    #[arg(long, value_name = "URL", requires = "hf")]
+    hf_endpoint: Option<String>,
 }
 
 /// Writes `text` to stdout. Output piped into a reader that stops early (`| head`) ends the
@@ -150,22 +170,36 @@ fn usage_error_line(rendered: &str) -> String {
 
 fn run(cmd: Cmd) -> Result<(), String> {
     match cmd {
-        Cmd::Estimate { config, format } => {
-            let plan = read_plan(config)?;
+        Cmd::Estimate {
+            source,
+            format,
+            segments,
+        } => {
+            let plan = read_plan(source)?;
             let est = estimate(&plan).map_err(|e| e.to_string())?;
+            let segs = if segments {
+                Some(plan::segments_at_peak(&plan).map_err(|e| e.to_string())?)
+            } else {
+                None
+            };
             let par = if plan.is_parallel() {
                 Some(plan::estimate_parallel(&plan).map_err(|e| e.to_string())?)
             } else {
                 None
             };
             match format {
-                Format::Json => emit(
-                    &(serde_json::to_string_pretty(&estimate_json_with(&plan, &est, par.as_ref()))
-                        .map_err(|e| e.to_string())?
-                        + "\n"),
-                )?,
+                Format::Json => {
+                    let mut v = estimate_json_with(&plan, &est, par.as_ref());
+                    if let (Some(o), Some(segs)) = (v.as_object_mut(), &segs) {
+                        o.insert("segments_at_peak".into(), serde_json::json!(segs));
+                    }
+                    emit(&(serde_json::to_string_pretty(&v).map_err(|e| e.to_string())? + "\n"))?
+                }
                 Format::Table => {
                     emit(&table(&plan, &est))?;
+                    if let Some(segs) = &segs {
+                        emit(&segment_table(segs))?;
+                    }
                     if let Some(p) = &par {
                         emit(&parallel_table(&plan, p))?;
                     }
@@ -174,13 +208,13 @@ fn run(cmd: Cmd) -> Result<(), String> {
             Ok(())
         }
         Cmd::Search {
-            config,
+            source,
             max_gpus,
             gpus_per_node,
             top,
             offload,
         } => {
-            let plan = read_plan(config)?;
+            let plan = read_plan(source)?;
             let opts = search::SearchOptions {
                 max_gpus,
                 gpus_per_node,
@@ -222,11 +256,18 @@ fn run(cmd: Cmd) -> Result<(), String> {
     }
 }
 
-fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
+fn read_plan(source: PlanSource) -> Result<Plan, String> {
+    let PlanSource {
+        config,
+        hf,
+        hf_endpoint,
+    } = source;
     let text = match config {
         Some(p) => {
             std::fs::read_to_string(&p).map_err(|e| format!("cannot read {}: {e}", p.display()))?
         }
+        // With --hf a plan is optional: a terminal on stdin means there is none to wait for.
+        None if hf.is_some() && std::io::stdin().is_terminal() => String::new(),
         None => {
             let mut s = String::new();
             std::io::stdin()
@@ -235,7 +276,37 @@ fn read_plan(config: Option<std::path::PathBuf>) -> Result<Plan, String> {
             s
         }
     };
-    plan::parse_json(&text).map_err(|e| e.to_string())
+    match hf {
+        Some(id) => with_hub_config(&text, &id, hf_endpoint.as_deref()),
+        None => plan::parse_json(&text).map_err(|e| e.to_string()),
+    }
+}
+
+/// The plan in `text` (empty: every default) with `id`'s config.json as its `hf_config`, and the
+/// id as its `model` label unless the plan names one: the same plan as a file holding that
+/// config, so both estimate alike.
+fn with_hub_config(text: &str, id: &str, endpoint: Option<&str>) -> Result<Plan, String> {
+    let mut keys = if text.trim().is_empty() {
+        serde_json::Map::new()
+    } else {
+        match serde_json::from_str::<serde_json::Value>(text) {
+            Ok(serde_json::Value::Object(m)) => m,
+            Ok(_) => return Err("invalid plan: expected a JSON object".into()),
+            Err(e) => return Err(format!("invalid plan: {e}")),
+        }
+    };
+    if keys.contains_key("hf_config") {
+        return Err("the plan has an hf_config and --hf names another: drop one of them".into());
+    }
+    let (cfg, from) =
+        hub::config(id, endpoint, &hub::Env::from_process()).map_err(|e| e.to_string())?;
+    if let hub::Source::Cache(why) = from {
+        eprintln!("note: {why}; using the cached config.json of {}", id.trim());
+    }
+    keys.entry("model")
+        .or_insert_with(|| id.trim().to_string().into());
+    keys.insert("hf_config".into(), cfg);
+    plan::parse_json(&serde_json::Value::Object(keys).to_string()).map_err(|e| e.to_string())
 }
 
 /// The JSON answer of `estimate` for a single-GPU plan.
@@ -290,6 +361,36 @@ pub fn estimate_json_with(
     v
 }
 
+/// The segment map, one line a segment: its pool, size, bytes in use and blocks in address order
+/// (`*` marks an allocated block).
+fn segment_table(segs: &[crate::estimator::allocator::SegmentView]) -> String {
+    use crate::estimator::units::Bytes;
+    use std::fmt::Write;
+    let mut s = format!("segments at the peak    {:>12}\n", segs.len());
+    for g in segs {
+        let used: u64 = g
+            .blocks
+            .iter()
+            .filter(|b| b.allocated)
+            .map(|b| b.size)
+            .sum();
+        let blocks: Vec<String> = g
+            .blocks
+            .iter()
+            .map(|b| format!("{}{}", Bytes(b.size), if b.allocated { "*" } else { "" }))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  {:<5} {:>10} {:>10} used  {}",
+            if g.small { "small" } else { "large" },
+            Bytes(g.size).to_string(),
+            Bytes(used).to_string(),
+            blocks.join(" ")
+        );
+    }
+    s
+}
+
 /// The offload report with its verdict in words.
 fn offload_json(o: &OffloadReport) -> serde_json::Value {
     let mut v = serde_json::json!(o);
@@ -319,6 +420,8 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         "peak_op": e.peak_op,
         "peak_forward_bytes": e.peak_forward.0,
         "reserved_bytes": e.reserved.0,
+        "fragmentation_at_peak_bytes": e.fragmentation_at_peak.0,
+        "alloc_retries": e.alloc_retries,
         "workspace_bytes": e.workspaces.0,
         "context_bytes": e.context.0,
         "device_total_bytes": e.device_total.0,
@@ -497,6 +600,12 @@ fn table(plan: &Plan, e: &Estimate) -> String {
         e.workspaces.to_string()
     );
     let _ = writeln!(s, "{:<24} {:>12}", "reserved", e.reserved.to_string());
+    let _ = writeln!(
+        s,
+        "  {:<22} {:>12}",
+        "free at the peak",
+        e.fragmentation_at_peak.to_string()
+    );
     let _ = writeln!(s, "{:<24} {:>12}", "CUDA context", e.context.to_string());
     let _ = writeln!(
         s,

@@ -147,6 +147,8 @@ pub struct Setup {
     pub parallel: Option<super::parallel::Parallel>,
     /// What lives in host memory instead of on the GPU.
     pub offload: Option<super::parallel::Offload>,
+    /// The caching allocator's options (`PYTORCH_CUDA_ALLOC_CONF`) for its replay.
+    pub allocator: super::allocator::AllocatorSettings,
 }
 
 impl Setup {

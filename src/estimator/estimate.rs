@@ -4,6 +4,7 @@
 
 use serde::Serialize;
 
+use super::allocator::{self, AllocatorSettings};
 use super::config::{self, BuildCtx, Setup};
 use super::error::EstimateError;
 use super::graph::Graph;
@@ -76,8 +77,15 @@ pub struct Estimate {
     pub breakdown: Vec<Row>,
     /// cuBLAS/cuBLASLt workspaces (allocated through PyTorch's allocator on the device).
     pub workspaces: Bytes,
-    /// Caching-allocator segments at their largest, workspaces included.
+    /// Caching-allocator segments at their largest, workspaces included: the loop's stream
+    /// replayed through [`allocator`] (`torch.cuda.max_memory_reserved()`).
     pub reserved: Bytes,
+    /// Reserved bytes that no tensor uses when the allocated bytes peak (cached free blocks,
+    /// split remainders).
+    pub fragmentation_at_peak: Bytes,
+    /// Requests that fitted only after the allocator released its cache (PyTorch's
+    /// `num_alloc_retries`); only with a GPU, whose capacity bounds the replay.
+    pub alloc_retries: u64,
     /// CUDA context and kernels.
     pub context: Bytes,
     /// What `nvidia-smi` would show: reserved + context.
@@ -354,15 +362,62 @@ fn block_of(name: &str) -> &str {
     &name[..len]
 }
 
+/// What the caching allocator's replay of a step's stream takes: the cuBLAS workspace each
+/// GEMM allocates and frees, the options, and on a known card what the CUDA
+/// context leaves it, so that it frees its cache and retries before it gives up, as PyTorch
+/// does; past that the replay goes on so that the figures say what the step would need.
+struct ReplayInputs {
+    gemm_workspace: u64,
+    settings: AllocatorSettings,
+    capacity: Option<allocator::Capacity>,
+}
+
+impl ReplayInputs {
+    fn of(setup: &Setup, gpu: Option<&Gpu>) -> ReplayInputs {
+        let o = DeviceOverhead::of(gpu);
+        ReplayInputs {
+            capacity: gpu.map(|g| allocator::Capacity {
+                total: g.memory.0,
+                free: g.memory.0.saturating_sub(o.context.0),
+            }),
+            gemm_workspace: o.workspaces.0,
+            settings: setup.allocator,
+        }
+    }
+}
+
+/// The caching allocator's segments when the allocated bytes of the step (an inference plan: its
+/// prefill) peak, in `torch.cuda.memory_snapshot()`'s terms.
+pub fn segments_at_peak(
+    model: &ModelSpec,
+    setup: &Setup,
+    gpu: Option<&Gpu>,
+) -> Result<Vec<allocator::SegmentView>, EstimateError> {
+    let g = build_graph(model, setup)?;
+    let inputs = ReplayInputs::of(setup, gpu);
+    let r = simulate(&g, &step_options(setup, inputs.gemm_workspace));
+    Ok(allocator::segment_map(
+        &r.alloc_trace,
+        &[],
+        inputs.settings,
+        inputs.capacity,
+    ))
+}
+
+fn step_options(setup: &Setup, gemm_workspace: u64) -> StepOptions {
+    StepOptions {
+        gemm_workspace,
+        optimizer: setup.opt,
+        optimizer_impl: setup.optimizer_impl(),
+        accumulation: setup.accumulation,
+        device: setup.device,
+    }
+}
+
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
-    let opts = StepOptions {
-        optimizer: plan.opt,
-        optimizer_impl: plan.optimizer_impl(),
-        accumulation: plan.accumulation,
-        device: plan.device,
-    };
-    let r = simulate(g, &opts);
+    let inputs = ReplayInputs::of(plan, gpu);
+    let r = simulate(g, &step_options(plan, inputs.gemm_workspace));
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
         Some(e) => (
@@ -418,8 +473,10 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
     let DeviceOverhead {
         workspaces,
         context,
+        ..
     } = DeviceOverhead::of(gpu);
-    let reserved = r.timeline.reserved() + workspaces;
+    let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
+    let reserved = report.max_reserved;
     let mut layers: Vec<LayerActivation> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {
         let b = r.saved_after_forward[i];
@@ -454,6 +511,8 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
         breakdown,
         workspaces,
         reserved,
+        fragmentation_at_peak: report.fragmentation_at_peak,
+        alloc_retries: report.retries,
         context,
         device_total: reserved + context,
         forward_flops: r.forward_flops,

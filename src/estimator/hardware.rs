@@ -82,13 +82,14 @@ pub enum Device {
 
 /// The compute capability assumed when the plan names no GPU: a Hopper card, the most common
 /// training GPU, so the workspaces are the larger sm_90 ones (see
-/// [`super::device::cublas_workspaces`]).
+/// [`super::device::cublas_workspace`]).
 pub const DEFAULT_SM: u32 = 90;
 
 /// Device memory a step holds outside the model's tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceOverhead {
-    /// cuBLAS and cuBLASLt workspaces, allocated through PyTorch's caching allocator.
+    /// The cuBLAS workspace each matrix multiply allocates through PyTorch's caching allocator
+    /// and frees ([`super::device::cublas_workspace`]).
     pub workspaces: Bytes,
     /// The CUDA context and loaded kernels, outside PyTorch's allocator.
     pub context: Bytes,
@@ -104,7 +105,7 @@ impl DeviceOverhead {
             workspaces: if sm == 0 {
                 Bytes::ZERO
             } else {
-                super::device::cublas_workspaces(sm)
+                super::device::cublas_workspace(sm)
             },
             context: gpu.map_or(super::device::DEFAULT_CONTEXT, |g| g.context),
         }

@@ -20,11 +20,12 @@ pub mod ops;
 pub mod optimizer;
 pub mod parallel;
 pub mod simulate;
+pub mod step_stream;
 pub mod timeline;
 pub mod tune;
 pub mod units;
 
 pub use estimate::{
-    build_graph, estimate, estimate_graph, Estimate, InferenceReport, LayerActivation, Row,
-    MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
+    build_graph, estimate, estimate_graph, segments_at_peak, Estimate, InferenceReport,
+    LayerActivation, Row, MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
 };

@@ -10,11 +10,13 @@
 //! step then adds its state and temporaries. Every allocation is rounded to the caching
 //! allocator's 512-byte blocks.
 
+use super::allocator::AllocTrace;
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
+use super::step_stream::{StepStream, NO_BLOCK};
 use super::timeline::{Category, Live, Phase, Timeline};
-use super::units::{Bytes, DType};
+use super::units::{insert_sorted, Bytes, DType};
 
 #[derive(Clone, Copy, Debug)]
 pub struct StepOptions {
@@ -24,6 +26,9 @@ pub struct StepOptions {
     pub accumulation: u32,
     /// Where the step runs: decides whether the optimizer's step counters are device memory.
     pub device: Device,
+    /// The cuBLAS workspace each matrix multiply allocates and frees (0: none), which only the
+    /// allocator's stream carries: the measured steps count tensors, not kernels' scratch.
+    pub gemm_workspace: u64,
 }
 
 /// What the replay measured besides the timeline.
@@ -35,6 +40,8 @@ pub struct StepResult {
     pub recompute_flops: f64,
     /// Bytes each op leaves saved for backward (by op index), for the per-layer chart.
     pub saved_after_forward: Vec<u64>,
+    /// The loop's malloc/free stream (the model, then two steps) for the caching allocator.
+    pub alloc_trace: AllocTrace,
 }
 
 fn rounded(b: Bytes) -> u64 {
@@ -51,37 +58,48 @@ fn kind_category(k: StorageKind) -> Category {
     }
 }
 
+/// Ops that run cuBLAS matrix multiplies (SDPA's fused kernels and convolutions do not).
+fn is_gemm(kind: &str) -> bool {
+    matches!(kind, "linear" | "matmul" | "bmm" | "addmm" | "bilinear")
+}
+
 /// A gradient tensor of the backward pass, shared by the inputs it was passed through to.
 struct GradObj {
     bytes: u64,
     refs: u32,
     cat: Category,
+    block: u32,
 }
 
 /// Replays `g` for one steady-state step (the second of a loop: optimizer state exists).
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
     let mut step = Replay::new(&tape);
+    step.gemm_workspace = opt.gemm_workspace;
     step.zero_grad(opt);
     let forward_flops = step.forward();
     step.end_autocast();
     // Inference (`torch.no_grad()`): the step is the forward alone.
     if g.inference {
+        let alloc_trace = step.loop_trace();
         return StepResult {
             timeline: step.tl,
             forward_flops,
             recompute_flops: 0.0,
             saved_after_forward: vec![0; g.ops.len()],
+            alloc_trace,
         };
     }
     let saved_after_forward = step.saved_after_forward();
     let recompute_flops = step.backward();
     step.optimizer_step(opt);
+    let alloc_trace = step.loop_trace();
     StepResult {
         timeline: step.tl,
         forward_flops,
         recompute_flops,
         saved_after_forward,
+        alloc_trace,
     }
 }
 
@@ -164,9 +182,10 @@ impl<'g> Tape<'g> {
     /// `SavedVariable`s live in the node).
     fn pin_saved(&mut self) {
         for (i, op) in self.g.ops.iter().enumerate() {
-            let mut ss: Vec<usize> = op.saved.iter().map(|&x| self.storage(x)).collect();
-            ss.sort_unstable();
-            ss.dedup();
+            let mut ss: Vec<usize> = Vec::with_capacity(op.saved.len());
+            for &x in &op.saved {
+                insert_sorted(&mut ss, self.storage(x));
+            }
             self.distinct_saved[i] = ss.clone();
             if op.segment.is_none() {
                 for &s in &ss {
@@ -230,6 +249,15 @@ struct Replay<'t, 'g> {
     seg_done: Vec<bool>,
     /// Last op of a recomputation that uses each storage.
     re_last: Vec<Option<usize>>,
+    /// The step's allocations in order, and the block of each live storage and recomputed copy.
+    stream: StepStream,
+    block: Vec<u32>,
+    re_block: Vec<u32>,
+    /// What exists before the step: parameters, buffers, the batch (by storage), the optimizer
+    /// state in creation order, and `.grad` when it persists across micro-batches.
+    resident: Vec<u64>,
+    state: Vec<u64>,
+    gemm_workspace: u64,
 }
 
 impl<'t, 'g> Replay<'t, 'g> {
@@ -250,7 +278,49 @@ impl<'t, 'g> Replay<'t, 'g> {
             re_savers: vec![0; ns],
             seg_done: vec![false; g.segments],
             re_last: vec![None; ns],
+            stream: StepStream::default(),
+            block: vec![NO_BLOCK; ns],
+            re_block: vec![NO_BLOCK; ns],
+            resident: Vec::new(),
+            state: Vec::new(),
+            gemm_workspace: 0,
         }
+    }
+
+    /// A block the step allocates (counted live under `c`).
+    fn take(&mut self, c: Category, b: u64) -> u32 {
+        self.live.add(c, Bytes(b));
+        self.stream.alloc(b)
+    }
+    fn give(&mut self, c: Category, b: u64, block: u32) {
+        self.live.sub(c, Bytes(b));
+        self.stream.free(block);
+    }
+    /// Records the timeline point of op `op` with `scratch` allocated for the op's duration (and
+    /// a GEMM's cuBLAS workspace in the allocator's stream).
+    fn push_with_scratch(&mut self, phase: Phase, op: Option<usize>, c: Category, scratch: u64) {
+        let mut at = self.live;
+        at.add(c, Bytes(scratch));
+        self.tl.push(phase, op, at);
+        let id = self.stream.alloc(scratch);
+        if op.is_some_and(|i| is_gemm(self.tape.g.ops[i].kind)) {
+            let ws = self.stream.alloc(self.gemm_workspace);
+            self.stream.free(ws);
+        }
+        self.stream.free(id);
+    }
+
+    /// The loop's whole stream for the caching allocator: the blocks the loop still holds after
+    /// the step (the loss) are dropped by `del loss` before the next one.
+    fn loop_trace(&mut self) -> AllocTrace {
+        for s in 0..self.alive.len() {
+            if self.alive[s] && !self.tape.persistent(s) {
+                self.stream.keep_past_step(self.block[s]);
+            }
+        }
+        let grads = self.grads_persist.then(|| self.trainable());
+        self.stream
+            .two_steps(&self.resident, &self.state, grads.as_deref())
     }
 
     /// Bytes of each trainable parameter's storage, in tensor order.
@@ -276,6 +346,9 @@ impl<'t, 'g> Replay<'t, 'g> {
                 self.alive[s] = true;
                 self.cat_of[s] = kind_category(st.kind);
                 self.live.add(self.cat_of[s], Bytes(tape.sbytes[s]));
+                if tape.sbytes[s] > 0 {
+                    self.resident.push(tape.sbytes[s]);
+                }
             }
         }
         let counter = Bytes(
@@ -288,17 +361,21 @@ impl<'t, 'g> Replay<'t, 'g> {
             for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
                 let states = opt.optimizer.state_storages(t.numel(), t.dtype);
                 any_8bit |= opt.optimizer.is_bnb() && t.numel() >= BNB_MIN_8BIT_SIZE;
+                // `_init_group` creates a parameter's step counter, then its moments.
+                if counter.0 > 0 {
+                    self.live.add(Category::OptimizerState, counter);
+                    self.state.push(counter.0);
+                }
                 for b in states {
                     self.live
                         .add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
-                }
-                if counter.0 > 0 {
-                    self.live.add(Category::OptimizerState, counter);
+                    self.state.push(rounded(Bytes(b)));
                 }
             }
             for b in opt.optimizer.shared_state(any_8bit) {
                 self.live
                     .add(Category::OptimizerState, Bytes(rounded(Bytes(b))));
+                self.state.push(rounded(Bytes(b)));
             }
         }
         let trainable = self.trainable();
@@ -318,7 +395,7 @@ impl<'t, 'g> Replay<'t, 'g> {
     fn free(&mut self, s: usize) {
         if self.alive[s] {
             self.alive[s] = false;
-            self.live.sub(self.cat_of[s], Bytes(self.tape.sbytes[s]));
+            self.give(self.cat_of[s], self.tape.sbytes[s], self.block[s]);
         }
     }
 
@@ -335,12 +412,15 @@ impl<'t, 'g> Replay<'t, 'g> {
                 if tape.born[s] == Some(i) && !self.alive[s] {
                     self.alive[s] = true;
                     self.cat_of[s] = Category::Activations;
-                    self.live.add(Category::Activations, Bytes(tape.sbytes[s]));
+                    self.block[s] = self.take(Category::Activations, tape.sbytes[s]);
                 }
             }
-            let mut at = self.live;
-            at.add(Category::Activations, Bytes(rounded(op.fwd_scratch)));
-            self.tl.push(Phase::Forward, Some(i), at);
+            self.push_with_scratch(
+                Phase::Forward,
+                Some(i),
+                Category::Activations,
+                rounded(op.fwd_scratch),
+            );
             for &t in op.inputs.iter().chain(op.outputs.iter()) {
                 let s = tape.storage(t);
                 if tape.last_use[s] == Some(i)
@@ -383,12 +463,23 @@ impl<'t, 'g> Replay<'t, 'g> {
         saved
     }
 
+    /// Frees the recomputed copy of storage `s`.
+    fn drop_recomputed(&mut self, s: usize) {
+        self.re_alive[s] = false;
+        self.give(
+            Category::BackwardTemps,
+            self.tape.sbytes[s],
+            self.re_block[s],
+        );
+    }
+
     /// Drops one reference to a gradient tensor; the last one frees it.
     fn drop_ref(&mut self, o: usize) {
         let ob = &mut self.objs[o];
         ob.refs -= 1;
         if ob.refs == 0 {
-            self.live.sub(ob.cat, Bytes(ob.bytes));
+            let (cat, bytes, block) = (ob.cat, ob.bytes, ob.block);
+            self.give(cat, bytes, block);
         }
     }
 
@@ -403,12 +494,13 @@ impl<'t, 'g> Replay<'t, 'g> {
         let loss_grad = g.kept.first().map(|_| 0usize);
         if let Some(&loss) = g.kept.first() {
             let b = rounded(g.bytes(loss));
+            let block = self.take(Category::BackwardTemps, b);
             self.objs.push(GradObj {
                 bytes: b,
                 refs: 2,
                 cat: Category::BackwardTemps,
+                block,
             });
-            self.live.add(Category::BackwardTemps, Bytes(b));
             self.grad_of[loss] = Some(0);
         }
         if self.grads_persist {
@@ -479,19 +571,19 @@ impl<'t, 'g> Replay<'t, 'g> {
                 let s = tape.storage(t);
                 if tape.born[s] == Some(j) && !self.re_alive[s] {
                     self.re_alive[s] = true;
-                    self.live
-                        .add(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                    self.re_block[s] = self.take(Category::BackwardTemps, tape.sbytes[s]);
                 }
             }
-            let mut at = self.live;
-            at.add(Category::BackwardTemps, Bytes(rounded(rop.fwd_scratch)));
-            self.tl.push(Phase::Backward, Some(j), at);
+            self.push_with_scratch(
+                Phase::Backward,
+                Some(j),
+                Category::BackwardTemps,
+                rounded(rop.fwd_scratch),
+            );
             for &t in rop.inputs.iter().chain(rop.outputs.iter()) {
                 let s = tape.storage(t);
                 if self.re_alive[s] && self.re_last[s] == Some(j) && self.re_savers[s] == 0 {
-                    self.re_alive[s] = false;
-                    self.live
-                        .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                    self.drop_recomputed(s);
                 }
             }
         }
@@ -514,20 +606,24 @@ impl<'t, 'g> Replay<'t, 'g> {
                 }
                 _ => {
                     let b = rounded(g.bytes(t));
+                    let block = self.take(Category::BackwardTemps, b);
                     self.objs.push(GradObj {
                         bytes: b,
                         refs: 1,
                         cat: Category::BackwardTemps,
+                        block,
                     });
-                    self.live.add(Category::BackwardTemps, Bytes(b));
                     self.objs.len() - 1
                 }
             };
             new_objs.push((t, o));
         }
-        let mut at = self.live;
-        at.add(Category::BackwardTemps, Bytes(rounded(op.bwd_scratch)));
-        self.tl.push(Phase::Backward, Some(i), at);
+        self.push_with_scratch(
+            Phase::Backward,
+            Some(i),
+            Category::BackwardTemps,
+            rounded(op.bwd_scratch),
+        );
 
         for (t, o) in new_objs {
             self.deliver(t, o);
@@ -542,9 +638,7 @@ impl<'t, 'g> Replay<'t, 'g> {
                 if self.re_savers[s] > 0 {
                     self.re_savers[s] -= 1;
                     if self.re_savers[s] == 0 && self.re_alive[s] {
-                        self.re_alive[s] = false;
-                        self.live
-                            .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                        self.drop_recomputed(s);
                     }
                 }
             }
@@ -570,6 +664,8 @@ impl<'t, 'g> Replay<'t, 'g> {
                 self.live.sub(ob.cat, Bytes(ob.bytes));
                 ob.cat = Category::Gradients;
                 self.live.add(Category::Gradients, Bytes(ob.bytes));
+                let block = ob.block;
+                self.stream.keep_as_grad(block);
             }
         } else if self.grad_of[t].is_some() {
             self.drop_ref(o);
@@ -587,9 +683,7 @@ impl<'t, 'g> Replay<'t, 'g> {
                 self.free(s);
             }
             if self.re_alive[s] {
-                self.re_alive[s] = false;
-                self.live
-                    .sub(Category::BackwardTemps, Bytes(tape.sbytes[s]));
+                self.drop_recomputed(s);
             }
         }
         for t in 0..self.grad_of.len() {
@@ -610,12 +704,29 @@ impl<'t, 'g> Replay<'t, 'g> {
     /// group at once, the largest group being the peak.
     fn optimizer_step(&mut self, opt: &StepOptions) {
         let (g, tape) = (self.tape.g, self.tape);
+        self.stream.optimizer_starts();
         let mut at = self.live;
         match opt.optimizer_impl {
-            OptimizerImpl::ForLoop => at.add(
-                Category::OptimizerTemps,
-                Bytes(opt.optimizer.for_loop_peak(&self.trainable())),
-            ),
+            OptimizerImpl::ForLoop => {
+                let sizes = self.trainable();
+                at.add(
+                    Category::OptimizerTemps,
+                    Bytes(opt.optimizer.for_loop_peak(&sizes)),
+                );
+                // Each parameter's update makes its temporaries; one of them lives on until the
+                // next parameter's are made (the peak `for_loop_peak` takes).
+                let k = opt.optimizer.step_temporaries(OptimizerImpl::ForLoop);
+                let mut lingering = NO_BLOCK;
+                for &b in sizes.iter().filter(|_| k > 0) {
+                    let ids: Vec<u32> = (0..k).map(|_| self.stream.alloc(b)).collect();
+                    self.stream.free(lingering);
+                    for &id in &ids[1..] {
+                        self.stream.free(id);
+                    }
+                    lingering = ids[0];
+                }
+                self.stream.free(lingering);
+            }
             _ => {
                 let temps = opt.optimizer.step_temporaries(opt.optimizer_impl);
                 let mut by_dtype: Vec<(DType, u64)> = Vec::new();
@@ -627,13 +738,24 @@ impl<'t, 'g> Replay<'t, 'g> {
                     }
                 }
                 let group = by_dtype.iter().max_by_key(|(_, b)| *b).map(|(d, _)| *d);
-                for t in g
-                    .tensors
-                    .iter()
-                    .filter(|t| t.is_param && t.requires_grad && Some(t.dtype) == group)
-                {
-                    for _ in 0..temps {
-                        at.add(Category::OptimizerTemps, Bytes(tape.sbytes[t.storage]));
+                // The foreach kernels run one dtype group at a time; each group's temporaries
+                // are made for all its parameters, then freed.
+                for &(dtype, _) in &by_dtype {
+                    let mut ids: Vec<u32> = Vec::new();
+                    for t in g
+                        .tensors
+                        .iter()
+                        .filter(|t| t.is_param && t.requires_grad && t.dtype == dtype)
+                    {
+                        for _ in 0..temps {
+                            if Some(dtype) == group {
+                                at.add(Category::OptimizerTemps, Bytes(tape.sbytes[t.storage]));
+                            }
+                            ids.push(self.stream.alloc(tape.sbytes[t.storage]));
+                        }
+                    }
+                    for id in ids {
+                        self.stream.free(id);
                     }
                 }
             }

@@ -4,7 +4,6 @@
 
 use serde::Serialize;
 
-use super::device::Pools;
 use super::units::Bytes;
 
 /// What a live byte is for.
@@ -92,9 +91,9 @@ impl Phase {
     }
 }
 
-/// Live bytes per category, and the same blocks by allocator pool (for reserved memory).
+/// Live bytes per category.
 #[derive(Clone, Copy, Debug, Default, Serialize)]
-pub struct Live(pub [u64; Category::COUNT], #[serde(skip)] pub Pools);
+pub struct Live(pub [u64; Category::COUNT]);
 
 impl Live {
     pub fn total(&self) -> Bytes {
@@ -106,13 +105,11 @@ impl Live {
     /// One block of `b` bytes becomes live.
     pub fn add(&mut self, c: Category, b: Bytes) {
         self.0[c.index()] = self.0[c.index()].saturating_add(b.0);
-        self.1.add(b.0);
     }
     /// One block of `b` bytes is freed.
     pub fn sub(&mut self, c: Category, b: Bytes) {
         debug_assert!(self.0[c.index()] >= b.0, "freeing more {:?} than live", c);
         self.0[c.index()] = self.0[c.index()].saturating_sub(b.0);
-        self.1.sub(b.0);
     }
 }
 
@@ -144,14 +141,6 @@ impl Timeline {
             }
         }
         best
-    }
-    /// Largest segment footprint over the step: the caching allocator never releases segments.
-    pub fn reserved(&self) -> Bytes {
-        self.events
-            .iter()
-            .map(|e| e.live.1.reserved().max(e.live.total()))
-            .max()
-            .unwrap_or(Bytes::ZERO)
     }
     pub fn peak_in(&self, phase: Phase) -> Bytes {
         self.events

@@ -21,6 +21,16 @@ pub const ALLOCATOR_BLOCK: u64 = 512;
 #[serde(transparent)]
 pub struct Bytes(pub u64);
 
+/// Puts `x` into the ascending `v` unless it is there. For the handful of values the step's
+/// bookkeeping orders (an op's saved storages, the envelope's lines): no sort means no copy of
+/// the standard library's sorting code in the page's first load.
+pub fn insert_sorted(v: &mut Vec<usize>, x: usize) {
+    let at = v.partition_point(|&y| y < x);
+    if v.get(at) != Some(&x) {
+        v.insert(at, x);
+    }
+}
+
 impl Bytes {
     pub const ZERO: Bytes = Bytes(0);
     pub const KIB: u64 = 1 << 10;

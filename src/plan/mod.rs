@@ -22,7 +22,7 @@ pub mod spec;
 pub mod sweep;
 
 pub use error::PlanError;
-pub use spec::{parse_json, Plan};
+pub use spec::{parse_json, Plan, MAX_PLAN_TEXT};
 
 use crate::estimator::graph::Graph;
 use crate::estimator::parallel::{self, Layout, ParallelEstimate, Prepared};
@@ -42,6 +42,21 @@ pub fn build_graph(plan: &Plan) -> Result<Graph, PlanError> {
     let model = resolve::model(plan)?;
     ensure_loaded(plan)?;
     Ok(crate::estimator::build_graph(&model, &plan.setup())?)
+}
+
+/// The caching allocator's segments when `plan`'s allocated bytes peak (see
+/// [`crate::estimator::segments_at_peak`]).
+pub fn segments_at_peak(
+    plan: &Plan,
+) -> Result<Vec<crate::estimator::allocator::SegmentView>, PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    let gpu = resolve::gpu(plan)?;
+    Ok(crate::estimator::segments_at_peak(
+        &model,
+        &plan.setup(),
+        gpu.as_ref(),
+    )?)
 }
 
 /// Estimates one step of `plan` on its GPU (see [`crate::estimator::estimate`]).

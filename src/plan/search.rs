@@ -309,7 +309,7 @@ mod layouts {
             ..Default::default()
         };
         let found = search(&plan, &opts).unwrap();
-        assert_eq!(found.len(), 20);
+        assert_eq!(found.len(), 21);
         assert!(found
             .iter()
             .all(|c| c.micro_batch * c.micro_batches * c.dp == 12));

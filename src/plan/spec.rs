@@ -4,6 +4,7 @@
 //! unknown keys are refused so a typo never silently changes nothing. Names (`model`, `gpu`,
 //! links) are resolved by [`super::resolve`]; everything else is the core's [`Setup`].
 
+use crate::estimator::allocator::AllocConf;
 use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
@@ -108,6 +109,10 @@ pub struct Plan {
     /// What lives in host memory instead of on the GPU (ZeRO-Offload / ZeRO-Infinity).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub offload: Option<Offload>,
+    /// `PYTORCH_CUDA_ALLOC_CONF` as the run sets it (e.g. `expandable_segments:True`), for the
+    /// caching allocator's replay. Absent: PyTorch's defaults.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc_conf: Option<AllocConf>,
 }
 
 impl Default for Plan {
@@ -138,6 +143,7 @@ impl Default for Plan {
             frozen: None,
             context: None,
             new_tokens: None,
+            alloc_conf: None,
             parallel: None,
             offload: None,
         }
@@ -207,6 +213,11 @@ impl Plan {
             new_tokens: self.new_tokens,
             parallel: self.parallel.clone(),
             offload: self.offload.clone(),
+            allocator: self
+                .alloc_conf
+                .as_ref()
+                .map(|c| c.settings)
+                .unwrap_or_default(),
         }
     }
 }

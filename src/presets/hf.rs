@@ -544,7 +544,8 @@ pub const SUPPORTED: &[&str] = &[
     "gpt_oss",
 ];
 
-fn supported_list() -> String {
+/// [`SUPPORTED`] as a message lists them: "gpt2, bert, ... or gpt_oss".
+pub fn supported_list() -> String {
     let (last, rest) = SUPPORTED.split_last().unwrap_or((&"", &[]));
     format!("{} or {last}", rest.join(", "))
 }

@@ -202,7 +202,16 @@ pub fn assert_close(got: f64, want: f64, rel_tol: f64) {
 
 /// Runs the `vram-planner` binary with `args` and `stdin`, as a user would.
 pub fn run_cli(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_vram-planner"))
+    run_cli_in(
+        Command::new(env!("CARGO_BIN_EXE_vram-planner")),
+        args,
+        stdin,
+    )
+}
+
+/// [`run_cli`] with `cmd`'s environment (a test's own variables).
+pub fn run_cli_in(mut cmd: Command, args: &[&str], stdin: &str) -> Output {
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -722,6 +722,66 @@ test('no request leaves the origin', async () => {
   check(away.length === 0, `requests to other hosts: ${away.join(', ')}`);
 });
 
+test('a Hugging Face model id: nothing asked before Fetch, then applied as a pasted config', async () => {
+  // A stand-in for the Hub (CI has no internet): the Qwen3 config.json transformers wrote for
+  // tests/data/variant-steps.jsonl, 404 for anything else.
+  const config = readFileSync('tests/data/variant-steps.jsonl', 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l)).find((r) => r.plan?.hf_config?.model_type === 'qwen3').plan.hf_config;
+  const asked = [];
+  let hubUp = true;
+  await fresh();
+  await context.route('https://huggingface.co/**', (route) => {
+    const path = new URL(route.request().url()).pathname;
+    asked.push(path);
+    if (!hubUp) return route.abort('internetdisconnected');
+    const ok = path === '/Qwen/Qwen3-8B/resolve/main/config.json';
+    return route.fulfill({ status: ok ? 200 : 404, headers: { 'access-control-allow-origin': '*', 'content-type': 'application/json' }, body: ok ? JSON.stringify(config) : '{"error":"Entry not found"}' });
+  });
+  const page = planner.page;
+  await planner.open(url());
+  await planner.idle();
+  await page.getByTestId('config').locator('summary').click();
+  await page.getByTestId('hf-id').fill('Qwen/Qwen3-8B');
+  check(asked.length === 0 && requests.every((u) => u.startsWith(server.origin + '/')), `requests before Fetch: ${requests.filter((u) => !u.startsWith(server.origin + '/')).join(', ')}`);
+  const before = await planner.peakText();
+  await page.getByTestId('hf-fetch').click();
+  await page.getByTestId('hf-fetched').waitFor({ timeout: 15_000 });
+  check(asked.join() === '/Qwen/Qwen3-8B/resolve/main/config.json', `asked the Hub for ${asked.join(', ')}`);
+  await until(async () => (await planner.peakText()) !== before, 'the estimate did not follow the fetched config');
+  await until(() => new URL(page.url()).searchParams.get('cfg'), 'the address does not record the config as cfg');
+  check(JSON.parse(new URL(page.url()).searchParams.get('cfg')).model_type === 'qwen3', 'the address records another config');
+  await planner.idle();
+  const fetched = await planner.peakText();
+  console.log(`    fetched Qwen/Qwen3-8B: ${fetched}`);
+  // The same config pasted gives the same numbers.
+  await page.locator('[data-testid=config] textarea').fill(JSON.stringify(config));
+  await page.getByTestId('use-config').click();
+  await planner.idle();
+  check((await planner.peakText()) === fetched, `pasted: ${await planner.peakText()}, fetched: ${fetched}`);
+  // A missing id says so and points at the paste box.
+  await page.getByTestId('hf-id').fill('nobody/nothing');
+  await page.getByTestId('hf-fetch').click();
+  const missing = page.getByTestId('hf-missing');
+  await missing.waitFor({ timeout: 15_000 });
+  check(/paste/.test(await missing.textContent()), `the 404 message: ${await missing.textContent()}`);
+  // Offline, the id fetched before comes from storage.
+  hubUp = false;
+  await page.getByTestId('hf-id').fill('Qwen/Qwen3-8B');
+  await page.getByTestId('hf-fetch').click();
+  await page.getByTestId('hf-cached').waitFor({ timeout: 15_000 });
+  // A mirror the page's policy does not allow is refused before any request (no CSP violation).
+  const n = requests.length;
+  await planner.open(url('hf_endpoint=https%3A%2F%2Fhf-mirror.com'));
+  await page.getByTestId('config').locator('summary').click();
+  await page.getByTestId('hf-id').fill('Qwen/Qwen3-8B');
+  await page.getByTestId('hf-fetch').click();
+  const blocked = page.getByTestId('hf-blocked');
+  await blocked.waitFor({ timeout: 15_000 });
+  check(/huggingface\.co/.test(await blocked.textContent()), `the policy message: ${await blocked.textContent()}`);
+  check(!requests.slice(n).some((u) => u.startsWith('https://hf-mirror.com')), 'the blocked mirror was asked');
+  // Chromium logs the 404 and the refused connection themselves; the page logs nothing.
+  problems = problems.filter((p) => !/Failed to load resource/.test(p));
+});
+
 test('after one visit it reloads and works offline (service worker)', async () => {
   await fresh();
   await planner.open(url());

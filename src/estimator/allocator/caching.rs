@@ -261,7 +261,7 @@ impl CachingAllocator {
         if self.settings.collects_garbage() {
             self.gc_calls[p] += 1;
         }
-        let mut it = self.free[p].from((stream, rounded, 0, 0)).iter();
+        let mut it = self.free[p].from((stream, rounded, 0, 0));
         let mut cur = *it.next()?;
         if cur.0 != stream {
             return None;
@@ -276,7 +276,7 @@ impl CachingAllocator {
                         .filter(|n| !n.mapped)
                         .map_or(0, |n| n.size)
             };
-            for next in it {
+            for next in it.by_ref() {
                 if !self.blocks[cur.3 as usize].expandable
                     || next.0 != stream
                     || grow(self, next.3) >= grow(self, cur.3)
@@ -286,6 +286,7 @@ impl CachingAllocator {
                 cur = *next;
             }
         }
+        drop(it);
         let max_split = self.settings.max_split_size();
         let size = cur.1;
         // An oversize block never serves a small request, and serves an oversize one only
@@ -352,7 +353,7 @@ impl CachingAllocator {
         }
         let p = pool_of(small);
         let want = rounded.max(max_split);
-        let hit = self.free[p].from((stream, want, 0, 0)).first().copied();
+        let hit = self.free[p].from((stream, want, 0, 0)).next().copied();
         match hit {
             Some(k) if k.0 == stream && !self.blocks[k.3 as usize].expandable => {
                 self.release_block(k.3);
@@ -362,7 +363,6 @@ impl CachingAllocator {
                 let mut released = 0u64;
                 let below: Vec<Key> = self.free[p]
                     .below((stream, want, 0, 0))
-                    .iter()
                     .rev()
                     .take_while(|k| k.0 == stream && k.1 >= max_split)
                     .copied()

@@ -34,7 +34,6 @@ impl CachingAllocator {
         let p = pool_of(small);
         let candidates: Vec<BlockId> = self.unmapped[p]
             .from((stream, 0, 0, 0))
-            .iter()
             .take_while(|k| k.0 == stream)
             .map(|k| k.3)
             .collect();

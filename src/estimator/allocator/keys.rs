@@ -1,53 +1,144 @@
 //! The ordered sets of the allocator's pools (`std::set<Block*, Comparison>` in
-//! `c10/cuda/CUDACachingAllocator.cpp`): keys kept sorted in a vector. A pool holds at most a few
-//! thousand free blocks, so moving keys on insert costs little, and the page's WebAssembly
-//! carries a binary search instead of a B-tree.
+//! `c10/cuda/CUDACachingAllocator.cpp`). A large model's step leaves many thousands of cached
+//! blocks in a pool, so one sorted vector, whose inserts and removals move the whole tail, made
+//! the replay quadratic (an unrolled LSTM over 16k steps took a minute); a B-tree weighs about
+//! 3.5 KB gzip on the page. The keys are kept in sorted runs of at most `2 × RUN` instead: a
+//! search bisects the runs, then one run, and an insert or removal moves at most one run.
 
 /// Four ordered fields: `(stream, size, address, block)` for free blocks (`BlockComparatorSize`),
 /// `(stream, address, 0, block)` for unmapped ranges (`BlockComparatorAddress`).
 pub type Key = (u32, u64, u64, u32);
 
+/// Half the longest run: a full run splits in two.
+const RUN: usize = 128;
+
+/// Sorted, non-empty runs in order: every key of a run is below every key of the next. `last`
+/// holds each run's largest key, contiguous, so a search bisects it without touching the runs.
 #[derive(Clone, Debug, Default)]
-pub struct SortedSet(Vec<Key>);
+pub struct SortedSet {
+    runs: Vec<Vec<Key>>,
+    last: Vec<Key>,
+}
 
 impl SortedSet {
-    fn lower_bound(&self, k: &Key) -> usize {
-        self.0.partition_point(|x| x < k)
+    /// The run that holds `k` or would (the first whose last key is not below `k`; the last run
+    /// when `k` is above them all), and `k`'s lower bound in it.
+    fn locate(&self, k: &Key) -> (usize, usize) {
+        let r = self
+            .last
+            .partition_point(|x| x < k)
+            .min(self.runs.len().saturating_sub(1));
+        let i = self
+            .runs
+            .get(r)
+            .map_or(0, |run| run.partition_point(|x| x < k));
+        (r, i)
     }
     pub fn insert(&mut self, k: Key) {
-        let i = self.lower_bound(&k);
-        if self.0.get(i) != Some(&k) {
-            self.0.insert(i, k);
+        if self.runs.is_empty() {
+            self.runs.push(vec![k]);
+            self.last.push(k);
+            return;
+        }
+        let (r, i) = self.locate(&k);
+        let run = &mut self.runs[r];
+        if run.get(i) == Some(&k) {
+            return;
+        }
+        run.insert(i, k);
+        if run.len() > 2 * RUN {
+            let tail = run.split_off(RUN);
+            self.last[r] = run[RUN - 1];
+            self.last.insert(r + 1, tail[tail.len() - 1]);
+            self.runs.insert(r + 1, tail);
+        } else {
+            self.last[r] = run[run.len() - 1];
         }
     }
     pub fn remove(&mut self, k: &Key) -> bool {
-        match self.0.binary_search(k) {
-            Ok(i) => {
-                self.0.remove(i);
-                true
-            }
-            Err(_) => false,
+        let (r, i) = self.locate(k);
+        let Some(run) = self.runs.get_mut(r) else {
+            return false;
+        };
+        if run.get(i) != Some(k) {
+            return false;
         }
+        run.remove(i);
+        match run.last() {
+            Some(&l) => self.last[r] = l,
+            None => {
+                self.runs.remove(r);
+                self.last.remove(r);
+            }
+        }
+        true
     }
     pub fn contains(&self, k: &Key) -> bool {
-        self.0.binary_search(k).is_ok()
+        let (r, i) = self.locate(k);
+        self.runs.get(r).and_then(|run| run.get(i)) == Some(k)
     }
-    /// The keys from `k` on (`lower_bound(k)` to the end).
-    pub fn from(&self, k: Key) -> &[Key] {
-        &self.0[self.lower_bound(&k)..]
+    /// The keys from `k` on (`lower_bound(k)` to the end), in order.
+    pub fn from(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
+        let (r, i) = self.locate(&k);
+        let head = self.runs.get(r).map_or(&[][..], |run| &run[i..]);
+        let rest = self.runs.get(r + 1..).unwrap_or(&[]);
+        head.iter().chain(rest.iter().flatten())
     }
-    /// The keys before `k`.
-    pub fn below(&self, k: Key) -> &[Key] {
-        &self.0[..self.lower_bound(&k)]
+    /// The keys before `k`, in order.
+    pub fn below(&self, k: Key) -> impl DoubleEndedIterator<Item = &Key> {
+        let (r, i) = self.locate(&k);
+        let tail = self.runs.get(r).map_or(&[][..], |run| &run[..i]);
+        self.runs[..r].iter().flatten().chain(tail.iter())
     }
-    pub fn iter(&self) -> std::slice::Iter<'_, Key> {
-        self.0.iter()
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &Key> {
+        self.runs.iter().flatten()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Against a B-tree over many inserts and removals that split and empty runs.
+    #[test]
+    fn runs_behave_as_one_ordered_set() {
+        use std::collections::BTreeSet;
+        let mut s = SortedSet::default();
+        let mut b = BTreeSet::new();
+        let mut x: u64 = 12345;
+        for step in 0..20_000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let k: Key = ((x >> 60) as u32 % 2, (x >> 20) % 700, x % 5, step % 7);
+            if x.is_multiple_of(3) {
+                assert_eq!(s.remove(&k), b.remove(&k), "{step}");
+            } else {
+                s.insert(k);
+                b.insert(k);
+            }
+            if step.is_multiple_of(997) {
+                assert!(s.iter().copied().eq(b.iter().copied()));
+                let probe: Key = (1, 350, 2, 3);
+                assert!(s.from(probe).copied().eq(b.range(probe..).copied()));
+                assert!(s
+                    .below(probe)
+                    .rev()
+                    .copied()
+                    .eq(b.range(..probe).rev().copied()));
+                assert_eq!(s.contains(&probe), b.contains(&probe));
+            }
+        }
+        assert!(s
+            .runs
+            .iter()
+            .all(|run| !run.is_empty() && run.len() <= 2 * RUN));
+        assert!(s
+            .runs
+            .iter()
+            .zip(&s.last)
+            .all(|(run, l)| run.last() == Some(l)));
+    }
 
     #[test]
     fn keeps_keys_ordered_and_unique() {
@@ -66,8 +157,11 @@ mod tests {
             all,
             [(0, 3, 2, 1), (0, 5, 0, 3), (0, 5, 1, 0), (1, 1, 0, 2)]
         );
-        assert_eq!(s.from((0, 4, 0, 0))[0], (0, 5, 0, 3));
-        assert_eq!(s.below((0, 5, 0, 0)), [(0, 3, 2, 1)]);
+        assert_eq!(s.from((0, 4, 0, 0)).next(), Some(&(0, 5, 0, 3)));
+        assert_eq!(
+            s.below((0, 5, 0, 0)).copied().collect::<Vec<_>>(),
+            [(0, 3, 2, 1)]
+        );
         assert!(s.remove(&(0, 5, 0, 3)));
         assert!(!s.remove(&(0, 5, 0, 3)));
         assert!(!s.contains(&(0, 5, 0, 3)));

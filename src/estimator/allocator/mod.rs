@@ -4,10 +4,8 @@
 //! device reserves (`torch.cuda.max_memory_reserved()`), the fragmentation at the peak and the
 //! segment map come from the mechanism rather than from a margin.
 //!
-//!
-//! Not yet what `Estimate::reserved` reports: the estimate still sums each pool's live blocks
-//! into segments (`device::Pools`). Feeding this replay the step's stream makes the page's first
-//! load about 8 KB gzip heavier than its budget allows, so it waits for room there.
+//! The step simulation records the loop's stream ([`crate::estimator::step_stream`]) and
+//! [`crate::estimator::estimate`] replays it here for `Estimate::reserved`.
 //!
 //! [`settings`] holds the `PYTORCH_CUDA_ALLOC_CONF` options, [`sizes`] the size rules,
 //! [`caching`] the allocator's state and its malloc/free, [`expandable`] the
@@ -25,5 +23,5 @@ pub mod trace;
 mod tests;
 
 pub use caching::{BlockView, CachingAllocator, Capacity, OutOfMemory, SegmentView};
-pub use settings::{AllocatorSettings, SettingsError};
-pub use trace::{replay, segment_map, AllocTrace, AllocatorReport, Handle};
+pub use settings::{AllocConf, AllocatorSettings, SettingsError};
+pub use trace::{packed_peak, replay, segment_map, AllocTrace, AllocatorReport, Handle};

@@ -42,8 +42,40 @@ impl Default for AllocatorSettings {
     }
 }
 
+/// `PYTORCH_CUDA_ALLOC_CONF` as a plan writes it, checked when the plan is read (so that a page
+/// holds its reader with the plan reader, in the chunk fetched with a link's JSON) and kept as
+/// written so that the plan writes it back unchanged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AllocConf {
+    pub text: String,
+    pub settings: AllocatorSettings,
+}
+
+impl AllocConf {
+    pub fn parse(text: &str) -> Result<AllocConf, SettingsError> {
+        Ok(AllocConf {
+            text: text.to_string(),
+            settings: AllocatorSettings::parse(text)?,
+        })
+    }
+}
+
+impl serde::Serialize for AllocConf {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for AllocConf {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AllocConf, D::Error> {
+        let text = String::deserialize(d)?;
+        AllocConf::parse(&text)
+            .map_err(|e| serde::de::Error::custom(format!("PYTORCH_CUDA_ALLOC_CONF: {e}")))
+    }
+}
+
 /// A `PYTORCH_CUDA_ALLOC_CONF` string that PyTorch would reject or that this replay cannot follow.
-#[derive(Debug, Error, PartialEq)]
+#[derive(Clone, Debug, Error, PartialEq)]
 pub enum SettingsError {
     #[error("allocator option `{0}` is not `key:value`; write e.g. `expandable_segments:True`")]
     NotKeyValue(String),
@@ -106,7 +138,7 @@ impl AllocatorSettings {
                     s.roundup_power2_divisions = d;
                 }
                 "garbage_collection_threshold" => {
-                    let t: f64 = value.parse().map_err(|_| bad("a number"))?;
+                    let t = decimal_fraction(value).ok_or_else(|| bad("a number"))?;
                     if !(t > 0.0 && t < 1.0) {
                         return Err(bad("strictly between 0 and 1"));
                     }
@@ -124,6 +156,23 @@ impl AllocatorSettings {
         }
         Ok(s)
     }
+}
+
+/// A plain decimal such as `0.8` or `1` (what the option takes), read without the float parser
+/// that would weigh on the page's first load.
+fn decimal_fraction(v: &str) -> Option<f64> {
+    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
+    let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if int.is_empty() && frac.is_empty() || !digits(int) || !digits(frac) || frac.len() > 9 {
+        return None;
+    }
+    let whole: u64 = if int.is_empty() { 0 } else { int.parse().ok()? };
+    let part: u64 = if frac.is_empty() {
+        0
+    } else {
+        frac.parse().ok()?
+    };
+    Some(whole as f64 + part as f64 / 10f64.powi(frac.len() as i32))
 }
 
 #[cfg(test)]

@@ -369,3 +369,20 @@ fn invariants_hold_over_a_random_stream() {
         assert_eq!(a.reserved(), 0, "{conf}");
     }
 }
+
+/// Each pool's live blocks in whole segments, at the worst moment of the stream: 2 MiB for the
+/// small block, 20 MiB for the 3 MiB one, the large one rounded to 2 MiB; freeing the large one
+/// first leaves the peak where it was.
+#[test]
+fn packed_peak_rounds_each_pool_to_its_segments() {
+    let mut t = AllocTrace::default();
+    let _small = t.alloc(512);
+    let _medium = t.alloc(3 << 20);
+    let large = t.alloc((30 << 20) + 1);
+    t.free(large);
+    let _again = t.alloc(1 << 20);
+    assert_eq!(
+        super::packed_peak(&t).0,
+        (2 << 20) + (20 << 20) + (32 << 20)
+    );
+}

@@ -4,6 +4,7 @@
 
 use super::caching::{CachingAllocator, Capacity, OutOfMemory, SegmentView};
 use super::settings::AllocatorSettings;
+use super::sizes::{LARGE_BUFFER, MIN_LARGE_ALLOC, ROUND_LARGE, SMALL_BUFFER, SMALL_SIZE};
 use crate::estimator::units::Bytes;
 
 /// Names one allocation of a trace: the n-th `alloc` is handle n.
@@ -85,7 +86,9 @@ fn run(
         a.malloc(b, s).unwrap_or_else(|oom| {
             report.out_of_memory.get_or_insert(oom);
             a.unbounded = true;
-            a.malloc(b, s).expect("an unbounded device always has room")
+            // An unbounded device always has room (and the error's Debug text would weigh on
+            // the page).
+            a.malloc(b, s).unwrap_or_else(|_| unreachable!())
         })
     };
     for &b in resident {
@@ -113,6 +116,38 @@ fn run(
     report.peak_event = peak.2;
     report.retries = a.retries;
     (a, report)
+}
+
+/// The segments the trace's live blocks would need at its worst moment if each pool packed them
+/// perfectly: blocks up to 1 MiB in 2 MiB segments, up to 10 MiB in 20 MiB ones, larger ones
+/// rounded to 2 MiB. A lower bound of what the allocator reserves, with no fragmentation, for
+/// streams that are not replayed (a multi-GPU rank's).
+pub fn packed_peak(trace: &AllocTrace) -> Bytes {
+    let mut sizes: Vec<u64> = Vec::with_capacity(trace.allocs as usize);
+    // Live bytes of the small, medium and large pools (the large ones already rounded).
+    let mut live = [0u64; 3];
+    let mut peak = 0u64;
+    for e in &trace.events {
+        let (b, add) = match *e {
+            Event::Alloc { bytes, .. } => {
+                sizes.push(bytes);
+                (bytes, true)
+            }
+            Event::Free(h) => (sizes[h as usize], false),
+        };
+        let (pool, b) = match b {
+            _ if b <= SMALL_SIZE => (0, b),
+            _ if b <= MIN_LARGE_ALLOC => (1, b),
+            _ => (2, b.div_ceil(ROUND_LARGE) * ROUND_LARGE),
+        };
+        live[pool] = if add { live[pool] + b } else { live[pool] - b };
+        peak = peak.max(
+            live[0].div_ceil(SMALL_BUFFER) * SMALL_BUFFER
+                + live[1].div_ceil(LARGE_BUFFER) * LARGE_BUFFER
+                + live[2],
+        );
+    }
+    Bytes(peak)
 }
 
 /// Replays `trace` after the `resident` allocations (made before the step and kept: library

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use super::layout::{bad, Layout};
 use super::{offload, pipeline};
+use crate::estimator::allocator::packed_peak;
 use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
@@ -173,6 +174,7 @@ pub fn prepare_graph(
         optimizer_impl: plan.optimizer_impl(),
         accumulation: layout.micro_batches,
         device: plan.device,
+        gemm_workspace: 0,
     };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
@@ -189,9 +191,10 @@ pub fn prepare_graph(
     }
     let forward_flops_full: f64 = g.ops.iter().map(|o| o.flops).sum();
     let whole = simulate(&g, &opts);
-    let overhead = whole
-        .timeline
-        .reserved()
+    // What the allocator's segments hold beyond the whole model's allocated peak, packed
+    // perfectly: a rank's own stream (its all-gathers, reduce-scatters and copies on their own
+    // streams) is not recorded, so the unsharded step's fragmentation would not be its own.
+    let overhead = packed_peak(&whole.alloc_trace)
         .0
         .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
     let pieces = if chunks == 1 {

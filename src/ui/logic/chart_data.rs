@@ -58,14 +58,20 @@ pub fn ckpt_policies(plan: &Plan, info: &CkptInfo) -> Vec<(u64, Checkpointing)> 
                 .chain([n])
                 .collect()
         };
-        ks.push(sqrt_k(n));
+        // A handful of values, kept in order as they come (a sort of `u64` would add its own
+        // copy of the sorting code to the page's first load).
+        let mut put = |k: u64| {
+            let at = ks.partition_point(|&x| x < k);
+            if ks.get(at) != Some(&k) {
+                ks.insert(at, k);
+            }
+        };
+        put(sqrt_k(n));
         if let Checkpointing::Segments(k) = plan.ckpt {
             if (2..=n).contains(&(k as u64)) {
-                ks.push(k as u64);
+                put(k as u64);
             }
         }
-        ks.sort_unstable();
-        ks.dedup();
         v.extend(
             ks.into_iter()
                 .filter(|&k| k >= 2)

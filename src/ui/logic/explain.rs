@@ -233,7 +233,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         Formula::NoCublas.text(lang)
     } else {
         Formula::Cublas {
-            per: if sm >= 90 { "32 MiB" } else { "8.06 MiB" },
+            sm_90: sm >= 90,
             total: &b(DeviceOverhead::of(gpu).workspaces),
         }
         .text(lang)
@@ -313,7 +313,7 @@ mod tests {
         assert!(a.formula.ends_with(&a.bytes.to_string()), "{}", a.formula);
         let w = rows.iter().find(|r| r.key == "workspaces").unwrap();
         assert!(
-            w.formula.contains("2 × (8.06 MiB + 1 MiB)"),
+            w.formula.contains("2 × 4 MiB + 8 × 16 KiB) = 8.12 MiB"),
             "{}",
             w.formula
         );

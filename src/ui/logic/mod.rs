@@ -12,6 +12,7 @@ pub mod ckpt_info;
 pub mod comparison;
 pub mod explain;
 pub mod export;
+pub mod hub;
 pub mod i18n;
 pub mod json;
 pub mod mode;

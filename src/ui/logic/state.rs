@@ -380,6 +380,11 @@ pub fn set_config(plan: &mut Plan, text: &str) -> Result<(), PlanError> {
     let v = super::json::parse(text)
         .map_err(|_| PlanError::CodeNotLoaded)?
         .map_err(|e| PlanError::Estimate(EstimateError::BadHfConfig(e)))?;
+    set_config_value(plan, v)
+}
+
+/// [`set_config`] for a config.json already read (one fetched from the Hub).
+pub fn set_config_value(plan: &mut Plan, v: serde_json::Value) -> Result<(), PlanError> {
     if !v.is_object() {
         return Err(PlanError::Estimate(EstimateError::BadHfConfig(
             "a config.json is a JSON object".into(),

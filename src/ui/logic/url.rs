@@ -4,7 +4,8 @@
 //! ever echoed, and the page inserts no text as HTML anyway).
 //!
 //! Keys: `model`, `cfg` (a pasted config.json), `batch`, `res`, `seq`, `dtype`, `opt`,
-//! `opt_impl`, `ckpt`, `acc`, `attn`, `gpu`, `lang`, `units`, `embed`, `chart`, and `x`: every
+//! `opt_impl`, `ckpt`, `acc`, `attn`, `gpu`, `lang`, `units`, `embed`, `chart`, `hf_endpoint`
+//! (a Hugging Face mirror for the model-id box, kept in every link), and `x`: every
 //! other plan setting that differs from its default (mode, LoRA, quantization, the parallel
 //! layout, offloading, …) as one JSON object with the plan's own keys, read by the plan's own
 //! deserializer (unknown keys refused), so settings added to [`Plan`] later round-trip too.
@@ -98,9 +99,25 @@ impl Parsed {
     }
 }
 
-const KEYS: [&str; 17] = [
-    "model", "cfg", "batch", "res", "seq", "dtype", "opt", "opt_impl", "ckpt", "acc", "attn",
-    "gpu", "lang", "units", "embed", "chart", "x",
+const KEYS: [&str; 18] = [
+    "model",
+    "cfg",
+    "batch",
+    "res",
+    "seq",
+    "dtype",
+    "opt",
+    "opt_impl",
+    "ckpt",
+    "acc",
+    "attn",
+    "gpu",
+    "lang",
+    "units",
+    "embed",
+    "chart",
+    "hf_endpoint",
+    "x",
 ];
 
 /// Decodes `%XX` escapes and `+`; `None` for a broken escape or bytes that are not UTF-8.
@@ -228,6 +245,26 @@ pub fn wants_lazy_models(query: &str) -> bool {
     })
 }
 
+/// The longest `hf_endpoint` kept: a mirror's address, not a document.
+const MAX_ENDPOINT: usize = 256;
+
+/// The Hugging Face endpoint a query string names (`hf_endpoint`), as written: the model-id box
+/// checks it ([`super::hub::Endpoint::parse`]) when it fetches, so its code stays out of the
+/// first load; too long a value counts as none.
+pub fn hf_endpoint(query: &str) -> Option<String> {
+    let (_, v) = pairs(query).find(|(k, _)| k.as_deref() == Some("hf_endpoint"))?;
+    percent_decode(v).filter(|e| e.len() <= MAX_ENDPOINT)
+}
+
+/// `query` (from [`to_query`]) keeping the `hf_endpoint` of the address it replaces: the mirror
+/// is the reader's setting, not the plan's, and stays in every link made from the page.
+pub fn keep_hf_endpoint(query: String, current: &str) -> String {
+    match hf_endpoint(current) {
+        Some(e) => format!("{query}&hf_endpoint={}", percent_encode(&e)),
+        None => query,
+    }
+}
+
 /// Whether a query string has a `cfg` or an `x`: JSON, read with [`json`]'s code.
 pub fn wants_json(query: &str) -> bool {
     pairs(query).any(|(k, _)| matches!(k.as_deref(), Some("cfg" | "x")))
@@ -337,6 +374,8 @@ pub fn parse_query(query: &str) -> Parsed {
                 .then(|| out.view.embed = matches!(v, "1" | "true"))
                 .is_some(),
             "chart" => ChartKind::parse(v).map(|c| out.view.chart = c).is_some(),
+            // Read again, and judged, when the model-id box fetches ([`hf_endpoint`]).
+            "hf_endpoint" => v.len() <= MAX_ENDPOINT,
             _ => true,
         };
         if !ok {
@@ -601,6 +640,29 @@ mod tests {
             assert!(p.rejected.contains(&"x"), "{bad}: {:?}", p.rejected);
             assert_eq!(p.plan.model, "gpt2");
         }
+    }
+
+    #[test]
+    fn a_hub_mirror_is_kept_in_links() {
+        let q = "model=gpt2&hf_endpoint=http%3A%2F%2F127.0.0.1%3A8080%2Ffake-hub";
+        let parsed = parse_query(q);
+        assert!(!parsed.has_problems(), "{parsed:?}");
+        let e = hf_endpoint(q).unwrap();
+        assert_eq!(e, "http://127.0.0.1:8080/fake-hub");
+        let kept = keep_hf_endpoint("model=gpt2".into(), q);
+        assert_eq!(hf_endpoint(&kept), Some(e));
+        assert_eq!(
+            keep_hf_endpoint("model=gpt2".into(), "?lang=zh"),
+            "model=gpt2"
+        );
+        // Kept as written, whatever it says (the box judges it), but never echoed unescaped.
+        let odd = "hf_endpoint=javascript%3Aalert(1)%26x%3D1";
+        assert_eq!(hf_endpoint(odd).as_deref(), Some("javascript:alert(1)&x=1"));
+        let kept = keep_hf_endpoint("a=1".into(), odd);
+        assert_eq!(kept, "a=1&hf_endpoint=javascript:alert%281%29%26x%3D1");
+        let long = format!("hf_endpoint={}", "a".repeat(MAX_ENDPOINT + 1));
+        assert_eq!(parse_query(&long).rejected, ["hf_endpoint"]);
+        assert_eq!(keep_hf_endpoint("a=1".into(), &long), "a=1");
     }
 
     #[test]

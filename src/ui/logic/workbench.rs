@@ -23,7 +23,7 @@ use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
 use crate::plan::estimate;
-use crate::plan::sweep::{max_batch, BatchLines, Point};
+use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point};
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
@@ -302,7 +302,11 @@ pub struct Wants {
 }
 
 /// How many models the cache keeps (a 70B model's lines take about a megabyte).
-pub const CACHE_MODELS: usize = 64;
+pub const CACHE_MODELS: usize = 96;
+
+/// How many of the page's wanted models are simulated, in priority order: fewer than the cache
+/// keeps, with room for the plans the user moves between.
+pub const WANTED_MODELS: usize = CACHE_MODELS - 16;
 
 /// How many largest batches and checkpointing probes the page keeps. Each is small (a plan's key
 /// and a number), but a session that slides the sequence length for months makes a new key per
@@ -324,6 +328,8 @@ pub struct Workbench {
     models: HashMap<ModelKey, Rc<Result<BatchModel, PlanError>>>,
     order: VecDeque<ModelKey>,
     max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, PlanError>>,
+    /// The largest-batch search under way, a step per job (input is answered between steps).
+    searching: Option<((ModelKey, Option<String>), MaxBatchSearch)>,
     exact: Option<(Plan, Result<Estimate, PlanError>)>,
     ckpt: HashMap<ModelKey, CkptInfo>,
     /// Simulations run so far (for tests and the page's diagnostics).
@@ -427,9 +433,12 @@ impl Workbench {
                 ..plan.clone()
             }));
         }
+        // No more wanted models than the cache keeps: past that each new one would push out
+        // another wanted one, and the pump would simulate them in turn for ever.
         wants
             .models
             .iter()
+            .take(WANTED_MODELS)
             .find(|p| crate::plan::lazy::ready_for(p) && self.cached(p).is_none())
             .map(|p| Job::Model(model_plan(p)))
     }
@@ -446,13 +455,20 @@ impl Workbench {
                 self.exact = Some((p, e));
             }
             Job::MaxBatch(p) => {
-                let cap = super::state::gpu_of(&p).map(|g| g.memory);
-                let r = match cap {
-                    Some(cap) => max_batch(&p, cap),
-                    None => Ok(None),
+                let key = max_batch_key(&p);
+                let Some(cap) = super::state::gpu_of(&p).map(|g| g.memory) else {
+                    insert_bounded(&mut self.max_batches, key, Ok(None));
+                    return;
                 };
-                self.simulations += 8;
-                insert_bounded(&mut self.max_batches, max_batch_key(&p), r);
+                let mut search = match self.searching.take() {
+                    Some((k, s)) if k == key => s,
+                    _ => MaxBatchSearch::new(&p, cap),
+                };
+                self.simulations += 1;
+                match search.step() {
+                    Some(r) => insert_bounded(&mut self.max_batches, key, r),
+                    None => self.searching = Some((key, search)),
+                }
             }
         }
     }
@@ -469,6 +485,7 @@ impl Workbench {
 mod tests {
     use super::*;
     use crate::estimator::config::Precision;
+    use crate::plan::sweep::max_batch;
     use crate::presets::gpus;
     use crate::presets::models::MODELS;
 
@@ -476,10 +493,12 @@ mod tests {
         (a.0 as f64 - b.0 as f64).abs() / b.0.max(1) as f64
     }
 
-    /// Reserved memory steps with the allocator's 2 and 20 MiB segments, which the lines
-    /// interpolate: within 2 % or 64 MiB (the exact estimate replaces it on the page).
+    /// Reserved memory is the caching allocator's replay, whose layout (which cached block
+    /// serves which request) is not affine in the batch; the lines carry the replay's excess
+    /// over the allocated peak from two batches (`BatchLines::excess`): within 15 % or 64 MiB
+    /// (the exact estimate replaces it on the page once input settles).
     fn close_reserved(a: Bytes, b: Bytes) -> bool {
-        a.0.abs_diff(b.0) as f64 <= (0.02 * b.0 as f64).max((64u64 << 20) as f64)
+        a.0.abs_diff(b.0) as f64 <= (0.15 * b.0 as f64).max((64u64 << 20) as f64)
     }
 
     #[test]
@@ -588,8 +607,40 @@ mod tests {
         let m = BatchModel::new(&plan).unwrap();
         let guess = m.max_batch_guess(gpu.memory, Some(&gpu)).unwrap();
         let exact = max_batch(&plan, gpu.memory).unwrap().unwrap();
-        assert!(guess.abs_diff(exact) <= 1, "guess {guess} vs {exact}");
+        // The guess reads the lines' reserved memory (see `close_reserved`); the solver
+        // confirms with exact estimates.
+        assert!(
+            guess.abs_diff(exact) <= (exact * 12 / 100).max(1),
+            "guess {guess} vs {exact}"
+        );
         assert_eq!(m.max_batch_guess(Bytes(1 << 20), Some(&gpu)), None);
+    }
+
+    /// A page that wants more models than the cache keeps still runs out of work: the models
+    /// past [`WANTED_MODELS`] are not simulated, so none pushes out another wanted one.
+    #[test]
+    fn more_wanted_models_than_the_cache_keeps_still_end() {
+        let mut wb = Workbench::new();
+        let plan = Plan::new("resnet18");
+        let models: Vec<Plan> = (0..CACHE_MODELS as u64 + 20)
+            .map(|r| Plan {
+                res: Some(32 + r),
+                ..plan.clone()
+            })
+            .collect();
+        let wants = Wants {
+            models,
+            ..Default::default()
+        };
+        let mut jobs = 0;
+        while let Some(j) = wb.next_job(&plan, &wants) {
+            wb.run(j);
+            jobs += 1;
+            assert!(jobs <= WANTED_MODELS + 1, "the jobs never end");
+        }
+        assert!(wants.models[..WANTED_MODELS]
+            .iter()
+            .all(|p| wb.cached(p).is_some()));
     }
 
     #[test]
@@ -669,7 +720,12 @@ mod tests {
         );
         let n = wb.numbers(&plan).unwrap();
         let e = wb.exact(&plan).unwrap().as_ref().unwrap();
-        assert!(close_reserved(n.device_total, e.device_total));
+        assert!(
+            close_reserved(n.device_total, e.device_total),
+            "{} vs {}",
+            n.device_total,
+            e.device_total
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub fn App() -> impl IntoView {
     let parsed = url::parse_query(&query);
     let lang = browser::initial_lang(parsed.view.lang);
     let units = browser::initial_units(parsed.view.units, query.contains("units="));
-    let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units);
+    let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units, pump::adopt());
     let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
     // Every change of the plan: wake the background work and, a moment later, the address bar.

@@ -58,6 +58,23 @@ pub fn remember(lang: Lang, units: Units) {
     }));
 }
 
+/// A remembered value (`None` where storage is refused: a sandboxed frame, private mode).
+pub fn stored(key: &str) -> Option<String> {
+    storage()?.get_item(key).ok().flatten()
+}
+
+/// Remembers a value; a refusal (storage full or denied) only loses the offline copy.
+pub fn store(key: &str, value: &str) {
+    if let Some(s) = storage() {
+        let _ = s.set_item(key, value);
+    }
+}
+
+/// The page's origin (`scheme://host[:port]`).
+pub fn origin() -> String {
+    window().location().origin().unwrap_or_default()
+}
+
 /// The page's query string as loaded.
 pub fn location_query() -> String {
     window().location().search().unwrap_or_default()

@@ -146,6 +146,8 @@ pub fn model_picker(p: Planner) -> El {
             Fetch::Failed => Msg::ModelCodeUnavailable.t(p.lang.get()).to_string(),
             _ => Msg::ModelCodeLoading.t(p.lang.get()).to_string(),
         });
+    let hub = h("div").cls("hub");
+    let open_hub = super::hub_box::on_open(p, with_code, hub.0.clone());
     field("field model")
         .child(label("model", p.prefs().text(Msg::Model)))
         .child(groups)
@@ -154,7 +156,14 @@ pub fn model_picker(p: Planner) -> El {
             h("details")
                 .cls("paste")
                 .testid("config")
-                .child(h("summary").dyn_text(p.prefs().text(Msg::PasteConfig)))
+                .on("toggle", move |_| open_hub())
+                .child(h("summary").dyn_text(p.prefs().text(Msg::HubModel)))
+                .child(hub)
+                .child(
+                    h("p")
+                        .cls("hint")
+                        .dyn_text(p.prefs().text(Msg::PasteConfig)),
+                )
                 .child(h("p").cls("hint").dyn_text(p.prefs().text(Msg::PasteHint)))
                 .child(
                     h("textarea")

@@ -9,6 +9,7 @@ pub mod compare;
 mod controls;
 // Public for the page tests, which count its live listeners.
 pub mod dom;
+mod hub_box;
 pub mod mode_panel;
 mod page_workbench;
 pub mod panels;

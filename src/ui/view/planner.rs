@@ -55,6 +55,8 @@ pub struct Planner {
     /// The chart code is here (fetched with the first chart that comes into view): the charts'
     /// data and tables read it.
     pub chart_code: RwSignal<bool>,
+    /// Which mounted page this is, for the background pump ([`super::pump::adopt`]).
+    pub pump: u64,
 }
 
 impl Planner {
@@ -63,7 +65,7 @@ impl Planner {
         let p = self;
         Memo::new(move |_| p.base.with(|q| state::applies(q, &p.info.get())))
     }
-    pub fn new(initial: Plan, view: View, lang: Lang, units: Units) -> Self {
+    pub fn new(initial: Plan, view: View, lang: Lang, units: Units, pump: u64) -> Self {
         let plan = RwSignal::new(initial);
         let version = RwSignal::new(0u64);
         let base = Memo::new(move |_| {
@@ -125,6 +127,7 @@ impl Planner {
             numbers,
             max_batch,
             chart_code: RwSignal::new(chart_data::loaded()),
+            pump,
         }
     }
 
@@ -157,10 +160,11 @@ impl Planner {
             embed,
             ..self.view()
         };
+        let q = self.plan.with_untracked(|p| url::to_query(p, &v))?;
         Ok(format!(
             "{}?{}",
             browser::base_url(),
-            self.plan.with_untracked(|p| url::to_query(p, &v))?
+            url::keep_hf_endpoint(q, &browser::location_query())
         ))
     }
 
@@ -204,7 +208,7 @@ impl Planner {
     pub fn sync_address(self) {
         self.with_json(
             |p| p.plan.with_untracked(|q| url::to_query(q, &p.view())),
-            |_, q| browser::replace_query(&q),
+            |_, q| browser::replace_query(&url::keep_hf_endpoint(q, &browser::location_query())),
         );
     }
 

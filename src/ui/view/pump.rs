@@ -19,11 +19,32 @@ thread_local! {
     static PUMP_SCHEDULED: Cell<bool> = const { Cell::new(false) };
     static LAST_CHANGE: Cell<f64> = const { Cell::new(0.0) };
     static FETCHING_SUGGESTIONS: Cell<bool> = const { Cell::new(false) };
+    /// The page that owns the pump (the latest mounted); a run scheduled for another stops.
+    static OWNER: Cell<u64> = const { Cell::new(0) };
 }
 
 /// How long the plan must stay unchanged before the exact estimate runs (so dragging a slider
 /// never waits for a full simulation).
 pub const SETTLE_MS: f64 = 150.0;
+
+/// A newly mounted page owns the pump; the number it returns goes in its [`Planner`]. A run still
+/// scheduled by a page mounted before it (a test's, whose signals may outlive its unmount) stops
+/// instead of running that page's jobs: the pages share one workbench, and two pumps would
+/// take turns replacing each other's exact estimate for ever. Nor may such a run make the new
+/// page's wake-up look done.
+pub fn adopt() -> u64 {
+    PUMP_SCHEDULED.with(|s| s.set(false));
+    FETCHING_SUGGESTIONS.with(|f| f.set(false));
+    OWNER.with(|o| {
+        o.set(o.get() + 1);
+        o.get()
+    })
+}
+
+/// Whether `p`'s page still owns the pump.
+fn owns(p: Planner) -> bool {
+    OWNER.with(Cell::get) == p.pump
+}
 
 /// Notes a change of the plan (the exact estimate waits for quiet) and wakes the pump.
 pub fn plan_changed(p: Planner) {
@@ -34,7 +55,7 @@ pub fn plan_changed(p: Planner) {
 /// Runs the pump once the page is idle (after the frame is drawn and any queued input), now or
 /// after `delay_ms`: a job may take longer than a frame, and it must not run ahead of an input.
 fn schedule_pump(p: Planner, delay_ms: f64) {
-    if PUMP_SCHEDULED.with(|s| s.replace(true)) {
+    if !owns(p) || PUMP_SCHEDULED.with(|s| s.replace(true)) {
         return;
     }
     super::dom::when_idle_after(delay_ms, Box::new(move || run_pump(p)));
@@ -48,6 +69,9 @@ fn fetch_suggestions(p: Planner) {
     }
     leptos::task::spawn_local(async move {
         let ok = suggest::load().await;
+        if !owns(p) {
+            return;
+        }
         FETCHING_SUGGESTIONS.with(|f| f.set(false));
         if ok {
             p.version.update(|v| *v += 1);
@@ -96,6 +120,9 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
 /// One job, then the next one in a later task; when only the exact estimate is left and input
 /// has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
+    if !owns(p) {
+        return;
+    }
     PUMP_SCHEDULED.with(|s| s.set(false));
     let Some(plan) = p.plan.try_get_untracked() else {
         return;

@@ -78,9 +78,9 @@ pub enum Formula<'a> {
     },
     AllocatorCache,
     NoCublas,
-    /// cuBLAS workspaces: bytes per handle (as written) and the total.
+    /// The cuBLAS workspace of one matrix multiply: its size rule (sm_90 on or before) and bytes.
     Cublas {
-        per: &'a str,
+        sm_90: bool,
         total: &'a str,
     },
     Reserved,
@@ -167,15 +167,17 @@ impl Formula<'_> {
             PeakSum { phase, op: None } => {
                 format!("sum of the rows above, during {phase}; each tensor rounded to 512 B")
             }
-            AllocatorCache if zh => "缓存分配器：1 MiB 以下的块用 2 MiB 段，10 MiB 以下用 20 MiB 段，更大的按 2 MiB 取整；释放后仍保留".into(),
-            AllocatorCache => "caching allocator: 2 MiB segments for blocks up to 1 MiB, 20 MiB up to 10 MiB, larger ones rounded to 2 MiB; kept after frees".into(),
+            AllocatorCache if zh => "重放缓存分配器两步：2 MiB 段（≤1 MiB）、20 MiB 段（≤10 MiB）、更大按 2 MiB 取整；释放的块留在缓存".into(),
+            AllocatorCache => "the caching allocator replayed over two steps: 2 MiB segments up to 1 MiB, 20 MiB up to 10 MiB, larger rounded to 2 MiB; freed blocks stay cached".into(),
             NoCublas if zh => "此设备无 cuBLAS = 0 B".into(),
             NoCublas => "no cuBLAS on this device = 0 B".into(),
-            Cublas { per, total } if zh => {
-                format!("cuBLAS + cuBLASLt，前向与反向两个线程：2 × ({per} + 1 MiB) = {total}")
-            }
-            Cublas { per, total } => format!(
-                "cuBLAS + cuBLASLt, forward and backward threads: 2 × ({per} + 1 MiB) = {total}"
+            Cublas { sm_90, total } if zh => format!(
+                "每次矩阵乘法申请并释放的 cuBLAS 工作空间（{}）= {total}",
+                if sm_90 { "sm_90 起 32 MiB" } else { "2 × 4 MiB + 8 × 16 KiB" }
+            ),
+            Cublas { sm_90, total } => format!(
+                "cuBLAS workspace taken and freed by each matrix multiply ({}) = {total}",
+                if sm_90 { "32 MiB from sm_90 on" } else { "2 × 4 MiB + 8 × 16 KiB" }
             ),
             Reserved if zh => "已分配峰值 + 分配器缓存 + 工作空间".into(),
             Reserved => "allocated peak + allocator cache + workspaces".into(),
