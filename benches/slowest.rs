@@ -95,6 +95,8 @@ fn main() {
         ("batch 4096, llama-3-70b seq 8192", r#"{"model":"llama-3-70b","seq":8192,"batch":4096,"dtype":"bf16"}"#.into(), Ask::Estimate),
         ("batch 4096, resnet152 res 1024", r#"{"model":"resnet152","res":1024,"batch":4096}"#.into(), Ask::Estimate),
         ("longest sequence, 2-layer config seq 2^24", format!(r#"{{"model":"cfg","hf_config":{},"seq":16777216}}"#, llama_config(2, 256, 32000)), Ask::Estimate),
+        ("largest MoE preset (deepseek-v3), seq 4096", r#"{"model":"deepseek-v3","seq":4096,"dtype":"bf16","gpu":"h200-141"}"#.into(), Ask::Estimate),
+        ("most expert blocks (qwen3_moe 128 layers x 128 experts)", r#"{"model":"cfg","hf_config":{"model_type":"qwen3_moe","hidden_size":256,"moe_intermediate_size":64,"num_hidden_layers":128,"num_attention_heads":4,"num_key_value_heads":4,"head_dim":64,"vocab_size":32000},"seq":4096}"#.into(), Ask::Estimate),
         ("largest config.json (2048 layers)", format!(r#"{{"model":"cfg","hf_config":{},"seq":4096}}"#, llama_config(2048, 8192, 128256)), Ask::Estimate),
         ("lstm-lm, seq 16384 unrolled, batch 4096", r#"{"model":"lstm-lm","seq":16384,"batch":4096,"cudnn":false}"#.into(), Ask::Estimate),
         ("most checkpoint segments (k = max)", format!(r#"{{"model":"llama-3-70b","seq":4096,"ckpt":"k{}"}}"#, u32::MAX), Ask::Estimate),

@@ -38,6 +38,8 @@ def records():
 
 plans, configs, seen_plan, seen_cfg = [], {}, set(), set()
 for r in records():
+    # Older records hold the plan's keys at the top level, newer ones under "plan".
+    r = r["plan"] if isinstance(r.get("plan"), dict) else r
     plan = {k: v for k, v in r.items() if k in PLAN_KEYS}
     if "model" not in plan:
         continue

@@ -133,6 +133,41 @@ fn malformed_deepseek_and_gpt_oss_configs_are_refused() {
     }
 }
 
+/// The work a config may ask for is capped at 16,384 expert blocks (routed experts × sparse
+/// layers), with a message saying so; the published models stay below it.
+#[test]
+fn expert_blocks_past_the_cap_are_refused_with_a_message() {
+    // The fuzzers' case: DeepSeek-V3's 61 layers (3 dense) with 512 routed experts.
+    let many = json!({"model_type": "deepseek_v3", "n_routed_experts": 512, "n_group": 8});
+    match parse(&many) {
+        Err(EstimateError::BadHfConfig(m)) => {
+            assert!(m.contains("29696 expert blocks"), "{m}");
+            assert!(m.contains("at most 16384"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // 2048 layers of gpt-oss' 128 experts; Qwen3-MoE with 128 experts in 128 layers.
+    for cfg in [
+        json!({"model_type": "gpt_oss", "num_hidden_layers": 2048}),
+        json!({"model_type": "qwen3_moe", "num_hidden_layers": 129}),
+    ] {
+        assert!(
+            matches!(parse(&cfg), Err(EstimateError::BadHfConfig(_))),
+            "{cfg}"
+        );
+    }
+    // At the cap: 128 sparse layers of 128 experts.
+    assert!(parse(&json!({"model_type": "qwen3_moe", "num_hidden_layers": 128})).is_ok());
+    for id in [
+        "deepseek-v3",
+        "gpt-oss-120b",
+        "qwen3-30b-a3b",
+        "mixtral-8x7b",
+    ] {
+        assert!(build_graph(&Plan::new(id)).is_ok(), "{id}");
+    }
+}
+
 /// `sum(p.numel() for p in AutoModelForCausalLM.from_config(cfg).parameters())` on the meta
 /// device (transformers 5.24.0, the presets' configs), and the active count: the total less
 /// the `E - k` routed experts a token skips in each sparse layer (the experts' parameters, biases

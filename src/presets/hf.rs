@@ -24,6 +24,13 @@ use crate::estimator::graph::Graph;
 const MAX_LAYERS: u64 = 2048;
 const MAX_DIM: u64 = 1 << 22;
 const MAX_VOCAB: u64 = 1 << 24;
+/// Most expert blocks (routed experts × sparse layers) a step may run. The transformers loop
+/// runs each expert as ops of its own, so the op tape grows with this product, and the simulation
+/// with it: DeepSeek-V3's 256 experts in 58 sparse layers (14,848) estimate in about 0.6 s
+/// natively (`cargo bench --bench slowest`), and an input just under this cap within the
+/// planner's 1 s promise. Every published model the importer reads is below it (Qwen3-235B-A22B:
+/// 12,032; gpt-oss-120b: 4,608).
+pub const MAX_EXPERT_BLOCKS: u64 = 16_384;
 
 fn bad(msg: impl Into<String>) -> EstimateError {
     EstimateError::BadHfConfig(msg.into())
@@ -670,6 +677,16 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         variant.moe = Some(moe);
         variant.sliding = Some(sliding);
         variant.sinks = true;
+    }
+    if let Some(moe) = &variant.moe {
+        let blocks = (0..layers).filter(|&l| moe.is_sparse(l)).count() as u64 * moe.experts;
+        if blocks > MAX_EXPERT_BLOCKS {
+            return Err(bad(format!(
+                "{} routed experts in each of {} sparse layers make {blocks} expert blocks per step; the planner simulates at most {MAX_EXPERT_BLOCKS} (DeepSeek-V3 has 14,848): lower 'num_hidden_layers' or the expert count",
+                moe.experts,
+                blocks / moe.experts.max(1)
+            )));
+        }
     }
     let gemma = matches!(mt, "gemma2" | "gemma3_text");
     if gemma {

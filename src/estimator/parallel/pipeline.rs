@@ -250,7 +250,6 @@ impl Lifetimes {
 
 /// [`slice`] with the whole graph's [`Lifetimes`] given.
 pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
-    let ns = g.storages.len();
     let (born, last_use) = (&life.born, &life.last_use);
     let mut out = Graph::new(g.precision);
     out.tp.size = g.tp.size;
@@ -258,8 +257,8 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
     out.tp.seq_dim = g.tp.seq_dim;
     out.tp.heads = g.tp.heads;
     let mut m = Mapper {
-        smap: vec![None; ns],
-        tmap: vec![None; g.tensors.len()],
+        smap: HashMap::new(),
+        tmap: HashMap::new(),
         born,
         start: range.start,
     };
@@ -283,13 +282,13 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
     }
     out.segments = seg_map.len();
     for &(p, c) in &g.cast_cache {
-        if let (Some(np), Some(nc)) = (m.tmap[p], m.tmap[c]) {
+        if let (Some(&np), Some(&nc)) = (m.tmap.get(&p), m.tmap.get(&c)) {
             out.cast_cache.push((np, nc));
         }
     }
     // The loss (last stage), else what later stages read.
     for &t in &g.kept {
-        if let Some(n) = m.tmap[t] {
+        if let Some(&n) = m.tmap.get(&t) {
             out.kept.push(n);
         }
     }
@@ -340,22 +339,25 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
     out
 }
 
+/// Old storage and tensor ids to the slice's. Maps, not tables as long as the whole graph: a
+/// 2048-stage pipeline slices its graph 2048 times, and zeroing two whole-graph tables per
+/// slice took most of its estimate.
 struct Mapper<'a> {
-    smap: Vec<Option<usize>>,
-    tmap: Vec<Option<usize>>,
+    smap: HashMap<usize, usize>,
+    tmap: HashMap<TensorId, TensorId>,
     born: &'a [usize],
     start: usize,
 }
 
 impl Mapper<'_> {
     fn map(&mut self, g: &Graph, t: TensorId, out: &mut Graph) -> TensorId {
-        if let Some(n) = self.tmap[t] {
+        if let Some(&n) = self.tmap.get(&t) {
             return n;
         }
         let old = &g.tensors[t];
         let s = old.storage;
-        let sid = match self.smap[s] {
-            Some(x) => x,
+        let sid = match self.smap.get(&s) {
+            Some(&x) => x,
             None => {
                 let st = &g.storages[s];
                 let kind = if st.kind == StorageKind::Activation && self.born[s] < self.start {
@@ -367,7 +369,7 @@ impl Mapper<'_> {
                     bytes: st.bytes,
                     kind,
                 });
-                self.smap[s] = Some(out.storages.len() - 1);
+                self.smap.insert(s, out.storages.len() - 1);
                 out.storages.len() - 1
             }
         };
@@ -378,7 +380,7 @@ impl Mapper<'_> {
             requires_grad: old.requires_grad,
             is_param: old.is_param,
         });
-        self.tmap[t] = Some(out.tensors.len() - 1);
+        self.tmap.insert(t, out.tensors.len() - 1);
         out.tensors.len() - 1
     }
 }
