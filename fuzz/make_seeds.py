@@ -13,7 +13,7 @@ PLAN_KEYS = [
     "model", "hf_config", "batch", "res", "seq", "dtype", "opt", "optimizer", "optimizer_impl",
     "ckpt", "attn", "causal_mask", "cudnn", "device", "accumulation", "gpu", "mode", "lora",
     "quantization", "double_quant", "group_size", "kv_cache_dtype", "sparsity", "frozen",
-    "context", "new_tokens", "parallel", "offload",
+    "context", "new_tokens", "parallel", "offload", "alloc_conf", "stack",
 ]
 
 

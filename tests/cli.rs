@@ -47,6 +47,34 @@ fn the_table_names_the_verdict() {
 
 /// A mixture of experts: the table and the JSON give the active parameters per token beside the
 /// total (Mixtral 8x7B: 46.7B on the device, 2 of 8 experts per token).
+/// The stack sets the CUDA context: CUDA 11.2 loads every kernel image at start-up (1,486 MiB),
+/// a current stack loads them when first run (the card's figure), and the device total follows.
+#[test]
+fn the_stack_sets_the_cuda_context() {
+    let json = |plan: &str| -> serde_json::Value {
+        let out = run(&["estimate", "--format", "json"], plan);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let now = json(r#"{"model":"bert-large","seq":128,"gpu":"v100-16"}"#);
+    let old = json(r#"{"model":"bert-large","seq":128,"gpu":"v100-16","stack":{"cuda":"11.2"}}"#);
+    assert_eq!(old["context_bytes"], 1486u64 << 20);
+    assert_eq!(now["context_bytes"], 400u64 << 20);
+    assert_eq!(
+        old["device_total_bytes"].as_u64().unwrap() - now["device_total_bytes"].as_u64().unwrap(),
+        1086 << 20
+    );
+    let out = run(
+        &["estimate"],
+        r#"{"model":"bert-large","seq":128,"gpu":"v100-16","stack":{"cuda":"11.2"}}"#,
+    );
+    assert!(
+        text(&out.stdout).contains("1.45 GiB"),
+        "{}",
+        text(&out.stdout)
+    );
+}
+
 #[test]
 fn a_mixture_of_experts_shows_its_active_parameters() {
     let plan = r#"{"model":"mixtral-8x7b","mode":"infer","context":16,"new_tokens":2,"dtype":"bf16","batch":1}"#;
@@ -73,6 +101,14 @@ fn bad_input_exits_non_zero_with_a_message() {
         (
             r#"{"model":"llama-2-7b","parallel":{"tp":3,"gpus_per_node":3}}"#,
             "tp",
+        ),
+        (
+            r#"{"model":"bert-large","stack":{"cuda":"11.2","module_loading":"lazy"}}"#,
+            "lazy module loading needs CUDA 11.7",
+        ),
+        (
+            r#"{"model":"bert-large","stack":{"cuda":"cu112"}}"#,
+            "major.minor",
         ),
     ] {
         let out = run(&["estimate"], plan);

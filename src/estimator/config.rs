@@ -149,6 +149,8 @@ pub struct Setup {
     pub offload: Option<super::parallel::Offload>,
     /// The caching allocator's options (`PYTORCH_CUDA_ALLOC_CONF`) for its replay.
     pub allocator: super::allocator::AllocatorSettings,
+    /// The CUDA toolkit and module loading, for the context ([`super::context`]).
+    pub stack: super::context::Stack,
 }
 
 impl Setup {

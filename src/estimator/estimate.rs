@@ -374,7 +374,7 @@ struct ReplayInputs {
 
 impl ReplayInputs {
     fn of(setup: &Setup, gpu: Option<&Gpu>) -> ReplayInputs {
-        let o = DeviceOverhead::of(gpu);
+        let o = DeviceOverhead::of(gpu, &setup.stack);
         ReplayInputs {
             capacity: gpu.map(|g| allocator::Capacity {
                 total: g.memory.0,
@@ -474,7 +474,7 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
         workspaces,
         context,
         ..
-    } = DeviceOverhead::of(gpu);
+    } = DeviceOverhead::of(gpu, &plan.stack);
     let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
     let reserved = report.max_reserved;
     let mut layers: Vec<LayerActivation> = Vec::new();

@@ -97,9 +97,9 @@ pub struct DeviceOverhead {
 
 impl DeviceOverhead {
     /// The overhead on `gpu`, or on the default card ([`DEFAULT_SM`],
-    /// [`super::device::DEFAULT_CONTEXT`]) when none is given. Non-NVIDIA devices (`sm` 0) have
-    /// no cuBLAS.
-    pub fn of(gpu: Option<&Gpu>) -> DeviceOverhead {
+    /// [`super::device::DEFAULT_CONTEXT`]) when none is given, under the software `stack`
+    /// ([`super::context`]). Non-NVIDIA devices (`sm` 0) have no cuBLAS.
+    pub fn of(gpu: Option<&Gpu>, stack: &super::context::Stack) -> DeviceOverhead {
         let sm = gpu.map_or(DEFAULT_SM, |g| g.sm);
         DeviceOverhead {
             workspaces: if sm == 0 {
@@ -107,7 +107,7 @@ impl DeviceOverhead {
             } else {
                 super::device::cublas_workspace(sm)
             },
-            context: gpu.map_or(super::device::DEFAULT_CONTEXT, |g| g.context),
+            context: super::context::context(stack, gpu),
         }
     }
 }

@@ -9,6 +9,7 @@
 pub mod allocator;
 pub mod checkpoint;
 pub mod config;
+pub mod context;
 pub mod decimal;
 pub mod device;
 pub mod error;

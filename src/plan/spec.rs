@@ -5,6 +5,7 @@
 //! links) are resolved by [`super::resolve`]; everything else is the core's [`Setup`].
 
 use crate::estimator::allocator::AllocConf;
+use crate::estimator::context::Stack;
 use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
@@ -113,6 +114,10 @@ pub struct Plan {
     /// caching allocator's replay. Absent: PyTorch's defaults.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub alloc_conf: Option<AllocConf>,
+    /// The CUDA toolkit PyTorch was built with and `CUDA_MODULE_LOADING`, e.g.
+    /// `{"cuda": "11.2"}`, for the CUDA context. Absent: a current PyTorch with CUDA 12.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<Stack>,
 }
 
 impl Default for Plan {
@@ -144,6 +149,7 @@ impl Default for Plan {
             context: None,
             new_tokens: None,
             alloc_conf: None,
+            stack: None,
             parallel: None,
             offload: None,
         }
@@ -218,6 +224,7 @@ impl Plan {
                 .as_ref()
                 .map(|c| c.settings)
                 .unwrap_or_default(),
+            stack: self.stack.unwrap_or_default(),
         }
     }
 }

@@ -270,7 +270,10 @@ mod tests {
     fn a_custom_card_has_the_default_overhead() {
         use crate::estimator::hardware::DeviceOverhead;
         let custom = super::find("custom:24").unwrap();
-        assert_eq!(DeviceOverhead::of(Some(&custom)), DeviceOverhead::of(None));
+        assert_eq!(
+            DeviceOverhead::of(Some(&custom), &Default::default()),
+            DeviceOverhead::of(None, &Default::default())
+        );
     }
 
     #[test]

@@ -79,7 +79,7 @@ pub fn evaluate(
         .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
         .collect();
     let topo = layout.topology();
-    let overhead = DeviceOverhead::of(gpu);
+    let overhead = DeviceOverhead::of(gpu, &plan.stack);
     let (workspaces, context) = (overhead.workspaces.0, overhead.context.0);
     let peak_flops = gpu.map(|g| comm::peak_flops(g, layout.compute_precision(plan)) * layout.mfu);
     let m = layout.micro_batches as u64;

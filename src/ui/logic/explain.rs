@@ -6,7 +6,8 @@
 //! follow `estimator::device`.
 
 use crate::estimator::config::{OptimizerImpl, OptimizerKind};
-use crate::estimator::hardware::{DeviceOverhead, DEFAULT_SM};
+use crate::estimator::context::ModuleLoading;
+use crate::estimator::hardware::DEFAULT_SM;
 use crate::estimator::timeline::Category;
 use crate::estimator::units::Bytes;
 use crate::plan::Plan;
@@ -234,7 +235,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     } else {
         Formula::Cublas {
             sm_90: sm >= 90,
-            total: &b(DeviceOverhead::of(gpu).workspaces),
+            total: &b(n.workspaces),
         }
         .text(lang)
     };
@@ -253,11 +254,17 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         true,
     );
     let name = gpu.map(|g| g.name).unwrap_or("GPU");
+    let stack = plan.stack.unwrap_or_default();
     push(
         "context",
         Msg::CudaContext.t(lang).into(),
         n.context,
-        Formula::Context { gpu: name }.text(lang),
+        Formula::Context {
+            gpu: name,
+            cuda: &stack.cuda().to_string(),
+            eager: stack.loading() == ModuleLoading::Eager,
+        }
+        .text(lang),
         false,
     );
     push(

@@ -629,12 +629,23 @@ mod tests {
             .unwrap()
             .contains("causal_mask"));
         round_trip(&unpadded, &View::default());
+        // The software stack (and so the CUDA context) travels in `x` too.
+        let old_stack = Plan {
+            stack: Some(serde_json::from_str(r#"{"cuda": "11.2"}"#).unwrap()),
+            gpu: Some("v100-16".into()),
+            ..Plan::new("bert-large")
+        };
+        assert!(to_query(&old_stack, &View::default())
+            .unwrap()
+            .contains("stack"));
+        round_trip(&old_stack, &View::default());
         // A hostile or broken `x` is refused whole; what it cannot set is refused too.
         for bad in [
             "x=%7B%22batch%22%3A5%7D",
             "x=%7B%22nope%22%3A1%7D",
             "x=%5B1%5D",
             "x=%7B%22mode%22%3A%22%3Cscript%3E%22%7D",
+            "x=%7B%22stack%22%3A%7B%22cuda%22%3A%2211.2%22%2C%22module_loading%22%3A%22lazy%22%7D%7D",
         ] {
             let p = parse_query(&format!("model=gpt2&{bad}"));
             assert!(p.rejected.contains(&"x"), "{bad}: {:?}", p.rejected);

@@ -17,6 +17,7 @@ use std::rc::Rc;
 use super::ckpt_info::CkptInfo;
 
 use crate::estimator::config::Checkpointing;
+use crate::estimator::context::Stack;
 use crate::estimator::error::EstimateError;
 use crate::estimator::hardware::DeviceOverhead;
 use crate::estimator::timeline::{Category, Phase};
@@ -44,6 +45,8 @@ pub struct BatchModel {
     pub opt_state_bytes: Bytes,
     /// The fixed part the lines include (workspaces and context of the default device).
     fixed: Bytes,
+    /// The plan's software stack, which sets the context on any card.
+    stack: Stack,
 }
 
 /// The headline numbers of a plan at one batch size on one GPU.
@@ -112,9 +115,9 @@ impl Numbers {
     }
 }
 
-/// Workspaces and context the estimator charges for `gpu` (`None`: its defaults).
-pub fn device_fixed(gpu: Option<&Gpu>) -> (Bytes, Bytes) {
-    let o = DeviceOverhead::of(gpu);
+/// Workspaces and context the estimator charges for `gpu` (`None`: its defaults) under `stack`.
+pub fn device_fixed(gpu: Option<&Gpu>, stack: &Stack) -> (Bytes, Bytes) {
+    let o = DeviceOverhead::of(gpu, stack);
     (o.workspaces, o.context)
 }
 
@@ -163,14 +166,21 @@ impl BatchModel {
                 batch: b2,
                 ..base.clone()
             }) {
-                Ok(e2) => return BatchModel::from_estimates(&e1, &e2, b2),
+                Ok(e2) => {
+                    return BatchModel::from_estimates(&e1, &e2, b2, plan.stack.unwrap_or_default())
+                }
                 Err(e) => err = Some(e),
             }
         }
         Err(err.unwrap_or(PlanError::Estimate(EstimateError::TooLarge)))
     }
 
-    fn from_estimates(e1: &Estimate, e2: &Estimate, b2: u64) -> Result<BatchModel, PlanError> {
+    fn from_estimates(
+        e1: &Estimate,
+        e2: &Estimate,
+        b2: u64,
+        stack: Stack,
+    ) -> Result<BatchModel, PlanError> {
         let lines = BatchLines::from_estimates(e1, 2, e2, b2)?;
         let d = (b2 - 2) as f64;
         let layers = e1
@@ -194,6 +204,7 @@ impl BatchModel {
             grad_bytes: e1.grad_bytes,
             opt_state_bytes: e1.opt_state_bytes,
             fixed: e1.workspaces + e1.context,
+            stack,
         })
     }
 
@@ -201,7 +212,7 @@ impl BatchModel {
     pub fn at(&self, b: u64, gpu: Option<&Gpu>) -> Numbers {
         let ev = self.lines.peak_event(b);
         let p: Point = self.lines.point_at(ev, b);
-        let (workspaces, context) = device_fixed(gpu);
+        let (workspaces, context) = device_fixed(gpu, &self.stack);
         let segments = p.device_total.saturating_sub(self.fixed);
         let reserved = segments + workspaces;
         let mut by_category = [Bytes::ZERO; Category::COUNT];
@@ -592,7 +603,10 @@ mod tests {
         .unwrap();
         assert!(close_reserved(na.device_total, e.device_total));
         assert_eq!(nb.device_total - na.device_total, {
-            let (oa, ob) = (DeviceOverhead::of(Some(&a)), DeviceOverhead::of(Some(&b)));
+            let (oa, ob) = (
+                DeviceOverhead::of(Some(&a), &Stack::default()),
+                DeviceOverhead::of(Some(&b), &Stack::default()),
+            );
             (ob.context + ob.workspaces) - (oa.context + oa.workspaces)
         });
     }

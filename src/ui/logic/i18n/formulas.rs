@@ -86,6 +86,10 @@ pub enum Formula<'a> {
     Reserved,
     Context {
         gpu: &'a str,
+        /// The CUDA toolkit, `major.minor`.
+        cuda: &'a str,
+        /// Every kernel image loaded at start-up (`CUDA_MODULE_LOADING=EAGER`, or CUDA < 11.7).
+        eager: bool,
     },
     DeviceTotal,
 }
@@ -181,9 +185,13 @@ impl Formula<'_> {
             ),
             Reserved if zh => "已分配峰值 + 分配器缓存 + 工作空间".into(),
             Reserved => "allocated peak + allocator cache + workspaces".into(),
-            Context { gpu } if zh => format!("驱动状态与已加载的内核，{gpu} 的典型值；不经 PyTorch 分配"),
-            Context { gpu } => format!(
-                "driver state and loaded kernels, typical for {gpu}; not allocated through PyTorch"
+            Context { gpu, cuda, eager } if zh => format!(
+                "驱动状态与已加载的内核，{gpu} 的典型值（CUDA {cuda}，{}）；不经 PyTorch 分配",
+                if eager { "启动时加载全部内核" } else { "内核在首次运行时加载" }
+            ),
+            Context { gpu, cuda, eager } => format!(
+                "driver state and loaded kernels, typical for {gpu} (CUDA {cuda}, {}); not allocated through PyTorch",
+                if eager { "every kernel loaded at start-up" } else { "kernels loaded when first run" }
             ),
             DeviceTotal if zh => "已预留 + CUDA 上下文：即 nvidia-smi 显示的用量".into(),
             DeviceTotal => "reserved + CUDA context: what nvidia-smi shows".into(),
