@@ -32,7 +32,10 @@ WASM_BINDGEN_VERSION := $(shell awk '$$0 == "name = \"wasm-bindgen\"" { getline;
 CHROMIUM ?= /usr/bin/chromium
 CHROMEDRIVER ?= /usr/bin/chromedriver
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
-# The budget for the first load: all of dist/ gzipped but the lazily fetched chunks.
+# The budget for the first load: all of dist/ gzipped but the lazily fetched chunks and the PNG
+# icons, which no first visit waits for (the service worker caches them once the page runs; a
+# phone asks for them when the page is added to its home screen). The e2e run checks the files a
+# first visit really fetches, at five window sizes, against the same budget.
 SIZE_BUDGET_BYTES := 200000
 
 DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh scripts/seal.mjs $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
@@ -123,10 +126,11 @@ size: dist
 	  raw=$$(stat -c %s "$$f"); gz=$$(gzip -9 -c "$$f" | wc -c); \
 	  case "$${f#dist/}" in \
 	    split_*|chunk_*) lazy_gz=$$((lazy_gz + gz)); printf '%-44s %10d %10d  (lazy: fetched on first use)\n' "$${f#dist/}" "$$raw" "$$gz";; \
+	    *.png) printf '%-44s %10d %10d  (later: cached by the service worker)\n' "$${f#dist/}" "$$raw" "$$gz";; \
 	    *) total_raw=$$((total_raw + raw)); total_gz=$$((total_gz + gz)); printf '%-44s %10d %10d\n' "$${f#dist/}" "$$raw" "$$gz";; \
 	  esac; \
 	done < <(find dist -type f | LC_ALL=C sort); \
-	printf '%-44s %10d %10d\n' "first load (all but lazy chunks)" "$$total_raw" "$$total_gz"; \
+	printf '%-44s %10d %10d\n' "first load (all but lazy chunks and icons)" "$$total_raw" "$$total_gz"; \
 	printf '%-44s %10s %10d\n' "lazy chunks" "" "$$lazy_gz"; \
 	if [ "$$total_gz" -gt $(SIZE_BUDGET_BYTES) ]; then \
 	  echo "FAIL: $$total_gz gzip bytes exceed the budget of $(SIZE_BUDGET_BYTES)" >&2; exit 1; \

@@ -29,6 +29,9 @@ pub enum PlanError {
     InvalidPlan(String),
     #[error("the code for this model has not been fetched yet: check the connection and pick the model again")]
     CodeNotLoaded,
+    /// A large model being simulated in the background, a part per task (the page).
+    #[error("the model is being simulated")]
+    Simulating,
 }
 
 impl PlanError {

@@ -371,13 +371,15 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError>
 }
 
 /// [`max_batch`] a step at a time, for a page that answers input between steps: each
-/// [`MaxBatchSearch::step`] makes at most one new estimate (the two of the lines count as one).
+/// [`MaxBatchSearch::step`] makes at most one new estimate (the lines' two take a step each).
 /// A step replays the search from the start with the answers it already has, which costs no
 /// estimate, until it reaches a question it has not asked; it asks that one and stops there.
 pub struct MaxBatchSearch {
     plan: Plan,
     capacity: Bytes,
     lines: Option<Option<BatchLines>>,
+    /// The lines' first estimate, once made and until the second is.
+    first: Option<Result<Estimate, PlanError>>,
     known: Vec<(u64, Result<bool, PlanError>)>,
 }
 
@@ -387,6 +389,7 @@ impl MaxBatchSearch {
             plan: plan.clone(),
             capacity,
             lines: None,
+            first: None,
             known: Vec::new(),
         }
     }
@@ -408,6 +411,7 @@ impl MaxBatchSearch {
         let (plan, capacity) = (&self.plan, self.capacity);
         let known = RefCell::new(std::mem::take(&mut self.known));
         let lines = RefCell::new(self.lines.take());
+        let first = RefCell::new(self.first.take());
         // A question past the step's one estimate gets a stand-in answer; the step's result is
         // then thrown away (`paused`), and the next step asks it for real.
         let fits = |b: u64| -> Result<bool, PlanError> {
@@ -426,10 +430,21 @@ impl MaxBatchSearch {
                 return Ok(None);
             }
             if lines.borrow().is_none() {
+                // `BatchLines::new(plan, 1024)`, its two estimates in two steps.
+                if first.borrow().is_none() {
+                    if !spend() {
+                        return Ok(None);
+                    }
+                    *first.borrow_mut() = Some(estimate(&with(plan, Axis::Batch, 2)));
+                }
                 if !spend() {
                     return Ok(None);
                 }
-                *lines.borrow_mut() = Some(BatchLines::new(plan, 1024).ok());
+                let e1 = first.borrow_mut().take();
+                *lines.borrow_mut() = Some(e1.and_then(Result::ok).and_then(|e1| {
+                    let e2 = estimate(&with(plan, Axis::Batch, 1024)).ok()?;
+                    BatchLines::from_estimates(&e1, 2, &e2, 1024).ok()
+                }));
             }
             let lines = lines.borrow();
             match lines.as_ref().and_then(|l| l.as_ref()) {
@@ -439,6 +454,7 @@ impl MaxBatchSearch {
         })();
         self.known = known.into_inner();
         self.lines = lines.into_inner();
+        self.first = first.into_inner();
         (!paused.get()).then_some(answer)
     }
 }

@@ -170,7 +170,7 @@ impl CachingAllocator {
     }
     pub(super) fn key(&self, i: BlockId) -> Key {
         let b = &self.blocks[i as usize];
-        Key::new(b.stream, b.size, b.addr, i)
+        (b.stream, b.size, b.addr, i)
     }
     /// `insert_into_blocks`: the block enters its pool and its garbage-collection age restarts.
     pub(super) fn insert_free(&mut self, i: BlockId) {
@@ -261,12 +261,12 @@ impl CachingAllocator {
         if self.settings.collects_garbage() {
             self.gc_calls[p] += 1;
         }
-        let mut it = self.free[p].from(Key::new(stream, rounded, 0, 0));
+        let mut it = self.free[p].from((stream, rounded, 0, 0));
         let mut cur = *it.next()?;
-        if cur.stream() != stream {
+        if cur.0 != stream {
             return None;
         }
-        if self.blocks[cur.block as usize].expandable && self.settings.expandable_segments {
+        if self.blocks[cur.3 as usize].expandable && self.settings.expandable_segments {
             // Best fit counts an expandable block as the size it can grow to.
             let grow = |a: &Self, i: BlockId| {
                 let b = &a.blocks[i as usize];
@@ -277,9 +277,9 @@ impl CachingAllocator {
                         .map_or(0, |n| n.size)
             };
             for next in it.by_ref() {
-                if !self.blocks[cur.block as usize].expandable
-                    || next.stream() != stream
-                    || grow(self, next.block) >= grow(self, cur.block)
+                if !self.blocks[cur.3 as usize].expandable
+                    || next.0 != stream
+                    || grow(self, next.3) >= grow(self, cur.3)
                 {
                     break;
                 }
@@ -288,7 +288,7 @@ impl CachingAllocator {
         }
         drop(it);
         let max_split = self.settings.max_split_size();
-        let size = cur.first();
+        let size = cur.1;
         // An oversize block never serves a small request, and serves an oversize one only
         // within `max_non_split_rounding` of its size.
         if rounded < max_split && size >= max_split {
@@ -300,7 +300,7 @@ impl CachingAllocator {
             return None;
         }
         self.free[p].remove(&cur);
-        Some(cur.block)
+        Some(cur.3)
     }
 
     /// `alloc_block`: a new segment from the device (`cudaMalloc`), or more pages of an
@@ -353,30 +353,27 @@ impl CachingAllocator {
         }
         let p = pool_of(small);
         let want = rounded.max(max_split);
-        let hit = self.free[p]
-            .from(Key::new(stream, want, 0, 0))
-            .next()
-            .copied();
+        let hit = self.free[p].from((stream, want, 0, 0)).next().copied();
         match hit {
-            Some(k) if k.stream() == stream && !self.blocks[k.block as usize].expandable => {
-                self.release_block(k.block);
+            Some(k) if k.0 == stream && !self.blocks[k.3 as usize].expandable => {
+                self.release_block(k.3);
                 true
             }
             _ => {
                 let mut released = 0u64;
                 let below: Vec<Key> = self.free[p]
-                    .below(Key::new(stream, want, 0, 0))
+                    .below((stream, want, 0, 0))
                     .rev()
-                    .take_while(|k| k.stream() == stream && k.first() >= max_split)
+                    .take_while(|k| k.0 == stream && k.1 >= max_split)
                     .copied()
                     .collect();
                 for k in below {
                     if released >= want {
                         break;
                     }
-                    if !self.blocks[k.block as usize].expandable {
-                        released += k.first();
-                        self.release_block(k.block);
+                    if !self.blocks[k.3 as usize].expandable {
+                        released += k.1;
+                        self.release_block(k.3);
                     }
                 }
                 released >= want
@@ -390,14 +387,14 @@ impl CachingAllocator {
         for p in 0..2 {
             let keys: Vec<Key> = self.free[p].iter().copied().collect();
             for k in keys {
-                let b = &self.blocks[k.block as usize];
+                let b = &self.blocks[k.3 as usize];
                 if !b.live || b.allocated || !self.free[p].contains(&k) {
                     continue;
                 }
                 if b.expandable {
-                    self.unmap_block(k.block);
+                    self.unmap_block(k.3);
                 } else if b.prev.is_none() && b.next.is_none() {
-                    self.release_block(k.block);
+                    self.release_block(k.3);
                 }
             }
         }
@@ -422,13 +419,13 @@ impl CachingAllocator {
         let target = self.reserved - gc_threshold;
         let age = |a: &Self, i: BlockId| (a.gc_calls[0] - a.blocks[i as usize].gc_base) as f64;
         let freeable = |a: &Self, k: &Key| {
-            let b = &a.blocks[k.block as usize];
+            let b = &a.blocks[k.3 as usize];
             b.prev.is_none() && b.next.is_none()
         };
         let mut total_age = 0.0;
         let mut count = 0usize;
         for k in self.free[0].iter().filter(|k| freeable(self, k)) {
-            total_age += age(self, k.block);
+            total_age += age(self, k.3);
             count += 1;
         }
         let mut reclaimed = 0u64;
@@ -438,13 +435,13 @@ impl CachingAllocator {
             freed = false;
             let keys: Vec<Key> = self.free[0].iter().copied().collect();
             for k in keys {
-                let b = &self.blocks[k.block as usize];
-                if freeable(self, &k) && !b.expandable && age(self, k.block) >= age_threshold {
+                let b = &self.blocks[k.3 as usize];
+                if freeable(self, &k) && !b.expandable && age(self, k.3) >= age_threshold {
                     freed = true;
-                    reclaimed += k.first();
-                    total_age -= age(self, k.block);
+                    reclaimed += k.1;
+                    total_age -= age(self, k.3);
                     count -= 1;
-                    self.release_block(k.block);
+                    self.release_block(k.3);
                 }
             }
         }
@@ -473,7 +470,7 @@ impl CachingAllocator {
         if s.mapped {
             self.remove_free(src);
         } else {
-            self.unmapped[pool_of(s.small)].remove(&Key::new(s.stream, s.addr, 0, src));
+            self.unmapped[pool_of(s.small)].remove(&(s.stream, s.addr, 0, src));
         }
         if self.blocks[dst as usize].prev == Some(src) {
             self.blocks[dst as usize].addr = s.addr;

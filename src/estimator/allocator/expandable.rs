@@ -6,7 +6,6 @@
 //! `map_block`); releasing unmaps the whole pages of free blocks (`unmap_block`).
 
 use super::caching::{pool_of, Block, BlockId, CachingAllocator};
-use super::keys::Key;
 use super::sizes::{LARGE_BUFFER, SMALL_BUFFER};
 
 /// Address space each expandable segment reserves: PyTorch reserves about the device's memory;
@@ -34,9 +33,9 @@ impl CachingAllocator {
     fn find_expandable_block(&mut self, small: bool, stream: u32, size: u64) -> BlockId {
         let p = pool_of(small);
         let candidates: Vec<BlockId> = self.unmapped[p]
-            .from(Key::new(stream, 0, 0, 0))
-            .take_while(|k| k.stream() == stream)
-            .map(|k| k.block)
+            .from((stream, 0, 0, 0))
+            .take_while(|k| k.0 == stream)
+            .map(|k| k.3)
             .collect();
         for u in candidates {
             let c = self.allocatable(self.blocks[u as usize].prev).unwrap_or(u);
@@ -71,7 +70,7 @@ impl CachingAllocator {
             gc_base: 0,
             live: true,
         });
-        self.unmapped[p].insert(Key::new(stream, addr, 0, id));
+        self.unmapped[p].insert((stream, addr, 0, id));
         id
     }
 
@@ -107,7 +106,7 @@ impl CachingAllocator {
             return None;
         }
         let p = pool_of(b.small);
-        self.unmapped[p].remove(&Key::new(b.stream, b.addr, 0, to_map));
+        self.unmapped[p].remove(&(b.stream, b.addr, 0, to_map));
         self.blocks[to_map as usize].mapped = true;
         if mapped < b.size {
             let rest = self.new_block(Block {
@@ -123,7 +122,7 @@ impl CachingAllocator {
             }
             self.blocks[to_map as usize].next = Some(rest);
             self.blocks[to_map as usize].size = mapped;
-            self.unmapped[p].insert(Key::new(b.stream, b.addr + mapped, 0, rest));
+            self.unmapped[p].insert((b.stream, b.addr + mapped, 0, rest));
         }
         for n in [
             self.blocks[to_map as usize].prev,
@@ -191,7 +190,7 @@ impl CachingAllocator {
             self.try_merge(i, n);
         }
         let blk = &self.blocks[i as usize];
-        self.unmapped[pool_of(blk.small)].insert(Key::new(blk.stream, blk.addr, 0, i));
+        self.unmapped[pool_of(blk.small)].insert((blk.stream, blk.addr, 0, i));
         self.reserved -= end - begin;
     }
 }

@@ -6,37 +6,8 @@
 //! search bisects the runs, then one run, and an insert or removal moves at most one run.
 
 /// Four ordered fields: `(stream, size, address, block)` for free blocks (`BlockComparatorSize`),
-/// `(stream, address, 0, block)` for unmapped ranges (`BlockComparatorAddress`). The first three
-/// are packed into one `u128` (16, 56 and 56 bits), so that the searches, which dominate the
-/// replay of a large step, compare two words instead of a tuple field by field.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Key {
-    ord: u128,
-    /// The block (never needed to order: addresses are unique within a pool).
-    pub block: u32,
-}
-
-/// The largest size or address a key holds (64 PiB: far beyond any device's address space).
-const FIELD: u64 = (1 << 56) - 1;
-
-impl Key {
-    pub fn new(stream: u32, first: u64, second: u64, block: u32) -> Key {
-        debug_assert!(stream <= u16::MAX as u32 && first <= FIELD && second <= FIELD);
-        Key {
-            ord: (u128::from(stream.min(u16::MAX as u32)) << 112)
-                | (u128::from(first.min(FIELD)) << 56)
-                | u128::from(second.min(FIELD)),
-            block,
-        }
-    }
-    pub fn stream(&self) -> u32 {
-        (self.ord >> 112) as u32
-    }
-    /// The size (free blocks) or the address (unmapped ranges).
-    pub fn first(&self) -> u64 {
-        ((self.ord >> 56) as u64) & FIELD
-    }
-}
+/// `(stream, address, 0, block)` for unmapped ranges (`BlockComparatorAddress`).
+pub type Key = (u32, u64, u64, u32);
 
 /// Half the longest run: a full run splits in two.
 const RUN: usize = 128;
@@ -139,7 +110,7 @@ mod tests {
             x = x
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            let k = Key::new((x >> 60) as u32 % 2, (x >> 20) % 700, x % 5, step % 7);
+            let k: Key = ((x >> 60) as u32 % 2, (x >> 20) % 700, x % 5, step % 7);
             if x.is_multiple_of(3) {
                 assert_eq!(s.remove(&k), b.remove(&k), "{step}");
             } else {
@@ -148,7 +119,7 @@ mod tests {
             }
             if step.is_multiple_of(997) {
                 assert!(s.iter().copied().eq(b.iter().copied()));
-                let probe = Key::new(1, 350, 2, 3);
+                let probe: Key = (1, 350, 2, 3);
                 assert!(s.from(probe).copied().eq(b.range(probe..).copied()));
                 assert!(s
                     .below(probe)
@@ -171,29 +142,28 @@ mod tests {
 
     #[test]
     fn keeps_keys_ordered_and_unique() {
-        let k = Key::new;
         let mut s = SortedSet::default();
-        for key in [
-            k(0, 5, 1, 0),
-            k(0, 3, 2, 1),
-            k(1, 1, 0, 2),
-            k(0, 5, 0, 3),
-            k(0, 3, 2, 1),
+        for k in [
+            (0, 5, 1, 0),
+            (0, 3, 2, 1),
+            (1, 1, 0, 2),
+            (0, 5, 0, 3),
+            (0, 3, 2, 1),
         ] {
-            s.insert(key);
+            s.insert(k);
         }
         let all: Vec<Key> = s.iter().copied().collect();
         assert_eq!(
             all,
-            [k(0, 3, 2, 1), k(0, 5, 0, 3), k(0, 5, 1, 0), k(1, 1, 0, 2)]
+            [(0, 3, 2, 1), (0, 5, 0, 3), (0, 5, 1, 0), (1, 1, 0, 2)]
         );
-        assert_eq!(s.from(k(0, 4, 0, 0)).next(), Some(&k(0, 5, 0, 3)));
+        assert_eq!(s.from((0, 4, 0, 0)).next(), Some(&(0, 5, 0, 3)));
         assert_eq!(
-            s.below(k(0, 5, 0, 0)).copied().collect::<Vec<_>>(),
-            [k(0, 3, 2, 1)]
+            s.below((0, 5, 0, 0)).copied().collect::<Vec<_>>(),
+            [(0, 3, 2, 1)]
         );
-        assert!(s.remove(&k(0, 5, 0, 3)));
-        assert!(!s.remove(&k(0, 5, 0, 3)));
-        assert!(!s.contains(&k(0, 5, 0, 3)));
+        assert!(s.remove(&(0, 5, 0, 3)));
+        assert!(!s.remove(&(0, 5, 0, 3)));
+        assert!(!s.contains(&(0, 5, 0, 3)));
     }
 }

@@ -358,12 +358,7 @@ fn invariants_hold_over_a_random_stream() {
                         assert!(w[0].allocated || w[1].allocated, "{conf}: unmerged");
                     }
                 }
-                let free: u64 = a
-                    .free
-                    .iter()
-                    .flat_map(|s| s.iter())
-                    .map(|k| k.first())
-                    .sum();
+                let free: u64 = a.free.iter().flat_map(|s| s.iter()).map(|k| k.1).sum();
                 assert_eq!(free, a.reserved() - a.allocated(), "{conf}");
             }
         }

@@ -879,6 +879,7 @@ mod tests {
             blocks: 80,
             stages: 80,
             segments: true,
+            ops: 2_500,
         };
         let ks: Vec<u64> = ckpt_policies(&l70, &info).iter().map(|p| p.0).collect();
         assert!(

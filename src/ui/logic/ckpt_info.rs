@@ -14,11 +14,14 @@ pub struct CkptInfo {
     pub stages: u64,
     /// Whether `sqrt` and `k` segments (`checkpoint_sequential`) apply.
     pub segments: bool,
+    /// Ops in the tape (under `block`, else without checkpointing): what a simulation costs.
+    pub ops: usize,
 }
 
 impl CkptInfo {
     /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
     pub fn probe(plan: &Plan) -> CkptInfo {
+        let ops = std::cell::Cell::new(0);
         let regions = |ckpt| {
             // The model's plan (batch 1, no GPU: what `workbench::model_plan` keys models on)
             // under one policy.
@@ -28,12 +31,22 @@ impl CkptInfo {
                 gpu: None,
                 ..plan.clone()
             })
-            .map_or(0, |g| g.segments as u64)
+            .map_or(0, |g| {
+                ops.set(ops.get().max(g.ops.len()));
+                g.segments as u64
+            })
         };
+        let blocks = regions(Checkpointing::Block);
+        let stages = regions(Checkpointing::Stage);
+        let segments = regions(Checkpointing::Segments(2)) > 0;
+        if ops.get() == 0 {
+            regions(Checkpointing::None);
+        }
         CkptInfo {
-            blocks: regions(Checkpointing::Block),
-            stages: regions(Checkpointing::Stage),
-            segments: regions(Checkpointing::Segments(2)) > 0,
+            blocks,
+            stages,
+            segments,
+            ops: ops.get(),
         }
     }
     pub fn any(&self) -> bool {

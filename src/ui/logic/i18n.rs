@@ -271,6 +271,7 @@ messages! {
     Reload => "Reload", "重新加载";
     Footer => "Runs entirely in your browser; works offline once loaded. Every number comes from simulating the step's tensors as PyTorch allocates and frees them.", "完全在浏览器中运行，加载一次后可离线使用。所有数字均来自按 PyTorch 分配与释放张量的方式对训练步的模拟。";
     CannotEstimate => "Cannot estimate this plan", "无法估算此设置";
+    Simulating => "Simulating this large model…", "正在模拟这个大模型…";
     Segment => "segments k", "分段数 k";
     ExtraCompute => "extra compute", "额外计算量";
     ActivationMemory => "activation memory", "激活显存";

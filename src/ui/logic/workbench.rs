@@ -153,13 +153,22 @@ pub fn model_key(plan: &Plan) -> ModelKey {
 impl BatchModel {
     /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
     pub fn new(plan: &Plan) -> Result<BatchModel, PlanError> {
-        let base = model_plan(plan);
-        // Sampled at batch 2, not 1: at batch 1 some layouts are already contiguous and PyTorch
-        // skips a copy (the LSTM), so batch 1 is not on the same line.
-        let e1 = estimate(&Plan {
+        BatchModel::finish(plan, BatchModel::first(plan)?)
+    }
+
+    /// The first of the two simulations [`BatchModel::new`] runs, at batch 2: sampled at 2, not
+    /// 1, because at batch 1 some layouts are already contiguous and PyTorch skips a copy (the
+    /// LSTM), so batch 1 is not on the same line.
+    pub fn first(plan: &Plan) -> Result<Estimate, PlanError> {
+        estimate(&Plan {
             batch: 2,
-            ..base.clone()
-        })?;
+            ..model_plan(plan)
+        })
+    }
+
+    /// The model from [`BatchModel::first`]'s estimate and a second one.
+    pub fn finish(plan: &Plan, e1: Estimate) -> Result<BatchModel, PlanError> {
+        let base = model_plan(plan);
         let mut err = None;
         for b2 in [B2, 8] {
             match estimate(&Plan {
@@ -312,6 +321,12 @@ pub struct Wants {
     pub suggestions_code: bool,
 }
 
+/// Models whose op tape (at batch 1) is longer than this are simulated a half per background job,
+/// never inside an input's task: one simulation of Qwen3-30B-A3B at 8192 tokens (48 layers of
+/// 128 experts, some 60,000 ops) takes about half a second in the page, and the two a model needs
+/// would block input for a second. A dense 70B model has about 2,500 ops.
+pub const HEAVY_OPS: usize = 20_000;
+
 /// How many models the cache keeps (a 70B model's lines take about a megabyte).
 pub const CACHE_MODELS: usize = 96;
 
@@ -343,6 +358,10 @@ pub struct Workbench {
     searching: Option<((ModelKey, Option<String>), MaxBatchSearch)>,
     exact: Option<(Plan, Result<Estimate, PlanError>)>,
     ckpt: HashMap<ModelKey, CkptInfo>,
+    /// The first half of a heavy model under way.
+    half: Option<(ModelKey, Estimate)>,
+    /// [`HEAVY_OPS`], lower in tests.
+    heavy_ops: Option<usize>,
     /// Simulations run so far (for tests and the page's diagnostics).
     pub simulations: u64,
 }
@@ -356,10 +375,14 @@ impl Workbench {
         Self::default()
     }
 
-    /// The plan's model, simulated now if it is not cached.
+    /// The plan's model, simulated now if it is not cached; a heavy one ([`HEAVY_OPS`]) is
+    /// [`PlanError::Simulating`] until the background jobs have built it.
     pub fn model(&mut self, plan: &Plan) -> Rc<Result<BatchModel, PlanError>> {
         if let Some(m) = self.cached(plan) {
             return m;
+        }
+        if self.heavy(plan) {
+            return Rc::new(Err(PlanError::Simulating));
         }
         let m = Rc::new(BatchModel::new(plan));
         self.simulations += 2;
@@ -368,6 +391,28 @@ impl Workbench {
             self.insert(model_key(plan), m.clone());
         }
         m
+    }
+
+    /// Whether `plan`'s model is simulated in halves (the tape's length is probed once per
+    /// model, with its checkpointing options).
+    pub fn heavy(&mut self, plan: &Plan) -> bool {
+        self.ckpt_info(plan).ops > self.heavy_ops.unwrap_or(HEAVY_OPS)
+    }
+
+    /// One half of a heavy model: its first simulation, or, when that is done, the second.
+    fn model_half(&mut self, plan: &Plan) {
+        let key = model_key(plan);
+        self.simulations += 1;
+        match self.half.take() {
+            Some((k, e1)) if k == key => {
+                let m = Rc::new(BatchModel::finish(plan, e1));
+                self.insert(key, m);
+            }
+            _ => match BatchModel::first(plan) {
+                Ok(e1) => self.half = Some((key, e1)),
+                Err(e) => self.insert(key, Rc::new(Err(e))),
+            },
+        }
     }
 
     fn insert(&mut self, key: ModelKey, m: Rc<Result<BatchModel, PlanError>>) {
@@ -458,7 +503,11 @@ impl Workbench {
     pub fn run(&mut self, job: Job) {
         match job {
             Job::Model(p) => {
-                self.model(&p);
+                if self.heavy(&p) && self.cached(&p).is_none() {
+                    self.model_half(&p);
+                } else {
+                    self.model(&p);
+                }
             }
             Job::Exact(p) => {
                 let e = estimate(&p);
@@ -510,6 +559,40 @@ mod tests {
     /// (the exact estimate replaces it on the page once input settles).
     fn close_reserved(a: Bytes, b: Bytes) -> bool {
         a.0.abs_diff(b.0) as f64 <= (0.15 * b.0 as f64).max((64u64 << 20) as f64)
+    }
+
+    /// A heavy model is never simulated inside the caller's task: it reads as simulating, and
+    /// the background jobs build it a simulation per job, to the same numbers as in one go.
+    #[test]
+    fn a_heavy_model_is_built_a_simulation_per_job() {
+        let plan = Plan {
+            res: Some(64),
+            batch: 24,
+            gpu: Some("a100-80".into()),
+            ..Plan::new("resnet18")
+        };
+        let mut w = Workbench {
+            heavy_ops: Some(10),
+            ..Workbench::new()
+        };
+        assert!(matches!(*w.model(&plan), Err(PlanError::Simulating)));
+        assert_eq!(w.simulations, 0);
+        let wants = Wants::default();
+        assert_eq!(
+            w.next_job(&plan, &wants),
+            Some(Job::Model(model_plan(&plan)))
+        );
+        w.run(Job::Model(model_plan(&plan)));
+        assert_eq!(w.simulations, 1);
+        assert!(matches!(*w.model(&plan), Err(PlanError::Simulating)));
+        w.run(Job::Model(model_plan(&plan)));
+        assert_eq!(w.simulations, 2);
+        let whole = BatchModel::new(&plan).unwrap();
+        let gpu = gpus::find("a100-80");
+        assert_eq!(w.numbers(&plan), Some(whole.at(24, gpu.as_ref())));
+        // Not heavy below the limit: simulated at once, as before.
+        let mut light = Workbench::new();
+        assert!(light.model(&plan).is_ok());
     }
 
     #[test]

@@ -10,7 +10,7 @@ use super::dom::{button, h, table_body_marked, El, Row};
 use super::page_workbench::wb;
 use super::planner::{MaxBatch, Planner};
 use super::pump;
-use crate::plan::Plan;
+use crate::plan::{Plan, PlanError};
 use crate::ui::logic::explain;
 use crate::ui::logic::export;
 use crate::ui::logic::i18n::{self, colon, fmt_bytes, phase_label, Label, Msg};
@@ -481,17 +481,19 @@ fn summary(p: Planner) -> El {
         )
         .child(h("div").dyn_children(move || {
             let l = p.lang.get();
-            p.numbers.with(|n| {
-                n.as_ref()
-                    .err()
-                    .map(|e| {
-                        vec![h("p")
-                            .cls("error")
-                            .attr("role", "alert")
-                            .testid("error")
-                            .text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))]
-                    })
-                    .unwrap_or_default()
+            p.numbers.with(|n| match n {
+                Ok(_) => Vec::new(),
+                // Not a refusal: the background work is building the model.
+                Err(PlanError::Simulating) => vec![h("p")
+                    .cls("muted")
+                    .attr("role", "status")
+                    .testid("simulating")
+                    .text(Msg::Simulating.t(l))],
+                Err(e) => vec![h("p")
+                    .cls("error")
+                    .attr("role", "alert")
+                    .testid("error")
+                    .text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))],
             })
         }))
 }
