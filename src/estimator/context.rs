@@ -9,7 +9,6 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::hardware::Gpu;
 use super::units::Bytes;
 
 const MIB: u64 = 1 << 20;
@@ -177,12 +176,11 @@ fn eager_era(cuda: CudaVersion) -> Bytes {
     }
 }
 
-/// The context for `gpu` (`None`: the default card) under `stack`. With lazy loading it is the
-/// card's figure ([`Gpu::context`], a current stack's); eager loading on a toolkit that could be
-/// lazy adds [`EAGER_OVER_LAZY`]; a toolkit before 11.7 gives its generation's whole-process
-/// figure.
-pub fn context(stack: &Stack, gpu: Option<&Gpu>) -> Bytes {
-    let lazy = gpu.map_or(super::device::DEFAULT_CONTEXT, |g| g.context);
+/// The context under `stack` on a card whose context with a current, lazily loading stack is
+/// `lazy` (`Gpu::context`). Lazy loading keeps that figure; eager loading on a toolkit that
+/// could be lazy adds [`EAGER_OVER_LAZY`]; a toolkit before 11.7 gives its generation's
+/// whole-process figure.
+pub fn context(stack: &Stack, lazy: Bytes) -> Bytes {
     match stack.loading() {
         ModuleLoading::Lazy => lazy,
         ModuleLoading::Eager if stack.cuda >= CudaVersion::LAZY_FROM => lazy + EAGER_OVER_LAZY,
@@ -226,21 +224,18 @@ mod tests {
     /// alike, differ by 379,584,512 B (0.35 GiB, to the byte).
     #[test]
     fn eager_loading_on_a_lazy_capable_toolkit_adds_the_measured_difference() {
-        let gpu = crate::presets::gpus::find("a100-80").unwrap();
-        let lazy = context(&Stack::default(), Some(&gpu));
-        assert_eq!(lazy, gpu.context);
-        let eager = context(&stack("12.1", Some(ModuleLoading::Eager)), Some(&gpu));
+        let card = Bytes(450 << 20);
+        let lazy = context(&Stack::default(), card);
+        assert_eq!(lazy, card);
+        let eager = context(&stack("12.1", Some(ModuleLoading::Eager)), card);
         assert_eq!(eager - lazy, Bytes(379_584_512));
     }
 
     #[test]
     fn toolkits_before_11_7_load_eagerly_and_refuse_lazy() {
-        let gpu = crate::presets::gpus::find("v100-16").unwrap();
-        assert_eq!(
-            context(&stack("11.2", None), Some(&gpu)),
-            Bytes(1_486 << 20)
-        );
-        assert_eq!(context(&stack("10.2", None), Some(&gpu)), Bytes(877 << 20));
+        let card = Bytes(400 << 20);
+        assert_eq!(context(&stack("11.2", None), card), Bytes(1_486 << 20));
+        assert_eq!(context(&stack("10.2", None), card), Bytes(877 << 20));
         assert_eq!(
             Stack::new(
                 CudaVersion::parse("11.6").unwrap(),

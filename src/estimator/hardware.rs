@@ -107,7 +107,10 @@ impl DeviceOverhead {
             } else {
                 super::device::cublas_workspace(sm)
             },
-            context: super::context::context(stack, gpu),
+            context: super::context::context(
+                stack,
+                gpu.map_or(super::device::DEFAULT_CONTEXT, |g| g.context),
+            ),
         }
     }
 }
