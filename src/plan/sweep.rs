@@ -110,13 +110,25 @@ pub struct BatchLines {
     recompute_flops_per_sample: f64,
 }
 
+/// The lines' first sample: batch 1 can skip layout copies (the LSTM), so it may lie off the line.
+pub const LINE_B1: u64 = 2;
+
 impl BatchLines {
     pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, PlanError> {
-        let b1 = 2u64; // batch 1 can skip layout copies (LSTM), so it may lie off the line
+        BatchLines::from_first(plan, &BatchLines::first(plan)?, hi)
+    }
+
+    /// The first of the lines' two estimates, at batch [`LINE_B1`] (for a caller that makes
+    /// them in separate steps).
+    pub fn first(plan: &Plan) -> Result<Estimate, PlanError> {
+        estimate(&with(plan, Axis::Batch, LINE_B1))
+    }
+
+    /// The lines from [`BatchLines::first`]'s estimate and a second at `hi` (within 4–1024).
+    pub fn from_first(plan: &Plan, e1: &Estimate, hi: u64) -> Result<BatchLines, PlanError> {
         let b2 = hi.clamp(4, 1024);
-        let e1 = estimate(&with(plan, Axis::Batch, b1))?;
         let e2 = estimate(&with(plan, Axis::Batch, b2))?;
-        BatchLines::from_estimates(&e1, b1, &e2, b2)
+        BatchLines::from_estimates(e1, LINE_B1, &e2, b2)
     }
 
     /// The lines through two estimates of the same plan at batches `b1 < b2` (for callers that
@@ -435,16 +447,16 @@ impl MaxBatchSearch {
                     if !spend() {
                         return Ok(None);
                     }
-                    *first.borrow_mut() = Some(estimate(&with(plan, Axis::Batch, 2)));
+                    *first.borrow_mut() = Some(BatchLines::first(plan));
                 }
                 if !spend() {
                     return Ok(None);
                 }
                 let e1 = first.borrow_mut().take();
-                *lines.borrow_mut() = Some(e1.and_then(Result::ok).and_then(|e1| {
-                    let e2 = estimate(&with(plan, Axis::Batch, 1024)).ok()?;
-                    BatchLines::from_estimates(&e1, 2, &e2, 1024).ok()
-                }));
+                *lines.borrow_mut() = Some(
+                    e1.and_then(Result::ok)
+                        .and_then(|e1| BatchLines::from_first(plan, &e1, 1024).ok()),
+                );
             }
             let lines = lines.borrow();
             match lines.as_ref().and_then(|l| l.as_ref()) {

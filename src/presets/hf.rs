@@ -679,12 +679,12 @@ fn llama(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         variant.sinks = true;
     }
     if let Some(moe) = &variant.moe {
-        let blocks = (0..layers).filter(|&l| moe.is_sparse(l)).count() as u64 * moe.experts;
+        let sparse = (0..layers).filter(|&l| moe.is_sparse(l)).count() as u64;
+        let blocks = sparse * moe.experts;
         if blocks > MAX_EXPERT_BLOCKS {
             return Err(bad(format!(
-                "{} routed experts in each of {} sparse layers make {blocks} expert blocks per step; the planner simulates at most {MAX_EXPERT_BLOCKS} (DeepSeek-V3 has 14,848): lower 'num_hidden_layers' or the expert count",
-                moe.experts,
-                blocks / moe.experts.max(1)
+                "{} routed experts in each of {sparse} sparse layers make {blocks} expert blocks per step; the planner simulates at most {MAX_EXPERT_BLOCKS} (DeepSeek-V3 has 14,848): lower 'num_hidden_layers' or the expert count",
+                moe.experts
             )));
         }
     }

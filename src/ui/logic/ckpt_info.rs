@@ -21,32 +21,37 @@ pub struct CkptInfo {
 impl CkptInfo {
     /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
     pub fn probe(plan: &Plan) -> CkptInfo {
-        let ops = std::cell::Cell::new(0);
-        let regions = |ckpt| {
-            // The model's plan (batch 1, no GPU: what `workbench::model_plan` keys models on)
-            // under one policy.
+        // The model's plan (batch 1, no GPU: what `workbench::model_plan` keys models on) under
+        // one policy: its checkpointed regions and its length, if it builds.
+        let probe = |ckpt| {
             build_graph(&Plan {
                 ckpt,
                 batch: 1,
                 gpu: None,
                 ..plan.clone()
             })
-            .map_or(0, |g| {
-                ops.set(ops.get().max(g.ops.len()));
-                g.segments as u64
-            })
+            .ok()
+            .map(|g| (g.segments as u64, g.ops.len()))
         };
-        let blocks = regions(Checkpointing::Block);
-        let stages = regions(Checkpointing::Stage);
-        let segments = regions(Checkpointing::Segments(2)) > 0;
-        if ops.get() == 0 {
-            regions(Checkpointing::None);
-        }
+        let [block, stage, seq] = [
+            Checkpointing::Block,
+            Checkpointing::Stage,
+            Checkpointing::Segments(2),
+        ]
+        .map(probe);
+        let regions = |p: Option<(u64, usize)>| p.map_or(0, |(r, _)| r);
+        let ops = [block, stage, seq]
+            .into_iter()
+            .flatten()
+            .map(|(_, n)| n)
+            .max()
+            .or_else(|| probe(Checkpointing::None).map(|(_, n)| n))
+            .unwrap_or(0);
         CkptInfo {
-            blocks,
-            stages,
-            segments,
-            ops: ops.get(),
+            blocks: regions(block),
+            stages: regions(stage),
+            segments: regions(seq) > 0,
+            ops,
         }
     }
     pub fn any(&self) -> bool {

@@ -24,7 +24,7 @@ use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
 use crate::plan::estimate;
-use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point};
+use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point, LINE_B1};
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::Gpu;
@@ -156,14 +156,9 @@ impl BatchModel {
         BatchModel::finish(plan, BatchModel::first(plan)?)
     }
 
-    /// The first of the two simulations [`BatchModel::new`] runs, at batch 2: sampled at 2, not
-    /// 1, because at batch 1 some layouts are already contiguous and PyTorch skips a copy (the
-    /// LSTM), so batch 1 is not on the same line.
+    /// The first of the two simulations [`BatchModel::new`] runs: the lines' first sample.
     pub fn first(plan: &Plan) -> Result<Estimate, PlanError> {
-        estimate(&Plan {
-            batch: 2,
-            ..model_plan(plan)
-        })
+        BatchLines::first(&model_plan(plan))
     }
 
     /// The model from [`BatchModel::first`]'s estimate and a second one.
@@ -190,8 +185,8 @@ impl BatchModel {
         b2: u64,
         stack: Stack,
     ) -> Result<BatchModel, PlanError> {
-        let lines = BatchLines::from_estimates(e1, 2, e2, b2)?;
-        let d = (b2 - 2) as f64;
+        let lines = BatchLines::from_estimates(e1, LINE_B1, e2, b2)?;
+        let d = (b2 - LINE_B1) as f64;
         let layers = e1
             .layers
             .iter()
@@ -202,7 +197,11 @@ impl BatchModel {
                     .find(|l| l.layer == l1.layer)
                     .map_or(l1.bytes.0 as f64, |l| l.bytes.0 as f64);
                 let slope = (y2 - l1.bytes.0 as f64) / d;
-                (l1.layer.clone(), l1.bytes.0 as f64 - 2.0 * slope, slope)
+                (
+                    l1.layer.clone(),
+                    l1.bytes.0 as f64 - LINE_B1 as f64 * slope,
+                    slope,
+                )
             })
             .collect();
         Ok(BatchModel {

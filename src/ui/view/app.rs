@@ -10,6 +10,7 @@ use super::dom::{button, h, table_body_marked, El, Row};
 use super::page_workbench::wb;
 use super::planner::{MaxBatch, Planner};
 use super::pump;
+use super::widgets::alert;
 use crate::plan::{Plan, PlanError};
 use crate::ui::logic::explain;
 use crate::ui::logic::export;
@@ -489,11 +490,10 @@ fn summary(p: Planner) -> El {
                     .attr("role", "status")
                     .testid("simulating")
                     .text(Msg::Simulating.t(l))],
-                Err(e) => vec![h("p")
-                    .cls("error")
-                    .attr("role", "alert")
-                    .testid("error")
-                    .text(&format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)))],
+                Err(e) => vec![alert(
+                    "error",
+                    &format!("{}{}{e}", Msg::CannotEstimate.t(l), colon(l)),
+                )],
             })
         }))
 }
