@@ -288,10 +288,13 @@ impl TuneCtx {
             (_, None) => 0,
         };
         if plan.sparsity == Sparsity::TwoFour
-            && matches!(plan.quantization, Quantization::Int4 | Quantization::Nf4)
+            && !matches!(
+                plan.quantization,
+                Quantization::None | Quantization::Int8 | Quantization::W8a8
+            )
         {
             return Err(unsupported(
-                "2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit ones",
+                "2:4 sparsity is supported for 16-bit and INT8 weights, not 4-bit or FP8 ones",
             ));
         }
         let lora = match &plan.lora {

@@ -20,6 +20,18 @@
 //!   per-tensor scale before an int8 GEMM whose epilogue writes the activation dtype.
 //! - INT4 (AWQ/GPTQ style): 4-bit weights in groups of `group_size` input elements, each group
 //!   with an fp16 scale and a 4-bit zero point; fused dequantizing kernels (Marlin).
+//! - FP8 block-wise (DeepSeek-V3 and the `*-FP8` checkpoints: `quantization_config`
+//!   `{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+//!   "activation_scheme": "dynamic"}`), as transformers' `integrations/finegrained_fp8.py` runs
+//!   it: every `nn.Linear` of the blocks becomes `FP8Linear` (an e4m3 weight and an fp32
+//!   `weight_scale_inv` per 128×128 tile) and every experts module `FP8Expert` (the same per
+//!   expert); each forward quantizes its input per token in groups of 128 (`act_quant`: an e4m3
+//!   copy and an fp32 scale per group) before the block-scaled GEMM writes the activation dtype.
+//!   Routers, embeddings and the output head keep the model dtype.
+//! - MXFP4 (gpt-oss's checkpoints; OCP Microscaling Formats v1.0): the experts' weights as FP4
+//!   E2M1 values in blocks of 32 with one E8M0 (uint8) scale per block, their biases in fp32
+//!   (`integrations/mxfp4.py` `Mxfp4GptOssExperts`); attention, router, embeddings and head
+//!   keep the model dtype (`modules_to_not_convert`).
 //! - 2:4 sparsity (`torch.sparse.to_sparse_semi_structured`, cuSPARSELt/CUTLASS): half the values
 //!   are kept, plus 1 bit of metadata per dense element (`meta`: one int16 per 16 fp16/bf16
 //!   elements, one int32 per 32 int8 elements). Activations stay dense.
@@ -162,6 +174,11 @@ pub enum Quantization {
     Int4,
     /// bitsandbytes NF4 (QLoRA's 4-bit NormalFloat).
     Nf4,
+    /// FP8 E4M3 weights with 128×128 block scales and dynamically quantized activations
+    /// (DeepSeek-V3's checkpoint format).
+    Fp8,
+    /// MXFP4 experts (gpt-oss's checkpoint format); everything else dense.
+    Mxfp4,
 }
 
 impl Quantization {
@@ -172,7 +189,14 @@ impl Quantization {
             Quantization::W8a8 => "w8a8",
             Quantization::Int4 => "int4",
             Quantization::Nf4 => "nf4",
+            Quantization::Fp8 => "fp8",
+            Quantization::Mxfp4 => "mxfp4",
         }
+    }
+    /// Whether the blocks' plain linear layers keep the model dtype under this format (MXFP4
+    /// converts only the experts).
+    pub fn keeps_linears_dense(self) -> bool {
+        matches!(self, Quantization::None | Quantization::Mxfp4)
     }
 }
 
@@ -262,6 +286,11 @@ pub const NF4_BLOCK: u64 = 64;
 pub const NF4_BLOCK2: u64 = 256;
 /// AWQ/GPTQ default group size.
 pub const INT4_GROUP: u64 = 128;
+/// FP8 weight tiles are `FP8_BLOCK × FP8_BLOCK` and activation groups `1 × FP8_BLOCK`
+/// (DeepSeek-V3 `weight_block_size: [128, 128]`; `act_quant(x, block_size=128)`).
+pub const FP8_BLOCK: u64 = 128;
+/// Elements sharing one E8M0 scale in an MX block (OCP Microscaling Formats v1.0, §5: k = 32).
+pub const MX_BLOCK: u64 = 32;
 
 pub(crate) fn unsupported(msg: impl Into<String>) -> EstimateError {
     EstimateError::Unsupported(msg.into())
@@ -336,6 +365,23 @@ pub fn nf4_weight_bytes(n: u64, block: u64, double_quant: bool) -> u64 {
         .sum()
 }
 
+/// Exact bytes of one block-scaled FP8 weight `[fout, fin]`: one byte per element and an fp32
+/// `weight_scale_inv` per started 128×128 tile (`FP8Linear.__init__`).
+pub fn fp8_weight_bytes(fout: u64, fin: u64) -> u64 {
+    fout * fin + 4 * fout.div_ceil(FP8_BLOCK) * fin.div_ceil(FP8_BLOCK)
+}
+
+/// `weight_scale_inv` of an FP8 weight `[out, in]`: one fp32 per started 128×128 tile.
+pub fn fp8_scale_shape(fout: u64, fin: u64) -> Vec<u64> {
+    vec![fout.div_ceil(FP8_BLOCK), fin.div_ceil(FP8_BLOCK)]
+}
+
+/// Exact bytes of MXFP4 weights of `n` elements (`n` a multiple of [`MX_BLOCK`]): 16 bytes of
+/// packed E2M1 pairs and one E8M0 scale byte per block of 32, i.e. 4.25 bits per weight.
+pub fn mxfp4_weight_bytes(n: u64) -> u64 {
+    n / 2 + n / MX_BLOCK
+}
+
 /// KV-cache bytes: keys and values of every layer, `kv_heads × head_dim` per token each
 /// (grouped-query and multi-query attention store only the shared heads).
 pub fn kv_cache_bytes(
@@ -369,6 +415,17 @@ mod tests {
         let dq = nf4_weight_bytes(n, 64, true) - 64 - 4 - 1024;
         assert_eq!(plain * 8, n * 4 + n / 2);
         assert_eq!(dq * 8, n * 4 + n / 8 + n / 512);
+    }
+
+    #[test]
+    fn fp8_blocks_add_an_fp32_scale_per_tile_and_mxfp4_is_4_25_bits() {
+        // DeepSeek-V3 `q_b_proj` [24576, 1536]: 192 × 12 tiles of 128 × 128.
+        assert_eq!(fp8_weight_bytes(24576, 1536), 24576 * 1536 + 4 * 192 * 12);
+        // A ragged edge starts a tile of its own.
+        assert_eq!(fp8_weight_bytes(129, 128), 129 * 128 + 4 * 2);
+        // OCP MX v1.0: 32 × 4 bits + 8 bits of scale per block = 4.25 bits per element.
+        let n = 32 * 1000;
+        assert_eq!(mxfp4_weight_bytes(n) * 8 * 4, n * 17);
     }
 
     #[test]

@@ -174,6 +174,10 @@ pub enum DType {
     U8,
     Bool,
     I4,
+    /// FP8 E4M3 (`torch.float8_e4m3fn`): block-scaled FP8 weights and activations.
+    F8e4m3,
+    /// FP4 E2M1, the element type of an MXFP4 block (OCP Microscaling Formats v1.0).
+    F4e2m1,
 }
 
 impl DType {
@@ -182,8 +186,8 @@ impl DType {
             DType::F32 | DType::I32 => 32,
             DType::F16 | DType::BF16 | DType::I16 => 16,
             DType::I64 => 64,
-            DType::I8 | DType::U8 | DType::Bool => 8,
-            DType::I4 => 4,
+            DType::I8 | DType::U8 | DType::Bool | DType::F8e4m3 => 8,
+            DType::I4 | DType::F4e2m1 => 4,
         }
     }
     pub fn is_float(self) -> bool {
@@ -195,7 +199,8 @@ impl DType {
     /// itself; bool loses to everything; a float beats any integer; between floats the wider
     /// wins, and bf16 with fp16, neither able to hold the other, gives fp32; between integers
     /// the wider wins, and uint8 with a narrower or equal signed type gives int16.
-    /// `I4` (packed 4-bit weights, not a torch scalar type) ranks as a signed integer of 4 bits.
+    /// `I4` (packed 4-bit weights, not a torch scalar type) ranks as a signed integer of 4 bits;
+    /// the block-scaled FP8 and FP4 storages only ever meet their own kernels, never promotion.
     pub fn promote(self, other: DType) -> DType {
         use DType::*;
         let (a, b) = (self, other);
@@ -244,6 +249,8 @@ impl DType {
             DType::U8 => "uint8",
             DType::Bool => "bool",
             DType::I4 => "int4",
+            DType::F8e4m3 => "fp8",
+            DType::F4e2m1 => "fp4",
         }
     }
 }

@@ -21,6 +21,7 @@ use crate::estimator::config::AttnImpl;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::EagerOpts;
+use crate::estimator::tune::TuneCtx;
 
 use super::gpt_oss::rotate_halves;
 
@@ -126,6 +127,7 @@ pub(crate) fn attention(
     cos: TensorId,
     sin: TensorId,
     kv: MlaKv,
+    tune: &TuneCtx,
 ) -> Result<TensorId, EstimateError> {
     let s = g.shape(x);
     let (b, sq, hd) = (s[0], s[1], s[2]);
@@ -138,16 +140,16 @@ pub(crate) fn attention(
     let qk = mla.qk_head_dim();
     let q = match mla.q_lora_rank {
         Some(qr) => {
-            let qa = g.linear("q_a_proj", x, hd, qr, mla.bias)?;
+            let qa = g.weight_linear("q_a_proj", x, hd, qr, mla.bias, tune)?;
             let qa = g.rms_norm("q_a_layernorm", qa)?;
-            g.linear("q_b_proj", qa, qr, nh * qk, false)?
+            g.weight_linear("q_b_proj", qa, qr, nh * qk, false, tune)?
         }
-        None => g.linear("q_proj", x, hd, nh * qk, false)?,
+        None => g.weight_linear("q_proj", x, hd, nh * qk, false, tune)?,
     };
     // `view(B, S, -1, qk).transpose(1, 2)` and `split([nope, rope])`: views.
     let q = g.view(q, vec![b, nh, sq, qk])?;
     let qp = g.split(q, vec![vec![b, nh, sq, nope], vec![b, nh, sq, rope]])?;
-    let ckv = g.linear("kv_a_proj_with_mqa", x, hd, r + rope, mla.bias)?;
+    let ckv = g.weight_linear("kv_a_proj_with_mqa", x, hd, r + rope, mla.bias, tune)?;
     let parts = g.split(ckv, vec![vec![b, sq, r], vec![b, sq, rope]])?;
     let latent = g.rms_norm("kv_a_layernorm", parts[0])?;
     let latent = g.view(latent, vec![b, 1, sq, r])?;
@@ -183,7 +185,7 @@ pub(crate) fn attention(
         } => (latent, k_rot, Some((mask, attn, dropout, cpu))),
     };
     let query = g.cat(&[qp[0], q_rot], 3)?;
-    let (key, value) = expand_kv(g, mla, nh, latent_all, k_rot_all)?;
+    let (key, value) = expand_kv(g, mla, nh, latent_all, k_rot_all, tune)?;
     let o = match (mask_attn, kv) {
         (Some((mask, attn, dropout, cpu)), _) => match attn {
             AttnImpl::Sdpa => g.sdpa(query, key, value, mask, dropout, cpu)?,
@@ -214,7 +216,7 @@ pub(crate) fn attention(
         }
         (None, _) => g.sdpa_infer(query, key, value)?,
     };
-    let o = g.linear("o_proj", o, nh * vd, hd, mla.bias)?;
+    let o = g.weight_linear("o_proj", o, nh * vd, hd, mla.bias, tune)?;
     // The forward's locals (the input, the query and latent projections, the assembled query,
     // keys and values) live until it returns: in training this matters where the attention
     // saves none of them (SDPA's math path on the CPU, which MLA's unequal head dims select).
@@ -233,6 +235,7 @@ fn expand_kv(
     nh: u64,
     latent: TensorId,
     k_rot: TensorId,
+    tune: &TuneCtx,
 ) -> Result<(TensorId, TensorId), EstimateError> {
     let s = g.shape(latent);
     let (b, t) = (s[0], s[2]);
@@ -242,7 +245,7 @@ fn expand_kv(
         mla.v_head_dim,
         mla.kv_lora_rank,
     );
-    let kv = g.linear("kv_b_proj", latent, r, nh * (nope + vd), false)?;
+    let kv = g.weight_linear("kv_b_proj", latent, r, nh * (nope + vd), false, tune)?;
     let kv = g.view(kv, vec![b, nh, t, nope + vd])?;
     let parts = g.split(kv, vec![vec![b, nh, t, nope], vec![b, nh, t, vd]])?;
     let rg = g.requires_grad(&[parts[0], k_rot]);

@@ -11,6 +11,10 @@
 //! every expert runs. A skewed router gives some experts more tokens (larger per-expert inputs,
 //! outputs and saved activations) and may leave others idle.
 //!
+//! Serving with the checkpoints' own weight formats: FP8 block-wise experts (`FP8Expert`, the same
+//! eager loop with block-scaled GEMMs) and gpt-oss's MXFP4 experts (`Mxfp4GptOssExperts`, the
+//! triton kernels' routing and two grouped GEMMs instead of the loop).
+//!
 //! Op names follow the module paths, so the per-layer chart keeps an expert's activations in its
 //! layer and the breakdown can tell the parts apart: the router's ops are named under
 //! `mlp.gate`, the experts' and the dispatch's (`one_hot`, `nonzero`, `index`, `index_add`)
@@ -19,6 +23,7 @@
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::Pw;
+use crate::estimator::tune::{fp8_scale_shape, Quantization, TuneCtx, MX_BLOCK};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::{activation, Activation};
@@ -117,12 +122,13 @@ fn gated_mlp(
     inter: u64,
     act: Activation,
     cpu: bool,
+    tune: &TuneCtx,
 ) -> Result<TensorId, EstimateError> {
-    let gt = g.linear("gate_proj", x, hidden, inter, false)?;
+    let gt = g.weight_linear("gate_proj", x, hidden, inter, false, tune)?;
     let gt = activation(g, gt, act, cpu)?;
-    let up = g.linear("up_proj", x, hidden, inter, false)?;
+    let up = g.weight_linear("up_proj", x, hidden, inter, false, tune)?;
     let y = g.mul_bc(gt, up)?;
-    g.linear("down_proj", y, inter, hidden, false)
+    g.weight_linear("down_proj", y, inter, hidden, false, tune)
 }
 
 /// `tensor[index]` along the first dimension (advanced indexing, `aten::index`): a new tensor of
@@ -167,16 +173,24 @@ pub fn sparse_block(
     x: TensorId,
     act: Activation,
     cpu: bool,
+    tune: &TuneCtx,
 ) -> Result<MoeOut, EstimateError> {
     let s = g.shape(x);
     let (b, seq, h) = (s[0], s[1], s[2]);
     let t = b * seq;
     let dt = g.dtype(x);
     let hv = g.view(x, vec![t, h])?;
+    if tune.quant == Quantization::Mxfp4 {
+        let (out, logits) = mxfp4_block(g, moe, hv)?;
+        return Ok(MoeOut {
+            out: g.view(out, vec![b, seq, h])?,
+            router_logits: logits,
+        });
+    }
     // Qwen2-MoE runs its shared expert first.
     let shared = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::Qwen2, Some(si)) => {
-            Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu))?)
+            Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?)
         }
         _ => None,
     };
@@ -187,11 +201,13 @@ pub fn sparse_block(
         MoeKind::GptOss => g.scoped("router", |g| gpt_oss_router(g, moe, hv))?,
         _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
     };
-    let out = g.scoped("experts", |g| experts(g, moe, hv, rw, sel, act, cpu, dt))?;
+    let out = g.scoped("experts", |g| {
+        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant)
+    })?;
     let out = match shared {
         // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
         Some(y) => {
-            let gate = g.linear("shared_expert_gate", hv, h, 1, false)?;
+            let gate = g.weight_linear("shared_expert_gate", hv, h, 1, false, tune)?;
             let gdt = g.dtype(gate);
             let gate = g.pointwise(
                 "sigmoid",
@@ -212,7 +228,7 @@ pub fn sparse_block(
     // DeepSeek-V3: `hidden_states + self.shared_experts(residuals)` after the routed experts.
     let out = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::DeepseekV3 { .. }, Some(si)) => {
-            let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu))?;
+            let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu, tune))?;
             g.add(out, y, false)?
         }
         _ => out,
@@ -481,7 +497,10 @@ fn gpt_oss_expert(
 }
 
 /// The experts' eager loop (`*Experts.forward`): the dispatch without autograd, then per expert
-/// with tokens its gather, MLP, weighting and `index_add_` into the output.
+/// with tokens its gather, MLP, weighting and `index_add_` into the output. Under FP8 the loop
+/// is `FP8Expert.forward` (transformers `integrations/finegrained_fp8.py`): e4m3 weights with
+/// `*_scale_inv` tiles per expert, each projection through [`Graph::fp8_matmul`], and
+/// `one_hot` over the `E` experts only.
 #[allow(clippy::too_many_arguments)]
 fn experts(
     g: &mut Graph,
@@ -492,20 +511,39 @@ fn experts(
     act: Activation,
     cpu: bool,
     dt: DType,
+    quant: Quantization,
 ) -> Result<TensorId, EstimateError> {
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
+    let fp8 = quant == Quantization::Fp8;
     let weights = if moe.kind == MoeKind::GptOss {
         gpt_oss_expert_params(g, e_n, h, i)?
+    } else if fp8 {
+        vec![
+            g.param_of(vec![e_n, 2 * i, h], DType::F8e4m3)?,
+            g.param_of(vec![e_n, h, i], DType::F8e4m3)?,
+        ]
     } else {
         vec![g.param(vec![e_n, 2 * i, h])?, g.param(vec![e_n, h, i])?]
+    };
+    let scales = if fp8 {
+        let mut gu = fp8_scale_shape(2 * i, h);
+        gu.insert(0, e_n);
+        let mut down = fp8_scale_shape(h, i);
+        down.insert(0, e_n);
+        vec![
+            g.weight_constant(gu, DType::F32)?,
+            g.weight_constant(down, DType::F32)?,
+        ]
+    } else {
+        Vec::new()
     };
     let mut fin = g.zeros(vec![t, h], dt)?;
     // The dispatch, without autograd: `one_hot(top_k_index, classes).permute(2, 1, 0)` (int64,
     // alive for the whole loop; `E + 1` classes, gpt-oss `E`), the experts hit (`sum`,
     // `greater`, `nonzero`), then per expert `torch.where(expert_mask[e])` (one `nonzero`: slot
     // and token indices).
-    let classes = if moe.kind == MoeKind::GptOss {
+    let classes = if moe.kind == MoeKind::GptOss || fp8 {
         e_n
     } else {
         e_n + 1
@@ -528,12 +566,22 @@ fn experts(
             gpt_oss_expert(g, &weights, cur, i)?
         } else {
             let w1 = g.select(weights[0], vec![2 * i, h])?;
-            let gu = g.linear_with(cur, w1, None)?;
+            let gu = if fp8 {
+                let s1 = g.select(scales[0], fp8_scale_shape(2 * i, h))?;
+                g.fp8_matmul(cur, w1, s1)?
+            } else {
+                g.linear_with(cur, w1, None)?
+            };
             let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
             let a = activation(g, parts[0], act, cpu)?;
             let y = g.mul_bc(a, parts[1])?;
             let w2 = g.select(weights[1], vec![h, i])?;
-            g.linear_with(y, w2, None)?
+            if fp8 {
+                let s2 = g.select(scales[1], fp8_scale_shape(h, i))?;
+                g.fp8_matmul(y, w2, s2)?
+            } else {
+                g.linear_with(y, w2, None)?
+            }
         };
         let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
         let y = g.mul_bc(y, w)?;
@@ -560,6 +608,87 @@ fn experts(
     }
     g.hold(&[mask, hit]);
     Ok(fin)
+}
+
+/// gpt-oss's MLP with MXFP4 experts, as transformers' `integrations/mxfp4.py` patches it
+/// (`mlp_forward`, `Mxfp4GptOssExperts.forward`) on the triton kernels: the router's logits
+/// (`F.linear` with its bias, the model dtype), then `triton_kernels.routing.routing`: a fused
+/// top-k (the chosen logits softmaxed in their dtype `[T, k]`, the expert ids as int16 and a
+/// bitmatrix of the choices, one uint32 per 32 experts per token), then the tokens sorted by
+/// expert (a histogram `[E]`, the gather and scatter permutations `[T·k]` as int32 and the
+/// gate weights `[T·k]`), which live through both GEMMs. `matmul_ogs` gathers the rows,
+/// multiplies with the MXFP4 `gate_up_proj` (fp32 bias, fused clamped SwiGLU: `[T·k, I]`), and
+/// the second scatters `down_proj`'s rows weighted by the gates back into `[T, H]`.
+/// The weights: E2M1 values and an E8M0 (uint8) scale per 32 along the input dimension, the
+/// biases in fp32 (`Mxfp4GptOssExperts.__init__`). Not modelled: the kernels' routing metadata
+/// (`compute_expt_data`: per-expert offsets and tile indices, `O(E + T·k / 16)` int32) and any
+/// split-k scratch of `matmul_ogs`.
+fn mxfp4_block(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
+    let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
+    if !h.is_multiple_of(MX_BLOCK) || !i.is_multiple_of(MX_BLOCK) {
+        return Err(EstimateError::Unsupported(format!(
+            "MXFP4 blocks hold {MX_BLOCK} elements: the hidden size ({h}) and expert width ({i}) must divide by {MX_BLOCK}"
+        )));
+    }
+    let dt = g.dtype(hv);
+    let logits = g.scoped("router", |g| {
+        let w = g.param(vec![e_n, h])?;
+        let b = g.param(vec![e_n])?;
+        g.linear_with(hv, w, Some(b))
+    })?;
+    g.scoped("experts", |g| {
+        let w1 = g.param_of(vec![e_n, 2 * i, h], DType::F4e2m1)?;
+        let s1 = g.weight_constant(vec![e_n, 2 * i, h / MX_BLOCK], DType::U8)?;
+        let b1 = g.param_of(vec![e_n, 2 * i], DType::F32)?;
+        let w2 = g.param_of(vec![e_n, h, i], DType::F4e2m1)?;
+        let s2 = g.weight_constant(vec![e_n, h, i / MX_BLOCK], DType::U8)?;
+        let b2 = g.param_of(vec![e_n, h], DType::F32)?;
+        let tk = t.checked_mul(k).ok_or(EstimateError::TooLarge)?;
+        let scal = g.alloc(vec![t, k], dt, StorageKind::Activation, false)?;
+        let ids = g.alloc(vec![t, k], DType::I16, StorageKind::Activation, false)?;
+        let bits = g.alloc(
+            vec![t, e_n.div_ceil(32)],
+            DType::I32,
+            StorageKind::Activation,
+            false,
+        )?;
+        g.record_simple(
+            "routing_topk",
+            vec![logits],
+            vec![scal, ids, bits],
+            vec![],
+            0.0,
+        );
+        let hist = g.alloc(vec![e_n], DType::I32, StorageKind::Activation, false)?;
+        let topk_indx = g.alloc(vec![tk], DType::I32, StorageKind::Activation, false)?;
+        let gate_indx = g.alloc(vec![tk], DType::I32, StorageKind::Activation, false)?;
+        let gate_scal = g.alloc(vec![tk], dt, StorageKind::Activation, false)?;
+        g.record_simple(
+            "routing_sort",
+            vec![scal, ids, bits],
+            vec![hist, topk_indx, gate_indx, gate_scal],
+            vec![],
+            0.0,
+        );
+        let mid = g.alloc(vec![tk, i], dt, StorageKind::Activation, false)?;
+        let mut op = g.op("matmul_ogs", "");
+        op.flops = 2.0 * tk as f64 * (2 * i * h) as f64;
+        op.inputs = vec![hv, w1, s1, b1, hist, topk_indx, gate_indx];
+        op.outputs = vec![mid];
+        g.record(op);
+        let out = g.alloc(vec![t, h], dt, StorageKind::Activation, false)?;
+        let mut op = g.op("matmul_ogs", "");
+        op.flops = 2.0 * tk as f64 * (i * h) as f64;
+        op.inputs = vec![mid, w2, s2, b2, hist, topk_indx, gate_indx, gate_scal];
+        op.outputs = vec![out];
+        g.record(op);
+        Ok((out, logits))
+    })
 }
 
 /// `load_balancing_loss_func(router_logits, E, k)` without an attention mask, then

@@ -17,7 +17,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::EagerOpts;
-use crate::estimator::tune::{Target, TuneCtx};
+use crate::estimator::tune::{Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::activation;
@@ -26,7 +26,7 @@ use super::gemma::{self, Gemma};
 use super::gpt_oss;
 use super::mla::{self, Mla, MlaKv};
 use super::modernbert::{self, ModernBert};
-use super::moe::{self, Moe};
+use super::moe::{self, Moe, MoeKind};
 
 pub type Built = Result<Graph, EstimateError>;
 
@@ -317,10 +317,25 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
 
 /// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
 /// layer has a fused projection, a norm over the whole projection or experts (their sharding is
-/// not the column/row split of the plain layer), and LoRA or quantized weights on fused
-/// projections and experts (adapters target `q_proj`-style module names).
+/// not the column/row split of the plain layer), LoRA or weight formats other than the
+/// checkpoints' own on fused projections and experts (adapters target `q_proj`-style module
+/// names; FP8 converts every linear and `FP8Expert` the bias-free experts; MXFP4 exists for
+/// gpt-oss's experts only).
 pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     let v = &cfg.variant;
+    let gpt_oss = v.moe.as_ref().is_some_and(|m| m.kind == MoeKind::GptOss);
+    let quant = ctx.tune.quant;
+    if quant == Quantization::Mxfp4 && !gpt_oss {
+        return Err(EstimateError::Unsupported(format!(
+            "MXFP4 is the format of gpt-oss's experts (transformers converts only `GptOssExperts`); {} has none: use fp8 or the model dtype",
+            cfg.model_type
+        )));
+    }
+    if quant == Quantization::Fp8 && gpt_oss {
+        return Err(EstimateError::Unsupported(
+            "FP8 experts (`FP8Expert`) carry no biases, and gpt-oss's do: serve gpt-oss in mxfp4 or its model dtype".into(),
+        ));
+    }
     let what = if v.moe.is_some() {
         "mixture-of-experts layers"
     } else if v.fused {
@@ -336,9 +351,13 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
             cfg.model_type
         )));
     }
-    if (v.moe.is_some() || v.fused) && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
+    let own_format = matches!(quant, Quantization::Fp8 | Quantization::Mxfp4)
+        && ctx.tune.sparsity == Sparsity::None;
+    if (v.moe.is_some() || v.fused)
+        && (ctx.tune.lora.is_some() || !(ctx.tune.dense_linears() || own_format))
+    {
         return Err(EstimateError::Unsupported(format!(
-            "LoRA and quantized weights are not modelled for {} ({what}): use full fine-tuning or a dense model",
+            "LoRA and int8/int4/nf4 weights are not modelled for {} ({what}): use full fine-tuning, fp8, or a dense model",
             cfg.model_type
         )));
     }
@@ -1021,7 +1040,7 @@ impl LlamaLayer<'_> {
                 },
             };
             let o = g.scoped("self_attn", |g| {
-                mla::attention(g, m, cfg.heads, a, cos, sin, kv)
+                mla::attention(g, m, cfg.heads, a, cos, sin, kv, tune)
             })?;
             return self.finish_layer(g, h, o, index, hold, router_logits);
         }
@@ -1198,7 +1217,7 @@ impl LlamaLayer<'_> {
         let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {
             let y = if let Some(moe) = sparse {
-                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu)?;
+                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu, tune)?;
                 router_logits.push(out.router_logits);
                 out.out
             } else if var.fused {

@@ -1,12 +1,15 @@
 //! The linear layers of a transformer block in every weight format ([`Graph::block_linear`]:
-//! dense, NF4, INT8, W8A8, INT4, 2:4 sparse), from `bitsandbytes/nn/modules.py`
-//! (`Linear4bit.forward`), `bitsandbytes/autograd/_functions.py` (`MatMul4Bit`) and
-//! `bitsandbytes/backends/cuda/ops.py` (`gemm_4bit`, `_dequant_linear_fallback`).
+//! dense, NF4, INT8, W8A8, INT4, FP8 block-wise, 2:4 sparse), from `bitsandbytes/nn/modules.py`
+//! (`Linear4bit.forward`), `bitsandbytes/autograd/_functions.py` (`MatMul4Bit`),
+//! `bitsandbytes/backends/cuda/ops.py` (`gemm_4bit`, `_dequant_linear_fallback`) and
+//! transformers' `integrations/finegrained_fp8.py` (`FP8Linear`, `FP8Expert.linear`).
 
 use super::R;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
-use crate::estimator::tune::{nf4_storages, Quantization, Sparsity, Target, TuneCtx};
+use crate::estimator::tune::{
+    fp8_scale_shape, nf4_storages, Quantization, Sparsity, Target, TuneCtx, FP8_BLOCK,
+};
 use crate::estimator::units::{Bytes, DType};
 
 /// `bitsandbytes::gemm_4bit` runs its own kernel up to this many rows
@@ -32,7 +35,8 @@ impl Graph {
         tune: &TuneCtx,
     ) -> R {
         let adapted = tune.lora.as_ref().is_some_and(|l| l.wraps(target));
-        if tune.dense_linears() && !adapted {
+        let dense = tune.quant.keeps_linears_dense() && tune.sparsity == Sparsity::None;
+        if dense && !adapted {
             return match target {
                 Target::O | Target::Down => self.row_parallel_linear(leaf, x, fin, fout, bias),
                 _ => self.column_parallel_linear(leaf, x, fin, fout, bias),
@@ -45,8 +49,7 @@ impl Graph {
         }
         self.push(leaf);
         let r = (|| {
-            let nf4 = tune.quant == Quantization::Nf4;
-            let y = if tune.dense_linears() {
+            let y = if dense {
                 let w = self.param(vec![fout, fin])?;
                 let b = if bias {
                     Some(self.param(vec![fout])?)
@@ -54,18 +57,55 @@ impl Graph {
                     None
                 };
                 self.linear_with(x, w, b)?
-            } else if nf4 {
-                self.linear_nf4(x, fin, fout, bias, tune)?
             } else {
-                self.linear_packed(x, fin, fout, bias, tune)?
+                self.quantized_linear(x, fin, fout, bias, tune)?
             };
             match &tune.lora {
-                Some(l) if l.wraps(target) => self.lora_branch(x, y, fin, fout, l, nf4),
+                Some(l) if l.wraps(target) => {
+                    self.lora_branch(x, y, fin, fout, l, tune.quant == Quantization::Nf4)
+                }
                 _ => Ok(y),
             }
         })();
         self.pop();
         r
+    }
+
+    /// An `nn.Linear` of a block that no LoRA target names (MLA's projections, the MoE shared
+    /// experts and their gate): the plan's weight format replaces it as it replaces
+    /// [`Graph::block_linear`]'s layers (transformers converts every `nn.Linear` outside
+    /// `modules_to_not_convert`).
+    pub fn weight_linear(
+        &mut self,
+        leaf: &str,
+        x: TensorId,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+        tune: &TuneCtx,
+    ) -> R {
+        if tune.quant.keeps_linears_dense() && tune.sparsity == Sparsity::None {
+            return self.linear(leaf, x, fin, fout, bias);
+        }
+        self.push(leaf);
+        let r = self.quantized_linear(x, fin, fout, bias, tune);
+        self.pop();
+        r
+    }
+
+    fn quantized_linear(
+        &mut self,
+        x: TensorId,
+        fin: u64,
+        fout: u64,
+        bias: bool,
+        tune: &TuneCtx,
+    ) -> R {
+        if tune.quant == Quantization::Nf4 {
+            self.linear_nf4(x, fin, fout, bias, tune)
+        } else {
+            self.linear_packed(x, fin, fout, bias, tune)
+        }
     }
 
     /// bitsandbytes `Linear4bit(quant_type="nf4")`: the packed 4-bit weight (a frozen
@@ -151,12 +191,32 @@ impl Graph {
         }
         let act = self.dtype(x);
         let n = fout.checked_mul(fin).ok_or(EstimateError::TooLarge)?;
+        if tune.quant == Quantization::Fp8 {
+            let w = self.param_of(vec![fout, fin], DType::F8e4m3)?;
+            let scale_inv = self.weight_constant(fp8_scale_shape(fout, fin), DType::F32)?;
+            let b = if bias {
+                Some(self.param_of(vec![fout], act)?)
+            } else {
+                None
+            };
+            let y = self.fp8_matmul(x, w, scale_inv)?;
+            // `output = output + self.bias`: out of place, after the GEMM.
+            return match b {
+                Some(b) => self.add(y, b, false),
+                None => Ok(y),
+            };
+        }
         let (wdt, scale) = match tune.quant {
             Quantization::None => (self.precision.param_dtype(), None),
             Quantization::Int8 => (DType::I8, Some((vec![fout], act))),
             Quantization::W8a8 => (DType::I8, Some((vec![fout], DType::F32))),
             Quantization::Int4 => (DType::I4, None),
-            Quantization::Nf4 => return Err(self.bad_shape("nf4 goes through linear_nf4")),
+            Quantization::Nf4 | Quantization::Fp8 | Quantization::Mxfp4 => {
+                return Err(self.bad_shape(format!(
+                    "{} weights are not packed by linear_packed",
+                    tune.quant.key()
+                )))
+            }
         };
         let w = self.param_of(vec![fout, fin], wdt)?;
         let mut consts = Vec::new();
@@ -218,6 +278,43 @@ impl Graph {
         op.inputs = vec![input, w];
         op.inputs.extend(consts);
         op.inputs.extend(b);
+        op.outputs = vec![y];
+        self.record(op);
+        Ok(y)
+    }
+
+    /// `FP8Linear.forward` / `FP8Expert.linear` with dynamic activations: `act_quant(x, 128)`
+    /// (an e4m3 copy of `x` and an fp32 scale per token and group of 128 input features, from
+    /// DeepSeek-V3's `inference/kernel.py`; it asserts the features divide by 128), then
+    /// `w8a8_block_fp8_matmul` of that copy with the e4m3 weight `[out, in]` and its
+    /// `weight_scale_inv` tiles, into a new tensor in `x`'s dtype. The copy and its scales die
+    /// with the call.
+    pub fn fp8_matmul(&mut self, x: TensorId, w: TensorId, scale_inv: TensorId) -> R {
+        let s = self.shape(x);
+        let fin = s.last().copied().unwrap_or(0);
+        let fout = self.shape(w)[0];
+        if fin == 0 || !fin.is_multiple_of(FP8_BLOCK) {
+            return Err(self.bad_shape(format!(
+                "FP8 activation quantization works in groups of {FP8_BLOCK} input features; this layer has {fin}"
+            )));
+        }
+        let act = self.dtype(x);
+        let rows: u64 = s[..s.len() - 1].iter().product();
+        let mut group_shape = s.clone();
+        *group_shape.last_mut().unwrap_or(&mut 0) = fin / FP8_BLOCK;
+        let q = self.alloc(s.clone(), DType::F8e4m3, StorageKind::Activation, false)?;
+        let qs = self.alloc(group_shape, DType::F32, StorageKind::Activation, false)?;
+        let mut op = self.op("act_quant", "");
+        op.flops = 3.0 * (rows * fin) as f64;
+        op.inputs = vec![x];
+        op.outputs = vec![q, qs];
+        self.record(op);
+        let mut out_shape = s;
+        *out_shape.last_mut().unwrap_or(&mut 0) = fout;
+        let y = self.alloc(out_shape, act, StorageKind::Activation, false)?;
+        let mut op = self.op("fp8_block_mm", "");
+        op.flops = 2.0 * rows as f64 * (fin * fout) as f64;
+        op.inputs = vec![q, qs, w, scale_inv];
         op.outputs = vec![y];
         self.record(op);
         Ok(y)

@@ -307,6 +307,8 @@ messages! {
     QuantInt8 => "INT8 weight-only", "INT8 仅权重量化";
     QuantW8a8 => "INT8 weights and activations", "INT8 权重与激活量化";
     QuantInt4 => "INT4 group-wise", "INT4 分组量化";
+    QuantFp8 => "FP8 block-wise (DeepSeek-V3)", "FP8 分块量化（DeepSeek-V3）";
+    QuantMxfp4 => "MXFP4 experts (gpt-oss)", "MXFP4 专家（gpt-oss）";
     KvCache => "KV cache", "KV 缓存";
     KvActivationDtype => "Activation dtype", "与激活相同的数据类型";
     ContextTokens => "Context (prompt tokens)", "上下文（提示词 token 数）";

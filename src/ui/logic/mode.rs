@@ -81,6 +81,8 @@ pub fn quantization_options(mode: Mode) -> Vec<(&'static str, Label)> {
             ("w8a8", T(Msg::QuantW8a8)),
             ("int4", T(Msg::QuantInt4)),
             ("nf4", Label::Name("NF4")),
+            ("fp8", T(Msg::QuantFp8)),
+            ("mxfp4", T(Msg::QuantMxfp4)),
         ],
     }
 }
@@ -98,6 +100,8 @@ pub fn set_quantization(plan: &mut Plan, value: &str) {
         "w8a8" => Quantization::W8a8,
         "int4" => Quantization::Int4,
         "nf4" => Quantization::Nf4,
+        "fp8" => Quantization::Fp8,
+        "mxfp4" => Quantization::Mxfp4,
         _ => return,
     };
     plan.quantization = q;
@@ -106,7 +110,10 @@ pub fn set_quantization(plan: &mut Plan, value: &str) {
     if q == Quantization::Nf4 && plan.mode == Mode::Finetune && plan.lora.is_none() {
         plan.lora = Some(LoraConfig::default());
     }
-    if matches!(q, Quantization::Int4 | Quantization::Nf4) {
+    if !matches!(
+        q,
+        Quantization::None | Quantization::Int8 | Quantization::W8a8
+    ) {
         plan.sparsity = Sparsity::None;
     }
 }
@@ -378,9 +385,13 @@ mod tests {
     #[test]
     fn quantization_options_follow_the_mode() {
         assert_eq!(quantization_options(Mode::Train).len(), 1);
-        assert!(quantization_options(Mode::Infer)
-            .iter()
-            .any(|o| o.0 == "int4"));
+        for q in ["int4", "fp8", "mxfp4"] {
+            assert!(quantization_options(Mode::Infer).iter().any(|o| o.0 == q));
+            let mut p = llama();
+            p.mode = Mode::Infer;
+            set_quantization(&mut p, q);
+            assert_eq!(quantization_value(&p), q);
+        }
         for (v, _) in KV_OPTIONS {
             let mut p = llama();
             set_kv(&mut p, v);
