@@ -176,6 +176,11 @@ pub fn parse_json(text: &str) -> Result<Plan, PlanError> {
 }
 
 impl Plan {
+    /// The software stack the plan names, or the default one (a current PyTorch, CUDA 12).
+    pub fn stack(&self) -> Stack {
+        self.stack.unwrap_or_default()
+    }
+
     pub fn new(model: &str) -> Self {
         Plan {
             model: model.into(),
@@ -224,7 +229,7 @@ impl Plan {
                 .as_ref()
                 .map(|c| c.settings)
                 .unwrap_or_default(),
-            stack: self.stack.unwrap_or_default(),
+            stack: self.stack(),
         }
     }
 }

@@ -254,7 +254,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         true,
     );
     let name = gpu.map(|g| g.name).unwrap_or("GPU");
-    let stack = plan.stack.unwrap_or_default();
+    let stack = plan.stack();
     push(
         "context",
         Msg::CudaContext.t(lang).into(),

@@ -170,9 +170,7 @@ impl BatchModel {
                 batch: b2,
                 ..base.clone()
             }) {
-                Ok(e2) => {
-                    return BatchModel::from_estimates(&e1, &e2, b2, plan.stack.unwrap_or_default())
-                }
+                Ok(e2) => return BatchModel::from_estimates(&e1, &e2, b2, plan.stack()),
                 Err(e) => err = Some(e),
             }
         }
