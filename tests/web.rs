@@ -294,8 +294,9 @@ async fn picking_another_model_changes_the_peak_and_the_controls() {
     settle().await;
     let picker = select_in(&host, "model");
     assert!(
-        picker.query_selector_all("optgroup").unwrap().length() >= 4,
-        "models are not grouped by family"
+        picker.query_selector_all("optgroup").unwrap().length() as usize
+            == vram_planner::presets::models::Group::ALL.len(),
+        "models are not grouped by family and architecture"
     );
     let before = text(&host, "peak");
     assert!(

@@ -563,16 +563,23 @@ pub fn phase_label(p: Phase, lang: Lang) -> &'static str {
     }
 }
 
-pub fn family_label(f: crate::presets::models::Family, lang: Lang) -> &'static str {
-    use crate::presets::models::Family;
-    match lang {
-        Lang::En => f.label(),
-        Lang::Zh => match f {
-            Family::Cnn => "卷积网络",
-            Family::VisionTransformer => "视觉 Transformer",
-            Family::Language => "语言模型",
-            Family::Rnn => "循环网络",
-        },
+pub fn group_label(g: crate::presets::models::Group, lang: Lang) -> &'static str {
+    use crate::presets::models::Group;
+    match (g, lang) {
+        (Group::Cnn, Lang::En) => "CNNs",
+        (Group::Cnn, Lang::Zh) => "卷积网络",
+        (Group::VisionTransformer, Lang::En) => "Vision transformers",
+        (Group::VisionTransformer, Lang::Zh) => "视觉 Transformer",
+        (Group::Decoder, Lang::En) => "Language models",
+        (Group::Decoder, Lang::Zh) => "语言模型",
+        (Group::MixtureOfExperts, Lang::En) => "Mixture of experts",
+        (Group::MixtureOfExperts, Lang::Zh) => "混合专家模型",
+        (Group::Encoder, Lang::En) => "Encoders",
+        (Group::Encoder, Lang::Zh) => "编码器",
+        (Group::VisionLanguage, Lang::En) => "Vision-language",
+        (Group::VisionLanguage, Lang::Zh) => "视觉语言模型",
+        (Group::Rnn, Lang::En) => "RNN",
+        (Group::Rnn, Lang::Zh) => "循环网络",
     }
 }
 

@@ -10,7 +10,7 @@ use crate::estimator::{MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ};
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::presets::gpus::{self, GPUS};
-use crate::presets::models::{self, Family, InputKind, MODELS};
+use crate::presets::models::{self, Family, Group, InputKind, MODELS};
 
 use super::ckpt_info::CkptInfo;
 use super::i18n::Msg;
@@ -329,28 +329,23 @@ pub fn model_options() -> Vec<(&'static str, &'static str)> {
     MODELS.iter().map(|m| (m.id, m.name)).collect()
 }
 
-/// The model picker's groups, in this order: CNNs, vision transformers, language models,
-/// RNN; each with its presets in catalogue order.
-pub fn model_groups() -> Vec<(Family, Vec<(&'static str, &'static str)>)> {
-    [
-        Family::Cnn,
-        Family::VisionTransformer,
-        Family::Language,
-        Family::Rnn,
-    ]
-    .into_iter()
-    .map(|f| {
-        (
-            f,
-            MODELS
-                .iter()
-                .filter(|m| m.family == f)
-                .map(|m| (m.id, m.name))
-                .collect::<Vec<_>>(),
-        )
-    })
-    .filter(|(_, v)| !v.is_empty())
-    .collect()
+/// The model picker's groups in [`Group::ALL`]'s order, each with its presets in catalogue
+/// order.
+pub fn model_groups() -> Vec<(Group, Vec<(&'static str, &'static str)>)> {
+    Group::ALL
+        .into_iter()
+        .map(|g| {
+            (
+                g,
+                MODELS
+                    .iter()
+                    .filter(|m| m.group == g)
+                    .map(|m| (m.id, m.name))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, v)| !v.is_empty())
+        .collect()
 }
 
 /// The model picker's value for a plan (`custom` for a pasted config).
@@ -679,7 +674,12 @@ mod tests {
         assert!(model_options().iter().any(|(id, _)| *id == p.model));
         assert!(p.gpu.as_deref().and_then(gpus::find).is_some());
         let groups = model_groups();
-        assert_eq!(groups[0].0, Family::Cnn);
+        assert_eq!(groups[0].0, Group::Cnn);
+        let moe = groups
+            .iter()
+            .find(|g| g.0 == Group::MixtureOfExperts)
+            .unwrap();
+        assert!(moe.1.iter().any(|(id, _)| *id == "deepseek-v3"));
         assert_eq!(
             groups.iter().map(|g| g.1.len()).sum::<usize>(),
             MODELS.len()

@@ -67,7 +67,7 @@ pub fn model_picker(p: Planner) -> El {
                 .into_iter()
                 .map(|(fam, items)| {
                     h("optgroup")
-                        .attr("label", i18n::family_label(fam, lang))
+                        .attr("label", i18n::group_label(fam, lang))
                         .children(
                             items
                                 .into_iter()
