@@ -151,6 +151,8 @@ pub struct Setup {
     pub allocator: super::allocator::AllocatorSettings,
     /// The CUDA toolkit and module loading, for the context ([`super::context`]).
     pub stack: super::context::Stack,
+    /// The busiest expert's share of a sparse layer's tokens, as a multiple of the balanced one.
+    pub expert_skew: Option<f64>,
 }
 
 impl Setup {
@@ -185,6 +187,8 @@ pub struct BuildCtx {
     /// Megatron sequence parallelism: the non-tensor-parallel regions (norms, dropout, residual)
     /// hold 1/tp of the sequence.
     pub sequence_parallel: bool,
+    /// The busiest expert's tokens as a multiple of the balanced share (1: balanced routing).
+    pub expert_skew: f64,
 }
 
 impl BuildCtx {
@@ -204,6 +208,7 @@ impl BuildCtx {
             tp: 1,
             sequence_parallel: false,
             tune: TuneCtx::default(),
+            expert_skew: 1.0,
         }
     }
 }

@@ -192,6 +192,7 @@ fn build_graph_step(
         tune,
         tp: 1,
         sequence_parallel: false,
+        expert_skew: setup.expert_skew.unwrap_or(1.0),
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
@@ -262,7 +263,15 @@ fn build_graph_step(
             }
         }
     }
-    (model.build)(&ctx)
+    let g = (model.build)(&ctx)?;
+    // A skew names the busiest expert's share: a model without experts has none to skew.
+    if setup.expert_skew.is_some() && g.active_params.is_none() {
+        return Err(EstimateError::Unsupported(format!(
+            "\"expert_skew\" applies to mixture-of-experts models; {} has no experts",
+            model.label
+        )));
+    }
+    Ok(g)
 }
 
 /// Inference of language models: the forward to build (prefill of the prompt, or the last

@@ -118,6 +118,10 @@ pub struct Plan {
     /// `{"cuda": "11.2"}`, for the CUDA context. Absent: a current PyTorch with CUDA 12.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<Stack>,
+    /// Mixture of experts: tokens the busiest expert of each sparse layer receives, as a
+    /// multiple of the balanced share `T·k / E`; absent or 1: balanced routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_skew: Option<f64>,
 }
 
 impl Default for Plan {
@@ -150,6 +154,7 @@ impl Default for Plan {
             new_tokens: None,
             alloc_conf: None,
             stack: None,
+            expert_skew: None,
             parallel: None,
             offload: None,
         }
@@ -230,6 +235,7 @@ impl Plan {
                 .map(|c| c.settings)
                 .unwrap_or_default(),
             stack: self.stack(),
+            expert_skew: self.expert_skew,
         }
     }
 }

@@ -5,11 +5,15 @@
 //! auxiliary load-balancing loss (`load_balancing_loss_func`) when the config asks for the
 //! router logits.
 //!
-//! Routing makes the shapes data-dependent; the estimate assumes **balanced routing**: each of
-//! the `T·k` token-to-expert assignments of a step goes to the experts in turn, so every expert
-//! receives `⌊T·k / E⌋` or `⌈T·k / E⌉` tokens (the first `T·k mod E` experts one more) and
-//! every expert runs. A skewed router gives some experts more tokens (larger per-expert inputs,
-//! outputs and saved activations) and may leave others idle.
+//! Routing makes the shapes data-dependent; the estimate assumes **balanced routing** by default:
+//! each of the `T·k` token-to-expert assignments of a step goes to the experts in turn, so every
+//! expert receives `⌊T·k / E⌋` or `⌈T·k / E⌉` tokens (the first `T·k mod E` experts one more)
+//! and every expert runs. The plan's `expert_skew` s sets a skewed router instead: the first
+//! expert receives `⌈s·T·k / E⌉` tokens (never more than `T`: a token picks an expert once) and
+//! the others share the rest in turn. The eager loop's per-expert inputs, outputs and
+//! temporaries grow with the busiest expert; the saved activations of a training step sum over
+//! the experts and stay `T·k` rows. transformers' implementations are dropless: no capacity
+//! factor drops or pads tokens.
 //!
 //! Serving with the checkpoints' own weight formats: FP8 block-wise experts (`FP8Expert`, the same
 //! eager loop with block-scaled GEMMs) and gpt-oss's MXFP4 experts (`Mxfp4GptOssExperts`, the
@@ -84,6 +88,29 @@ impl Moe {
     pub fn balanced_tokens(&self, tokens: u64, e: u64) -> u64 {
         let total = tokens * self.top_k;
         total / self.experts + u64::from(e < total % self.experts)
+    }
+
+    /// Tokens expert `e` receives when the busiest (expert 0) takes `skew` times the balanced
+    /// share `T·k / E` (rounded up, at most `T`) and the others share the rest in turn; `skew`
+    /// 1 is [`Moe::balanced_tokens`]. A skew past `E / k` would give the busiest expert more
+    /// than every token and is refused.
+    pub fn tokens_of(&self, tokens: u64, e: u64, skew: f64) -> Result<u64, EstimateError> {
+        let most = self.experts as f64 / self.top_k as f64;
+        if !skew.is_finite() || skew < 1.0 || skew > most {
+            return Err(EstimateError::Unsupported(format!(
+                "expert_skew must be between 1 (balanced) and E / k = {most} (every token to one expert), got {skew}"
+            )));
+        }
+        if skew == 1.0 || self.experts == 1 {
+            return Ok(self.balanced_tokens(tokens, e));
+        }
+        let total = tokens * self.top_k;
+        let hot = ((skew * total as f64 / self.experts as f64).ceil() as u64).min(tokens);
+        if e == 0 {
+            return Ok(hot);
+        }
+        let (rest, others) = (total - hot, self.experts - 1);
+        Ok(rest / others + u64::from(e - 1 < rest % others))
     }
 
     /// Parameters of one sparse block: the router, the experts, the shared expert and its gate.
@@ -174,12 +201,16 @@ pub fn sparse_block(
     act: Activation,
     cpu: bool,
     tune: &TuneCtx,
+    skew: f64,
 ) -> Result<MoeOut, EstimateError> {
     let s = g.shape(x);
     let (b, seq, h) = (s[0], s[1], s[2]);
     let t = b * seq;
     let dt = g.dtype(x);
     let hv = g.view(x, vec![t, h])?;
+    // Refuses an impossible skew whichever path runs (the grouped GEMMs' buffers do not depend
+    // on it).
+    moe.tokens_of(t, 0, skew)?;
     if tune.quant == Quantization::Mxfp4 {
         let (out, logits) = mxfp4_block(g, moe, hv)?;
         return Ok(MoeOut {
@@ -202,7 +233,7 @@ pub fn sparse_block(
         _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
     };
     let out = g.scoped("experts", |g| {
-        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant)
+        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, skew)
     })?;
     let out = match shared {
         // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
@@ -512,6 +543,7 @@ fn experts(
     cpu: bool,
     dt: DType,
     quant: Quantization,
+    skew: f64,
 ) -> Result<TensorId, EstimateError> {
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
@@ -554,7 +586,7 @@ fn experts(
     let hit = g.no_grad_op("gt", &[hit], vec![classes], DType::Bool, z)?;
     let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, z)?;
     for e in 0..e_n {
-        let n = moe.balanced_tokens(t, e);
+        let n = moe.tokens_of(t, e, skew)?;
         if n == 0 {
             continue;
         }

@@ -881,6 +881,7 @@ pub(crate) fn llama_decoder(
     let layer = LlamaLayer {
         cfg,
         tune: &ctx.tune,
+        skew: ctx.expert_skew,
         heads: (nhl, nkvl),
         cos,
         sin,
@@ -958,6 +959,8 @@ pub(crate) enum LlamaAttention {
 pub(crate) struct LlamaLayer<'a> {
     pub cfg: &'a TextConfig,
     pub tune: &'a TuneCtx,
+    /// The busiest expert's tokens as a multiple of the balanced share ([`Moe::tokens_of`]).
+    pub skew: f64,
     /// One rank's `(heads, kv_heads)` (all of them without tensor parallelism).
     pub heads: (u64, u64),
     /// The rotary tables of this forward.
@@ -1217,7 +1220,7 @@ impl LlamaLayer<'_> {
         let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {
             let y = if let Some(moe) = sparse {
-                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu, tune)?;
+                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu, tune, self.skew)?;
                 router_logits.push(out.router_logits);
                 out.out
             } else if var.fused {
