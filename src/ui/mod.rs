@@ -47,16 +47,26 @@ pub fn mount() {
         logic::url::wants_lazy_models(&query),
         logic::url::wants_json(&query),
     );
-    if (seq && !crate::plan::lazy::loaded()) || (json && !logic::json::loaded()) {
+    // A page that opens in Chinese needs its texts first (a chunk of their own).
+    let zh = view::browser::initial_lang(logic::url::lang(&query)) == logic::i18n::Lang::Zh;
+    let chinese = logic::i18n::chinese::loaded;
+    if (seq && !crate::plan::lazy::loaded())
+        || (json && !logic::json::loaded())
+        || (zh && !chinese())
+    {
         // (Leptos's executor starts with the mount: this runs on wasm-bindgen's.)
         wasm_bindgen_futures::spawn_local(async move {
             // Failed (offline before the service worker cached them): the link's settings are
-            // then reported as unusable and the page opens on its defaults.
+            // then reported as unusable and the page opens on its defaults; the texts in
+            // English.
             if seq {
                 crate::plan::lazy::load().await;
             }
             if json {
                 logic::json::load().await;
+            }
+            if zh {
+                logic::i18n::chinese::load().await;
             }
             leptos::mount::mount_to_body(App);
         });

@@ -10,6 +10,7 @@ use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 
 pub mod charts;
+pub mod chinese;
 pub mod comparison;
 pub mod formulas;
 pub mod hub;
@@ -177,17 +178,21 @@ macro_rules! messages {
         pub enum Msg { $($name),* }
         impl Msg {
             pub const ALL: &'static [Msg] = &[$(Msg::$name),*];
-            /// Both languages of each message, in the enum's order: a table read by index is
-            /// a fraction of the code a match with two arms per message compiles to.
-            const TEXTS: &'static [(&'static str, &'static str)] = &[$(($en, $zh)),*];
+            /// The English texts in the enum's order: a table read by index is a fraction of
+            /// the code a match with an arm per message compiles to.
+            const EN: &'static [&'static str] = &[$($en),*];
+            /// The text in `lang`. Chinese comes from its own chunk ([`chinese`]), which the page
+            /// fetches before it shows Chinese; should that fetch have failed, English stands in.
             pub fn t(self, lang: Lang) -> &'static str {
-                let (en, zh) = Self::TEXTS[self as usize];
+                let en = Self::EN[self as usize];
                 match lang {
                     Lang::En => en,
-                    Lang::Zh => zh,
+                    Lang::Zh => chinese::text(self).unwrap_or(en),
                 }
             }
         }
+        /// The Chinese texts in the enum's order, read only by [`chinese`].
+        static ZH: &[&str] = &[$($zh),*];
     };
 }
 

@@ -245,6 +245,13 @@ pub fn wants_lazy_models(query: &str) -> bool {
     })
 }
 
+/// The language a query string sets (`lang`), judged before [`parse_query`]: the page fetches
+/// the Chinese texts before it mounts in Chinese.
+pub fn lang(query: &str) -> Option<Lang> {
+    let (_, v) = pairs(query).find(|(k, _)| k.as_deref() == Some("lang"))?;
+    percent_decode(v).and_then(|l| Lang::parse(&l))
+}
+
 /// The longest `hf_endpoint` kept: a mirror's address, not a document.
 const MAX_ENDPOINT: usize = 256;
 
@@ -549,6 +556,23 @@ mod tests {
             ("%6Dodel=gpt2", true),
         ] {
             assert_eq!(wants_lazy_models(q), yes, "{q}");
+        }
+    }
+
+    #[test]
+    fn the_language_is_read_before_the_plan() {
+        for (q, want) in [
+            ("lang=zh", Some(Lang::Zh)),
+            ("model=gpt2&lang=en", Some(Lang::En)),
+            ("?batch=4&%6Cang=zh", Some(Lang::Zh)),
+            ("lang=fr", None),
+            ("lang=%FF", None),
+            ("model=gpt2", None),
+        ] {
+            assert_eq!(lang(q), want, "{q}");
+            if let Some(l) = want {
+                assert_eq!(parse_query(q).view.lang, Some(l), "{q}");
+            }
         }
     }
 

@@ -10,7 +10,7 @@ use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, OptimizerImpl, OptimizerKind, Precision,
 };
 use crate::plan::Plan;
-use crate::ui::logic::i18n::{self, Label, Lang, Msg, Units};
+use crate::ui::logic::i18n::{self, chinese, Label, Lang, Msg, Units};
 use crate::ui::logic::state;
 use crate::ui::logic::url;
 
@@ -551,10 +551,18 @@ pub fn lang_picker(p: Planner) -> El {
                 .collect()
         },
         move || l.get().code().to_string(),
-        move |v| {
-            if let Some(x) = Lang::parse(&v) {
-                l.set(x);
-            }
+        move |v| match Lang::parse(&v) {
+            // The Chinese texts are fetched on first use; the page switches once they are here.
+            Some(Lang::Zh) if !chinese::loaded() => leptos::task::spawn_local(async move {
+                if chinese::load().await {
+                    l.set(Lang::Zh);
+                } else {
+                    // The picker goes back to the language shown.
+                    l.notify();
+                }
+            }),
+            Some(x) => l.set(x),
+            None => {}
         },
     )
 }
