@@ -21,14 +21,13 @@ fn published_figures_per_metric() {
             Err((id, _)) => refused.push(id),
         }
     }
-    // Adafactor is not an optimizer the estimator knows.
-    assert_eq!(refused, ["hf-bertlarge-b4-fp32-adafactor"]);
+    assert!(refused.is_empty(), "refused: {refused:?}");
     let s = by_metric(&cases);
     // metric: cases, median, p90, max |relative error|, under-estimates.
     for (metric, n, med, p90, max, under) in [
         ("max_memory_allocated", 4, 0.0739, 0.3800, 0.3800, 3),
         ("max_memory_reserved", 9, 0.1035, 0.1947, 0.3065, 9),
-        ("nvidia_smi_total", 6, 0.1288, 0.1790, 0.1790, 4),
+        ("nvidia_smi_total", 7, 0.1288, 0.1481, 0.1790, 5),
     ] {
         let m = &s[metric];
         assert_eq!(m["cases"], n, "{metric}");
@@ -59,4 +58,27 @@ fn reserved_exceeds_allocated_on_every_published_case() {
         let reserved = out["reserved_predicted"].as_u64().unwrap();
         assert!(reserved > alloc, "{}: {reserved} vs {alloc}", c.case_id);
     }
+}
+
+/// The HF guide measured the same BERT-large step with AdamW and with Adafactor: what Adafactor
+/// saves (two fp32 moments per weight against a row and a column per matrix, and a smaller
+/// step) is predicted within 5 %, whatever both figures share (the model's head, the context).
+#[test]
+fn adafactor_saves_what_the_guide_measured_against_adamw() {
+    let case = |id: &str| {
+        let line = PUBLISHED
+            .lines()
+            .find(|l| l.contains(&format!("\"case_id\": \"{id}\"")))
+            .unwrap_or_else(|| panic!("{id} is in the file"));
+        let (c, out) = compare_line(line).unwrap_or_else(|(id, e)| panic!("{id}: {e}"));
+        (c.measured as f64, out["predicted"].as_f64().unwrap())
+    };
+    let (adamw_m, adamw_p) = case("hf-bertlarge-b4-fp32-adamw");
+    let (ada_m, ada_p) = case("hf-bertlarge-b4-fp32-adafactor");
+    let (measured, predicted) = (adamw_m - ada_m, adamw_p - ada_p);
+    let err = (predicted - measured).abs() / measured;
+    assert!(
+        err <= 0.05,
+        "saving {predicted} vs measured {measured}: {err:.3}"
+    );
 }

@@ -159,7 +159,11 @@ impl Setup {
     /// The optimizer implementation that runs: the setting, else PyTorch's default
     /// (`torch/optim/optimizer.py` `_default_to_fused_or_foreach`): foreach when all parameters
     /// are on CUDA, the per-parameter for-loop on the CPU.
+    /// Adafactor always loops over its parameters ([`OptimizerKind::loops_over_parameters`]).
     pub fn optimizer_impl(&self) -> OptimizerImpl {
+        if self.opt.loops_over_parameters() {
+            return OptimizerImpl::ForLoop;
+        }
         self.optimizer_impl.unwrap_or(match self.device {
             Device::Cuda => OptimizerImpl::Foreach,
             Device::Cpu => OptimizerImpl::ForLoop,
@@ -252,6 +256,11 @@ impl TuneCtx {
             (Mode::Finetune, Quantization::Nf4) => return Err(unsupported("NF4 base weights cannot be trained: add \"lora\" (QLoRA)")),
             (Mode::Finetune, q) => return Err(unsupported(format!("fine-tuning supports nf4 (QLoRA) only, not '{}'", q.key()))),
             (Mode::Infer, _) => {}
+        }
+        if plan.opt == OptimizerKind::Adafactor
+            && (plan.parallel.is_some() || plan.offload.is_some())
+        {
+            return Err(unsupported("Adafactor is estimated on one GPU without offload: the multi-GPU and offload layouts count optimizer state in parameter-sized states, and Adafactor's factored state is not; remove \"parallel\" and \"offload\", or use adamw"));
         }
         if let Some(par) = &plan.parallel {
             if mode == Mode::Infer {

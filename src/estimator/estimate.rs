@@ -474,7 +474,7 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
     } else {
         Bytes(
             trainable()
-                .flat_map(|t| plan.opt.state_storages(t.numel(), t.dtype))
+                .flat_map(|t| plan.opt.state_storages(&t.shape, t.dtype))
                 .chain(plan.opt.shared_state(any_8bit))
                 .fold(counters, |a, b| a.saturating_add(b)),
         )

@@ -17,6 +17,15 @@
 //! step counter is a Python int. Paged variants allocate the state with `F.get_paged` in CUDA
 //! managed memory, outside PyTorch's caching allocator, which the driver evicts to host memory
 //! when the device runs short.
+//!
+//! Adafactor as transformers implements it (`transformers/optimization.py` `Adafactor.step`,
+//! unchanged from v4.16 to v5; Shazeer & Stern 2018, arXiv:1804.04235): a Python loop over the
+//! parameters, in fp32 whatever the parameter's dtype. A parameter of two or more dimensions keeps
+//! the factored second moment, `exp_avg_sq_row` (`shape[:-1]`) and `exp_avg_sq_col`
+//! (`shape[:-2] + shape[-1:]`); a vector keeps a full `exp_avg_sq`. Each keeps `state["RMS"]`, a
+//! 0-d tensor on the device, and no first moment under HF Trainer's `optim="adafactor"`
+//! (`beta1=None`). The step counter is a Python int. See [`OptimizerKind::adafactor_peak`] for
+//! the step's temporaries.
 
 use serde::{Deserialize, Serialize};
 
@@ -48,6 +57,8 @@ pub enum OptimizerKind {
     /// `bnb.optim.PagedAdamW` (32-bit state, paged; `paged_adamw_32bit`).
     #[serde(rename = "paged_adamw", alias = "paged_adamw_32bit")]
     PagedAdamw,
+    /// `transformers.optimization.Adafactor` (HF Trainer's `optim="adafactor"`).
+    Adafactor,
 }
 
 /// Which implementation runs the step.
@@ -65,20 +76,29 @@ pub enum OptimizerImpl {
 
 impl OptimizerKind {
     /// State tensors per parameter, each of the parameter's size and dtype
-    /// (Adam: `exp_avg`, `exp_avg_sq`; SGD with momentum: `momentum_buffer`).
+    /// (Adam: `exp_avg`, `exp_avg_sq`; SGD with momentum: `momentum_buffer`). Adafactor's state
+    /// is not parameter-sized ([`OptimizerKind::state_storages`]): 0.
     pub fn states_per_param(self) -> u64 {
         match self {
-            OptimizerKind::Sgd => 0,
+            OptimizerKind::Sgd | OptimizerKind::Adafactor => 0,
             OptimizerKind::SgdMomentum => 1,
             _ => 2,
         }
     }
-    /// The state storages kept for one parameter of `numel` elements stored in `dtype`, in exact
-    /// bytes (PyTorch: `zeros_like(param)` per state; bitsandbytes: see the module doc).
-    pub fn state_storages(self, numel: u64, dtype: DType) -> Vec<u64> {
+    /// The state storages kept for one parameter of this shape stored in `dtype`, in exact
+    /// bytes, in the order they are made (PyTorch: `zeros_like(param)` per state; bitsandbytes
+    /// and Adafactor: see the module doc).
+    pub fn state_storages(self, shape: &[u64], dtype: DType) -> Vec<u64> {
+        let numel = shape.iter().fold(1u64, |a, &d| a.saturating_mul(d));
         let param_bytes = (numel.saturating_mul(dtype.bits())).div_ceil(8);
         let fp32 = numel.saturating_mul(4);
         match self {
+            OptimizerKind::Adafactor => match *shape {
+                [.., rows, cols] if rows > 0 && cols > 0 => {
+                    vec![numel / cols * 4, numel / rows * 4, 4]
+                }
+                _ => vec![fp32, 4],
+            },
             OptimizerKind::Sgd
             | OptimizerKind::SgdMomentum
             | OptimizerKind::Adam
@@ -110,6 +130,11 @@ impl OptimizerKind {
             self,
             OptimizerKind::PagedAdamw8bit | OptimizerKind::PagedAdamw
         )
+    }
+    /// The step is a Python loop over parameters whatever `optimizer_impl` says (transformers'
+    /// Adafactor has no foreach or fused variant).
+    pub fn loops_over_parameters(self) -> bool {
+        self == OptimizerKind::Adafactor
     }
     /// A bitsandbytes optimizer (fused per-parameter update kernels).
     pub fn is_bnb(self) -> bool {
@@ -145,6 +170,7 @@ impl OptimizerKind {
         match (self, imp) {
             (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::Foreach) => 1,
             (OptimizerKind::Adam | OptimizerKind::Adamw, OptimizerImpl::ForLoop) => 2,
+            (OptimizerKind::Adafactor, _) => 2,
             _ => 0,
         }
     }
@@ -164,6 +190,25 @@ impl OptimizerKind {
         }
         peak
     }
+    /// Peak temporary bytes of Adafactor's step over parameters given as (fp32 bytes of the
+    /// parameter, whether it is stored in 16 bits), in the optimizer's order. Per parameter
+    /// (`Adafactor.step`): `grad.float()` and `p.float()` copies when 16-bit; `update = grad**2 +
+    /// eps` (two fp32 temporaries at once); the factored `_approx_sq_grad(row, col)` or
+    /// `exp_avg_sq.rsqrt()` (made while the old `update` is held); `p.add_(-update)` (one more).
+    /// Python names outlive the iteration: the previous parameter's `update` (and copies, until
+    /// rebound first) is alive while `grad**2 + eps` is made, so the peak is `f(i−1) + (2 + c)
+    /// f(i)` with `c` the copies. The row- and column-sized means and the 0-d norms are left
+    /// out (a row or column of one parameter, next to its full-size temporaries).
+    pub fn adafactor_peak(params: &[(u64, bool)]) -> u64 {
+        let mut prev = 0u64;
+        let mut peak = 0u64;
+        for &(f, half) in params {
+            let copies = if half { 2 } else { 0 };
+            peak = peak.max(prev.saturating_add(f.saturating_mul(2 + copies)));
+            prev = f;
+        }
+        peak
+    }
     pub fn name(self) -> &'static str {
         match self {
             OptimizerKind::Sgd => "sgd",
@@ -174,10 +219,11 @@ impl OptimizerKind {
             OptimizerKind::Adamw8bit => "adamw8bit",
             OptimizerKind::PagedAdamw8bit => "paged_adamw8bit",
             OptimizerKind::PagedAdamw => "paged_adamw",
+            OptimizerKind::Adafactor => "adafactor",
         }
     }
-    /// PyTorch's optimizers first (the reference set's), then bitsandbytes'.
-    pub const ALL: [OptimizerKind; 8] = [
+    /// PyTorch's optimizers first (the reference set's), then bitsandbytes', then transformers'.
+    pub const ALL: [OptimizerKind; 9] = [
         OptimizerKind::Sgd,
         OptimizerKind::SgdMomentum,
         OptimizerKind::Adam,
@@ -186,6 +232,7 @@ impl OptimizerKind {
         OptimizerKind::Adamw8bit,
         OptimizerKind::PagedAdamw8bit,
         OptimizerKind::PagedAdamw,
+        OptimizerKind::Adafactor,
     ];
 }
 
@@ -208,18 +255,59 @@ mod tests {
     fn eight_bit_adam_keeps_two_bytes_per_parameter() {
         let n = 4096 * 256;
         let s: u64 = OptimizerKind::Adamw8bit
-            .state_storages(n, DType::BF16)
+            .state_storages(&[n], DType::BF16)
             .iter()
             .sum();
         assert_eq!(s, 2 * n + 2 * 4 * n / 256);
         // Small tensors (norm weights) keep fp32 state.
         assert_eq!(
-            OptimizerKind::Adamw8bit.state_storages(4095, DType::BF16),
+            OptimizerKind::Adamw8bit.state_storages(&[4095], DType::BF16),
             vec![4095 * 4; 2]
         );
         assert_eq!(
-            OptimizerKind::Adamw.state_storages(10, DType::BF16),
+            OptimizerKind::Adamw.state_storages(&[10], DType::BF16),
             vec![20, 20]
         );
+    }
+
+    /// Shazeer & Stern 2018 (arXiv:1804.04235, §3): an `n × m` matrix keeps `n + m` second-moment
+    /// values instead of `n·m`, in fp32 whatever the weight's dtype; a vector keeps all of its own.
+    /// Each parameter adds its 0-d `RMS` (4 B). Exact.
+    #[test]
+    fn adafactor_keeps_a_row_and_a_column_per_matrix() {
+        let bert_word_embeddings = [30522, 1024];
+        assert_eq!(
+            OptimizerKind::Adafactor.state_storages(&bert_word_embeddings, DType::BF16),
+            vec![30522 * 4, 1024 * 4, 4]
+        );
+        // A convolution's `[O, I, kh, kw]`: rows over `shape[:-1]`, columns over
+        // `shape[:-2] + shape[-1:]`.
+        assert_eq!(
+            OptimizerKind::Adafactor.state_storages(&[64, 3, 7, 7], DType::F32),
+            vec![64 * 3 * 7 * 4, 64 * 3 * 7 * 4, 4]
+        );
+        assert_eq!(
+            OptimizerKind::Adafactor.state_storages(&[1024], DType::F32),
+            vec![1024 * 4, 4]
+        );
+        assert_eq!(OptimizerKind::Adafactor.states_per_param(), 0);
+    }
+
+    /// The step's temporaries (`Adafactor.step`): two fp32 parameter-sized tensors at once, plus
+    /// the previous parameter's `update`, plus the fp32 copies of a 16-bit parameter and its
+    /// gradient. Exact.
+    #[test]
+    fn adafactor_step_peaks_at_the_largest_parameter_after_its_neighbour() {
+        let f32 = [(400, false), (100, false), (40, false)];
+        assert_eq!(OptimizerKind::adafactor_peak(&f32), 2 * 400);
+        let f = [(100, false), (400, false)];
+        assert_eq!(OptimizerKind::adafactor_peak(&f), 100 + 2 * 400);
+        let half = [(100, true), (400, true)];
+        assert_eq!(OptimizerKind::adafactor_peak(&half), 100 + 4 * 400);
+        assert_eq!(
+            OptimizerKind::Adafactor.step_temporaries(OptimizerImpl::Foreach),
+            2
+        );
+        assert!(OptimizerKind::Adafactor.loops_over_parameters());
     }
 }

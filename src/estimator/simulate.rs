@@ -359,7 +359,7 @@ impl<'t, 'g> Replay<'t, 'g> {
         if !opt.optimizer.is_paged() {
             let mut any_8bit = false;
             for t in g.tensors.iter().filter(|t| t.is_param && t.requires_grad) {
-                let states = opt.optimizer.state_storages(t.numel(), t.dtype);
+                let states = opt.optimizer.state_storages(&t.shape, t.dtype);
                 any_8bit |= opt.optimizer.is_bnb() && t.numel() >= BNB_MIN_8BIT_SIZE;
                 // `_init_group` creates a parameter's step counter, then its moments.
                 if counter.0 > 0 {
@@ -697,6 +697,33 @@ impl<'t, 'g> Replay<'t, 'g> {
         self.tl.push(Phase::Backward, None, self.live);
     }
 
+    /// Adafactor's step as malloc/free events, parameter by parameter
+    /// ([`OptimizerKind::adafactor_peak`]): a name rebound frees what it held only after the
+    /// new value exists, and the last parameter's tensors live until `step` returns.
+    fn adafactor_stream(&mut self, params: &[(u64, bool)]) {
+        let (mut update, mut copies) = (NO_BLOCK, [NO_BLOCK; 2]);
+        for &(f, half) in params {
+            // `grad = p.grad; grad = grad.float()`, then `p_data_fp32 = p; ….float()`.
+            for c in &mut copies {
+                self.stream.free(*c);
+                *c = if half { self.stream.alloc(f) } else { NO_BLOCK };
+            }
+            let square = self.stream.alloc(f);
+            let sum = self.stream.alloc(f);
+            self.stream.free(square);
+            self.stream.free(update);
+            // `_approx_sq_grad(row, col)` or `exp_avg_sq.rsqrt()`, then `update` is rebound.
+            update = self.stream.alloc(f);
+            self.stream.free(sum);
+            let negated = self.stream.alloc(f);
+            self.stream.free(negated);
+        }
+        self.stream.free(update);
+        for c in copies {
+            self.stream.free(c);
+        }
+    }
+
     /// `optimizer.step()`: the state of every trained parameter exists from the first step on
     /// (steady state); the step adds its temporaries. The for-loop implementation works one
     /// parameter at a time ([`OptimizerKind::for_loop_peak`]); the foreach and fused ones
@@ -707,6 +734,24 @@ impl<'t, 'g> Replay<'t, 'g> {
         self.stream.optimizer_starts();
         let mut at = self.live;
         match opt.optimizer_impl {
+            _ if opt.optimizer.loops_over_parameters() => {
+                let params: Vec<(u64, bool)> = g
+                    .tensors
+                    .iter()
+                    .filter(|t| t.is_param && t.requires_grad)
+                    .map(|t| {
+                        (
+                            rounded(Bytes(t.numel().saturating_mul(4))),
+                            t.dtype.bits() == 16,
+                        )
+                    })
+                    .collect();
+                at.add(
+                    Category::OptimizerTemps,
+                    Bytes(OptimizerKind::adafactor_peak(&params)),
+                );
+                self.adafactor_stream(&params);
+            }
             OptimizerImpl::ForLoop => {
                 let sizes = self.trainable();
                 at.add(

@@ -153,6 +153,9 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     let state_bytes = b(n.opt_state_bytes);
     let of = match (plan.opt, bpp) {
         (OptimizerKind::Sgd, _) => Formula::PlainSgdState,
+        (OptimizerKind::Adafactor, _) => Formula::FactoredStates {
+            total: &state_bytes,
+        },
         (o, Some(k)) => Formula::OptimizerStates {
             states,
             names: if o == OptimizerKind::SgdMomentum {
@@ -182,6 +185,7 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
     let ot = n.category(Category::OptimizerTemps);
     let (ot_text, temporary) = (b(ot), b(n.grad_bytes));
     let otf = match (temps, plan.optimizer_impl()) {
+        _ if plan.opt == OptimizerKind::Adafactor => Formula::AdafactorStep { peak: &ot_text },
         (0, OptimizerImpl::Fused) => Formula::FusedStep { total: &ot_text },
         (0, _) => Formula::NoTemporaries { total: &ot_text },
         (_, _) => Formula::ForeachStep {

@@ -500,6 +500,7 @@ pub fn optimizer_label(o: OptimizerKind, lang: Lang) -> &'static str {
         (OptimizerKind::Adamw8bit, _) => "AdamW 8-bit (bitsandbytes)",
         (OptimizerKind::PagedAdamw8bit, _) => "Paged AdamW 8-bit (bitsandbytes)",
         (OptimizerKind::PagedAdamw, _) => "Paged AdamW (bitsandbytes)",
+        (OptimizerKind::Adafactor, _) => "Adafactor (transformers)",
     }
 }
 

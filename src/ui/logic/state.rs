@@ -230,6 +230,8 @@ pub struct Applies {
     pub checkpointing: bool,
     /// Optimizer, checkpointing and accumulation: not when serving (inference mode).
     pub training: bool,
+    /// foreach, fused or for-loop: PyTorch's optimizers (transformers' Adafactor has one loop).
+    pub optimizer_impl: bool,
     /// Padded or unpadded batch: decoders trained with SDPA, whose causal mask it decides.
     pub causal_mask: bool,
 }
@@ -243,6 +245,8 @@ pub fn applies(plan: &Plan, ckpt: &CkptInfo) -> Applies {
         attention: matches!(fam, Family::Language | Family::VisionTransformer),
         checkpointing: ckpt.any() && plan.mode != crate::estimator::config::Mode::Infer,
         training: plan.mode != crate::estimator::config::Mode::Infer,
+        optimizer_impl: plan.mode != crate::estimator::config::Mode::Infer
+            && !plan.opt.loops_over_parameters(),
         causal_mask: plan.mode != crate::estimator::config::Mode::Infer
             && plan.attn == crate::estimator::config::AttnImpl::Sdpa
             && has_causal_mask(plan),
@@ -575,6 +579,11 @@ mod tests {
         assert!(!a.resolution && a.seq_len && !a.attention && !a.checkpointing);
         let vit = Plan::new("vit_b_16");
         assert!(applies(&vit, &CkptInfo::probe(&vit)).attention);
+        assert!(a.optimizer_impl);
+        let mut ada = Plan::new("gpt2");
+        ada.opt = crate::estimator::optimizer::OptimizerKind::Adafactor;
+        let a = applies(&ada, &CkptInfo::probe(&ada));
+        assert!(a.training && !a.optimizer_impl, "Adafactor has no foreach or fused step");
     }
 
     #[test]

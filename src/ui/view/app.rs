@@ -166,7 +166,7 @@ fn full_page(p: Planner, notice: RwSignal<Option<url::Parsed>>) -> El {
         .child(controls::size_input(p).show(move || applies.with(|a| a.resolution || a.seq_len)))
         .child(controls::precision_picker(p))
         .child(controls::optimizer_picker(p).show(move || applies.with(|a| a.training)))
-        .child(controls::optimizer_impl_picker(p).show(move || applies.with(|a| a.training)))
+        .child(controls::optimizer_impl_picker(p).show(move || applies.with(|a| a.optimizer_impl)))
         .child(controls::checkpoint_picker(p).show(move || applies.with(|a| a.checkpointing)))
         .child(controls::accumulation_input(p).show(move || applies.with(|a| a.training)))
         .child(controls::attention_picker(p).show(move || applies.with(|a| a.attention)))

@@ -58,6 +58,10 @@ pub enum Formula<'a> {
         states: u64,
         total: &'a str,
     },
+    /// Adafactor: a row and a column of fp32 second moments per matrix, a full one per vector.
+    FactoredStates {
+        total: &'a str,
+    },
     FusedStep {
         total: &'a str,
     },
@@ -66,6 +70,10 @@ pub enum Formula<'a> {
     },
     ForeachStep {
         temporary: &'a str,
+        peak: &'a str,
+    },
+    /// Adafactor's per-parameter loop in fp32.
+    AdafactorStep {
         peak: &'a str,
     },
     KvCache {
@@ -145,6 +153,18 @@ impl Formula<'_> {
             StatesPerParam { states, total } => {
                 format!("{states} states per parameter = {total}")
             }
+            FactoredStates { total } if zh => format!(
+                "矩阵只存一行一列的 fp32 二阶矩（exp_avg_sq_row、exp_avg_sq_col），向量存完整的 exp_avg_sq，另加每个参数的 RMS = {total}"
+            ),
+            FactoredStates { total } => format!(
+                "fp32 second moments: a row and a column per matrix (exp_avg_sq_row, exp_avg_sq_col), a full exp_avg_sq per vector, plus each parameter's RMS = {total}"
+            ),
+            AdafactorStep { peak } if zh => format!(
+                "逐参数循环，fp32：grad**2 + eps 与新的 update 两个临时张量，加上一参数的 update（16 位参数另有参数与梯度的 fp32 副本）；峰值时 {peak}"
+            ),
+            AdafactorStep { peak } => format!(
+                "a loop over parameters in fp32: grad**2 + eps and the new update, two temporaries, beside the previous parameter's update (16-bit parameters add fp32 copies of the weight and its gradient); at the peak {peak}"
+            ),
             FusedStep { total } if zh => format!("融合实现：无临时张量 = {total}"),
             FusedStep { total } => format!("fused step: no temporaries = {total}"),
             NoTemporaries { total } if zh => format!("无与参数同大小的临时张量 = {total}"),
