@@ -27,6 +27,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(Some(p)) = json::apply_extra(&base, text) {
         let again = serde_json::to_string(&p).expect("a parsed plan serialises");
         let back: Plan = serde_json::from_str(&again).expect("a plan reads its own JSON");
-        assert_eq!(back, p, "the x= plan changed in a round trip through {again}");
+        assert_eq!(
+            back, p,
+            "the x= plan changed in a round trip through {again}"
+        );
     }
 });

@@ -583,7 +583,10 @@ mod tests {
         let mut ada = Plan::new("gpt2");
         ada.opt = crate::estimator::optimizer::OptimizerKind::Adafactor;
         let a = applies(&ada, &CkptInfo::probe(&ada));
-        assert!(a.training && !a.optimizer_impl, "Adafactor has no foreach or fused step");
+        assert!(
+            a.training && !a.optimizer_impl,
+            "Adafactor has no foreach or fused step"
+        );
     }
 
     #[test]
