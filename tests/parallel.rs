@@ -160,6 +160,7 @@ fn zero_figure_1_per_gpu_model_states_of_mixed_precision_adam() {
             &prep.pieces[0],
             zero::Sharding {
                 dp: nd,
+                ep: 1,
                 zero: stage,
                 fsdp: false,
                 bucket_view: false,
@@ -216,6 +217,7 @@ fn zero_stages_shard_the_simulated_model_states() {
             &prep.pieces[0],
             zero::Sharding {
                 dp: 8,
+                ep: 1,
                 zero,
                 fsdp: false,
                 bucket_view: false,
@@ -687,7 +689,7 @@ proptest! {
         let over_ranks: u64 = (0..n).map(|r| params.iter().map(|t| shard_elems(&t.shape, n, r)).sum::<u64>()).sum();
         prop_assert_eq!(over_ranks, numel);
         let full = zero::Sharded::new(piece, zero::Sharding::none(), 2, None);
-        let sh = zero::Sharded::new(piece, zero::Sharding { dp: n, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2, None);
+        let sh = zero::Sharded::new(piece, zero::Sharding { dp: n, ep: 1, zero, fsdp: false, bucket_view: false, offload_optimizer: false, offload_params: false }, 2, None);
         // One 512-B block and one dim-0 row (≤ 4608 fp32 elements in ResNets) per parameter and rank.
         let slack = params.len() as u64 * n * (512 + 4 * 4608);
         let check = |rank: u64, whole: u64, sharded: bool| -> Result<(), TestCaseError> {

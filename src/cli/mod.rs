@@ -344,6 +344,7 @@ pub fn estimate_json_with(
                 "compute_seconds": p.compute_seconds,
                 "scaling_efficiency": p.scaling_efficiency,
                 "samples_per_step": p.samples_per_step,
+                "expert_params_bytes": p.expert_params_bytes,
                 "offload": p.offload.as_ref().map(offload_json),
                 "fits": p.fits,
             },
@@ -465,13 +466,18 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}, {}, {} micro-batch(es) of {}",
+        "\n{} GPUs ({} node(s) × {}): dp {} · tp {} · pp {}{}{}, {}, {} micro-batch(es) of {}",
         l.world,
         l.nodes,
         l.gpus_per_node,
         l.dp,
         l.tp,
         l.pp,
+        if l.ep > 1 {
+            format!(" · ep {} (of dp)", l.ep)
+        } else {
+            String::new()
+        },
         if l.interleave > 1 {
             format!(" (interleave {})", l.interleave)
         } else {
@@ -508,6 +514,18 @@ fn parallel_table(plan: &Plan, p: &ParallelEstimate) -> String {
         p.ranks[p.peak_rank].stage,
         Bytes(p.per_gpu.device_total_bytes)
     );
+    if p.expert_params_bytes > 0 {
+        let _ = writeln!(
+            s,
+            "routed experts on the peak rank: {} of weights ({})",
+            Bytes(p.expert_params_bytes),
+            if l.ep > 1 {
+                format!("1/{} of each sparse layer's experts", l.ep)
+            } else {
+                "every expert of each sparse layer".into()
+            }
+        );
+    }
     let _ = writeln!(
         s,
         "communication: {} sent per GPU per step, {:.4} s ({:.4} s not hidden by compute)",

@@ -191,6 +191,9 @@ pub struct BuildCtx {
     /// Megatron sequence parallelism: the non-tensor-parallel regions (norms, dropout, residual)
     /// hold 1/tp of the sequence.
     pub sequence_parallel: bool,
+    /// Expert-parallel degree: each rank holds `E/ep` routed experts of a sparse layer and
+    /// exchanges tokens with the others (see `presets::moe`); 1 = none.
+    pub ep: u64,
     /// The busiest expert's tokens as a multiple of the balanced share (1: balanced routing).
     pub expert_skew: f64,
 }
@@ -212,6 +215,7 @@ impl BuildCtx {
             tp: 1,
             sequence_parallel: false,
             tune: TuneCtx::default(),
+            ep: 1,
             expert_skew: 1.0,
         }
     }
@@ -376,6 +380,7 @@ impl Graph {
     pub fn for_build(ctx: &BuildCtx) -> Self {
         let mut g = Graph::new(ctx.precision);
         g.inference = ctx.tune.mode == Mode::Infer;
+        g.ep = ctx.ep.max(1);
         if ctx.tune.lora.is_some() {
             g.frozen.push("*".into());
         }

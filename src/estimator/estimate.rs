@@ -192,11 +192,13 @@ fn build_graph_step(
         tune,
         tp: 1,
         sequence_parallel: false,
+        ep: 1,
         expert_skew: setup.expert_skew.unwrap_or(1.0),
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
+        ctx.ep = par.ep;
     }
 
     if let Some(res) = setup.res {
@@ -264,6 +266,12 @@ fn build_graph_step(
         }
     }
     let g = (model.build)(&ctx)?;
+    if ctx.ep > 1 && !g.tensors.iter().any(|t| t.expert) {
+        return Err(EstimateError::Unsupported(format!(
+            "expert parallelism (ep = {}) splits routed experts over GPUs; {} has none: use dp, zero or tp",
+            ctx.ep, model.label
+        )));
+    }
     // A skew names the busiest expert's share: a model without experts has none to skew.
     if setup.expert_skew.is_some() && g.active_params.is_none() {
         return Err(EstimateError::Unsupported(format!(

@@ -37,6 +37,9 @@ pub struct Tensor {
     pub requires_grad: bool,
     /// A leaf parameter: its gradient accumulates into `.grad`.
     pub is_param: bool,
+    /// A routed expert's weight: split over the expert-parallel group, its gradient reduced over
+    /// the data-parallel ranks that hold the same experts.
+    pub expert: bool,
 }
 
 impl Tensor {
@@ -156,6 +159,8 @@ pub struct Graph {
     /// Parameters one token runs through, when fewer than all of them (a mixture of experts:
     /// the builder knows the routing, the tape does not); `None`: every parameter.
     pub active_params: Option<u64>,
+    /// Expert-parallel degree the builder splits routed experts over; 1 = every expert here.
+    pub ep: u64,
 }
 
 impl Graph {
@@ -174,6 +179,7 @@ impl Graph {
             inference: false,
             frozen: Vec::new(),
             active_params: None,
+            ep: 1,
         }
     }
 
@@ -283,6 +289,7 @@ impl Graph {
             storage,
             requires_grad,
             is_param,
+            expert: false,
         });
         self.tensors.len() - 1
     }
@@ -426,18 +433,31 @@ pub enum Collective {
     ReduceScatter,
     /// Point-to-point send of a tensor to a neighbour (pipeline stages).
     SendRecv,
+    /// Every rank sends a part of its buffer to every other (expert parallelism's token
+    /// dispatch and combine).
+    AllToAll,
 }
 
-/// One collective over the tensor-parallel group recorded on the tape.
+/// The process group a recorded collective runs over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommGroup {
+    /// The tensor-parallel group.
+    Tp,
+    /// The expert-parallel group.
+    Ep,
+}
+
+/// One collective of a model-parallel group recorded on the tape.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommRecord {
+    pub group: CommGroup,
     /// Index of the op it accompanies in `Graph::ops`.
     pub op: usize,
     /// Runs in the op's backward (otherwise in its forward).
     pub backward: bool,
     pub collective: Collective,
     /// The full, unsharded buffer (all-reduce: the tensor; all-gather: the gathered output;
-    /// reduce-scatter: the input), bytes.
+    /// reduce-scatter: the input; all-to-all: what one rank sends, its own share included), bytes.
     pub bytes: u64,
 }
 

@@ -25,7 +25,9 @@
 //! under `mlp.experts`, Qwen2-MoE's shared expert under `mlp.shared_expert`.
 
 use crate::estimator::error::EstimateError;
-use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
+use crate::estimator::graph::{
+    Collective, CommGroup, CommRecord, GradFlow, Graph, StorageKind, TensorId,
+};
 use crate::estimator::ops::Pw;
 use crate::estimator::tune::{fp8_scale_shape, Quantization, TuneCtx, MX_BLOCK};
 use crate::estimator::units::{Bytes, DType};
@@ -212,6 +214,11 @@ pub fn sparse_block(
     // on it).
     moe.tokens_of(t, 0, skew)?;
     if tune.quant == Quantization::Mxfp4 {
+        if g.ep > 1 {
+            return Err(EstimateError::Unsupported(
+                "expert parallelism is modelled for training's eager experts, not the MXFP4 serving kernels: use ep = 1".into(),
+            ));
+        }
         let (out, logits) = mxfp4_block(g, moe, hv)?;
         return Ok(MoeOut {
             out: g.view(out, vec![b, seq, h])?,
@@ -455,11 +462,12 @@ fn gpt_oss_expert_params(
     hidden: u64,
     inter: u64,
 ) -> Result<Vec<TensorId>, EstimateError> {
+    let dt = g.precision.param_dtype();
     Ok(vec![
-        g.param(vec![experts, hidden, 2 * inter])?,
-        g.param(vec![experts, 2 * inter])?,
-        g.param(vec![experts, inter, hidden])?,
-        g.param(vec![experts, hidden])?,
+        expert_param(g, vec![experts, hidden, 2 * inter], dt)?,
+        expert_param(g, vec![experts, 2 * inter], dt)?,
+        expert_param(g, vec![experts, inter, hidden], dt)?,
+        expert_param(g, vec![experts, hidden], dt)?,
     ])
 }
 
@@ -527,11 +535,103 @@ fn gpt_oss_expert(
     g.add(out, b2, false)
 }
 
+/// A routed expert's weight: a parameter marked so that the layouts split it over the
+/// expert-parallel group.
+fn expert_param(g: &mut Graph, shape: Vec<u64>, dtype: DType) -> Result<TensorId, EstimateError> {
+    let p = g.param_of(shape, dtype)?;
+    g.tensors[p].expert = true;
+    Ok(p)
+}
+
+/// The experts this rank holds: all of them, or `E/ep` under expert parallelism.
+fn local_experts(g: &Graph, moe: &Moe) -> Result<u64, EstimateError> {
+    let ep = g.ep.max(1);
+    if !moe.experts.is_multiple_of(ep) {
+        let divisors: Vec<String> = (1..=moe.experts)
+            .filter(|d| moe.experts.is_multiple_of(*d))
+            .map(|d| d.to_string())
+            .collect();
+        return Err(EstimateError::BadLayout(format!(
+            "expert parallelism ep = {ep} does not divide the {} routed experts: use ep among {}",
+            moe.experts,
+            divisors.join(", ")
+        )));
+    }
+    Ok(moe.experts / ep)
+}
+
+/// `final.index_add_(0, index, y)`: in place; the source's gradient is
+/// `grad.index_select(0, index).expand_as(source)` (a new tensor), so autograd saves the source
+/// as well as the indices (`derivatives.yaml` `index_add`); the destination's gradient passes on.
+fn index_add_rows(
+    g: &mut Graph,
+    fin: TensorId,
+    index: TensorId,
+    y: TensorId,
+) -> Result<TensorId, EstimateError> {
+    let (n, h) = (g.shape(y)[0], g.shape(y)[1]);
+    let rg = g.requires_grad(&[fin, y]);
+    let next = g.alias(fin, g.shape(fin), rg);
+    let mut op = g.op("index_add", "");
+    op.flops = (n * h) as f64;
+    op.inputs = vec![fin, index, y];
+    op.outputs = vec![next];
+    op.saved = vec![index, y];
+    if g.t(fin).requires_grad {
+        op.grads.push((fin, GradFlow::Alias));
+    }
+    if g.t(y).requires_grad {
+        op.grads.push((y, GradFlow::Alloc));
+    }
+    g.record(op);
+    Ok(next)
+}
+
+/// One expert's MLP on its rows `cur` (`[n, H]`): the gate-up projection through a `select`
+/// view of the 3-D weight (FP8: [`Graph::fp8_matmul`] with the tile scales), the gated
+/// activation, the down projection; gpt-oss's own expert.
+#[allow(clippy::too_many_arguments)]
+fn expert_mlp(
+    g: &mut Graph,
+    moe: &Moe,
+    weights: &[TensorId],
+    scales: &[TensorId],
+    cur: TensorId,
+    act: Activation,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
+    let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
+    let i = moe.expert_intermediate;
+    if moe.kind == MoeKind::GptOss {
+        return gpt_oss_expert(g, weights, cur, i);
+    }
+    let w1 = g.select(weights[0], vec![2 * i, h])?;
+    let gu = match scales.first() {
+        Some(&s) => {
+            let s1 = g.select(s, fp8_scale_shape(2 * i, h))?;
+            g.fp8_matmul(cur, w1, s1)?
+        }
+        None => g.linear_with(cur, w1, None)?,
+    };
+    let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
+    let a = activation(g, parts[0], act, cpu)?;
+    let y = g.mul_bc(a, parts[1])?;
+    let w2 = g.select(weights[1], vec![h, i])?;
+    match scales.get(1) {
+        Some(&s) => {
+            let s2 = g.select(s, fp8_scale_shape(h, i))?;
+            g.fp8_matmul(y, w2, s2)
+        }
+        None => g.linear_with(y, w2, None),
+    }
+}
+
 /// The experts' eager loop (`*Experts.forward`): the dispatch without autograd, then per expert
 /// with tokens its gather, MLP, weighting and `index_add_` into the output. Under FP8 the loop
 /// is `FP8Expert.forward` (transformers `integrations/finegrained_fp8.py`): e4m3 weights with
 /// `*_scale_inv` tiles per expert, each projection through [`Graph::fp8_matmul`], and
-/// `one_hot` over the `E` experts only.
+/// `one_hot` over the `E` experts only. Under expert parallelism the rank's `E/ep` experts run
+/// behind an all-to-all dispatch ([`dispatched_experts`]).
 #[allow(clippy::too_many_arguments)]
 fn experts(
     g: &mut Graph,
@@ -547,22 +647,26 @@ fn experts(
 ) -> Result<TensorId, EstimateError> {
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
+    let local = local_experts(g, moe)?;
     let fp8 = quant == Quantization::Fp8;
     let weights = if moe.kind == MoeKind::GptOss {
-        gpt_oss_expert_params(g, e_n, h, i)?
-    } else if fp8 {
-        vec![
-            g.param_of(vec![e_n, 2 * i, h], DType::F8e4m3)?,
-            g.param_of(vec![e_n, h, i], DType::F8e4m3)?,
-        ]
+        gpt_oss_expert_params(g, local, h, i)?
     } else {
-        vec![g.param(vec![e_n, 2 * i, h])?, g.param(vec![e_n, h, i])?]
+        let wdt = if fp8 {
+            DType::F8e4m3
+        } else {
+            g.precision.param_dtype()
+        };
+        vec![
+            expert_param(g, vec![local, 2 * i, h], wdt)?,
+            expert_param(g, vec![local, h, i], wdt)?,
+        ]
     };
     let scales = if fp8 {
         let mut gu = fp8_scale_shape(2 * i, h);
-        gu.insert(0, e_n);
+        gu.insert(0, local);
         let mut down = fp8_scale_shape(h, i);
-        down.insert(0, e_n);
+        down.insert(0, local);
         vec![
             g.weight_constant(gu, DType::F32)?,
             g.weight_constant(down, DType::F32)?,
@@ -570,6 +674,17 @@ fn experts(
     } else {
         Vec::new()
     };
+    if local < e_n {
+        let ctx = Dispatch {
+            weights: &weights,
+            scales: &scales,
+            act,
+            cpu,
+            dt,
+            skew,
+        };
+        return dispatched_experts(g, moe, hv, rw, sel, &ctx);
+    }
     let mut fin = g.zeros(vec![t, h], dt)?;
     // The dispatch, without autograd: `one_hot(top_k_index, classes).permute(2, 1, 0)` (int64,
     // alive for the whole loop; `E + 1` classes, gpt-oss `E`), the experts hit (`sum`,
@@ -594,51 +709,113 @@ fn experts(
         let tok = g.alias(slots, vec![n], false);
         let pos = g.alias(slots, vec![n], false);
         let cur = index_rows(g, hv, &[tok], vec![n, h])?;
-        let y = if moe.kind == MoeKind::GptOss {
-            gpt_oss_expert(g, &weights, cur, i)?
-        } else {
-            let w1 = g.select(weights[0], vec![2 * i, h])?;
-            let gu = if fp8 {
-                let s1 = g.select(scales[0], fp8_scale_shape(2 * i, h))?;
-                g.fp8_matmul(cur, w1, s1)?
-            } else {
-                g.linear_with(cur, w1, None)?
-            };
-            let parts = g.split(gu, vec![vec![n, i], vec![n, i]])?;
-            let a = activation(g, parts[0], act, cpu)?;
-            let y = g.mul_bc(a, parts[1])?;
-            let w2 = g.select(weights[1], vec![h, i])?;
-            if fp8 {
-                let s2 = g.select(scales[1], fp8_scale_shape(h, i))?;
-                g.fp8_matmul(y, w2, s2)?
-            } else {
-                g.linear_with(y, w2, None)?
-            }
-        };
+        let y = expert_mlp(g, moe, &weights, &scales, cur, act, cpu)?;
         let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
         let y = g.mul_bc(y, w)?;
         let y = g.cast(y, dt)?;
-        // `final_hidden_states.index_add_(0, token_idx, y)`: in place; the source's gradient
-        // is `grad.index_select(0, token_idx).expand_as(source)` (a new tensor), so autograd
-        // saves the source as well as the indices (`derivatives.yaml` `index_add`); the
-        // destination's gradient passes on.
-        let rg = g.requires_grad(&[fin, y]);
-        let next = g.alias(fin, vec![t, h], rg);
-        let mut op = g.op("index_add", "");
-        op.flops = (n * h) as f64;
-        op.inputs = vec![fin, tok, y];
-        op.outputs = vec![next];
-        op.saved = vec![tok, y];
-        if g.t(fin).requires_grad {
-            op.grads.push((fin, GradFlow::Alias));
-        }
-        if g.t(y).requires_grad {
-            op.grads.push((y, GradFlow::Alloc));
-        }
-        g.record(op);
-        fin = next;
+        fin = index_add_rows(g, fin, tok, y)?;
     }
     g.hold(&[mask, hit]);
+    Ok(fin)
+}
+
+/// What the dispatched experts run with.
+struct Dispatch<'a> {
+    weights: &'a [TensorId],
+    scales: &'a [TensorId],
+    act: Activation,
+    cpu: bool,
+    dt: DType,
+    skew: f64,
+}
+
+/// An all-to-all over the expert-parallel group: `x` (`[rows, H]`, what this rank sends) becomes
+/// the `[received, H]` rows the others send it. Saves nothing; its backward is the reverse
+/// all-to-all, a new gradient of `x`'s size (Megatron-Core `all_to_all` in
+/// `megatron/core/tensor_parallel/mappings.py`).
+fn all_to_all(g: &mut Graph, x: TensorId, received: u64) -> Result<TensorId, EstimateError> {
+    let h = g.shape(x)[1];
+    let rg = g.t(x).requires_grad;
+    let y = g.alloc(vec![received, h], g.dtype(x), StorageKind::Activation, rg)?;
+    g.record_simple("all_to_all", vec![x], vec![y], vec![], 0.0);
+    let op = g.ops.len() - 1;
+    let (sent, back) = (g.bytes(x).0, g.bytes(y).0);
+    for (backward, bytes) in [(false, sent), (true, back)] {
+        if backward && !rg {
+            continue;
+        }
+        g.tp.comm.push(CommRecord {
+            group: CommGroup::Ep,
+            op,
+            backward,
+            collective: Collective::AllToAll,
+            bytes,
+        });
+    }
+    Ok(y)
+}
+
+/// The rank's `E/ep` experts behind the token dispatch of Megatron-Core's
+/// `MoEAlltoAllTokenDispatcher` (`megatron/core/transformer/moe/token_dispatcher.py` and
+/// `moe_utils.py`, `permute` / `sort_chunks_by_idxs` / `unpermute`), each expert run as the eager
+/// loop runs it. The routing map (`[T, E]` bool) gives the `T·k` slots in expert order
+/// (`argsort`, int64); `permute` gathers the rows (`index_select`, saving the indices; its
+/// backward scatters into a zero tensor of the input's size); an all-to-all sends each rank the
+/// rows of its experts, and with more than one local expert `sort_chunks_by_idxs` regroups them
+/// by expert (`torch.cat`: a new buffer; its backward a new one too); each expert takes its rows
+/// as a `split` view; the outputs are concatenated, regrouped by source rank, sent back by the
+/// reverse all-to-all, weighted by the router's probabilities and scatter-added into `[T, H]`
+/// (`unpermute`). The rank holding the first experts receives `ep` ranks' tokens for each of
+/// them: `T·k` rows under balanced routing, more under a skew (the busiest expert is its own).
+fn dispatched_experts(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+    rw: TensorId,
+    sel: TensorId,
+    d: &Dispatch,
+) -> Result<TensorId, EstimateError> {
+    let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
+    let (e_n, k) = (moe.experts, moe.top_k);
+    let ep = g.ep.max(1);
+    let local = e_n / ep;
+    let tk = t.checked_mul(k).ok_or(EstimateError::TooLarge)?;
+    let z = Bytes::ZERO;
+    let map = g.no_grad_op("one_hot", &[sel], vec![t, e_n], DType::Bool, z)?;
+    let order = g.no_grad_op("argsort", &[map], vec![tk], DType::I64, z)?;
+    let perm = index_rows(g, hv, &[order], vec![tk, h])?;
+    let mut rows = Vec::with_capacity(local as usize);
+    for e in 0..local {
+        let n = moe.tokens_of(t, e, d.skew)?;
+        rows.push(n.checked_mul(ep).ok_or(EstimateError::TooLarge)?);
+    }
+    let received: u64 = rows.iter().sum();
+    let recv = all_to_all(g, perm, received)?;
+    let regroup = |g: &mut Graph, x: TensorId| -> Result<TensorId, EstimateError> {
+        if local == 1 {
+            return Ok(x);
+        }
+        let rg = g.t(x).requires_grad;
+        let y = g.alloc(g.shape(x), g.dtype(x), StorageKind::Activation, rg)?;
+        g.record_simple("sort_chunks", vec![x], vec![y], vec![], 0.0);
+        Ok(y)
+    };
+    let sorted = regroup(g, recv)?;
+    let busy: Vec<u64> = rows.iter().copied().filter(|&n| n > 0).collect();
+    let parts = g.split(sorted, busy.iter().map(|&n| vec![n, h]).collect())?;
+    let mut outs = Vec::with_capacity(parts.len());
+    for cur in parts {
+        outs.push(expert_mlp(g, moe, d.weights, d.scales, cur, d.act, d.cpu)?);
+    }
+    let out = g.cat(&outs, 0)?;
+    let out = regroup(g, out)?;
+    let back = all_to_all(g, out, tk)?;
+    let w = index_rows(g, rw, &[order], vec![tk, 1])?;
+    let y = g.mul_bc(back, w)?;
+    let y = g.cast(y, d.dt)?;
+    let fin = g.zeros(vec![t, h], d.dt)?;
+    let fin = index_add_rows(g, fin, order, y)?;
+    g.hold(&[map]);
     Ok(fin)
 }
 

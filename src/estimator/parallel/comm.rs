@@ -4,7 +4,8 @@
 //! uses to turn algorithm bandwidth into bus bandwidth, `doc/PERFORMANCE.md`): for a buffer of S
 //! bytes over N ranks each GPU sends (and receives) `2(N−1)/N · S` in an all-reduce and
 //! `(N−1)/N · S` in a reduce-scatter or all-gather (S being the full, unsharded buffer); a
-//! point-to-point send moves S. Time follows the α–β model: `steps · α + bytes / (B · η)`, with B
+//! point-to-point send moves S; an all-to-all (pairwise exchange, NCCL's `alltoall` as grouped
+//! sends and receives) sends `(N−1)/N · S` of a rank's S-byte buffer in `N − 1` steps. Time follows the α–β model: `steps · α + bytes / (B · η)`, with B
 //! the per-direction bandwidth of the slowest link the ring crosses and η = [`BUS_EFFICIENCY`].
 //!
 //! Ranks are laid out as Megatron-LM orders them (`tp` fastest, then `dp`, then `pp`,
@@ -47,6 +48,7 @@ pub fn ring_bytes(c: Collective, n: u64, bytes: u64) -> f64 {
         Collective::AllReduce => 2.0 * (n - 1.0) / n * s,
         Collective::AllGather | Collective::ReduceScatter => (n - 1.0) / n * s,
         Collective::SendRecv => s,
+        Collective::AllToAll => (n - 1.0) / n * s,
     }
 }
 
@@ -57,6 +59,7 @@ pub fn ring_steps(c: Collective, n: u64) -> f64 {
         Collective::AllReduce => 2.0 * (n - 1.0),
         Collective::AllGather | Collective::ReduceScatter => n - 1.0,
         Collective::SendRecv => 1.0,
+        Collective::AllToAll => n - 1.0,
     }
 }
 
@@ -168,12 +171,14 @@ pub enum Traffic {
     Tp,
     /// Pipeline sends between stages.
     Pp,
+    /// Expert parallelism's token all-to-alls.
+    Ep,
     /// Copies to and from host memory.
     Offload,
 }
 
 impl std::fmt::Display for Traffic {
-    /// The key the JSON output carries (`dp`, `zero`, `fsdp`, `tp`, `pp`, `offload`).
+    /// The key the JSON output carries (`dp`, `zero`, `fsdp`, `tp`, `pp`, `ep`, `offload`).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.pad(match self {
             Traffic::Dp => "dp",
@@ -181,6 +186,7 @@ impl std::fmt::Display for Traffic {
             Traffic::Fsdp => "fsdp",
             Traffic::Tp => "tp",
             Traffic::Pp => "pp",
+            Traffic::Ep => "ep",
             Traffic::Offload => "offload",
         })
     }

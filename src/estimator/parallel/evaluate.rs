@@ -248,6 +248,11 @@ pub fn evaluate(
         .max_by(|&a, &b| reports[a].comm_bytes_sent.cmp(&reports[b].comm_bytes_sent))
         .unwrap_or(0);
     let per_gpu = reports[peak_rank].memory.clone();
+    let expert_params_bytes = reports[peak_rank]
+        .chunks
+        .iter()
+        .map(|&c| sharded[c as usize].expert_params_full())
+        .sum();
     let host_bytes = reports.iter().map(|r| r.host_bytes).max().unwrap_or(0);
     let useful = compute_per_mb.iter().sum::<f64>() / compute_per_mb.len().max(1) as f64 * m as f64;
 
@@ -285,6 +290,7 @@ pub fn evaluate(
         peak_rank,
         per_gpu,
         host_bytes,
+        expert_params_bytes,
         comm_bytes_per_step: reports[busiest].comm_bytes_sent,
         comm_seconds_per_step: reports[busiest].comm_seconds,
         comm_exposed_seconds_per_step: reports[busiest].exposed_comm_seconds,

@@ -61,6 +61,8 @@ pub struct Layout {
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
+    /// Expert-parallel degree, carved out of `dp` (1: every rank holds every expert).
+    pub ep: u64,
     pub zero: u8,
     pub fsdp: bool,
     pub micro_batches: u32,
@@ -157,6 +159,14 @@ impl Layout {
         };
         let world = gpn.saturating_mul(nodes);
         degree("GPUs in the cluster", world)?;
+        // DeepSpeed-MoE and Megatron-LM (`expert_model_parallel_size`) draw the expert-parallel
+        // group from the data-parallel ranks: each holds E/ep experts and its own batch.
+        let ep = degree("parallel.ep", p.ep)?;
+        if !dp.is_multiple_of(ep) {
+            return Err(bad(format!(
+                "expert parallelism splits the experts over ep of the dp data-parallel ranks: ep = {ep} must divide dp = {dp}"
+            )));
+        }
         let zero = match (p.zero, p.fsdp) {
             (Some(z), _) if z > 3 => return Err(bad(format!("zero must be 0, 1, 2 or 3, got {z}"))),
             (Some(z), true) if z < 2 => {
@@ -229,6 +239,7 @@ impl Layout {
             dp,
             tp,
             pp,
+            ep,
             zero,
             fsdp: p.fsdp,
             micro_batches,
@@ -248,6 +259,7 @@ impl Layout {
     pub(super) fn sharding(&self) -> Sharding {
         Sharding {
             dp: self.dp,
+            ep: self.ep,
             zero: self.zero,
             fsdp: self.fsdp,
             bucket_view: self.gradient_as_bucket_view,

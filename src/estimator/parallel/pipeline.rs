@@ -379,6 +379,7 @@ impl Mapper<'_> {
             storage: sid,
             requires_grad: old.requires_grad,
             is_param: old.is_param,
+            expert: old.expert,
         });
         self.tmap.insert(t, out.tensors.len() - 1);
         out.tensors.len() - 1

@@ -118,6 +118,9 @@ pub struct ParallelEstimate {
     pub peak_rank: usize,
     pub per_gpu: PerGpu,
     pub host_bytes: u64,
+    /// Bytes of routed-expert weights the peak rank holds unsharded (its `E/ep` experts of
+    /// each sparse layer it runs); 0 for a model without experts.
+    pub expert_params_bytes: u64,
     /// Bytes the busiest GPU sends per optimizer step over NCCL, its total communication time,
     /// and the part not hidden behind compute (host copies are in `offload`).
     pub comm_bytes_per_step: u64,

@@ -10,6 +10,10 @@ fn one() -> u64 {
     1
 }
 
+fn is_one(v: &u64) -> bool {
+    *v == 1
+}
+
 /// The `parallel` key of a plan. Degrees left out are derived: `dp` from the GPUs the cluster
 /// has, the cluster from the degrees.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -25,6 +29,10 @@ pub struct Parallel {
     pub tp: u64,
     #[serde(default = "one")]
     pub pp: u64,
+    /// Expert parallelism: the routed experts of each sparse layer split over `ep` of the
+    /// data-parallel ranks, tokens exchanged with all-to-alls; must divide `dp`.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub ep: u64,
     /// ZeRO stage 0–3 (0: DDP). With `fsdp` it defaults to 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero: Option<u8>,
@@ -113,6 +121,7 @@ impl Default for Parallel {
             dp: None,
             tp: 1,
             pp: 1,
+            ep: 1,
             zero: None,
             fsdp: false,
             micro_batches: None,

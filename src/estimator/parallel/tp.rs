@@ -28,7 +28,7 @@
 
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
-pub use crate::estimator::graph::{Collective, CommRecord, TpState};
+pub use crate::estimator::graph::{Collective, CommGroup, CommRecord, TpState};
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::units::DType;
 
@@ -60,6 +60,7 @@ impl Graph {
     fn tp_comm(&mut self, backward: bool, collective: Collective, bytes: u64) {
         let op = self.ops.len().saturating_sub(1);
         self.tp.comm.push(CommRecord {
+            group: CommGroup::Tp,
             op,
             backward,
             collective,

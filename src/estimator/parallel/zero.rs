@@ -159,6 +159,9 @@ pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sharding {
     pub dp: u64,
+    /// Expert-parallel degree within `dp`: a routed expert's weights are replicated (and their
+    /// states sharded) over the `dp/ep` ranks holding the same experts only.
+    pub ep: u64,
     pub zero: u8,
     pub fsdp: bool,
     pub bucket_view: bool,
@@ -172,6 +175,7 @@ impl Sharding {
     pub fn none() -> Sharding {
         Sharding {
             dp: 1,
+            ep: 1,
             zero: 0,
             fsdp: false,
             bucket_view: false,
@@ -182,6 +186,16 @@ impl Sharding {
     fn params_sharded(&self) -> bool {
         self.zero >= 3 || (self.zero == 2 && self.fsdp)
     }
+    /// Ranks a parameter is replicated over, which its states are sharded across: the
+    /// data-parallel group, or for an expert's weights the expert-data-parallel one (`dp/ep`;
+    /// DeepSpeed-MoE's `expert_data_parallel_group`, Megatron-LM's expert data parallelism).
+    pub fn replicas(&self, expert: bool) -> u64 {
+        if expert {
+            (self.dp / self.ep.max(1)).max(1)
+        } else {
+            self.dp.max(1)
+        }
+    }
 }
 
 /// One parameter as a rank holds it.
@@ -190,6 +204,7 @@ struct ParamShard {
     full: u64,
     shard: u64,
     trainable: bool,
+    expert: bool,
     unit: Option<usize>,
     /// Backward op at which its gradient arrives (AccumulateGrad steals it into `.grad`).
     arrival: Option<usize>,
@@ -277,14 +292,16 @@ impl<'a> Sharded<'a> {
             } else {
                 t.dtype.bits()
             };
-            let shard = Bytes((padded_shard_elems(&t.shape, n) * bits).div_ceil(8))
-                .allocator_block()
-                .0;
+            let shard =
+                Bytes((padded_shard_elems(&t.shape, sh.replicas(t.expert)) * bits).div_ceil(8))
+                    .allocator_block()
+                    .0;
             index_of[ti] = params.len();
             params.push(ParamShard {
                 full,
                 shard,
                 trainable: t.requires_grad,
+                expert: t.expert,
                 unit: None,
                 arrival: None,
             });
@@ -347,19 +364,28 @@ impl<'a> Sharded<'a> {
             .sum();
         let opt_rank = match sh.zero {
             0 => opt_full,
-            1 if !sh.fsdp => {
-                let tr: Vec<&ParamShard> = params.iter().filter(|p| p.trainable).collect();
-                let numels: Vec<u64> = tr.iter().map(|p| p.full).collect();
-                greedy_partition(&numels, n)
-                    .iter()
-                    .map(|idx| {
-                        idx.iter()
-                            .map(|&i| tr[i].full * states_per_param)
-                            .sum::<u64>()
-                    })
-                    .max()
-                    .unwrap_or(0)
-            }
+            // Experts' states are partitioned over their own group (a parameter group of its
+            // own, as DeepSpeed-MoE splits them): the rank most loaded in each, summed, which is
+            // rank 0 of both when the largest tensors lead.
+            1 if !sh.fsdp => [false, true]
+                .iter()
+                .map(|&expert| {
+                    let tr: Vec<&ParamShard> = params
+                        .iter()
+                        .filter(|p| p.trainable && p.expert == expert)
+                        .collect();
+                    let numels: Vec<u64> = tr.iter().map(|p| p.full).collect();
+                    greedy_partition(&numels, sh.replicas(expert))
+                        .iter()
+                        .map(|idx| {
+                            idx.iter()
+                                .map(|&i| tr[i].full * states_per_param)
+                                .sum::<u64>()
+                        })
+                        .max()
+                        .unwrap_or(0)
+                })
+                .sum(),
             _ => params
                 .iter()
                 .filter(|p| p.trainable)
@@ -490,6 +516,25 @@ impl<'a> Sharded<'a> {
     }
     pub fn params_full(&self) -> u64 {
         self.params.iter().map(|p| p.full).sum()
+    }
+    /// Bytes of the routed experts' weights this rank holds unsharded (its `E/ep` experts).
+    pub fn expert_params_full(&self) -> u64 {
+        self.params
+            .iter()
+            .filter(|p| p.expert)
+            .map(|p| p.full)
+            .sum()
+    }
+    /// The experts' part of [`Sharded::grads_reduced`]: reduced over the expert-data-parallel
+    /// group, not the whole data-parallel one.
+    pub fn expert_grads_reduced(&self) -> u64 {
+        self.reduced_bytes(
+            self.params
+                .iter()
+                .filter(|p| p.trainable && p.expert)
+                .map(|p| p.full)
+                .sum(),
+        )
     }
     pub fn grads_full(&self) -> u64 {
         self.params

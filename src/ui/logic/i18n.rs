@@ -336,6 +336,7 @@ messages! {
     DataParallel => "Data parallel (dp)", "数据并行（dp）";
     TensorParallel => "Tensor parallel (tp)", "张量并行（tp）";
     PipelineParallel => "Pipeline parallel (pp)", "流水线并行（pp）";
+    ExpertParallel => "Expert parallel (ep, of dp)", "专家并行（ep，取自 dp）";
     Sharding => "Sharding", "切分方案";
     Zero0 => "DDP (ZeRO-0)", "DDP（ZeRO-0，不切分）";
     Zero1 => "ZeRO-1 (optimizer state sharded)", "ZeRO-1（切分优化器状态）";

@@ -75,6 +75,7 @@ pub enum Degree {
     Dp,
     Tp,
     Pp,
+    Ep,
 }
 
 /// Sets one degree; `None` derives it (tp and pp go back to 1). Zero is kept: the estimator
@@ -86,6 +87,7 @@ pub fn set_degree(plan: &mut Plan, which: Degree, v: Option<u64>) {
         Degree::Dp => p.dp = v,
         Degree::Tp => p.tp = v.unwrap_or(1),
         Degree::Pp => p.pp = v.unwrap_or(1),
+        Degree::Ep => p.ep = v.unwrap_or(1),
     });
 }
 
@@ -98,6 +100,7 @@ pub fn degree_text(plan: &Plan, which: Degree) -> String {
         Degree::Dp => p.dp,
         Degree::Tp => Some(p.tp),
         Degree::Pp => Some(p.pp),
+        Degree::Ep => Some(p.ep),
     };
     v.map(|v| v.to_string()).unwrap_or_default()
 }
@@ -225,6 +228,15 @@ pub fn set_link(plan: &mut Plan, kind: LinkKind, id: &str) {
 pub use super::state::gpu_of;
 
 /// The multi-GPU estimate of the plan (a single GPU when it has no `parallel` key).
+/// Whether the expert-parallel degree is offered: for a model with routed experts (the layout's
+/// estimate holds some), or while a degree is set, so that it can be undone.
+pub fn expert_parallel_applies(
+    plan: &Plan,
+    est: Option<&Result<ParallelEstimate, PlanError>>,
+) -> bool {
+    parallel_of(plan).ep > 1 || matches!(est, Some(Ok(e)) if e.expert_params_bytes > 0)
+}
+
 pub fn estimate(plan: &Plan) -> Result<ParallelEstimate, PlanError> {
     if plan.mode == Mode::Infer {
         return Err(PlanError::Estimate(EstimateError::Unsupported("inference plans are estimated on one GPU: switch the mode to train or fine-tune to plan a multi-GPU layout".into())));
@@ -591,6 +603,33 @@ mod tests {
         assert_eq!(parse_degree(" 8 "), Ok(Some(8)));
         assert_eq!(parse_degree(""), Ok(None));
         assert_eq!(parse_degree("x"), Err(NotADegree));
+    }
+
+    #[test]
+    fn the_expert_degree_is_offered_for_experts_only() {
+        let mut p = gpt2();
+        set_degree(&mut p, Degree::Dp, Some(4));
+        let dense = estimate(&p);
+        assert!(!expert_parallel_applies(&p, Some(&dense)));
+        set_degree(&mut p, Degree::Ep, Some(2));
+        assert_eq!(degree_text(&p, Degree::Ep), "2");
+        let refused = estimate(&p);
+        assert!(refused.unwrap_err().to_string().contains("has none"));
+        assert!(
+            expert_parallel_applies(&p, None),
+            "a set degree stays on screen"
+        );
+        set_degree(&mut p, Degree::Ep, None);
+        assert_eq!(parallel_of(&p).ep, 1);
+        let mut moe = Plan::new("custom");
+        moe.hf_config = Some(serde_json::json!({
+            "model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 256, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64}));
+        moe.seq = Some(32);
+        set_degree(&mut moe, Degree::Dp, Some(4));
+        assert!(expert_parallel_applies(&moe, Some(&estimate(&moe))));
     }
 
     #[test]

@@ -273,6 +273,11 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
             None,
             Degree::Pp,
         ))
+        .child(
+            degree(plan, cx, Msg::ExpertParallel, "ep", None, Degree::Ep).show(move || {
+                est.with(|e| plan.with(|p| sl::expert_parallel_applies(p, e.as_ref())))
+            }),
+        )
         .child(plan_select(
             plan,
             cx,

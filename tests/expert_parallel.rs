@@ -1,0 +1,188 @@
+//! Expert parallelism (`parallel.ep`): the routed experts of each sparse layer split over `ep`
+//! of the data-parallel ranks, the tokens exchanged by all-to-alls (Megatron-Core's
+//! `MoEAlltoAllTokenDispatcher`), the experts' states sharded over the ranks that hold the same
+//! experts, and the settings it is refused for.
+
+use serde_json::json;
+use vram_planner::estimator::optimizer::OptimizerKind;
+use vram_planner::estimator::parallel::comm::{ring_bytes, Collective, Traffic};
+use vram_planner::estimator::parallel::{Parallel, ParallelEstimate};
+use vram_planner::plan::{estimate_parallel, Plan};
+
+const HIDDEN: u64 = 64;
+const EXPERT_WIDTH: u64 = 512;
+const EXPERTS: u64 = 8;
+const TOP_K: u64 = 2;
+const LAYERS: u64 = 2;
+
+/// A two-layer Qwen3-MoE at small widths: 8 experts of width 512, top 2, fp32.
+fn small_qwen3_moe() -> serde_json::Value {
+    json!({"model_type": "qwen3_moe", "hidden_size": HIDDEN, "intermediate_size": 128,
+           "num_hidden_layers": LAYERS, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 256, "head_dim": 16, "num_experts": EXPERTS,
+           "num_experts_per_tok": TOP_K, "moe_intermediate_size": EXPERT_WIDTH})
+}
+
+fn train(cfg: serde_json::Value, par: Parallel) -> Plan {
+    let mut p = Plan::new("custom");
+    p.hf_config = Some(cfg);
+    p.batch = 2;
+    p.seq = Some(64);
+    p.opt = OptimizerKind::Adam;
+    p.gpu = Some("h100-80".into());
+    p.parallel = Some(par);
+    p
+}
+
+fn layout(dp: u64, ep: u64, zero: u8, fsdp: bool) -> Parallel {
+    Parallel {
+        dp: Some(dp),
+        ep,
+        zero: Some(zero),
+        fsdp,
+        ..Default::default()
+    }
+}
+
+fn run(dp: u64, ep: u64, zero: u8, fsdp: bool) -> ParallelEstimate {
+    estimate_parallel(&train(small_qwen3_moe(), layout(dp, ep, zero, fsdp))).unwrap()
+}
+
+/// fp32 bytes of every routed expert of the model: `E · 3 · H · I` weights per sparse layer.
+fn all_expert_bytes() -> u64 {
+    LAYERS * EXPERTS * 3 * HIDDEN * EXPERT_WIDTH * 4
+}
+
+/// Under DDP each rank holds the whole model but only its `E/ep` experts: parameters and
+/// gradients shrink by exactly the experts it no longer holds, the Adam state by twice that.
+#[test]
+fn a_rank_holds_its_share_of_the_experts() {
+    let one = run(4, 1, 0, false);
+    let four = run(4, 4, 0, false);
+    let gone = all_expert_bytes() - all_expert_bytes() / 4;
+    assert_eq!(one.per_gpu.params_bytes - four.per_gpu.params_bytes, gone);
+    assert_eq!(
+        one.per_gpu.optimizer_state_bytes - four.per_gpu.optimizer_state_bytes,
+        2 * gone
+    );
+    assert_eq!(four.layout.ep, 4);
+    assert!(four.per_gpu.peak_allocated_bytes < one.per_gpu.peak_allocated_bytes);
+}
+
+/// The token exchange: per sparse layer and micro-batch a dispatch and a combine in forward and
+/// the reverse pair in backward, each a rank's `T·k` rows of `H` (balanced routing: a rank
+/// receives what it sends), of which `(ep − 1)/ep` leave the rank (GShard, Lepikhin et al.
+/// 2020, §2.2: two all-to-alls per MoE layer in forward, two in backward).
+#[test]
+fn the_all_to_alls_move_every_routed_row_four_times_per_layer() {
+    let e = run(4, 4, 0, false);
+    let tokens = 2 * 64;
+    let buffer = tokens * TOP_K * HIDDEN * 4;
+    let ep: Vec<_> = e
+        .communication
+        .iter()
+        .filter(|c| c.scheme == Traffic::Ep)
+        .collect();
+    assert_eq!(ep.len(), 2, "forward and backward: {ep:#?}");
+    for c in &ep {
+        assert_eq!(c.collective, Some(Collective::AllToAll));
+        assert_eq!(c.group, 4);
+        assert_eq!(c.buffer_bytes, buffer);
+        assert_eq!(c.calls, 2 * LAYERS);
+        let expected = ring_bytes(Collective::AllToAll, 4, buffer) * (2 * LAYERS) as f64;
+        assert_eq!(c.bytes_sent, expected.round() as u64);
+        assert_eq!(c.bytes_sent, 3 * buffer / 4 * 2 * LAYERS);
+        assert!(c.seconds > 0.0 && c.exposed_seconds == c.seconds);
+    }
+    // Without expert parallelism no token leaves the rank.
+    let one = run(4, 1, 0, false);
+    assert!(one.communication.iter().all(|c| c.scheme != Traffic::Ep));
+    assert!(e.comm_exposed_seconds_per_step > one.comm_exposed_seconds_per_step);
+}
+
+/// With ep = dp every rank holds experts no other rank holds: their gradients are not
+/// all-reduced at all, and DDP's all-reduce carries the dense gradients only.
+#[test]
+fn experts_reduce_their_gradients_over_the_ranks_that_share_them() {
+    let dense_and_experts = |e: &ParallelEstimate| -> Vec<(u64, u64)> {
+        e.communication
+            .iter()
+            .filter(|c| c.scheme == Traffic::Dp)
+            .map(|c| (c.group, c.buffer_bytes))
+            .collect()
+    };
+    let one = run(4, 1, 0, false);
+    let all = dense_and_experts(&one);
+    assert_eq!(all.len(), 1, "{all:?}");
+    let full = run(4, 4, 0, false);
+    let dense = dense_and_experts(&full);
+    assert_eq!(dense, vec![(4, all[0].1 - all_expert_bytes())]);
+    // ep = 2 of dp = 4: each expert lives on two ranks, which all-reduce its gradient.
+    let half = run(4, 2, 0, false);
+    let parts = dense_and_experts(&half);
+    assert_eq!(
+        parts,
+        vec![
+            (4, all[0].1 - all_expert_bytes()),
+            (2, all_expert_bytes() / 2)
+        ]
+    );
+}
+
+/// Under full sharding the experts' states are split over `dp/ep` ranks instead of `dp`, each
+/// rank holding `E/ep` experts: the same bytes at rest (within FSDP's row padding), so expert
+/// parallelism saves what a layer gathers, not what it keeps.
+#[test]
+fn under_full_sharding_the_states_at_rest_stay_and_the_gathers_shrink() {
+    let one = run(8, 1, 3, true);
+    let four = run(8, 4, 3, true);
+    let (a, b) = (
+        one.per_gpu.optimizer_state_bytes as f64,
+        four.per_gpu.optimizer_state_bytes as f64,
+    );
+    assert!((a - b).abs() / a < 0.01, "{a} vs {b}");
+    assert!(
+        four.per_gpu.params_bytes < one.per_gpu.params_bytes,
+        "a gathered layer holds 2 experts, not 8: {} vs {}",
+        four.per_gpu.params_bytes,
+        one.per_gpu.params_bytes
+    );
+    let gathers = |e: &ParallelEstimate| -> u64 {
+        e.communication
+            .iter()
+            .filter(|c| c.scheme == Traffic::Fsdp && c.collective == Some(Collective::AllGather))
+            .map(|c| c.bytes_sent)
+            .sum()
+    };
+    assert!(gathers(&four) < gathers(&one));
+}
+
+/// A skewed router under expert parallelism: the rank holding the busiest expert receives `ep`
+/// ranks' share of it, so its receive buffers and its experts' activations grow.
+#[test]
+fn a_hot_expert_loads_the_rank_that_holds_it() {
+    let mut p = train(small_qwen3_moe(), layout(4, 4, 0, false));
+    let balanced = estimate_parallel(&p).unwrap().per_gpu.activations_bytes;
+    p.expert_skew = Some(3.0);
+    let skewed = estimate_parallel(&p).unwrap().per_gpu.activations_bytes;
+    assert!(skewed > balanced, "{skewed} vs {balanced}");
+}
+
+#[test]
+fn expert_parallelism_is_refused_where_it_cannot_apply() {
+    let err = |p: Plan| estimate_parallel(&p).unwrap_err().to_string();
+    let e = err(train(small_qwen3_moe(), layout(6, 4, 0, false)));
+    assert!(e.contains("ep = 4 must divide dp = 6"), "{e}");
+    let e = err(train(small_qwen3_moe(), layout(3, 3, 0, false)));
+    assert!(
+        e.contains("does not divide the 8 routed experts") && e.contains("1, 2, 4, 8"),
+        "{e}"
+    );
+    let mut dense = train(small_qwen3_moe(), layout(2, 2, 0, false));
+    dense.hf_config = None;
+    dense.model = "gpt2".into();
+    let e = err(dense);
+    assert!(e.contains("has none"), "{e}");
+    let e = err(train(small_qwen3_moe(), layout(4, 0, 0, false)));
+    assert!(e.contains("parallel.ep"), "{e}");
+}
