@@ -464,3 +464,38 @@ async fn fsdp_mixed_precision_is_a_box_that_sets_fp32_master_weights() {
         text(&host, "per-gpu")
     );
 }
+
+#[wasm_bindgen_test]
+async fn the_expert_degree_appears_for_experts_and_splits_them() {
+    let field = |host: &HtmlElement| by_test_id(host, "ep").closest(".field").unwrap().unwrap();
+    let (host, _plan, _h) = mount(gpt2());
+    type_in(&host, "dp", "4");
+    settle().await;
+    assert!(
+        field(&host).has_attribute("hidden"),
+        "offered for a dense model"
+    );
+    drop(_h);
+    let (host, plan, _h) = mount(Plan {
+        model: "custom".into(),
+        hf_config: Some(serde_json::json!({
+            "model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 256, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 512})),
+        ..gpt2()
+    });
+    type_in(&host, "dp", "4");
+    settle().await;
+    assert!(!field(&host).has_attribute("hidden"), "hidden for experts");
+    let one = text(&host, "per-gpu");
+    type_in(&host, "ep", "4");
+    settle().await;
+    assert_eq!(plan.get_untracked().parallel.map(|p| p.ep), Some(4));
+    let four = text(&host, "per-gpu");
+    assert!(four.contains("Device total") && four != one, "{four:?}");
+    // Three does not divide the eight experts (nor dp = 4): a message, not a crash.
+    type_in(&host, "ep", "3");
+    settle().await;
+    assert!(text(&host, "parallel-error").contains("Cannot estimate this layout"));
+}
