@@ -13,7 +13,8 @@ PLAN_KEYS = [
     "model", "hf_config", "batch", "res", "seq", "dtype", "opt", "optimizer", "optimizer_impl",
     "ckpt", "attn", "causal_mask", "cudnn", "device", "accumulation", "gpu", "mode", "lora",
     "quantization", "double_quant", "group_size", "kv_cache_dtype", "sparsity", "frozen",
-    "context", "new_tokens", "parallel", "offload", "alloc_conf", "stack",
+    "context", "new_tokens", "parallel", "offload", "alloc_conf", "stack", "expert_skew",
+    "experts_impl",
 ]
 
 
@@ -68,6 +69,8 @@ hostile = [
     '{"model":"gpt2","mode":"infer","context":16777216,"new_tokens":16777216}',
     '{"model":"gpt2","parallel":{"tp":2,"pp":2,"dp":2,"micro_batches":65536,"interleave":4}}',
     '{"model":"resnet50","gpu":"custom:1e999"}',
+    '{"model":"qwen3-30b-a3b","dtype":"bf16","experts_impl":"grouped_mm","parallel":{"dp":8,"ep":8}}',
+    '{"model":"deepseek-v3","dtype":"bf16","seq":4096,"parallel":{"dp":256,"ep":256,"fsdp":true}}',
 ]
 for p in plans[:60]:
     text = json.dumps(p, separators=(",", ":"))

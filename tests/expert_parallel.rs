@@ -186,3 +186,31 @@ fn expert_parallelism_is_refused_where_it_cannot_apply() {
     let e = err(train(small_qwen3_moe(), layout(4, 0, 0, false)));
     assert!(e.contains("parallel.ep"), "{e}");
 }
+
+/// The rank's experts as grouped GEMMs over the rows it received: the same exchange, the same
+/// weights on the rank.
+#[test]
+fn grouped_gemms_run_the_local_experts_behind_the_same_exchange() {
+    let base = || {
+        let mut p = train(small_qwen3_moe(), layout(4, 4, 0, false));
+        p.dtype = vram_planner::estimator::config::Precision::Bf16;
+        p
+    };
+    let loop_ = estimate_parallel(&base()).unwrap();
+    let mut p = base();
+    p.experts_impl = Some(vram_planner::estimator::config::ExpertsImpl::GroupedMm);
+    let grouped = estimate_parallel(&p).unwrap();
+    let a2a = |e: &ParallelEstimate| -> Vec<u64> {
+        e.communication
+            .iter()
+            .filter(|c| c.scheme == Traffic::Ep)
+            .map(|c| c.bytes_sent)
+            .collect()
+    };
+    assert_eq!(a2a(&loop_), a2a(&grouped));
+    assert_eq!(loop_.expert_params_bytes, grouped.expert_params_bytes);
+    assert_ne!(
+        loop_.per_gpu.peak_allocated_bytes,
+        grouped.per_gpu.peak_allocated_bytes
+    );
+}

@@ -153,6 +153,39 @@ pub struct Setup {
     pub stack: super::context::Stack,
     /// The busiest expert's share of a sparse layer's tokens, as a multiple of the balanced one.
     pub expert_skew: Option<f64>,
+    /// How a mixture of experts runs its experts; `None`: the eager loop.
+    pub experts_impl: Option<ExpertsImpl>,
+}
+
+/// transformers' `experts_implementation` for the routed experts of a mixture of experts
+/// (`integrations/moe.py`, `ExpertsInterface`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExpertsImpl {
+    /// The modeling file's own per-expert Python loop (`experts_implementation="eager"`).
+    #[default]
+    Eager,
+    /// `grouped_mm_experts_forward`: the token-expert pairs sorted by expert, two
+    /// `torch._grouped_mm` calls over all of them.
+    GroupedMm,
+}
+
+impl ExpertsImpl {
+    /// The name a plan gives it.
+    pub fn key(self) -> &'static str {
+        match self {
+            ExpertsImpl::Eager => "eager",
+            ExpertsImpl::GroupedMm => "grouped_mm",
+        }
+    }
+}
+
+/// How the tokens of a sparse layer meet its experts: the router's skew and the experts'
+/// implementation.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Routing {
+    pub skew: f64,
+    pub experts: ExpertsImpl,
 }
 
 impl Setup {
@@ -196,6 +229,7 @@ pub struct BuildCtx {
     pub ep: u64,
     /// The busiest expert's tokens as a multiple of the balanced share (1: balanced routing).
     pub expert_skew: f64,
+    pub experts_impl: ExpertsImpl,
 }
 
 impl BuildCtx {
@@ -217,6 +251,15 @@ impl BuildCtx {
             tune: TuneCtx::default(),
             ep: 1,
             expert_skew: 1.0,
+            experts_impl: ExpertsImpl::Eager,
+        }
+    }
+
+    /// The routing a sparse layer is built with.
+    pub fn routing(&self) -> Routing {
+        Routing {
+            skew: self.expert_skew,
+            experts: self.experts_impl,
         }
     }
 }

@@ -194,6 +194,7 @@ fn build_graph_step(
         sequence_parallel: false,
         ep: 1,
         expert_skew: setup.expert_skew.unwrap_or(1.0),
+        experts_impl: setup.experts_impl.unwrap_or_default(),
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
@@ -270,6 +271,12 @@ fn build_graph_step(
         return Err(EstimateError::Unsupported(format!(
             "expert parallelism (ep = {}) splits routed experts over GPUs; {} has none: use dp, zero or tp",
             ctx.ep, model.label
+        )));
+    }
+    if setup.experts_impl.is_some() && g.active_params.is_none() {
+        return Err(EstimateError::Unsupported(format!(
+            "\"experts_impl\" applies to mixture-of-experts models; {} has no experts",
+            model.label
         )));
     }
     // A skew names the busiest expert's share: a model without experts has none to skew.

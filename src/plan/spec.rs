@@ -9,8 +9,8 @@ use crate::estimator::context::Stack;
 use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
-    AttnImpl, CausalMask, Checkpointing, Device, Frozen, KvDtype, LoraConfig, Mode, OptimizerImpl,
-    OptimizerKind, Precision, Quantization, Setup, Sparsity,
+    AttnImpl, CausalMask, Checkpointing, Device, ExpertsImpl, Frozen, KvDtype, LoraConfig, Mode,
+    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity,
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
@@ -122,6 +122,10 @@ pub struct Plan {
     /// multiple of the balanced share `T·k / E`; absent or 1: balanced routing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expert_skew: Option<f64>,
+    /// Mixture of experts: `"eager"` (the per-expert loop, the default) or `"grouped_mm"`
+    /// (transformers' grouped GEMMs over all token-expert pairs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub experts_impl: Option<ExpertsImpl>,
 }
 
 impl Default for Plan {
@@ -155,6 +159,7 @@ impl Default for Plan {
             alloc_conf: None,
             stack: None,
             expert_skew: None,
+            experts_impl: None,
             parallel: None,
             offload: None,
         }
@@ -236,6 +241,7 @@ impl Plan {
                 .unwrap_or_default(),
             stack: self.stack(),
             expert_skew: self.expert_skew,
+            experts_impl: self.experts_impl,
         }
     }
 }

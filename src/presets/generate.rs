@@ -84,7 +84,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let layer = LlamaLayer {
         cfg,
         tune,
-        skew: ctx.expert_skew,
+        routing: ctx.routing(),
         heads: (nh, nkv),
         cos,
         sin,

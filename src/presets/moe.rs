@@ -15,6 +15,12 @@
 //! the experts and stay `T·k` rows. transformers' implementations are dropless: no capacity
 //! factor drops or pads tokens.
 //!
+//! The experts' implementation is a plan option (`experts_impl`): the eager loop by default, or
+//! `grouped_mm` (`grouped_mm_experts_forward` in transformers' `integrations/moe.py`: the pairs
+//! sorted by expert, two `torch._grouped_mm` calls over all of them), modelled with bf16 weights.
+//! Under expert parallelism each rank's experts sit behind an all-to-all token dispatch
+//! ([`dispatched_experts`]).
+//!
 //! Serving with the checkpoints' own weight formats: FP8 block-wise experts (`FP8Expert`, the same
 //! eager loop with block-scaled GEMMs) and gpt-oss's MXFP4 experts (`Mxfp4GptOssExperts`, the
 //! triton kernels' routing and two grouped GEMMs instead of the loop).
@@ -24,6 +30,7 @@
 //! `mlp.gate`, the experts' and the dispatch's (`one_hot`, `nonzero`, `index`, `index_add`)
 //! under `mlp.experts`, Qwen2-MoE's shared expert under `mlp.shared_expert`.
 
+use crate::estimator::config::{ExpertsImpl, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{
     Collective, CommGroup, CommRecord, GradFlow, Graph, StorageKind, TensorId,
@@ -196,6 +203,7 @@ pub struct MoeOut {
 ///
 /// transformers 5.24 picks `grouped_mm` instead when `torch._grouped_mm` can dispatch (recent
 /// CUDA GPUs); the loop is what it runs elsewhere and what `experts_implementation="eager"` asks.
+/// The plan's `experts_impl: grouped_mm` builds the grouped path ([`grouped_mm_experts`]).
 pub fn sparse_block(
     g: &mut Graph,
     moe: &Moe,
@@ -203,8 +211,9 @@ pub fn sparse_block(
     act: Activation,
     cpu: bool,
     tune: &TuneCtx,
-    skew: f64,
+    routing: Routing,
 ) -> Result<MoeOut, EstimateError> {
+    let skew = routing.skew;
     let s = g.shape(x);
     let (b, seq, h) = (s[0], s[1], s[2]);
     let t = b * seq;
@@ -214,9 +223,9 @@ pub fn sparse_block(
     // on it).
     moe.tokens_of(t, 0, skew)?;
     if tune.quant == Quantization::Mxfp4 {
-        if g.ep > 1 {
+        if g.ep > 1 || routing.experts != ExpertsImpl::Eager {
             return Err(EstimateError::Unsupported(
-                "expert parallelism is modelled for training's eager experts, not the MXFP4 serving kernels: use ep = 1".into(),
+                "MXFP4 experts run on their own triton kernels: expert parallelism and experts_impl do not apply (use ep = 1 and leave experts_impl out)".into(),
             ));
         }
         let (out, logits) = mxfp4_block(g, moe, hv)?;
@@ -240,7 +249,7 @@ pub fn sparse_block(
         _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
     };
     let out = g.scoped("experts", |g| {
-        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, skew)
+        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)
     })?;
     let out = match shared {
         // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
@@ -643,12 +652,17 @@ fn experts(
     cpu: bool,
     dt: DType,
     quant: Quantization,
-    skew: f64,
+    routing: Routing,
 ) -> Result<TensorId, EstimateError> {
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
+    let skew = routing.skew;
     let local = local_experts(g, moe)?;
     let fp8 = quant == Quantization::Fp8;
+    let grouped = routing.experts == ExpertsImpl::GroupedMm;
+    if grouped {
+        check_grouped(g, moe, quant)?;
+    }
     let weights = if moe.kind == MoeKind::GptOss {
         gpt_oss_expert_params(g, local, h, i)?
     } else {
@@ -682,8 +696,12 @@ fn experts(
             cpu,
             dt,
             skew,
+            grouped,
         };
         return dispatched_experts(g, moe, hv, rw, sel, &ctx);
+    }
+    if grouped {
+        return grouped_mm_experts(g, moe, hv, rw, sel, &weights, act, cpu);
     }
     let mut fin = g.zeros(vec![t, h], dt)?;
     // The dispatch, without autograd: `one_hot(top_k_index, classes).permute(2, 1, 0)` (int64,
@@ -719,6 +737,121 @@ fn experts(
     Ok(fin)
 }
 
+/// Refuses what the grouped GEMMs are not modelled for: `torch._grouped_mm` multiplies bf16
+/// (transformers casts the rows to the weights' dtype first, so the weights must be bf16 too);
+/// FP8 and MXFP4 experts have kernels of their own; gpt-oss's biased, interleaved experts are
+/// modelled with the loop only.
+fn check_grouped(g: &Graph, moe: &Moe, quant: Quantization) -> Result<(), EstimateError> {
+    if quant != Quantization::None {
+        return Err(EstimateError::Unsupported(
+            "experts_impl grouped_mm is modelled for bf16 weights, not quantized experts: leave experts_impl out".into(),
+        ));
+    }
+    if moe.kind == MoeKind::GptOss {
+        return Err(EstimateError::Unsupported(
+            "experts_impl grouped_mm is not modelled for gpt-oss's biased, interleaved experts: use the eager loop or mxfp4 serving".into(),
+        ));
+    }
+    if g.precision != crate::estimator::graph::Precision::Bf16 {
+        return Err(EstimateError::Unsupported(format!(
+            "experts_impl grouped_mm runs torch._grouped_mm, which multiplies bf16, on the weights' dtype (transformers casts the rows to it): use \"dtype\": \"bf16\", not {}",
+            g.precision.name()
+        )));
+    }
+    Ok(())
+}
+
+/// The experts as two grouped GEMMs over rows already sorted by expert: the gate-up projection,
+/// the gated activation on its halves (`_apply_gate`), the down projection.
+fn grouped_experts(
+    g: &mut Graph,
+    moe: &Moe,
+    weights: &[TensorId],
+    x: TensorId,
+    act: Activation,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
+    let (rows, i) = (g.shape(x)[0], moe.expert_intermediate);
+    let gu = g.grouped_mm(x, weights[0])?;
+    let parts = g.split(gu, vec![vec![rows, i], vec![rows, i]])?;
+    let a = activation(g, parts[0], act, cpu)?;
+    let y = g.mul_bc(a, parts[1])?;
+    g.grouped_mm(y, weights[1])
+}
+
+/// `x.masked_fill_(mask, 0.0)` on an autograd tensor: in place; its backward masks the gradient
+/// into a new tensor (`derivatives.yaml` `masked_fill_.Scalar`) and saves the mask.
+fn masked_fill_(g: &mut Graph, x: TensorId, mask: TensorId) -> TensorId {
+    let rg = g.t(x).requires_grad;
+    let next = g.alias(x, g.shape(x), rg);
+    let mut op = g.op("masked_fill_", "");
+    op.flops = g.numel(x) as f64;
+    op.inputs = vec![x, mask];
+    op.outputs = vec![next];
+    op.saved = vec![mask];
+    if rg {
+        op.grads.push((x, GradFlow::Alloc));
+    }
+    g.record(op);
+    next
+}
+
+/// `grouped_mm_experts_forward` (transformers `integrations/moe.py`, `experts_implementation=
+/// "grouped_mm"`): the `S = T·k` token-expert pairs sorted by expert (`torch.sort`: the sorted
+/// ids and the permutation, int64), the rows gathered in that order (`hidden[perm // k]`) with
+/// their routing weights, the per-expert counts (`histc` of the ids as int32) and their int32
+/// `cumsum` as the offsets, the sentinel mask (`[S, 1]` bool) zeroing rows in place, the two
+/// grouped GEMMs, the weighting, the inverse permutation (`empty_like` filled from an `arange`)
+/// gathering the rows back, and `view(T, k, H).sum(1)` (its backward a broadcast view). Every
+/// row of every expert at once: the `[S, 2I]` projection and its activation are whole-batch
+/// tensors, where the loop holds one expert's.
+#[allow(clippy::too_many_arguments)]
+fn grouped_mm_experts(
+    g: &mut Graph,
+    moe: &Moe,
+    hv: TensorId,
+    rw: TensorId,
+    sel: TensorId,
+    weights: &[TensorId],
+    act: Activation,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
+    let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
+    let (e_n, k) = (moe.experts, moe.top_k);
+    let s = t.checked_mul(k).ok_or(EstimateError::TooLarge)?;
+    let z = Bytes::ZERO;
+    let ids = g.alloc(vec![s], DType::I64, StorageKind::Activation, false)?;
+    let perm = g.alloc(vec![s], DType::I64, StorageKind::Activation, false)?;
+    g.record_simple("sort", vec![sel], vec![ids, perm], vec![], 0.0);
+    let tok = g.no_grad_op("floor_divide", &[perm], vec![s], DType::I64, z)?;
+    let xg = index_rows(g, hv, &[tok], vec![s, h])?;
+    let wg = index_rows(g, rw, &[perm], vec![s, 1])?;
+    let ids32 = g.no_grad_op("to_copy", &[ids], vec![s], DType::I32, z)?;
+    let counts = g.no_grad_op("histc", &[ids32], vec![e_n], DType::F32, z)?;
+    let offsets = g.no_grad_op("cumsum", &[counts], vec![e_n], DType::I32, z)?;
+    let mask = g.no_grad_op("ge", &[ids], vec![s, 1], DType::Bool, z)?;
+    let xg = masked_fill_(g, xg, mask);
+    let y = grouped_experts(g, moe, weights, xg, act, cpu)?;
+    let y = g.mul_bc(y, wg)?;
+    let y = masked_fill_(g, y, mask);
+    let arange = g.no_grad_op("arange", &[], vec![s], DType::I64, z)?;
+    let inv = g.no_grad_op("index_put", &[perm, arange], vec![s], DType::I64, z)?;
+    let back = index_rows(g, y, &[inv], vec![s, h])?;
+    let v = g.view(back, vec![t, k, h])?;
+    let rg = g.t(v).requires_grad;
+    let out = g.alloc(vec![t, h], g.dtype(v), StorageKind::Activation, rg)?;
+    let mut op = g.op("sum", "");
+    op.flops = (s * h) as f64;
+    op.inputs = vec![v];
+    op.outputs = vec![out];
+    if rg {
+        op.grads.push((v, GradFlow::Alias));
+    }
+    g.record(op);
+    g.hold(&[ids, perm, offsets, mask]);
+    Ok(out)
+}
+
 /// What the dispatched experts run with.
 struct Dispatch<'a> {
     weights: &'a [TensorId],
@@ -727,6 +860,8 @@ struct Dispatch<'a> {
     cpu: bool,
     dt: DType,
     skew: f64,
+    /// The local experts as grouped GEMMs over the received rows, not one by one.
+    grouped: bool,
 }
 
 /// An all-to-all over the expert-parallel group: `x` (`[rows, H]`, what this rank sends) becomes
@@ -765,7 +900,8 @@ fn all_to_all(g: &mut Graph, x: TensorId, received: u64) -> Result<TensorId, Est
 /// by expert (`torch.cat`: a new buffer; its backward a new one too); each expert takes its rows
 /// as a `split` view; the outputs are concatenated, regrouped by source rank, sent back by the
 /// reverse all-to-all, weighted by the router's probabilities and scatter-added into `[T, H]`
-/// (`unpermute`). The rank holding the first experts receives `ep` ranks' tokens for each of
+/// (`unpermute`). With `grouped_mm` the local experts are two grouped GEMMs over the regrouped
+/// rows instead of the loop. The rank holding the first experts receives `ep` ranks' tokens for each of
 /// them: `T·k` rows under balanced routing, more under a skew (the busiest expert is its own).
 fn dispatched_experts(
     g: &mut Graph,
@@ -801,13 +937,17 @@ fn dispatched_experts(
         Ok(y)
     };
     let sorted = regroup(g, recv)?;
-    let busy: Vec<u64> = rows.iter().copied().filter(|&n| n > 0).collect();
-    let parts = g.split(sorted, busy.iter().map(|&n| vec![n, h]).collect())?;
-    let mut outs = Vec::with_capacity(parts.len());
-    for cur in parts {
-        outs.push(expert_mlp(g, moe, d.weights, d.scales, cur, d.act, d.cpu)?);
-    }
-    let out = g.cat(&outs, 0)?;
+    let out = if d.grouped {
+        grouped_experts(g, moe, d.weights, sorted, d.act, d.cpu)?
+    } else {
+        let busy: Vec<u64> = rows.iter().copied().filter(|&n| n > 0).collect();
+        let parts = g.split(sorted, busy.iter().map(|&n| vec![n, h]).collect())?;
+        let mut outs = Vec::with_capacity(parts.len());
+        for cur in parts {
+            outs.push(expert_mlp(g, moe, d.weights, d.scales, cur, d.act, d.cpu)?);
+        }
+        g.cat(&outs, 0)?
+    };
     let out = regroup(g, out)?;
     let back = all_to_all(g, out, tk)?;
     let w = index_rows(g, rw, &[order], vec![tk, 1])?;

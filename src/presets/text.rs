@@ -13,7 +13,7 @@
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
 use crate::estimator::checkpoint;
-use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device};
+use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::EagerOpts;
@@ -881,7 +881,7 @@ pub(crate) fn llama_decoder(
     let layer = LlamaLayer {
         cfg,
         tune: &ctx.tune,
-        skew: ctx.expert_skew,
+        routing: ctx.routing(),
         heads: (nhl, nkvl),
         cos,
         sin,
@@ -959,8 +959,8 @@ pub(crate) enum LlamaAttention {
 pub(crate) struct LlamaLayer<'a> {
     pub cfg: &'a TextConfig,
     pub tune: &'a TuneCtx,
-    /// The busiest expert's tokens as a multiple of the balanced share ([`Moe::tokens_of`]).
-    pub skew: f64,
+    /// The router's skew ([`Moe::tokens_of`]) and the experts' implementation.
+    pub routing: Routing,
     /// One rank's `(heads, kv_heads)` (all of them without tensor parallelism).
     pub heads: (u64, u64),
     /// The rotary tables of this forward.
@@ -1220,7 +1220,7 @@ impl LlamaLayer<'_> {
         let sparse = var.moe.as_ref().filter(|moe| moe.is_sparse(index));
         let y = g.scoped("mlp", |g| {
             let y = if let Some(moe) = sparse {
-                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu, tune, self.skew)?;
+                let out = moe::sparse_block(g, moe, m, cfg.act, self.cpu, tune, self.routing)?;
                 router_logits.push(out.router_logits);
                 out.out
             } else if var.fused {

@@ -114,6 +114,32 @@ impl Graph {
         Ok(y)
     }
 
+    /// `torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)` as transformers' `_grouped_linear`
+    /// calls it (`integrations/moe.py`): the rows of `x` (`[S, in]`, sorted by group) times their
+    /// group's slice of the `[G, out, in]` weight. Saves both operands; its backward allocates
+    /// the rows' gradient and one gradient of the whole 3-D weight.
+    pub fn grouped_mm(&mut self, x: TensorId, w: TensorId) -> R {
+        let (sx, ws) = (self.shape(x), self.shape(w));
+        if sx.len() != 2 || ws.len() != 3 || ws[2] != sx[1] {
+            return Err(self.bad_shape(format!("grouped_mm {sx:?} @ {ws:?}ᵀ")));
+        }
+        let rg = self.requires_grad(&[x, w]);
+        let y = self.alloc(
+            vec![sx[0], ws[1]],
+            self.dtype(x),
+            StorageKind::Activation,
+            rg,
+        )?;
+        self.record_simple(
+            "grouped_mm",
+            vec![x, w],
+            vec![y],
+            vec![x, w],
+            2.0 * sx[0] as f64 * (ws[1] * ws[2]) as f64,
+        );
+        Ok(y)
+    }
+
     /// A batched matrix product outside autocast's reach (inside a composite op): saves both
     /// operands.
     pub(super) fn bmm_raw(&mut self, a: TensorId, b: TensorId) -> R {
