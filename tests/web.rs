@@ -605,3 +605,27 @@ async fn the_model_id_box_refuses_a_bad_id_and_a_mirror_outside_the_policy() {
     let kept = vram_planner::ui::logic::url::hf_endpoint(&query);
     assert_eq!(kept.as_deref(), Some("https://hf-mirror.com"), "{query}");
 }
+
+#[wasm_bindgen_test]
+async fn a_mixture_of_experts_lists_its_parts_under_the_breakdown() {
+    let (host, _app) = mount_app();
+    settle().await;
+    assert!(!shown(&host, "moe-parts"), "a CNN has no experts");
+    pick(&select_in(&host, "model"), "gpt-oss-20b");
+    settle().await;
+    let listed = until(20_000, || {
+        shown(&host, "moe-parts")
+            && by_test_id(&host, "moe-parts")
+                .query_selector_all("tbody tr")
+                .unwrap()
+                .length()
+                >= 3
+    })
+    .await;
+    assert!(listed, "{}", text(&host, "moe-parts"));
+    let t = text(&host, "moe-parts");
+    assert!(
+        t.contains("Routed experts") && t.contains("Router") && t.contains("Token dispatch"),
+        "{t}"
+    );
+}

@@ -439,6 +439,23 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         m.insert("mode".into(), e.mode.key().into());
         m.insert("trainable_params".into(), e.trainable_params.into());
         m.insert("weights_bytes".into(), e.weights_bytes.0.into());
+        m.insert(
+            "moe".into(),
+            e.moe
+                .as_ref()
+                .map(|p| {
+                    serde_json::json!({
+                        "expert_weights_bytes": p.expert_weights.0,
+                        "router_weights_bytes": p.router_weights.0,
+                        "shared_expert_weights_bytes": p.shared_expert_weights.0,
+                        "expert_saved_bytes": p.expert_saved.0,
+                        "router_saved_bytes": p.router_saved.0,
+                        "dispatch_saved_bytes": p.dispatch_saved.0,
+                        "shared_expert_saved_bytes": p.shared_expert_saved.0,
+                    })
+                })
+                .into(),
+        );
         m.insert("kv_cache_bytes".into(), e.kv_cache_bytes.0.into());
         m.insert(
             "paged_opt_state_bytes".into(),
@@ -631,6 +648,36 @@ fn table(plan: &Plan, e: &Estimate) -> String {
         "device total",
         e.device_total.to_string()
     );
+    if let Some(m) = &e.moe {
+        let _ = writeln!(
+            s,
+            "{:<22} {:>12} {:>20}",
+            "mixture of experts", "weights", "saved for backward"
+        );
+        for (part, w, saved) in [
+            ("routed experts", m.expert_weights, m.expert_saved),
+            ("router", m.router_weights, m.router_saved),
+            (
+                "token dispatch",
+                crate::estimator::units::Bytes::ZERO,
+                m.dispatch_saved,
+            ),
+            (
+                "shared experts",
+                m.shared_expert_weights,
+                m.shared_expert_saved,
+            ),
+        ] {
+            if w.0 > 0 || saved.0 > 0 {
+                let _ = writeln!(
+                    s,
+                    "  {part:<20} {:>12} {:>20}",
+                    w.to_string(),
+                    saved.to_string()
+                );
+            }
+        }
+    }
     if let Some(g) = crate::plan::resolve::gpu(plan).ok().flatten() {
         let verdict = if e.device_total <= g.memory {
             "fits"

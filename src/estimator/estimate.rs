@@ -11,6 +11,7 @@ use super::graph::Graph;
 use super::graph::{Precision, StorageKind};
 use super::hardware::{DeviceOverhead, Gpu};
 use super::model::{InputKind, ModelSpec};
+use super::moe_parts::{moe_parts, MoeParts};
 use super::optimizer;
 use super::simulate::{simulate, StepOptions};
 use super::timeline::{Category, Phase, Timeline};
@@ -106,6 +107,9 @@ pub struct Estimate {
     /// Optimizer state in CUDA managed memory (paged optimizers), not in the peak.
     pub paged_opt_state_bytes: Bytes,
     pub inference: Option<InferenceReport>,
+    /// A mixture of experts' parts (experts, router, shared experts, dispatch); `None` for a
+    /// dense model.
+    pub moe: Option<MoeParts>,
     #[serde(skip)]
     pub timeline: Timeline,
 }
@@ -552,6 +556,10 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
             Bytes::ZERO
         },
         inference: None,
+        moe: g
+            .active_params
+            .is_some()
+            .then(|| moe_parts(g, &r.saved_after_forward)),
         timeline: r.timeline,
     }
 }

@@ -17,6 +17,7 @@ pub mod estimate;
 pub mod graph;
 pub mod hardware;
 pub mod model;
+pub mod moe_parts;
 pub mod ops;
 pub mod optimizer;
 pub mod parallel;

@@ -51,6 +51,34 @@ fn per_param(n: &Numbers) -> Option<u64> {
         .then(|| n.param_bytes.0 / n.param_count)
 }
 
+/// A mixture of experts' parts as (label, weights, saved for backward), parts that hold nothing
+/// left out; empty for a dense model or numbers not yet from a full simulation.
+pub fn moe_rows(n: &Numbers, lang: Lang, units: Units) -> Vec<[String; 3]> {
+    let Some(m) = &n.moe else {
+        return Vec::new();
+    };
+    [
+        (Msg::MoeExperts, m.expert_weights, m.expert_saved),
+        (Msg::MoeRouter, m.router_weights, m.router_saved),
+        (Msg::MoeDispatch, Bytes::ZERO, m.dispatch_saved),
+        (
+            Msg::MoeShared,
+            m.shared_expert_weights,
+            m.shared_expert_saved,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, w, s)| w.0 > 0 || s.0 > 0)
+    .map(|(label, w, s)| {
+        [
+            label.t(lang).to_string(),
+            fmt_bytes(w, units),
+            fmt_bytes(s, units),
+        ]
+    })
+    .collect()
+}
+
 /// The breakdown rows, subtotals included, in the order the memory stacks up.
 pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Units) -> Vec<Row> {
     let b = |x: Bytes| fmt_bytes(x, units);
@@ -292,6 +320,43 @@ mod tests {
     fn numbers(plan: &Plan) -> Numbers {
         let gpu = crate::ui::logic::state::gpu_of(plan);
         BatchModel::new(plan).unwrap().at(plan.batch, gpu.as_ref())
+    }
+
+    #[test]
+    fn a_mixture_of_experts_shows_its_parts_once_simulated() {
+        let mut plan = Plan::new("custom");
+        plan.hf_config = Some(serde_json::json!({
+            "model_type": "qwen2_moe", "hidden_size": 64, "intermediate_size": 128,
+            "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+            "vocab_size": 256, "num_experts": 8, "num_experts_per_tok": 2,
+            "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}));
+        plan.seq = Some(32);
+        let interpolated = numbers(&plan);
+        assert!(moe_rows(&interpolated, Lang::En, Units::Binary).is_empty());
+        let e = estimate(&plan).unwrap();
+        let m = e.moe.clone().unwrap();
+        // 2 layers × 8 experts × 3 × 64 × 64 fp32 weights; the router 8 × 64 per layer.
+        assert_eq!(m.expert_weights, Bytes(2 * 8 * 3 * 64 * 64 * 4));
+        assert_eq!(m.router_weights, Bytes(2 * 8 * 64 * 4));
+        // The shared expert (3 × 64 × 128) and its gate (64) per layer.
+        assert_eq!(m.shared_expert_weights, Bytes(2 * (3 * 64 * 128 + 64) * 4));
+        assert!(m.expert_saved.0 > 0 && m.router_saved.0 > 0 && m.dispatch_saved.0 > 0);
+        let exact = interpolated.with_exact(&e);
+        let rows = moe_rows(&exact, Lang::En, Units::Binary);
+        let labels: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "Routed experts",
+                "Router",
+                "Token dispatch",
+                "Shared experts"
+            ]
+        );
+        assert_eq!(rows[0][1], fmt_bytes(m.expert_weights, Units::Binary));
+        assert_eq!(rows[2][1], fmt_bytes(Bytes::ZERO, Units::Binary));
+        let dense = Plan::new("gpt2");
+        assert!(estimate(&dense).unwrap().moe.is_none());
     }
 
     #[test]

@@ -243,6 +243,13 @@ messages! {
     Component => "Component", "组成";
     Memory => "Memory", "显存";
     Formula => "How it is computed", "计算方式";
+    MoeParts => "Mixture of experts: weights on this GPU and activations saved for the backward", "混合专家：本卡上的权重与为反向传播保存的激活";
+    MoeWeights => "Weights", "权重";
+    MoeSaved => "Saved for backward", "为反向保存";
+    MoeExperts => "Routed experts", "路由专家";
+    MoeRouter => "Router", "路由器";
+    MoeDispatch => "Token dispatch", "token 分发";
+    MoeShared => "Shared experts", "共享专家";
     ChartBatch => "Memory against batch size", "显存随批大小变化";
     ChartLength => "Memory against input size", "显存随输入尺寸变化";
     ChartCheckpoint => "Gradient checkpointing: memory and compute", "梯度检查点：显存与计算量";

@@ -20,6 +20,7 @@ use crate::estimator::config::Checkpointing;
 use crate::estimator::context::Stack;
 use crate::estimator::error::EstimateError;
 use crate::estimator::hardware::DeviceOverhead;
+use crate::estimator::moe_parts::MoeParts;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
@@ -74,6 +75,8 @@ pub struct Numbers {
     pub recompute_flops: f64,
     /// From a full simulation at this batch (otherwise from the lines, within a few KiB).
     pub exact: bool,
+    /// A mixture of experts' parts, from the full simulation only.
+    pub moe: Option<MoeParts>,
 }
 
 impl Numbers {
@@ -110,6 +113,7 @@ impl Numbers {
         }
         self.forward_flops = e.forward_flops;
         self.recompute_flops = e.recompute_flops;
+        self.moe = e.moe.clone();
         self.exact = true;
         self
     }
@@ -253,6 +257,7 @@ impl BatchModel {
             forward_flops: p.forward_flops,
             recompute_flops: p.recompute_flops,
             exact: false,
+            moe: None,
         }
     }
 
