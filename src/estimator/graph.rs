@@ -79,6 +79,21 @@ pub struct OpRecord {
     pub flops: f64,
     /// Checkpoint segment this op belongs to (its saved tensors are recomputed in backward).
     pub segment: Option<usize>,
+    /// The part of a mixture-of-experts layer the op belongs to, as its builder tags it.
+    pub moe: Option<MoePart>,
+}
+
+/// The parts of a sparse mixture-of-experts layer (`estimator::moe_parts`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MoePart {
+    /// The experts' computation: projections, activations, weighting.
+    Experts,
+    /// The router: logits, probabilities, the top-k choices.
+    Router,
+    /// Moving tokens to the experts and back: gathers, indices, masks, exchanges.
+    Dispatch,
+    /// Shared experts, run on every token.
+    Shared,
 }
 
 /// Numeric precision of the training step.
@@ -391,6 +406,19 @@ impl Graph {
             bwd_scratch: Bytes::ZERO,
             flops: 0.0,
             segment: None,
+            moe: None,
+        }
+    }
+
+    /// Tags the ops recorded since `from` that have no part yet as `part` of a mixture of
+    /// experts; `dispatch` names the kinds among them that move tokens rather than compute.
+    pub fn tag_moe(&mut self, from: usize, part: MoePart, dispatch: &[&str]) {
+        for op in self.ops.iter_mut().skip(from).filter(|o| o.moe.is_none()) {
+            op.moe = Some(if dispatch.contains(&op.kind) {
+                MoePart::Dispatch
+            } else {
+                part
+            });
         }
     }
 

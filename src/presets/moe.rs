@@ -33,7 +33,7 @@
 use crate::estimator::config::{ExpertsImpl, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{
-    Collective, CommGroup, CommRecord, GradFlow, Graph, StorageKind, TensorId,
+    Collective, CommGroup, CommRecord, GradFlow, Graph, MoePart, StorageKind, TensorId,
 };
 use crate::estimator::ops::Pw;
 use crate::estimator::tune::{fp8_scale_shape, Quantization, TuneCtx, MX_BLOCK};
@@ -184,6 +184,32 @@ fn index_rows(
     Ok(y)
 }
 
+/// Op kinds among the experts' that move or index tokens rather than compute on them: the
+/// token dispatch of [`crate::estimator::moe_parts`].
+const DISPATCH_KINDS: [&str; 21] = [
+    "one_hot",
+    "sum",
+    "gt",
+    "ge",
+    "nonzero",
+    "index",
+    "index_add",
+    "index_put",
+    "argsort",
+    "sort",
+    "floor_divide",
+    "histc",
+    "cumsum",
+    "arange",
+    "all_to_all",
+    "sort_chunks",
+    "masked_fill_",
+    "zeros",
+    "python_ref",
+    "routing_topk",
+    "routing_sort",
+];
+
 /// What a sparse block returns: its output and the router logits (for the auxiliary loss).
 pub struct MoeOut {
     pub out: TensorId,
@@ -228,19 +254,24 @@ pub fn sparse_block(
                 "MXFP4 experts run on their own triton kernels: expert parallelism and experts_impl do not apply (use ep = 1 and leave experts_impl out)".into(),
             ));
         }
+        let first = g.ops.len();
         let (out, logits) = mxfp4_block(g, moe, hv)?;
+        g.tag_moe(first, MoePart::Experts, &DISPATCH_KINDS);
         return Ok(MoeOut {
             out: g.view(out, vec![b, seq, h])?,
             router_logits: logits,
         });
     }
     // Qwen2-MoE runs its shared expert first.
+    let first = g.ops.len();
     let shared = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::Qwen2, Some(si)) => {
             Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?)
         }
         _ => None,
     };
+    g.tag_moe(first, MoePart::Shared, &[]);
+    let first = g.ops.len();
     let (logits, rw, sel) = match moe.kind {
         MoeKind::DeepseekV3 { groups, topk_group } => {
             g.scoped("gate", |g| deepseek_router(g, moe, hv, groups, topk_group))?
@@ -248,9 +279,13 @@ pub fn sparse_block(
         MoeKind::GptOss => g.scoped("router", |g| gpt_oss_router(g, moe, hv))?,
         _ => g.scoped("gate", |g| softmax_router(g, moe, hv))?,
     };
+    g.tag_moe(first, MoePart::Router, &[]);
+    let first = g.ops.len();
     let out = g.scoped("experts", |g| {
         experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)
     })?;
+    g.tag_moe(first, MoePart::Experts, &DISPATCH_KINDS);
+    let first = g.ops.len();
     let out = match shared {
         // `sigmoid(shared_expert_gate(x)) * shared_expert(x)`, added out of place.
         Some(y) => {
@@ -271,11 +306,14 @@ pub fn sparse_block(
         }
         None => out,
     };
+    g.tag_moe(first, MoePart::Shared, &[]);
     let out = g.view(out, vec![b, seq, h])?;
     // DeepSeek-V3: `hidden_states + self.shared_experts(residuals)` after the routed experts.
     let out = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::DeepseekV3 { .. }, Some(si)) => {
+            let first = g.ops.len();
             let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu, tune))?;
+            g.tag_moe(first, MoePart::Shared, &[]);
             g.add(out, y, false)?
         }
         _ => out,
@@ -552,6 +590,18 @@ fn expert_param(g: &mut Graph, shape: Vec<u64>, dtype: DType) -> Result<TensorId
     Ok(p)
 }
 
+/// A routed expert's weight-format constant (FP8 tile scales, MXFP4 block scales): stored with
+/// its weights, never trained.
+fn expert_constant(
+    g: &mut Graph,
+    shape: Vec<u64>,
+    dtype: DType,
+) -> Result<TensorId, EstimateError> {
+    let c = g.weight_constant(shape, dtype)?;
+    g.tensors[c].expert = true;
+    Ok(c)
+}
+
 /// The experts this rank holds: all of them, or `E/ep` under expert parallelism.
 fn local_experts(g: &Graph, moe: &Moe) -> Result<u64, EstimateError> {
     let ep = g.ep.max(1);
@@ -682,8 +732,8 @@ fn experts(
         let mut down = fp8_scale_shape(h, i);
         down.insert(0, local);
         vec![
-            g.weight_constant(gu, DType::F32)?,
-            g.weight_constant(down, DType::F32)?,
+            expert_constant(g, gu, DType::F32)?,
+            expert_constant(g, down, DType::F32)?,
         ]
     } else {
         Vec::new()
@@ -985,18 +1035,20 @@ fn mxfp4_block(
         )));
     }
     let dt = g.dtype(hv);
+    let first = g.ops.len();
     let logits = g.scoped("router", |g| {
         let w = g.param(vec![e_n, h])?;
         let b = g.param(vec![e_n])?;
         g.linear_with(hv, w, Some(b))
     })?;
+    g.tag_moe(first, MoePart::Router, &[]);
     g.scoped("experts", |g| {
-        let w1 = g.param_of(vec![e_n, 2 * i, h], DType::F4e2m1)?;
-        let s1 = g.weight_constant(vec![e_n, 2 * i, h / MX_BLOCK], DType::U8)?;
-        let b1 = g.param_of(vec![e_n, 2 * i], DType::F32)?;
-        let w2 = g.param_of(vec![e_n, h, i], DType::F4e2m1)?;
-        let s2 = g.weight_constant(vec![e_n, h, i / MX_BLOCK], DType::U8)?;
-        let b2 = g.param_of(vec![e_n, h], DType::F32)?;
+        let w1 = expert_param(g, vec![e_n, 2 * i, h], DType::F4e2m1)?;
+        let s1 = expert_constant(g, vec![e_n, 2 * i, h / MX_BLOCK], DType::U8)?;
+        let b1 = expert_param(g, vec![e_n, 2 * i], DType::F32)?;
+        let w2 = expert_param(g, vec![e_n, h, i], DType::F4e2m1)?;
+        let s2 = expert_constant(g, vec![e_n, h, i / MX_BLOCK], DType::U8)?;
+        let b2 = expert_param(g, vec![e_n, h], DType::F32)?;
         let tk = t.checked_mul(k).ok_or(EstimateError::TooLarge)?;
         let scal = g.alloc(vec![t, k], dt, StorageKind::Activation, false)?;
         let ids = g.alloc(vec![t, k], DType::I16, StorageKind::Activation, false)?;

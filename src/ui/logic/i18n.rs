@@ -243,7 +243,7 @@ messages! {
     Component => "Component", "组成";
     Memory => "Memory", "显存";
     Formula => "How it is computed", "计算方式";
-    MoeParts => "Mixture of experts: weights on this GPU and activations saved for the backward", "混合专家：本卡上的权重与为反向传播保存的激活";
+    MoeParts => "Mixture of experts", "混合专家";
     MoeWeights => "Weights", "权重";
     MoeSaved => "Saved for backward", "为反向保存";
     MoeExperts => "Routed experts", "路由专家";
