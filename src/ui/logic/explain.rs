@@ -51,34 +51,6 @@ fn per_param(n: &Numbers) -> Option<u64> {
         .then(|| n.param_bytes.0 / n.param_count)
 }
 
-/// A mixture of experts' parts as (label, weights, saved for backward), parts that hold nothing
-/// left out; empty for a dense model or numbers not yet from a full simulation.
-pub fn moe_rows(n: &Numbers, lang: Lang, units: Units) -> Vec<[String; 3]> {
-    let Some(m) = &n.moe else {
-        return Vec::new();
-    };
-    [
-        (Msg::MoeExperts, m.expert_weights, m.expert_saved),
-        (Msg::MoeRouter, m.router_weights, m.router_saved),
-        (Msg::MoeDispatch, Bytes::ZERO, m.dispatch_saved),
-        (
-            Msg::MoeShared,
-            m.shared_expert_weights,
-            m.shared_expert_saved,
-        ),
-    ]
-    .into_iter()
-    .filter(|(_, w, s)| w.0 > 0 || s.0 > 0)
-    .map(|(label, w, s)| {
-        [
-            label.t(lang).to_string(),
-            fmt_bytes(w, units),
-            fmt_bytes(s, units),
-        ]
-    })
-    .collect()
-}
-
 /// The breakdown rows, subtotals included, in the order the memory stacks up.
 pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Units) -> Vec<Row> {
     let b = |x: Bytes| fmt_bytes(x, units);
@@ -306,6 +278,44 @@ pub fn rows(n: &Numbers, plan: &Plan, gpu: Option<&Gpu>, lang: Lang, units: Unit
         Formula::DeviceTotal.text(lang),
         true,
     );
+    // A mixture of experts' parts, from a full simulation: what the rows above hold of them.
+    if let Some(m) = &n.moe {
+        for (key, label, w, s) in [
+            (
+                "moe_experts",
+                Msg::MoeExperts,
+                m.expert_weights,
+                m.expert_saved,
+            ),
+            (
+                "moe_router",
+                Msg::MoeRouter,
+                m.router_weights,
+                m.router_saved,
+            ),
+            (
+                "moe_dispatch",
+                Msg::MoeDispatch,
+                Bytes::ZERO,
+                m.dispatch_saved,
+            ),
+            (
+                "moe_shared",
+                Msg::MoeShared,
+                m.shared_expert_weights,
+                m.shared_expert_saved,
+            ),
+        ] {
+            if w.0 > 0 || s.0 > 0 {
+                let f = Formula::MoePart {
+                    weights: &b(w),
+                    saved: &b(s),
+                }
+                .text(lang);
+                push(key, label.t(lang).into(), w + s, f, false);
+            }
+        }
+    }
     out
 }
 
@@ -332,7 +342,14 @@ mod tests {
             "moe_intermediate_size": 64, "shared_expert_intermediate_size": 128}));
         plan.seq = Some(32);
         let interpolated = numbers(&plan);
-        assert!(moe_rows(&interpolated, Lang::En, Units::Binary).is_empty());
+        let keys = |n: &Numbers| -> Vec<&'static str> {
+            rows(n, &plan, None, Lang::En, Units::Binary)
+                .iter()
+                .map(|r| r.key)
+                .filter(|k| k.starts_with("moe_"))
+                .collect()
+        };
+        assert!(keys(&interpolated).is_empty());
         let e = estimate(&plan).unwrap();
         let m = e.moe.clone().unwrap();
         // 2 layers × 8 experts × 3 × 64 × 64 fp32 weights; the router 8 × 64 per layer.
@@ -341,20 +358,19 @@ mod tests {
         // The shared expert (3 × 64 × 128) and its gate (64) per layer.
         assert_eq!(m.shared_expert_weights, Bytes(2 * (3 * 64 * 128 + 64) * 4));
         assert!(m.expert_saved.0 > 0 && m.router_saved.0 > 0 && m.dispatch_saved.0 > 0);
-        let exact = interpolated.with_exact(&e);
-        let rows = moe_rows(&exact, Lang::En, Units::Binary);
-        let labels: Vec<&str> = rows.iter().map(|r| r[0].as_str()).collect();
+        let exact = interpolated.clone().with_exact(&e);
         assert_eq!(
-            labels,
-            [
-                "Routed experts",
-                "Router",
-                "Token dispatch",
-                "Shared experts"
-            ]
+            keys(&exact),
+            ["moe_experts", "moe_router", "moe_dispatch", "moe_shared"]
         );
-        assert_eq!(rows[0][1], fmt_bytes(m.expert_weights, Units::Binary));
-        assert_eq!(rows[2][1], fmt_bytes(Bytes::ZERO, Units::Binary));
+        let all = rows(&exact, &plan, None, Lang::En, Units::Binary);
+        let experts = all.iter().find(|r| r.key == "moe_experts").unwrap();
+        assert_eq!(experts.bytes, m.expert_weights + m.expert_saved);
+        assert_eq!(experts.label, "MoE: routed experts");
+        let weights = fmt_bytes(m.expert_weights, Units::Binary);
+        assert!(experts.formula.starts_with(&format!("weights {weights}")));
+        let dispatch = all.iter().find(|r| r.key == "moe_dispatch").unwrap();
+        assert_eq!(dispatch.bytes, m.dispatch_saved);
         let dense = Plan::new("gpt2");
         assert!(estimate(&dense).unwrap().moe.is_none());
     }

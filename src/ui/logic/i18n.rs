@@ -243,13 +243,10 @@ messages! {
     Component => "Component", "组成";
     Memory => "Memory", "显存";
     Formula => "How it is computed", "计算方式";
-    MoeParts => "Mixture of experts", "混合专家";
-    MoeWeights => "Weights", "权重";
-    MoeSaved => "Saved for backward", "为反向保存";
-    MoeExperts => "Routed experts", "路由专家";
-    MoeRouter => "Router", "路由器";
-    MoeDispatch => "Token dispatch", "token 分发";
-    MoeShared => "Shared experts", "共享专家";
+    MoeExperts => "MoE: routed experts", "MoE：路由专家";
+    MoeRouter => "MoE: router", "MoE：路由器";
+    MoeDispatch => "MoE: token dispatch", "MoE：token 分发";
+    MoeShared => "MoE: shared experts", "MoE：共享专家";
     ChartBatch => "Memory against batch size", "显存随批大小变化";
     ChartLength => "Memory against input size", "显存随输入尺寸变化";
     ChartCheckpoint => "Gradient checkpointing: memory and compute", "梯度检查点：显存与计算量";

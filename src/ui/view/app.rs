@@ -578,7 +578,6 @@ fn breakdown(p: Planner) -> El {
                 )
                 .child(body),
         )
-        .child(moe_parts(p))
         .child(
             h("p")
                 .cls("exports")
@@ -586,51 +585,6 @@ fn breakdown(p: Planner) -> El {
                 .child(button("export-csv", || "CSV".into(), move || save(false)))
                 .child(button("export-json", || "JSON".into(), move || save(true))),
         )
-}
-
-/// A mixture of experts' parts (experts, router, dispatch, shared experts), once the numbers
-/// come from a full simulation; hidden for a dense model.
-fn moe_parts(p: Planner) -> El {
-    let rows = Memo::new(move |_| {
-        let (lang, units) = (p.lang.get(), p.units.get());
-        p.numbers.with(|n| {
-            n.as_ref()
-                .map(|n| explain::moe_rows(n, lang, units))
-                .unwrap_or_default()
-        })
-    });
-    let th = |m: Msg, class: &str| {
-        h("th")
-            .attr("scope", "col")
-            .cls(class)
-            .dyn_text(p.prefs().text(m))
-    };
-    let body = table_body_marked(
-        move || {
-            rows.with(|r| {
-                r.iter()
-                    .map(|r| Row {
-                        cells: r.to_vec(),
-                        total: false,
-                    })
-                    .collect()
-            })
-        },
-        true,
-    );
-    h("table")
-        .testid("moe-parts")
-        .child(h("caption").dyn_text(p.prefs().text(Msg::MoeParts)))
-        .child(
-            h("thead").child(
-                h("tr")
-                    .child(th(Msg::Component, ""))
-                    .child(th(Msg::MoeWeights, "num"))
-                    .child(th(Msg::MoeSaved, "num")),
-            ),
-        )
-        .child(body)
-        .show(move || rows.with(|r| !r.is_empty()))
 }
 
 /// What would make it fit: ranked, each applied with one click.

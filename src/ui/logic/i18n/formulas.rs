@@ -28,6 +28,11 @@ pub enum Formula<'a> {
     SavedForBackward {
         scaled: &'a str,
     },
+    /// A part of a mixture of experts: its weights and what it saves for the backward.
+    MoePart {
+        weights: &'a str,
+        saved: &'a str,
+    },
     BackwardTemps {
         scaled: &'a str,
     },
@@ -125,6 +130,10 @@ impl Formula<'_> {
             ),
             SavedForBackward { scaled } if zh => format!("为反向保存：{scaled}"),
             SavedForBackward { scaled } => format!("saved for backward: {scaled}"),
+            MoePart { weights, saved } if zh => format!("权重 {weights} + 为反向保存 {saved}"),
+            MoePart { weights, saved } => {
+                format!("weights {weights} + saved for backward {saved}")
+            }
             BackwardTemps { scaled } if zh => format!("激活梯度与重计算的段：{scaled}"),
             BackwardTemps { scaled } => {
                 format!("activation gradients and recomputed segments: {scaled}")
