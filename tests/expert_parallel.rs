@@ -214,3 +214,57 @@ fn grouped_gemms_run_the_local_experts_behind_the_same_exchange() {
         grouped.per_gpu.peak_allocated_bytes
     );
 }
+
+fn with_capacity(factor: Option<f64>, pad: bool, skew: Option<f64>) -> Plan {
+    let mut par = layout(4, 4, 0, false);
+    par.capacity_factor = factor;
+    par.pad_to_capacity = pad;
+    let mut p = train(small_qwen3_moe(), par);
+    p.expert_skew = skew;
+    p
+}
+
+/// The rows a rank sends in the dispatch all-to-all (the forward item of its buffer size).
+fn dispatched_rows(e: &ParallelEstimate) -> Vec<u64> {
+    let mut rows: Vec<u64> = e
+        .communication
+        .iter()
+        .filter(|c| c.scheme == Traffic::Ep && c.what.contains("forward"))
+        .map(|c| c.buffer_bytes / (HIDDEN * 4))
+        .collect();
+    rows.sort_unstable();
+    rows
+}
+
+/// Megatron-Core's capacity (`get_capacity`: `⌈T·k / E · f⌉` per expert and rank). Under a
+/// router skewed 3× over 128 tokens × top 2 of 8 experts the hot expert would take 96 rows and
+/// the others 23 or 22 (six 23s, one 22); at capacity factor 1.0 the hot one is cut to 32, so a
+/// rank sends 32 + 6·23 + 22 = 192 rows instead of 256; padded at factor 1.5, every expert gets
+/// exactly 48: 384 rows. The rank holding experts 0 and 1 receives 4 ranks' share of each:
+/// 4·(32 + 23) = 220 rows dropped, 4·(48 + 48) = 384 padded.
+#[test]
+fn a_capacity_drops_or_pads_what_each_expert_receives() {
+    let dropless = estimate_parallel(&with_capacity(None, false, Some(3.0))).unwrap();
+    let dropped = estimate_parallel(&with_capacity(Some(1.0), false, Some(3.0))).unwrap();
+    let padded = estimate_parallel(&with_capacity(Some(1.5), true, Some(3.0))).unwrap();
+    assert_eq!(dispatched_rows(&dropless), vec![256, 4 * (96 + 23)]);
+    assert_eq!(dispatched_rows(&dropped), vec![192, 220]);
+    assert_eq!(dispatched_rows(&padded), vec![384]);
+    assert!(dropped.per_gpu.activations_bytes < dropless.per_gpu.activations_bytes);
+    // Balanced routing at factor 1 drops nothing.
+    let balanced = estimate_parallel(&with_capacity(None, false, None)).unwrap();
+    let capped = estimate_parallel(&with_capacity(Some(1.0), false, None)).unwrap();
+    assert_eq!(balanced.per_gpu, capped.per_gpu);
+}
+
+#[test]
+fn a_capacity_needs_the_all_to_all_dispatch() {
+    let err = |p: Plan| estimate_parallel(&p).unwrap_err().to_string();
+    let mut no_ep = with_capacity(Some(1.0), false, None);
+    no_ep.parallel.as_mut().unwrap().ep = 1;
+    assert!(err(no_ep).contains("dropless"));
+    assert!(err(with_capacity(None, true, None)).contains("set capacity_factor"));
+    for bad in [0.0, -1.0, f64::NAN] {
+        assert!(err(with_capacity(Some(bad), false, None)).contains("capacity_factor must be"));
+    }
+}

@@ -186,6 +186,27 @@ impl ExpertsImpl {
 pub struct Routing {
     pub skew: f64,
     pub experts: ExpertsImpl,
+    /// The expert-parallel dispatch's capacity, if any (dropless otherwise).
+    pub capacity: Option<Capacity>,
+}
+
+/// Megatron-Core's expert capacity (`moe_expert_capacity_factor`,
+/// `moe_pad_expert_input_to_capacity`): each rank sends an expert at most
+/// `⌈T·k / E · factor⌉` of its tokens (`get_capacity` in `megatron/core/transformer/moe/
+/// moe_utils.py`), dropping the rest; padded, it sends exactly that many.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Capacity {
+    pub factor: f64,
+    pub pad: bool,
+}
+
+impl Capacity {
+    /// Tokens a rank sends each expert at most, of its `tokens · top_k` assignments over
+    /// `experts`.
+    pub fn per_expert(&self, tokens: u64, top_k: u64, experts: u64) -> u64 {
+        let share = tokens.saturating_mul(top_k) as f64 / experts.max(1) as f64;
+        (share * self.factor).ceil() as u64
+    }
 }
 
 impl Setup {
@@ -230,6 +251,7 @@ pub struct BuildCtx {
     /// The busiest expert's tokens as a multiple of the balanced share (1: balanced routing).
     pub expert_skew: f64,
     pub experts_impl: ExpertsImpl,
+    pub expert_capacity: Option<Capacity>,
 }
 
 impl BuildCtx {
@@ -252,6 +274,7 @@ impl BuildCtx {
             ep: 1,
             expert_skew: 1.0,
             experts_impl: ExpertsImpl::Eager,
+            expert_capacity: None,
         }
     }
 
@@ -260,6 +283,7 @@ impl BuildCtx {
         Routing {
             skew: self.expert_skew,
             experts: self.experts_impl,
+            capacity: self.expert_capacity,
         }
     }
 }

@@ -199,11 +199,16 @@ fn build_graph_step(
         ep: 1,
         expert_skew: setup.expert_skew.unwrap_or(1.0),
         experts_impl: setup.experts_impl.unwrap_or_default(),
+        expert_capacity: None,
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
         ctx.ep = par.ep;
+        ctx.expert_capacity = par.capacity_factor.map(|factor| config::Capacity {
+            factor,
+            pad: par.pad_to_capacity,
+        });
     }
 
     if let Some(res) = setup.res {

@@ -30,7 +30,7 @@
 //! `mlp.gate`, the experts' and the dispatch's (`one_hot`, `nonzero`, `index`, `index_add`)
 //! under `mlp.experts`, Qwen2-MoE's shared expert under `mlp.shared_expert`.
 
-use crate::estimator::config::{ExpertsImpl, Routing};
+use crate::estimator::config::{Capacity, ExpertsImpl, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{
     Collective, CommGroup, CommRecord, GradFlow, Graph, MoePart, StorageKind, TensorId,
@@ -738,6 +738,11 @@ fn experts(
     } else {
         Vec::new()
     };
+    if routing.capacity.is_some() && local == e_n {
+        return Err(EstimateError::Unsupported(
+            "a capacity factor caps what the all-to-all dispatch of expert parallelism sends each expert; transformers' experts are dropless: set ep > 1 or leave it out".into(),
+        ));
+    }
     if local < e_n {
         let ctx = Dispatch {
             weights: &weights,
@@ -747,6 +752,7 @@ fn experts(
             dt,
             skew,
             grouped,
+            capacity: routing.capacity,
         };
         return dispatched_experts(g, moe, hv, rw, sel, &ctx);
     }
@@ -912,6 +918,7 @@ struct Dispatch<'a> {
     skew: f64,
     /// The local experts as grouped GEMMs over the received rows, not one by one.
     grouped: bool,
+    capacity: Option<Capacity>,
 }
 
 /// An all-to-all over the expert-parallel group: `x` (`[rows, H]`, what this rank sends) becomes
@@ -951,8 +958,12 @@ fn all_to_all(g: &mut Graph, x: TensorId, received: u64) -> Result<TensorId, Est
 /// as a `split` view; the outputs are concatenated, regrouped by source rank, sent back by the
 /// reverse all-to-all, weighted by the router's probabilities and scatter-added into `[T, H]`
 /// (`unpermute`). With `grouped_mm` the local experts are two grouped GEMMs over the regrouped
-/// rows instead of the loop. The rank holding the first experts receives `ep` ranks' tokens for each of
-/// them: `T·k` rows under balanced routing, more under a skew (the busiest expert is its own).
+/// rows instead of the loop. The rank holding the first experts receives `ep` ranks' tokens for
+/// each of them: `T·k` rows under balanced routing, more under a skew (the busiest expert is its
+/// own). With a capacity (`capacity_factor`) each rank sends an expert at most its capacity and
+/// drops the rest (`moe_token_drop_policy="probs"`: the rows are fewer, their number does not
+/// depend on which), or exactly its capacity when padded; the exchange buffers, the gathered
+/// rows and the experts' inputs follow.
 fn dispatched_experts(
     g: &mut Graph,
     moe: &Moe,
@@ -966,14 +977,26 @@ fn dispatched_experts(
     let ep = g.ep.max(1);
     let local = e_n / ep;
     let tk = t.checked_mul(k).ok_or(EstimateError::TooLarge)?;
+    // What this rank sends expert `e`: its tokens, capped (or padded) to the capacity.
+    let send = |e: u64| -> Result<u64, EstimateError> {
+        let n = moe.tokens_of(t, e, d.skew)?;
+        Ok(match d.capacity {
+            None => n,
+            Some(c) if c.pad => c.per_expert(t, k, e_n),
+            Some(c) => n.min(c.per_expert(t, k, e_n)),
+        })
+    };
+    let mut sent = 0u64;
+    for e in 0..e_n {
+        sent = sent.checked_add(send(e)?).ok_or(EstimateError::TooLarge)?;
+    }
     let z = Bytes::ZERO;
     let map = g.no_grad_op("one_hot", &[sel], vec![t, e_n], DType::Bool, z)?;
     let order = g.no_grad_op("argsort", &[map], vec![tk], DType::I64, z)?;
-    let perm = index_rows(g, hv, &[order], vec![tk, h])?;
+    let perm = index_rows(g, hv, &[order], vec![sent, h])?;
     let mut rows = Vec::with_capacity(local as usize);
     for e in 0..local {
-        let n = moe.tokens_of(t, e, d.skew)?;
-        rows.push(n.checked_mul(ep).ok_or(EstimateError::TooLarge)?);
+        rows.push(send(e)?.checked_mul(ep).ok_or(EstimateError::TooLarge)?);
     }
     let received: u64 = rows.iter().sum();
     let recv = all_to_all(g, perm, received)?;
@@ -999,8 +1022,8 @@ fn dispatched_experts(
         g.cat(&outs, 0)?
     };
     let out = regroup(g, out)?;
-    let back = all_to_all(g, out, tk)?;
-    let w = index_rows(g, rw, &[order], vec![tk, 1])?;
+    let back = all_to_all(g, out, sent)?;
+    let w = index_rows(g, rw, &[order], vec![sent, 1])?;
     let y = g.mul_bc(back, w)?;
     let y = g.cast(y, d.dt)?;
     let fin = g.zeros(vec![t, h], d.dt)?;

@@ -167,6 +167,23 @@ impl Layout {
                 "expert parallelism splits the experts over ep of the dp data-parallel ranks: ep = {ep} must divide dp = {dp}"
             )));
         }
+        match p.capacity_factor {
+            Some(f) if !(f.is_finite() && f > 0.0 && f <= 1e6) => {
+                return Err(bad(format!(
+                    "capacity_factor must be a positive number (1.0: each expert takes its balanced share), got {f}"
+                )))
+            }
+            Some(_) if ep < 2 => {
+                return Err(bad("capacity_factor caps what the all-to-all dispatch of expert parallelism sends each expert; transformers' experts are dropless: set ep > 1 or leave it out".into()))
+            }
+            None if p.pad_to_capacity => {
+                return Err(bad(
+                    "pad_to_capacity pads each expert's input to its capacity: set capacity_factor"
+                        .into(),
+                ))
+            }
+            _ => {}
+        }
         let zero = match (p.zero, p.fsdp) {
             (Some(z), _) if z > 3 => return Err(bad(format!("zero must be 0, 1, 2 or 3, got {z}"))),
             (Some(z), true) if z < 2 => {

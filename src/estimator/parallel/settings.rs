@@ -33,6 +33,14 @@ pub struct Parallel {
     /// data-parallel ranks, tokens exchanged with all-to-alls; must divide `dp`.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub ep: u64,
+    /// Expert capacity of the all-to-all dispatch (Megatron-Core's
+    /// `moe_expert_capacity_factor`): each rank sends an expert at most `⌈T·k/E · f⌉` tokens
+    /// and drops the rest; absent: dropless. Needs `ep > 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capacity_factor: Option<f64>,
+    /// `moe_pad_expert_input_to_capacity`: every expert gets exactly its capacity, padded.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pad_to_capacity: bool,
     /// ZeRO stage 0–3 (0: DDP). With `fsdp` it defaults to 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub zero: Option<u8>,
@@ -122,6 +130,8 @@ impl Default for Parallel {
             tp: 1,
             pp: 1,
             ep: 1,
+            capacity_factor: None,
+            pad_to_capacity: false,
             zero: None,
             fsdp: false,
             micro_batches: None,
