@@ -100,6 +100,8 @@ fn main() {
         ("gpt-oss-120b in MXFP4 serving, 128k context", r#"{"model":"gpt-oss-120b","mode":"infer","quantization":"mxfp4","context":131072,"new_tokens":1024,"batch":64,"gpu":"h100-80"}"#.into(), Ask::Estimate),
         ("Adafactor, llama-3.1-405b seq 8192", r#"{"model":"llama-3.1-405b","seq":8192,"dtype":"bf16","opt":"adafactor","gpu":"h200-141"}"#.into(), Ask::Estimate),
         ("largest MoE preset (deepseek-v3), seq 4096", r#"{"model":"deepseek-v3","seq":4096,"dtype":"bf16","gpu":"h200-141"}"#.into(), Ask::Estimate),
+        ("deepseek-v3 over 256 GPUs, ep 256, FSDP, seq 4096", r#"{"model":"deepseek-v3","seq":4096,"dtype":"bf16","gpu":"h200-141","parallel":{"gpus_per_node":8,"nodes":32,"ep":256,"fsdp":true}}"#.into(), Ask::Estimate),
+        ("grouped_mm experts, skewed, capped, ep 8: qwen3-30b-a3b b64", r#"{"model":"qwen3-30b-a3b","seq":8192,"batch":64,"dtype":"bf16","experts_impl":"grouped_mm","expert_skew":4,"gpu":"h100-80","parallel":{"gpus_per_node":8,"ep":8,"zero":1,"capacity_factor":1.25}}"#.into(), Ask::Estimate),
         ("most expert blocks (qwen3_moe 128 layers x 128 experts)", r#"{"model":"cfg","hf_config":{"model_type":"qwen3_moe","hidden_size":256,"moe_intermediate_size":64,"num_hidden_layers":128,"num_attention_heads":4,"num_key_value_heads":4,"head_dim":64,"vocab_size":32000},"seq":4096}"#.into(), Ask::Estimate),
         ("largest config.json (2048 layers)", format!(r#"{{"model":"cfg","hf_config":{},"seq":4096}}"#, llama_config(2048, 8192, 128256)), Ask::Estimate),
         ("lstm-lm, seq 16384 unrolled, batch 4096", r#"{"model":"lstm-lm","seq":16384,"batch":4096,"cudnn":false}"#.into(), Ask::Estimate),

@@ -14,7 +14,7 @@ PLAN_KEYS = [
     "ckpt", "attn", "causal_mask", "cudnn", "device", "accumulation", "gpu", "mode", "lora",
     "quantization", "double_quant", "group_size", "kv_cache_dtype", "sparsity", "frozen",
     "context", "new_tokens", "parallel", "offload", "alloc_conf", "stack", "expert_skew",
-    "experts_impl",
+    "experts_impl", "images",
 ]
 
 

@@ -342,3 +342,38 @@ fn measured_steps_within_half_a_percent() {
         assert!(n >= 6, "{t}: {n} cases");
     }
 }
+
+/// Several images per sample (`images`): the tower and the projector run on `B·n` images and
+/// each image's 16 tokens add to its sample's sequence; one image is the default; a model that
+/// takes no images refuses the key.
+#[test]
+fn llava_takes_several_images_per_sample() {
+    let cfg = small_llava(json!({}));
+    let with = |n: Option<u64>| {
+        let mut p = plan(cfg.clone(), 24);
+        p.images = n;
+        p
+    };
+    let g = build_graph(&with(Some(3))).unwrap();
+    let scatter = g.ops.iter().find(|o| o.kind == "masked_scatter").unwrap();
+    assert_eq!(g.shape(scatter.outputs[0]), [2, 24 + 3 * 16, 64]);
+    let patches = g.ops.iter().find(|o| o.kind == "conv2d").unwrap();
+    assert_eq!(
+        g.shape(patches.inputs[0])[0],
+        2 * 3,
+        "the tower sees every image"
+    );
+    assert_eq!(g.param_count(), llava(&cfg).param_count());
+    let one = estimate(&with(None)).unwrap().peak_allocated;
+    assert_eq!(estimate(&with(Some(1))).unwrap().peak_allocated, one);
+    assert!(estimate(&with(Some(3))).unwrap().peak_allocated > one);
+    let err = |p: Plan| estimate(&p).unwrap_err().to_string();
+    assert!(err(with(Some(0))).contains("images"));
+    let mut text_only = plan(
+        json!({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 256}),
+        24,
+    );
+    text_only.images = Some(2);
+    assert!(err(text_only).contains("takes none"));
+}

@@ -155,6 +155,8 @@ pub struct Setup {
     pub expert_skew: Option<f64>,
     /// How a mixture of experts runs its experts; `None`: the eager loop.
     pub experts_impl: Option<ExpertsImpl>,
+    /// Images per sample of a vision-language model; `None`: one.
+    pub images: Option<u64>,
 }
 
 /// transformers' `experts_implementation` for the routed experts of a mixture of experts
@@ -252,6 +254,8 @@ pub struct BuildCtx {
     pub expert_skew: f64,
     pub experts_impl: ExpertsImpl,
     pub expert_capacity: Option<Capacity>,
+    /// Images per sample of a vision-language model.
+    pub images: u64,
 }
 
 impl BuildCtx {
@@ -275,6 +279,7 @@ impl BuildCtx {
             expert_skew: 1.0,
             experts_impl: ExpertsImpl::Eager,
             expert_capacity: None,
+            images: 1,
         }
     }
 

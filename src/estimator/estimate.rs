@@ -23,6 +23,7 @@ pub const MAX_BATCH: u64 = 1 << 30;
 pub const MAX_RES: u64 = 16_384;
 pub const MAX_SEQ: u64 = 1 << 24;
 pub const MAX_ACCUMULATION: u32 = 1 << 16;
+pub const MAX_IMAGES: u64 = 1 << 10;
 
 /// One row of the breakdown at the peak.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -200,6 +201,7 @@ fn build_graph_step(
         expert_skew: setup.expert_skew.unwrap_or(1.0),
         experts_impl: setup.experts_impl.unwrap_or_default(),
         expert_capacity: None,
+        images: setup.images.unwrap_or(1),
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
@@ -216,6 +218,9 @@ fn build_graph_step(
     }
     if let Some(seq) = setup.seq {
         check_range("seq", seq, 1, MAX_SEQ)?;
+    }
+    if let Some(n) = setup.images {
+        check_range("images", n, 1, MAX_IMAGES)?;
     }
     if !model.caps.language_model {
         if matches!(ctx.tune.frozen, Some(tune::Frozen::Layers(_))) {
@@ -280,6 +285,12 @@ fn build_graph_step(
         return Err(EstimateError::Unsupported(format!(
             "expert parallelism (ep = {}) splits routed experts over GPUs; {} has none: use dp, zero or tp",
             ctx.ep, model.label
+        )));
+    }
+    if setup.images.is_some() && g.images == 0 {
+        return Err(EstimateError::Unsupported(format!(
+            "\"images\" counts the images of a vision-language model's sample (llava); {} takes none",
+            model.label
         )));
     }
     if setup.experts_impl.is_some() && g.active_params.is_none() {

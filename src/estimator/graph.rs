@@ -176,6 +176,8 @@ pub struct Graph {
     pub active_params: Option<u64>,
     /// Expert-parallel degree the builder splits routed experts over; 1 = every expert here.
     pub ep: u64,
+    /// Images per sample a vision-language builder took (0: the model takes none).
+    pub images: u64,
 }
 
 impl Graph {
@@ -195,6 +197,7 @@ impl Graph {
             frozen: Vec::new(),
             active_params: None,
             ep: 1,
+            images: 0,
         }
     }
 

@@ -126,6 +126,10 @@ pub struct Plan {
     /// (transformers' grouped GEMMs over all token-expert pairs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts_impl: Option<ExpertsImpl>,
+    /// Vision-language models: images per sample (default 1), each adding its image tokens to
+    /// the sequence.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<u64>,
 }
 
 impl Default for Plan {
@@ -160,6 +164,7 @@ impl Default for Plan {
             stack: None,
             expert_skew: None,
             experts_impl: None,
+            images: None,
             parallel: None,
             offload: None,
         }
@@ -242,6 +247,7 @@ impl Plan {
             stack: self.stack(),
             expert_skew: self.expert_skew,
             experts_impl: self.experts_impl,
+            images: self.images,
         }
     }
 }

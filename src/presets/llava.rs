@@ -4,11 +4,12 @@
 //! LLaMA-family language model ([`super::text`]) whose input embeddings carry the projected image
 //! features in place of the image tokens (`masked_scatter`).
 //!
-//! The batch: per sample, one image (`pixel_values` `[B, 3, image_size, image_size]`) and
-//! `input_ids` of the plan's `seq` text tokens plus the image's placeholder tokens, as many as
-//! the tower gives features (`(image_size / patch_size)²`, plus the class token under the
-//! `"full"` strategy); `labels` are the input ids. So the language model runs on
-//! `seq + image tokens` positions.
+//! The batch: per sample, `n` images (the plan's `images`, default 1; `pixel_values`
+//! `[B·n, 3, image_size, image_size]`) and `input_ids` of the plan's `seq` text tokens plus each
+//! image's placeholder tokens, as many as the tower gives features (`(image_size /
+//! patch_size)²`, plus the class token under the `"full"` strategy); `labels` are the input ids.
+//! So the tower runs on `B·n` images and the language model on `seq + n · image tokens`
+//! positions.
 //!
 //! The tower runs all its layers, but the loss depends only on the hidden states
 //! `vision_feature_layer` selects: the layers past the deepest selected one and `post_layernorm`
@@ -137,18 +138,30 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
             "\"frozen\": N counts the blocks of one stack; for llava list module paths (e.g. [\"vision_tower\"] or [\"vision_tower\", \"language_model.layers.0\"])".into(),
         ));
     }
-    let tokens = ctx.seq + m.image_tokens();
+    // Several images per sample (`pixel_values` `[B·n, 3, S, S]`): the tower and the projector
+    // run on every image, and each image's tokens add to its sample's sequence.
+    let n = ctx.images.max(1);
+    let tokens = m
+        .image_tokens()
+        .checked_mul(n)
+        .and_then(|t| t.checked_add(ctx.seq))
+        .ok_or(EstimateError::TooLarge)?;
+    let vision_ctx = BuildCtx {
+        batch: ctx.batch.checked_mul(n).ok_or(EstimateError::TooLarge)?,
+        ..ctx.clone()
+    };
     let text_ctx = BuildCtx {
         seq: tokens,
         ..ctx.clone()
     };
     text::check_variant(&m.text, &text_ctx)?;
     let mut g = Graph::for_build(ctx);
+    g.images = n;
     let b = ctx.batch;
     let v = &m.vision;
     let ids = g.input(vec![b, tokens], DType::I64)?;
     let pixels = g.input(
-        vec![b, v.channels, v.image_size, v.image_size],
+        vec![vision_ctx.batch, v.channels, v.image_size, v.image_size],
         g.precision.param_dtype(),
     )?;
     if m.text.variant.moe.is_some() {
@@ -160,10 +173,12 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     let mut tail = Vec::new();
     let features = g.scoped("vision_tower", |g| {
         g.scoped("vision_model", |g| {
-            vision_tower(g, m, ctx, pixels, &mut tail)
+            vision_tower(g, m, &vision_ctx, pixels, &mut tail)
         })
     })?;
-    let features = g.scoped("multi_modal_projector", |g| projector(g, m, ctx, features))?;
+    let features = g.scoped("multi_modal_projector", |g| {
+        projector(g, m, &vision_ctx, features)
+    })?;
     // `list(image_features)`, `torch.cat(image_features, dim=0).to(inputs_embeds.dtype)`.
     let per_image = g.unbind(features)?;
     let features = g.cat(&per_image, 0)?;
