@@ -3,24 +3,22 @@
 //! `MoEAlltoAllTokenDispatcher`), the experts' states sharded over the ranks that hold the same
 //! experts, and the settings it is refused for.
 
-use serde_json::json;
 use vram_planner::estimator::optimizer::OptimizerKind;
 use vram_planner::estimator::parallel::comm::{ring_bytes, Collective, Traffic};
 use vram_planner::estimator::parallel::{Parallel, ParallelEstimate};
 use vram_planner::plan::{estimate_parallel, Plan};
 
+mod common;
+
+// The widths of `common::small_qwen3_moe`.
 const HIDDEN: u64 = 64;
 const EXPERT_WIDTH: u64 = 512;
 const EXPERTS: u64 = 8;
 const TOP_K: u64 = 2;
 const LAYERS: u64 = 2;
 
-/// A two-layer Qwen3-MoE at small widths: 8 experts of width 512, top 2, fp32.
 fn small_qwen3_moe() -> serde_json::Value {
-    json!({"model_type": "qwen3_moe", "hidden_size": HIDDEN, "intermediate_size": 128,
-           "num_hidden_layers": LAYERS, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "vocab_size": 256, "head_dim": 16, "num_experts": EXPERTS,
-           "num_experts_per_tok": TOP_K, "moe_intermediate_size": EXPERT_WIDTH})
+    common::small_qwen3_moe(EXPERT_WIDTH)
 }
 
 fn train(cfg: serde_json::Value, par: Parallel) -> Plan {

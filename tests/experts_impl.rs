@@ -11,6 +11,9 @@ use vram_planner::estimator::timeline::Phase;
 use vram_planner::estimator::tune::{Mode, Quantization};
 use vram_planner::plan::{build_graph, estimate, Plan};
 
+mod common;
+
+// The widths of `common::small_qwen3_moe`.
 const H: u64 = 64;
 const I: u64 = 512;
 const E: u64 = 8;
@@ -18,10 +21,7 @@ const K: u64 = 2;
 const LAYERS: u64 = 2;
 
 fn small_qwen3_moe() -> serde_json::Value {
-    json!({"model_type": "qwen3_moe", "hidden_size": H, "intermediate_size": 128,
-           "num_hidden_layers": LAYERS, "num_attention_heads": 4, "num_key_value_heads": 2,
-           "vocab_size": 256, "head_dim": 16, "num_experts": E, "num_experts_per_tok": K,
-           "moe_intermediate_size": I})
+    common::small_qwen3_moe(I)
 }
 
 fn plan(experts: Option<ExpertsImpl>, batch: u64, seq: u64) -> Plan {

@@ -226,3 +226,12 @@ pub fn run_cli_in(mut cmd: Command, args: &[&str], stdin: &str) -> Output {
         .unwrap();
     child.wait_with_output().unwrap()
 }
+
+/// A two-layer Qwen3-MoE `config.json` at small widths: hidden 64, 8 experts of width
+/// `expert_width`, top 2 (the expert-parallel and experts-implementation tests).
+pub fn small_qwen3_moe(expert_width: u64) -> Value {
+    serde_json::json!({"model_type": "qwen3_moe", "hidden_size": 64, "intermediate_size": 128,
+           "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "vocab_size": 256, "head_dim": 16, "num_experts": 8, "num_experts_per_tok": 2,
+           "moe_intermediate_size": expert_width})
+}
