@@ -6,6 +6,7 @@
 use vram_planner::estimator::optimizer::OptimizerKind;
 use vram_planner::estimator::parallel::comm::{ring_bytes, Collective, Traffic};
 use vram_planner::estimator::parallel::{Parallel, ParallelEstimate};
+use vram_planner::plan::search::{search, SearchOptions};
 use vram_planner::plan::{estimate_parallel, Plan};
 
 mod common;
@@ -265,4 +266,62 @@ fn a_capacity_needs_the_all_to_all_dispatch() {
     for bad in [0.0, -1.0, f64::NAN] {
         assert!(err(with_capacity(Some(bad), false, None)).contains("capacity_factor must be"));
     }
+}
+
+/// The layout search tries expert parallelism for a model with routed experts. On a card that
+/// holds the model's states under DDP with ep = 8 of 8 ranks but not with every expert on every
+/// rank, and with ZeRO off (ZeRO would shard the experts anyway), the fitting 8-GPU layouts are
+/// those that split the experts; each candidate's plan estimates to what the search reported,
+/// and every ep divides both dp and the experts. A dense model is never given an ep.
+#[test]
+fn the_layout_search_splits_the_experts_when_that_is_what_fits() {
+    let wide = || common::small_qwen3_moe(8192);
+    let total = |ep: u64| {
+        estimate_parallel(&train(wide(), layout(8, ep, 0, false)))
+            .unwrap()
+            .per_gpu
+            .device_total_bytes
+    };
+    let (all, split) = (total(1), total(8));
+    assert!(split < all);
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let mut plan = train(wide(), Parallel::default());
+    plan.batch = 16;
+    plan.gpu = Some(format!("custom:{:.4}", (gib(all) + gib(split)) / 2.0));
+    let opts = SearchOptions {
+        max_gpus: 8,
+        top: 50,
+        zero_stages: vec![0],
+        ..Default::default()
+    };
+    let found = search(&plan, &opts).unwrap();
+    let at8: Vec<_> = found
+        .iter()
+        .filter(|c| c.gpus == 8 && c.tp == 1 && c.pp == 1)
+        .collect();
+    assert!(!at8.is_empty(), "no data-parallel layout over 8 GPUs fits");
+    for c in &at8 {
+        assert!(c.ep > 1, "dp {} fits without splitting the experts", c.dp);
+    }
+    for c in &found {
+        assert!(
+            c.dp.is_multiple_of(c.ep) && EXPERTS.is_multiple_of(c.ep),
+            "ep {} of dp {}",
+            c.ep,
+            c.dp
+        );
+        let again = estimate_parallel(&c.plan).unwrap();
+        assert_eq!(again.layout.ep, c.ep);
+        assert_eq!(again.per_gpu.device_total_bytes, c.peak_device_bytes);
+    }
+    let mut dense = Plan::new("gpt2");
+    dense.seq = Some(128);
+    dense.batch = 8;
+    dense.gpu = Some("h100-80".into());
+    let opts = SearchOptions {
+        max_gpus: 8,
+        top: 50,
+        ..Default::default()
+    };
+    assert!(search(&dense, &opts).unwrap().iter().all(|c| c.ep == 1));
 }

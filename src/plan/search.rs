@@ -51,6 +51,9 @@ pub struct Candidate {
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
+    /// Expert parallelism: the data-parallel ranks each sparse layer's routed experts are split
+    /// over (1 for dense models).
+    pub ep: u64,
     pub zero: u8,
     pub offload_optimizer: bool,
     pub offload_params: bool,
@@ -86,9 +89,7 @@ fn divisors(n: u64) -> Vec<u64> {
 #[allow(clippy::too_many_arguments)]
 fn candidate(
     gpus: u64,
-    dp: u64,
-    tp: u64,
-    pp: u64,
+    (dp, tp, pp, ep): (u64, u64, u64, u64),
     (zero, offload_optimizer, offload_params): (u8, bool, bool),
     micro_batches: u64,
     e: &ParallelEstimate,
@@ -100,6 +101,7 @@ fn candidate(
         dp,
         tp,
         pp,
+        ep,
         zero,
         offload_optimizer,
         offload_params,
@@ -139,7 +141,8 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     // accumulate (more than one micro-batch; not how many: see `StepOptions::accumulation`), so
     // layouts of every world size share it: keyed by micro-batch count, a 70B search re-simulated
     // the same stages for each world and took half a minute.
-    let mut cache: HashMap<(u64, u64, u64, bool), Option<Prepared>> = HashMap::new();
+    let mut cache: HashMap<(u64, u64, u64, u64, bool), Option<Prepared>> = HashMap::new();
+    let experts = has_routed_experts(plan)?;
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -153,113 +156,120 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
                 if !global.is_multiple_of(dp) {
                     continue;
                 }
-                let per_replica = global / dp;
-                let zs: Vec<u8> = if dp > 1 {
-                    opts.zero_stages.clone()
-                } else {
-                    vec![0, 3]
-                };
-                // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
-                // with parameter offload.
-                let mut stages: Vec<(u8, bool, bool)> = Vec::new();
-                for z in zs {
-                    if dp > 1 || z == 0 {
-                        stages.push((z, false, false));
-                    }
-                    if opts.offload {
+                // Expert parallelism splits the routed experts over ep of the dp ranks; an ep that
+                // does not divide the experts is refused by the build and so passed over.
+                let eps = if experts { divisors(dp) } else { vec![1] };
+                for ep in eps {
+                    let per_replica = global / dp;
+                    let zs: Vec<u8> = if dp > 1 {
+                        opts.zero_stages.clone()
+                    } else {
+                        vec![0, 3]
+                    };
+                    // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
+                    // with parameter offload.
+                    let mut stages: Vec<(u8, bool, bool)> = Vec::new();
+                    for z in zs {
                         if dp > 1 || z == 0 {
-                            stages.push((z, true, false));
+                            stages.push((z, false, false));
                         }
-                        if z == 3 {
-                            stages.push((z, true, true));
-                        }
-                    }
-                }
-                let ms: Vec<u64> = divisors(per_replica)
-                    .into_iter()
-                    .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
-                    .collect();
-                // The layout at `m` micro-batches and stage `k`, estimated: what it needs and
-                // the plan that applies it.
-                let mut at = |m: u64, k: usize| -> Option<(ParallelEstimate, Plan)> {
-                    let (zero, off_opt, off_params) = stages[k];
-                    let b = per_replica / m;
-                    let mut p = plan.clone();
-                    p.batch = b;
-                    p.accumulation = 1;
-                    let mut par = plan.parallel.clone().unwrap_or_default();
-                    par.gpus_per_node = Some(node_gpus);
-                    par.nodes = Some(nodes);
-                    par.dp = Some(dp);
-                    par.tp = tp;
-                    par.pp = pp;
-                    par.zero = Some(zero);
-                    par.fsdp = false;
-                    par.micro_batches = Some(m as u32);
-                    par.interleave = 1;
-                    par.sequence_parallel = par.sequence_parallel && tp > 1;
-                    p.parallel = Some(par);
-                    p.offload = (off_opt || off_params).then(|| Offload {
-                        optimizer: off_opt,
-                        params: off_params,
-                        ..plan.offload.clone().unwrap_or_default()
-                    });
-                    let links = resolve::layout_links(&p, Some(&gpu)).ok()?;
-                    let setup = p.setup();
-                    let layout = Layout::resolve(&setup, links).ok()?;
-                    let prep = cache
-                        .entry((tp, pp, b, m > 1))
-                        .or_insert_with(|| prepare(&p, &layout).ok());
-                    let e = evaluate(&setup, &layout, prep.as_ref()?, Some(&gpu), None);
-                    Some((e, p))
-                };
-                // Past one micro-batch (where gradients start to persist between micro-batches)
-                // a layout needs no more memory as the micro-batch shrinks: the activations and
-                // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
-                // micro-batches in flight whatever their number (m >= pp), everything else is
-                // fixed. So a stage that does not fit at the most micro-batches fits at no count
-                // above one: without that, a 70B search tried every micro-batch count of every
-                // layout too small to hold it.
-                // Per stage, the fewest micro-batches that fit. Past one micro-batch memory does
-                // not grow with their number (see above), so the count is found by bisection
-                // between the fewest above one and the most, where it is known to fit; found
-                // layouts are listed by micro-batch count, then stage, as a scan would list them.
-                let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
-                let one = ms.first() == Some(&1);
-                if one {
-                    // One micro-batch is tried whatever: its gradients do not persist.
-                    for k in 0..stages.len() {
-                        if let Some((e, p)) = at(1, k).filter(|(e, _)| e.fits == Some(true)) {
-                            fitting.push((1, k, e, p));
-                        }
-                    }
-                }
-                let rest = &ms[usize::from(one)..];
-                if let Some(&last) = rest.last() {
-                    for k in 0..stages.len() {
-                        if fitting.iter().any(|f| f.1 == k) {
-                            continue;
-                        }
-                        let Some(top) = at(last, k).filter(|(e, _)| e.fits == Some(true)) else {
-                            continue;
-                        };
-                        let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
-                        while lo < hi {
-                            let mid = (lo + hi) / 2;
-                            match at(rest[mid], k).filter(|(e, _)| e.fits == Some(true)) {
-                                Some(f) => {
-                                    hi = mid;
-                                    best = f;
-                                }
-                                None => lo = mid + 1,
+                        if opts.offload {
+                            if dp > 1 || z == 0 {
+                                stages.push((z, true, false));
+                            }
+                            if z == 3 {
+                                stages.push((z, true, true));
                             }
                         }
-                        fitting.push((rest[hi], k, best.0, best.1));
                     }
-                }
-                fitting.sort_by_key(|f| (f.0, f.1));
-                for (m, k, e, p) in fitting {
-                    here.push(candidate(w, dp, tp, pp, stages[k], m, &e, p));
+                    let ms: Vec<u64> = divisors(per_replica)
+                        .into_iter()
+                        .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
+                        .collect();
+                    // The layout at `m` micro-batches and stage `k`, estimated: what it needs and
+                    // the plan that applies it.
+                    let mut at = |m: u64, k: usize| -> Option<(ParallelEstimate, Plan)> {
+                        let (zero, off_opt, off_params) = stages[k];
+                        let b = per_replica / m;
+                        let mut p = plan.clone();
+                        p.batch = b;
+                        p.accumulation = 1;
+                        let mut par = plan.parallel.clone().unwrap_or_default();
+                        par.gpus_per_node = Some(node_gpus);
+                        par.nodes = Some(nodes);
+                        par.dp = Some(dp);
+                        par.tp = tp;
+                        par.pp = pp;
+                        par.ep = ep;
+                        par.zero = Some(zero);
+                        par.fsdp = false;
+                        par.micro_batches = Some(m as u32);
+                        par.interleave = 1;
+                        par.sequence_parallel = par.sequence_parallel && tp > 1;
+                        p.parallel = Some(par);
+                        p.offload = (off_opt || off_params).then(|| Offload {
+                            optimizer: off_opt,
+                            params: off_params,
+                            ..plan.offload.clone().unwrap_or_default()
+                        });
+                        let links = resolve::layout_links(&p, Some(&gpu)).ok()?;
+                        let setup = p.setup();
+                        let layout = Layout::resolve(&setup, links).ok()?;
+                        let prep = cache
+                            .entry((tp, pp, ep, b, m > 1))
+                            .or_insert_with(|| prepare(&p, &layout).ok());
+                        let e = evaluate(&setup, &layout, prep.as_ref()?, Some(&gpu), None);
+                        Some((e, p))
+                    };
+                    // Past one micro-batch (where gradients start to persist between micro-batches)
+                    // a layout needs no more memory as the micro-batch shrinks: the activations and
+                    // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
+                    // micro-batches in flight whatever their number (m >= pp), everything else is
+                    // fixed. So a stage that does not fit at the most micro-batches fits at no count
+                    // above one: without that, a 70B search tried every micro-batch count of every
+                    // layout too small to hold it.
+                    // Per stage, the fewest micro-batches that fit. Past one micro-batch memory does
+                    // not grow with their number (see above), so the count is found by bisection
+                    // between the fewest above one and the most, where it is known to fit; found
+                    // layouts are listed by micro-batch count, then stage, as a scan would list them.
+                    let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
+                    let one = ms.first() == Some(&1);
+                    if one {
+                        // One micro-batch is tried whatever: its gradients do not persist.
+                        for k in 0..stages.len() {
+                            if let Some((e, p)) = at(1, k).filter(|(e, _)| e.fits == Some(true)) {
+                                fitting.push((1, k, e, p));
+                            }
+                        }
+                    }
+                    let rest = &ms[usize::from(one)..];
+                    if let Some(&last) = rest.last() {
+                        for k in 0..stages.len() {
+                            if fitting.iter().any(|f| f.1 == k) {
+                                continue;
+                            }
+                            let Some(top) = at(last, k).filter(|(e, _)| e.fits == Some(true))
+                            else {
+                                continue;
+                            };
+                            let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
+                            while lo < hi {
+                                let mid = (lo + hi) / 2;
+                                match at(rest[mid], k).filter(|(e, _)| e.fits == Some(true)) {
+                                    Some(f) => {
+                                        hi = mid;
+                                        best = f;
+                                    }
+                                    None => lo = mid + 1,
+                                }
+                            }
+                            fitting.push((rest[hi], k, best.0, best.1));
+                        }
+                    }
+                    fitting.sort_by_key(|f| (f.0, f.1));
+                    for (m, k, e, p) in fitting {
+                        here.push(candidate(w, (dp, tp, pp, ep), stages[k], m, &e, p));
+                    }
                 }
             }
         }
@@ -273,6 +283,16 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     }
     found.truncate(opts.top);
     Ok(found)
+}
+
+/// Whether the plan's model has routed experts to split over GPUs (built once, at batch 1 and
+/// without a layout: building is cheap next to the simulations the search runs).
+fn has_routed_experts(plan: &Plan) -> Result<bool, PlanError> {
+    let mut p = plan.clone();
+    p.batch = 1;
+    p.parallel = None;
+    p.offload = None;
+    Ok(super::build_graph(&p)?.tensors.iter().any(|t| t.expert))
 }
 
 #[cfg(test)]

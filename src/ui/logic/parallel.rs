@@ -405,6 +405,7 @@ pub fn per_gpu_rows(e: &ParallelEstimate, lang: Lang, units: Units) -> Vec<(&'st
         dp: l.dp,
         tp: l.tp,
         pp: l.pp,
+        ep: l.ep,
         scheme: e.scheme,
     };
     let layout = parallelism::layout(l.world, l.nodes, l.gpus_per_node, degrees, lang);
@@ -489,6 +490,7 @@ pub fn candidate_text(c: &Candidate, lang: Lang, units: Units) -> String {
             dp: c.dp,
             tp: c.tp,
             pp: c.pp,
+            ep: c.ep,
             scheme: c.scheme,
         },
         offload_params: offload.then_some(c.offload_params),
@@ -630,6 +632,16 @@ mod tests {
         moe.seq = Some(32);
         set_degree(&mut moe, Degree::Dp, Some(4));
         assert!(expert_parallel_applies(&moe, Some(&estimate(&moe))));
+        // The layout row names ep where the experts are split, and not otherwise.
+        let row = |p: &Plan, lang| {
+            per_gpu_rows(&estimate(p).unwrap(), lang, Units::Binary)[0]
+                .1
+                .clone()
+        };
+        assert!(!row(&moe, Lang::En).contains("ep "));
+        set_degree(&mut moe, Degree::Ep, Some(4));
+        assert!(row(&moe, Lang::En).contains("dp 4 · tp 1 · pp 1 · ep 4,"));
+        assert!(row(&moe, Lang::Zh).contains("· ep 4，"));
     }
 
     #[test]

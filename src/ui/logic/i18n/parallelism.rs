@@ -53,20 +53,31 @@ pub struct Degrees {
     pub dp: u64,
     pub tp: u64,
     pub pp: u64,
+    /// Expert parallelism (1: every rank holds every expert; then not shown).
+    pub ep: u64,
     /// The data-parallel scheme ([`scheme_name`]).
     pub scheme: Scheme,
 }
 
+/// `dp · tp · pp`, and `· ep` where the experts are split.
+fn degree_list(d: &Degrees) -> String {
+    let mut s = format!("dp {} · tp {} · pp {}", d.dp, d.tp, d.pp);
+    if d.ep > 1 {
+        s.push_str(&format!(" · ep {}", d.ep));
+    }
+    s
+}
+
 /// The layout row: GPUs, nodes × GPUs per node, degrees and scheme.
 pub fn layout(world: u64, nodes: u64, gpus_per_node: u64, d: Degrees, lang: Lang) -> String {
-    let Degrees { dp, tp, pp, scheme } = d;
+    let (degrees, scheme) = (degree_list(&d), d.scheme);
     match lang {
         Lang::En => format!(
-            "{world} {} ({nodes} × {gpus_per_node}): dp {dp} · tp {tp} · pp {pp}, {scheme}",
+            "{world} {} ({nodes} × {gpus_per_node}): {degrees}, {scheme}",
             gpus_en(world)
         ),
         Lang::Zh => format!(
-            "{world} 张 GPU（{nodes} 节点 × {gpus_per_node}）：dp {dp} · tp {tp} · pp {pp}，{}",
+            "{world} 张 GPU（{nodes} 节点 × {gpus_per_node}）：{degrees}，{}",
             scheme_name(scheme, lang)
         ),
     }
@@ -97,15 +108,12 @@ pub struct Found<'a> {
 
 /// One line describing a found layout.
 pub fn found_layout(f: &Found, lang: Lang) -> String {
-    let Degrees { dp, tp, pp, scheme } = f.degrees;
+    let (degrees, scheme) = (degree_list(&f.degrees), f.degrees.scheme);
     let (gpus, peak) = (f.gpus, f.peak);
     let (micro, count) = (f.micro_batch, f.micro_batches);
     match lang {
         Lang::En => {
-            let mut s = format!(
-                "{gpus} {}: dp {dp} · tp {tp} · pp {pp}, {scheme}",
-                gpus_en(gpus)
-            );
+            let mut s = format!("{gpus} {}: {degrees}, {scheme}", gpus_en(gpus));
             match f.offload_params {
                 Some(true) => s.push_str(", optimizer + parameters offloaded"),
                 Some(false) => s.push_str(", optimizer offloaded"),
@@ -118,10 +126,7 @@ pub fn found_layout(f: &Found, lang: Lang) -> String {
             s
         }
         Lang::Zh => {
-            let mut s = format!(
-                "{gpus} 张 GPU：dp {dp} · tp {tp} · pp {pp}，{}",
-                scheme_name(scheme, lang)
-            );
+            let mut s = format!("{gpus} 张 GPU：{degrees}，{}", scheme_name(scheme, lang));
             match f.offload_params {
                 Some(true) => s.push_str("，卸载优化器状态与参数"),
                 Some(false) => s.push_str("，卸载优化器状态"),
