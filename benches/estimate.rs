@@ -61,6 +61,7 @@ fn main() {
             accumulation: plan.accumulation,
             device: plan.device,
             gemm_workspace: 0,
+            dispatch_mode: false,
         };
         let trace = simulate(&g, &opts).alloc_trace;
         println!("{name}: {} allocator events", trace.len());

@@ -144,11 +144,15 @@ fn reserved_against_the_real_allocator() {
         max * 100.0
     );
     assert_eq!(rows.len(), 24);
-    // The current figures, asserted so that a change to them is deliberate. What remains is
-    // allocations inside single kernels that the step simulation does not model (reduction and
-    // layer-norm-backward scratch: ViT and the CNNs under), see PROVENANCE.md.
+    // The current figures, asserted so that a change to them is deliberate. Every step ran
+    // under a dispatch mode (the harness's tracker, or the d2h-counting mode of the
+    // `notracker` controls), so its gradient sums are out of place (`dispatch_mode`); with
+    // that the CNN steps meet the allocator to the byte. What remains under is allocations
+    // inside single kernels that the step simulation does not model (reduction and
+    // layer-norm-backward scratch under autocast: ViT-B/16 and ResNet-50); the largest error
+    // is an over-estimate (ResNet-18 with Adam, +9 %), see PROVENANCE.md.
     assert!(median <= 0.010, "median {median}");
-    assert!(max <= 0.070, "max {max}");
+    assert!(max <= 0.095, "max {max}");
     let under = rows.iter().filter(|r| r.3 < -0.02).count();
-    assert!(under <= 7, "{under} steps more than 2 % under");
+    assert!(under <= 2, "{under} steps more than 2 % under");
 }

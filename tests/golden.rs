@@ -23,6 +23,7 @@ fn opts(opt: OptimizerKind) -> StepOptions {
         accumulation: 1,
         device: Default::default(),
         gemm_workspace: 0,
+        dispatch_mode: false,
     }
 }
 

@@ -306,6 +306,7 @@ fn layer_saved(g: &Graph, r: std::ops::Range<usize>) -> f64 {
         accumulation: 1,
         device: Default::default(),
         gemm_workspace: 0,
+        dispatch_mode: false,
     };
     simulate(g, &o).saved_after_forward[r].iter().sum::<u64>() as f64
 }

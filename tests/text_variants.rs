@@ -414,9 +414,9 @@ fn local_layers_serve_from_a_window_sized_cache() {
 /// The measured steps of `data/variant-steps.jsonl` (`data/PROVENANCE.md`): the dense families
 /// at two layers of their published widths on the fake CUDA device within 0.1 % (Phi-3 under
 /// autocast within 1 %: the measured step keeps 96 MiB more than the estimate at the loss's
-/// backward); Mixtral on real CPU tensors, balanced routing, within 0.5 %; Qwen2-MoE and
-/// Qwen3-MoE within 2.5 % (the estimate is low by 12–16 MiB in the forward and up to 21 MiB in
-/// the backward of these small CPU steps).
+/// backward); Mixtral, Qwen2-MoE and Qwen3-MoE on real CPU tensors, balanced routing, within
+/// 0.25 %, their step peaking in backward where the harness sums two per-expert gradients of a
+/// 3-D expert weight out of place (the replay's `dispatch_mode`).
 #[test]
 fn measured_steps_of_the_new_families() {
     let cases = common::VARIANTS.replay();
@@ -432,10 +432,10 @@ fn measured_steps_of_the_new_families() {
     common::assert_within(&phi, 1e-2);
     let mixtral = of(&|id| id.contains("mixtral"));
     assert_eq!(mixtral.len(), 2);
-    common::assert_within(&mixtral, 5e-3);
+    common::assert_within(&mixtral, 2.5e-3);
     let qwen_moe = of(&|id| id.contains("moe"));
     assert_eq!(qwen_moe.len(), 4);
-    common::assert_within(&qwen_moe, 2.5e-2);
+    common::assert_within(&qwen_moe, 2.5e-3);
     // The records were measured under balanced routing, the estimator's assumption.
     for r in common::VARIANTS.records() {
         let id = r["case_id"].as_str().unwrap();

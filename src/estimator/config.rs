@@ -157,6 +157,8 @@ pub struct Setup {
     pub experts_impl: Option<ExpertsImpl>,
     /// Images per sample of a vision-language model; `None`: one.
     pub images: Option<u64>,
+    /// Whether the step runs under a `TorchDispatchMode` ([`super::simulate::StepOptions`]).
+    pub dispatch_mode: bool,
 }
 
 /// transformers' `experts_implementation` for the routed experts of a mixture of experts

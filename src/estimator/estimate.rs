@@ -455,6 +455,7 @@ fn step_options(setup: &Setup, gemm_workspace: u64) -> StepOptions {
         optimizer_impl: setup.optimizer_impl(),
         accumulation: setup.accumulation,
         device: setup.device,
+        dispatch_mode: setup.dispatch_mode,
     }
 }
 

@@ -29,6 +29,14 @@ pub struct StepOptions {
     /// The cuBLAS workspace each matrix multiply allocates and frees (0: none), which only the
     /// allocator's stream carries: the measured steps count tensors, not kernels' scratch.
     pub gemm_workspace: u64,
+    /// The step runs under a `TorchDispatchMode` (the reference harness's `LiveTracker`,
+    /// FakeTensorMode). Autograd's `InputBuffer::accumulate` (`torch/csrc/autograd/
+    /// input_buffer.cpp`) adds a later gradient into the buffered one in place only when it
+    /// holds the last reference to it and its storage (`can_accumulate_inplace`); a tensor
+    /// that passed through Python dispatch (or a tensor subclass) never qualifies, so each
+    /// sum is `old + new`, a third tensor beside both addends. A plain training loop sums in
+    /// place (torch 2.15 on the CPU: `aten::add_` without a mode, `aten::add` under one).
+    pub dispatch_mode: bool,
 }
 
 /// What the replay measured besides the timeline.
@@ -76,6 +84,7 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
     let mut step = Replay::new(&tape);
     step.gemm_workspace = opt.gemm_workspace;
+    step.dispatch_mode = opt.dispatch_mode;
     step.zero_grad(opt);
     let forward_flops = step.forward();
     step.end_autocast();
@@ -243,6 +252,9 @@ struct Replay<'t, 'g> {
     grad_of: Vec<Option<usize>>,
     /// Parameters whose `.grad` exists.
     has_grad: Vec<bool>,
+    /// Parameters that received a gradient in this backward (their `InputBuffer` holds one).
+    arrived: Vec<bool>,
+    dispatch_mode: bool,
     /// Recomputed copies of a segment's storages and the savers still holding each.
     re_alive: Vec<bool>,
     re_savers: Vec<u32>,
@@ -274,6 +286,8 @@ impl<'t, 'g> Replay<'t, 'g> {
             objs: Vec::new(),
             grad_of: vec![None; g.tensors.len()],
             has_grad: vec![false; g.tensors.len()],
+            arrived: vec![false; g.tensors.len()],
+            dispatch_mode: false,
             re_alive: vec![false; ns],
             re_savers: vec![0; ns],
             seg_done: vec![false; g.segments],
@@ -625,9 +639,9 @@ impl<'t, 'g> Replay<'t, 'g> {
             rounded(op.bwd_scratch),
         );
 
-        for (t, o) in new_objs {
-            self.deliver(t, o);
-        }
+        // `Engine::evaluate_function` releases the node's incoming gradients (consumed by
+        // `apply`) and its saved variables (`release_variables`) before it adds the outputs to
+        // the next nodes' input buffers.
         for &t in &op.outputs {
             if let Some(o) = self.grad_of[t].take() {
                 self.drop_ref(o);
@@ -649,13 +663,32 @@ impl<'t, 'g> Replay<'t, 'g> {
                 self.free(s);
             }
         }
+        for (t, o) in new_objs {
+            self.deliver(i, t, o);
+        }
     }
 
-    /// Hands gradient `o` of tensor `t` on. A parameter's `AccumulateGrad` steals the tensor
-    /// into `.grad`, or adds it in place when `.grad` exists (the new tensor dies); a non-leaf's
-    /// `InputBuffer` keeps the first gradient and accumulates later ones into it in place.
-    fn deliver(&mut self, t: TensorId, o: usize) {
-        if self.tape.g.tensors[t].is_param {
+    /// Hands gradient `o` of tensor `t` (from node `i`) on. A parameter's `AccumulateGrad`
+    /// steals the tensor into `.grad`, or adds it in place when `.grad` exists (the new tensor
+    /// dies); a non-leaf's `InputBuffer` keeps the first gradient and accumulates later ones
+    /// into it in place. Under a dispatch mode each sum within one backward is out of place
+    /// ([`StepOptions::dispatch_mode`]): the sum exists beside both addends for a moment, then
+    /// replaces them (the same bytes as the one it replaces).
+    fn deliver(&mut self, i: usize, t: TensorId, o: usize) {
+        let is_param = self.tape.g.tensors[t].is_param;
+        let buffered = if is_param {
+            self.arrived[t]
+        } else {
+            self.grad_of[t].is_some()
+        };
+        if self.dispatch_mode && buffered {
+            let b = self.objs[o].bytes;
+            let sum = self.take(Category::BackwardTemps, b);
+            self.tl.push(Phase::Backward, Some(i), self.live);
+            self.give(Category::BackwardTemps, b, sum);
+        }
+        if is_param {
+            self.arrived[t] = true;
             if self.has_grad[t] {
                 self.drop_ref(o);
             } else {
@@ -667,7 +700,7 @@ impl<'t, 'g> Replay<'t, 'g> {
                 let block = ob.block;
                 self.stream.keep_as_grad(block);
             }
-        } else if self.grad_of[t].is_some() {
+        } else if buffered {
             self.drop_ref(o);
         } else {
             self.grad_of[t] = Some(o);

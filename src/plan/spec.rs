@@ -130,6 +130,11 @@ pub struct Plan {
     /// the sequence.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<u64>,
+    /// The step ran under a `TorchDispatchMode` (the reference harness's tracker, or
+    /// FakeTensorMode): autograd then sums a tensor's gradients out of place (see
+    /// [`crate::estimator::simulate::StepOptions::dispatch_mode`]). Off for a real training loop.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dispatch_mode: bool,
 }
 
 impl Default for Plan {
@@ -165,6 +170,7 @@ impl Default for Plan {
             expert_skew: None,
             experts_impl: None,
             images: None,
+            dispatch_mode: false,
             parallel: None,
             offload: None,
         }
@@ -248,6 +254,7 @@ impl Plan {
             expert_skew: self.expert_skew,
             experts_impl: self.experts_impl,
             images: self.images,
+            dispatch_mode: self.dispatch_mode,
         }
     }
 }

@@ -449,9 +449,6 @@ fn gpt2(
     let (h_dim, nh, d) = (cfg.hidden, cfg.heads, cfg.head_dim);
     let p = cfg.max_positions.unwrap_or(ctx.seq);
     let (x, wte) = g.embedding("wte", ids, cfg.vocab, h_dim)?;
-    if cfg.tie_embeddings {
-        tied_grad_sum(g, wte);
-    }
     let pos = g.no_grad_op("arange", &[], vec![1, ctx.seq], DType::I64, Bytes::ZERO)?;
     let (pe, _) = g.embedding("wpe", pos, p, h_dim)?;
     let mut h = g.add(x, pe, false)?;
@@ -551,10 +548,6 @@ fn bert(
         let e = g.layer_norm("LayerNorm", e, true)?;
         Ok::<_, EstimateError>((g.dropout_on(e, cfg.embd_dropout, cpu)?, word))
     })?;
-    if cfg.tie_embeddings {
-        // The embedding op is the first one recorded after the weight's creation.
-        tied_grad_sum_at(g, word);
-    }
     e = run_layers(g, cfg, ctx, "layer", e, |g, h, _| {
         let a = g.scoped("attention", |g| {
             let (q, k, v) = g.scoped("self", |g| {
@@ -652,9 +645,6 @@ fn modernbert(
     let pdt = g.precision.param_dtype();
     let (x, word) = g.scoped("embeddings", |g| {
         let (x, word) = g.embedding("tok_embeddings", ids, cfg.vocab, h_dim)?;
-        if cfg.tie_embeddings {
-            tied_grad_sum(g, word);
-        }
         let x = g.layer_norm("norm", x, mb.norm_bias)?;
         Ok::<_, EstimateError>((g.dropout_on(x, cfg.embd_dropout, cpu)?, word))
     })?;
@@ -812,9 +802,6 @@ pub(crate) fn llama_embed(
     ids: TensorId,
 ) -> Result<(TensorId, TensorId), EstimateError> {
     let (x, embed) = g.vocab_parallel_embedding("embed_tokens", ids, cfg.vocab, cfg.hidden)?;
-    if cfg.tie_embeddings {
-        tied_grad_sum(g, embed);
-    }
     let x = match cfg.variant.gemma.as_ref() {
         Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
         None => x,
@@ -1294,24 +1281,5 @@ impl LlamaLayer<'_> {
             g.hold(&[h]);
         }
         Ok(out)
-    }
-}
-
-/// A tied embedding's weight receives two gradients: the output projection's (first in
-/// backward) and the embedding's (last). Under the FakeTensorMode the reference was measured
-/// with, autograd's `InputBuffer::accumulate` sums them out of place (`old + new`: tensor
-/// subclasses are never accumulated in place), so a third weight-sized tensor exists while the
-/// embedding's backward delivers its gradient. Recorded as scratch of the embedding op, which
-/// must be the op just recorded.
-fn tied_grad_sum(g: &mut Graph, w: TensorId) {
-    let b = g.bytes(w);
-    g.add_scratch(Bytes::ZERO, b);
-}
-
-/// [`tied_grad_sum`] for an embedding recorded earlier: the first op that reads `w`.
-fn tied_grad_sum_at(g: &mut Graph, w: TensorId) {
-    let b = g.bytes(w);
-    if let Some(op) = g.ops.iter_mut().find(|op| op.inputs.contains(&w)) {
-        op.bwd_scratch += b;
     }
 }

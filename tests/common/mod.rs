@@ -177,17 +177,20 @@ pub fn assert_replays(file: &Measured, count: usize, tol: f64) {
     assert_within(&cases, tol);
 }
 
-/// The plan a record measured, in either format (its own `plan`, or the reference set's fields).
+/// The plan a record measured, in either format (its own `plan`, or the reference set's fields),
+/// under the dispatch mode every measured step ran in (the harness's tracker).
 pub fn plan_of(record: &Value) -> Plan {
     let id = record["case_id"].as_str().unwrap_or("<no case_id>");
-    match record.get("plan") {
+    let mut plan: Plan = match record.get("plan") {
         Some(plan) => serde_json::from_value(plan.clone())
             .unwrap_or_else(|e| panic!("{id}: plan not understood: {e}")),
         None => serde_json::from_value::<Record>(record.clone())
             .unwrap_or_else(|e| panic!("{id}: record not understood: {e}"))
             .plan()
             .unwrap_or_else(|e| panic!("{id}: {e}")),
-    }
+    };
+    plan.dispatch_mode = true;
+    plan
 }
 
 /// Asserts `got` is within the relative tolerance `rel_tol` of `want`.

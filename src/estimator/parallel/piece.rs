@@ -175,6 +175,7 @@ pub fn prepare_graph(
         accumulation: layout.micro_batches,
         device: plan.device,
         gemm_workspace: 0,
+        dispatch_mode: plan.dispatch_mode,
     };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
