@@ -16,7 +16,6 @@ use crate::plan::build_graph;
 use crate::plan::Plan;
 use crate::presets::{gpus, models};
 
-use super::ckpt_info::CkptInfo;
 use super::i18n::{Lang, Units};
 use super::json;
 use super::state::{self, InputSpec};
@@ -435,11 +434,16 @@ pub fn parse_query(query: &str) -> Parsed {
             },
         ),
     ];
-    // Each graph is built once: a plan that builds is not built again below.
+    // Each graph is built once: a plan that builds is not built again below. The graph that
+    // builds under the plan's checkpointing policy also tells whether the builder applied it
+    // (any checkpointed region), which probing every policy (`CkptInfo::probe`: three more
+    // builds) would only repeat: for DeepSeek-V3 those builds held a link's parse for seconds.
     let mut builds = false;
+    let mut regions = 0;
     for (key, set, undo) in fallbacks {
-        builds = build_graph(&model_plan(plan)).is_ok();
-        if builds {
+        if let Ok(g) = build_graph(&model_plan(plan)) {
+            builds = true;
+            regions = g.segments;
             break;
         }
         if set(plan) {
@@ -455,7 +459,7 @@ pub fn parse_query(query: &str) -> Parsed {
         }
     }
     // A policy some builders ignore rather than refuse (ResNets have no sequential segments).
-    if plan.ckpt != Checkpointing::None && !CkptInfo::probe(plan).allows(plan.ckpt) {
+    if plan.ckpt != Checkpointing::None && (!builds || regions == 0) {
         plan.ckpt = Checkpointing::None;
         reject(&mut out.rejected, "ckpt");
         builds = false;
@@ -527,7 +531,45 @@ pub fn to_query(plan: &Plan, view: &View) -> Result<String, json::NotLoaded> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::ckpt_info::CkptInfo;
     use super::*;
+
+    /// A link's checkpointing policy is kept exactly when the model accepts it (what the
+    /// controls offer, [`CkptInfo`]), judged from the one graph the parse builds: a model of
+    /// each kind under every policy.
+    #[test]
+    fn a_linked_policy_is_kept_exactly_when_the_model_accepts_it() {
+        let policies = [
+            ("block", Checkpointing::Block),
+            ("stage", Checkpointing::Stage),
+            ("sqrt", Checkpointing::Sqrt),
+            ("k2", Checkpointing::Segments(2)),
+            ("k5", Checkpointing::Segments(5)),
+        ];
+        for model in [
+            "gpt2",
+            "resnet18",
+            "mobilenet_v2",
+            "unet",
+            "vit_b_16",
+            "lstm-lm",
+            "bert-base",
+            "llama-small",
+        ] {
+            let info = CkptInfo::probe(&Plan::new(model));
+            for (name, policy) in policies {
+                let parsed = parse_query(&format!("model={model}&ckpt={name}"));
+                let kept = parsed.plan.ckpt == policy;
+                assert_eq!(kept, info.allows(policy), "{model} under {name}");
+                assert_eq!(
+                    parsed.rejected.contains(&"ckpt"),
+                    !kept,
+                    "{model} under {name}: {:?}",
+                    parsed.rejected
+                );
+            }
+        }
+    }
 
     fn round_trip(plan: &Plan, view: &View) {
         let q = to_query(plan, view).unwrap();
@@ -550,6 +592,20 @@ mod tests {
         let q = to_query(&zh.plan, &zh.view).unwrap();
         assert!(q.contains("lang=zh"), "{q}");
         assert_eq!(parse_query(&q).view, zh.view);
+    }
+
+    /// Found by fuzzing `url_query` (a libFuzzer timeout): a link with DeepSeek-V3 and a
+    /// checkpointing policy took seconds to parse, building the model's graph four times (once
+    /// for the plan, three times to probe every policy); it now builds it once. What the page
+    /// makes of such a link in time is the e2e's (the slowest links a page may be sent).
+    #[test]
+    fn a_large_model_with_a_policy_parses_from_one_graph() {
+        let parsed = parse_query("model=deepseek-v3&u=\0stch=32&dtype=amp_bf16&opt=0&ckpt=k5");
+        assert_eq!(parsed.plan.model, "deepseek-v3");
+        assert_eq!(parsed.plan.ckpt, Checkpointing::Segments(5));
+        assert_eq!(parsed.plan.dtype, Precision::AmpBf16);
+        let q = to_query(&parsed.plan, &parsed.view).unwrap();
+        assert_eq!(parse_query(&q).plan, parsed.plan, "{q}");
     }
 
     #[test]
