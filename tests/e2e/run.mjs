@@ -715,10 +715,12 @@ test('the slowest plans a link can ask for never freeze the page', async () => {
     await planner.page.goto(url(query));
     await until(async () => /\d/.test((await planner.peakText()) ?? '') || (await planner.page.getByTestId('error').count()) > 0, `${query}: neither numbers nor a message`, 30_000);
     const before = await planner.peakText();
+    const typed = Date.now();
     await planner.batchBox.fill('2');
-    await until(async () => (await planner.peakText()) !== before, `${query}: typing a batch did not reach the numbers`, 10_000);
+    await until(async () => (await planner.peakText()) !== before, `${query}: typing a batch did not reach the numbers`, 60_000);
+    const reached = Date.now() - typed;
     const longest = await planner.page.evaluate(() => Math.max(0, ...window.vpLongTasks));
-    console.log(`    ${query}: longest main-thread task ${longest.toFixed(0)} ms`);
+    console.log(`    ${query}: longest main-thread task ${longest.toFixed(0)} ms; a typed batch reached the numbers in ${reached} ms`);
     check(longest < 1000, `${query}: the main thread was blocked for ${longest.toFixed(0)} ms`);
   }
 });
