@@ -114,15 +114,6 @@ pub struct BatchLines {
 pub const LINE_B1: u64 = 2;
 
 impl BatchLines {
-    /// The heap the lines hold: a line per event and category, so a large model's lines weigh
-    /// tens of megabytes (DeepSeek-V3 with checkpointing: about 90 MB), a dense 70B's one.
-    pub fn heap_bytes(&self) -> u64 {
-        use std::mem::size_of;
-        (self.lines.capacity() * size_of::<[(f64, f64); Category::COUNT]>()
-            + self.totals.capacity() * size_of::<(f64, f64)>()
-            + self.phases.capacity() * size_of::<Phase>()
-            + self.peak_candidates.capacity() * size_of::<u32>()) as u64
-    }
     pub fn new(plan: &Plan, hi: u64) -> Result<BatchLines, PlanError> {
         BatchLines::from_first(plan, &BatchLines::first(plan)?, hi)
     }

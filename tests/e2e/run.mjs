@@ -701,17 +701,11 @@ test('speed: at every window size the first load fetches only what its first scr
 
 // The slowest plans a link can ask for (`cargo bench --bench slowest` lists them natively): the
 // largest model at the longest context, the largest mixture of experts at 8192 tokens, the
-// deepest preset at batch 4096, and the largest model with a checkpointing policy (whose check
-// once built its graph four times: a url_query fuzz find). Each must show its numbers or a message, and the page must keep
+// deepest preset at batch 4096. Each must show its numbers or a message, and the page must keep
 // answering: no single task of the main thread may block it for longer than a second, and a
 // batch typed in afterwards must reach the numbers.
 test('the slowest plans a link can ask for never freeze the page', async () => {
-  // The batch typed afterwards: 2, or for DeepSeek-V3 (whose peak is its optimizer step's,
-  // 12.2 TiB at any small batch) one whose activations show. DeepSeek-V3's start-up still builds
-  // its graph four times in one task (the link's check, then the checkpointing probe's three),
-  // about 1.6 s on this 2-core machine: printed, not yet held to the second; what it must do is reach
-  // its numbers (its model cache once filled the wasm memory until the page aborted).
-  for (const [query, typedBatch, blockLimit] of [['model=llama-3.1-405b&seq=131072&batch=1', '2', 1000], ['model=qwen3-30b-a3b&seq=8192&batch=8', '2', 1000], ['model=llama-3.1-405b&batch=4096', '2', 1000], ['model=deepseek-v3&batch=32&dtype=amp_bf16&ckpt=k5', '1024', null]]) {
+  for (const query of ['model=llama-3.1-405b&seq=131072&batch=1', 'model=qwen3-30b-a3b&seq=8192&batch=8', 'model=llama-3.1-405b&batch=4096']) {
     await fresh();
     await planner.page.addInitScript(() => {
       window.vpLongTasks = [];
@@ -721,12 +715,12 @@ test('the slowest plans a link can ask for never freeze the page', async () => {
     await until(async () => /\d/.test((await planner.peakText()) ?? '') || (await planner.page.getByTestId('error').count()) > 0, `${query}: neither numbers nor a message`, 30_000);
     const before = await planner.peakText();
     const typed = Date.now();
-    await planner.batchBox.fill(typedBatch);
+    await planner.batchBox.fill('2');
     await until(async () => (await planner.peakText()) !== before, `${query}: typing a batch did not reach the numbers`, 60_000);
     const reached = Date.now() - typed;
     const longest = await planner.page.evaluate(() => Math.max(0, ...window.vpLongTasks));
     console.log(`    ${query}: longest main-thread task ${longest.toFixed(0)} ms; a typed batch reached the numbers in ${reached} ms`);
-    if (blockLimit !== null) check(longest < blockLimit, `${query}: the main thread was blocked for ${longest.toFixed(0)} ms`);
+    check(longest < 1000, `${query}: the main thread was blocked for ${longest.toFixed(0)} ms`);
   }
 });
 

@@ -155,17 +155,6 @@ pub fn model_key(plan: &Plan) -> ModelKey {
 }
 
 impl BatchModel {
-    /// The heap the model holds (its lines and its layers), what the cache's budget counts.
-    pub fn heap_bytes(&self) -> u64 {
-        self.lines.heap_bytes()
-            + self
-                .layers
-                .iter()
-                .map(|(name, _, _)| {
-                    (name.capacity() + std::mem::size_of::<(String, f64, f64)>()) as u64
-                })
-                .sum::<u64>()
-    }
     /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
     pub fn new(plan: &Plan) -> Result<BatchModel, PlanError> {
         BatchModel::finish(plan, BatchModel::first(plan)?)
@@ -347,13 +336,6 @@ pub const CACHE_MODELS: usize = 96;
 /// keeps, with room for the plans the user moves between.
 pub const WANTED_MODELS: usize = CACHE_MODELS - 16;
 
-/// The heap the cached models may hold together. A model's lines grow with its step's events:
-/// a dense 70B's take about a megabyte, DeepSeek-V3's with checkpointing about 90 MB, and the
-/// charts' variants of such a model (sequence lengths, policies) filled the page's 4 GiB of
-/// wasm memory until it aborted. Past this the oldest models go, and the page stops asking for
-/// wanted models that would not fit beside those it holds.
-pub const CACHE_BYTES: u64 = 512 << 20;
-
 /// How many largest batches and checkpointing probes the page keeps. Each is small (a plan's key
 /// and a number), but a session that slides the sequence length for months makes a new key per
 /// length: past this many the maps start afresh, so memory stays bounded and the current plan's
@@ -373,10 +355,6 @@ fn insert_bounded<K: Hash + Eq, V>(map: &mut HashMap<K, V>, key: K, value: V) {
 pub struct Workbench {
     models: HashMap<ModelKey, Rc<Result<BatchModel, PlanError>>>,
     order: VecDeque<ModelKey>,
-    /// The heap the cached models hold ([`BatchModel::heap_bytes`]).
-    bytes: u64,
-    /// [`CACHE_BYTES`], lower in tests.
-    cache_bytes: Option<u64>,
     max_batches: HashMap<(ModelKey, Option<String>), Result<Option<u64>, PlanError>>,
     /// The largest-batch search under way, a step per job (input is answered between steps).
     searching: Option<((ModelKey, Option<String>), MaxBatchSearch)>,
@@ -388,11 +366,6 @@ pub struct Workbench {
     heavy_ops: Option<usize>,
     /// Simulations run so far (for tests and the page's diagnostics).
     pub simulations: u64,
-}
-
-/// What a cached model (or the error cached for it) holds on the heap.
-fn model_bytes(m: &Result<BatchModel, PlanError>) -> u64 {
-    m.as_ref().map_or(0, BatchModel::heap_bytes)
 }
 
 fn max_batch_key(plan: &Plan) -> (ModelKey, Option<String>) {
@@ -445,31 +418,14 @@ impl Workbench {
     }
 
     fn insert(&mut self, key: ModelKey, m: Rc<Result<BatchModel, PlanError>>) {
-        self.bytes += model_bytes(&m);
-        match self.models.insert(key.clone(), m) {
-            Some(old) => self.bytes -= model_bytes(&old),
-            None => self.order.push_back(key),
+        if self.models.insert(key.clone(), m).is_none() {
+            self.order.push_back(key);
         }
-        // The model just inserted stays, whatever it weighs.
-        while self.order.len() > CACHE_MODELS
-            || (self.bytes > self.budget() && self.order.len() > 1)
-        {
-            let Some(old) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(m) = self.models.remove(&old) {
-                self.bytes -= model_bytes(&m);
+        while self.order.len() > CACHE_MODELS {
+            if let Some(old) = self.order.pop_front() {
+                self.models.remove(&old);
             }
         }
-    }
-
-    fn budget(&self) -> u64 {
-        self.cache_bytes.unwrap_or(CACHE_BYTES)
-    }
-
-    /// The heap the cached models hold.
-    pub fn cache_bytes(&self) -> u64 {
-        self.bytes
     }
 
     /// The plan's model if it has been simulated.
@@ -535,23 +491,14 @@ impl Workbench {
                 ..plan.clone()
             }));
         }
-        // No more wanted models than the cache keeps, in number and in bytes: past that each
-        // new one would push out another wanted one, and the pump would simulate them in turn
-        // for ever. A model not yet simulated is taken to weigh what the plan's own does (the
-        // wanted ones are its variants).
-        let weight = model_bytes(&m);
-        let mut held = weight;
-        for p in wants.models.iter().take(WANTED_MODELS) {
-            if !crate::plan::lazy::ready_for(p) {
-                continue;
-            }
-            match self.cached(p) {
-                Some(c) => held += model_bytes(&c),
-                None if held + weight <= self.budget() => return Some(Job::Model(model_plan(p))),
-                None => return None,
-            }
-        }
-        None
+        // No more wanted models than the cache keeps: past that each new one would push out
+        // another wanted one, and the pump would simulate them in turn for ever.
+        wants
+            .models
+            .iter()
+            .take(WANTED_MODELS)
+            .find(|p| crate::plan::lazy::ready_for(p) && self.cached(p).is_none())
+            .map(|p| Job::Model(model_plan(p)))
     }
 
     /// Runs one job.
@@ -793,51 +740,6 @@ mod tests {
         assert!(wants.models[..WANTED_MODELS]
             .iter()
             .all(|p| wb.cached(p).is_some()));
-    }
-
-    /// Models heavier than the cache's byte budget allows: the page asks only for the wanted
-    /// models that fit beside the plan's own, the pump runs out of work, and the cache holds no
-    /// more than the budget (plus the one model it never drops).
-    #[test]
-    fn wanted_models_stop_at_the_byte_budget() {
-        let plan = Plan::new("resnet18");
-        let one = BatchModel::new(&plan).unwrap().heap_bytes();
-        assert!(one > 10_000, "{one}");
-        let mut wb = Workbench {
-            cache_bytes: Some(one * 7 / 2),
-            ..Workbench::new()
-        };
-        let models: Vec<Plan> = (0..20)
-            .map(|r| Plan {
-                res: Some(64 + 8 * r),
-                ..plan.clone()
-            })
-            .collect();
-        let wants = Wants {
-            models,
-            ..Default::default()
-        };
-        let mut jobs = 0;
-        while let Some(j) = wb.next_job(&plan, &wants) {
-            wb.run(j);
-            jobs += 1;
-            assert!(jobs <= 10, "the jobs never end");
-        }
-        let wanted = wants
-            .models
-            .iter()
-            .filter(|p| wb.cached(p).is_some())
-            .count();
-        assert_eq!(wanted, 2, "{} of {} bytes", wb.cache_bytes(), one * 7 / 2);
-        assert!(wb.cached(&plan).is_some());
-        assert!(wb.cache_bytes() <= one * 7 / 2);
-        // Inserting past the budget drops the oldest models, never the newest.
-        for p in &wants.models[10..14] {
-            wb.run(Job::Model(model_plan(p)));
-        }
-        assert!(wb.cache_bytes() <= one * 7 / 2 + one / 4);
-        assert!(wb.cached(&wants.models[13]).is_some());
-        assert!(wb.cached(&plan).is_none());
     }
 
     #[test]
