@@ -93,9 +93,7 @@ pub fn compare_line(line: &str) -> Result<(Compared, serde_json::Value), (String
     }
     let rec: Record = serde_json::from_value(v)
         .map_err(|e| (id.clone(), format!("record not understood: {e}")))?;
-    let mut plan = rec.plan().map_err(|e| (id.clone(), e))?;
-    // Measured under the reference harness's tracker, a dispatch mode.
-    plan.dispatch_mode = true;
+    let plan = as_measured(rec.plan().map_err(|e| (id.clone(), e))?);
     let est = estimate(&plan).map_err(|e| (id.clone(), e.to_string()))?;
     let predicted = est.peak_allocated.0;
     let rel_err = (predicted as f64 - rec.peak_r512 as f64) / rec.peak_r512 as f64;
@@ -128,14 +126,13 @@ fn compare_plan_record(
     v: &serde_json::Value,
     id: String,
 ) -> Result<(Compared, serde_json::Value), (String, String)> {
-    let mut plan: Plan = serde_json::from_value(v["plan"].clone())
+    let plan: Plan = serde_json::from_value(v["plan"].clone())
         .map_err(|e| (id.clone(), format!("plan not understood: {e}")))?;
     let measured = |k: &str| v.get(k).and_then(|x| x.as_u64());
     if let Some(metric) = v.get("metric").and_then(|m| m.as_str()) {
         return compare_published(&plan, metric, measured("measured_bytes"), id);
     }
-    // A measured step (not a published figure) ran under the reference harness's tracker.
-    plan.dispatch_mode = true;
+    let plan = as_measured(plan);
     let mut checks = Vec::new();
     if plan.is_parallel() && plan.mode != crate::estimator::config::Mode::Infer {
         // A multi-GPU record measures one rank: compare with the per-GPU estimate.
@@ -231,6 +228,14 @@ fn compare_published(
         },
         out,
     ))
+}
+
+/// A measured step's plan as it was measured: under the reference harness's tracker, a
+/// `TorchDispatchMode` ([`crate::estimator::simulate::StepOptions::dispatch_mode`]). Published
+/// real-GPU figures are not measured steps and keep their plans as they are.
+pub fn as_measured(mut plan: Plan) -> Plan {
+    plan.dispatch_mode = true;
+    plan
 }
 
 /// Compares every record of a JSON-lines text; the first unsupported record is the error.

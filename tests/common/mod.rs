@@ -9,7 +9,7 @@ use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
-use vram_planner::cli::reference::{compare_line, Compared, Record};
+use vram_planner::cli::reference::{as_measured, compare_line, Compared, Record};
 use vram_planner::plan::Plan;
 
 /// One measured-step file of `tests/data`: JSON lines in the `cli::reference` formats (the
@@ -181,16 +181,14 @@ pub fn assert_replays(file: &Measured, count: usize, tol: f64) {
 /// under the dispatch mode every measured step ran in (the harness's tracker).
 pub fn plan_of(record: &Value) -> Plan {
     let id = record["case_id"].as_str().unwrap_or("<no case_id>");
-    let mut plan: Plan = match record.get("plan") {
+    as_measured(match record.get("plan") {
         Some(plan) => serde_json::from_value(plan.clone())
             .unwrap_or_else(|e| panic!("{id}: plan not understood: {e}")),
         None => serde_json::from_value::<Record>(record.clone())
             .unwrap_or_else(|e| panic!("{id}: record not understood: {e}"))
             .plan()
             .unwrap_or_else(|e| panic!("{id}: {e}")),
-    };
-    plan.dispatch_mode = true;
-    plan
+    })
 }
 
 /// Asserts `got` is within the relative tolerance `rel_tol` of `want`.

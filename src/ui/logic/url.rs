@@ -439,6 +439,7 @@ pub fn parse_query(query: &str) -> Parsed {
     // (any checkpointed region), which probing every policy (`CkptInfo::probe`: three more
     // builds) would only repeat: for DeepSeek-V3 those builds held a link's parse for seconds.
     let mut builds = false;
+    // Checkpointed regions of the graph that built (a policy the fallbacks kept built).
     let mut regions = 0;
     for (key, set, undo) in fallbacks {
         if let Ok(g) = build_graph(&model_plan(plan)) {
@@ -459,7 +460,7 @@ pub fn parse_query(query: &str) -> Parsed {
         }
     }
     // A policy some builders ignore rather than refuse (ResNets have no sequential segments).
-    if plan.ckpt != Checkpointing::None && (!builds || regions == 0) {
+    if plan.ckpt != Checkpointing::None && regions == 0 {
         plan.ckpt = Checkpointing::None;
         reject(&mut out.rejected, "ckpt");
         builds = false;
