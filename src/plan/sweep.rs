@@ -87,13 +87,22 @@ pub fn sweep(plan: &Plan, axis: Axis, xs: &[u64]) -> Vec<Point> {
 /// 512-byte block rounding (a few KiB).
 #[derive(Clone, Debug)]
 pub struct BatchLines {
-    /// Per event, per category: bytes at batch 0 (intercept) and per sample (slope).
+    /// Per kept event, per category: bytes at batch 0 (intercept) and per sample (slope). An
+    /// event is kept when it can be the highest of its timeline column at some batch (below).
     lines: Vec<[(f64, f64); Category::COUNT]>,
-    /// Per event, the total's intercept and slope (the sum of the categories').
+    /// Per kept event, the total's intercept and slope (the sum of the categories').
     totals: Vec<(f64, f64)>,
-    /// Per event: the phase of the step it belongs to.
+    /// Per kept event: the phase of the step it belongs to.
     phases: Vec<Phase>,
-    /// Events whose total line is the largest at some batch in `1..=MAX_BATCH` (the upper
+    /// The step's timeline in at most [`TIMELINE_COLUMNS`] columns (plus one per phase change):
+    /// per column, the end of its kept events. A column stands for consecutive events of one
+    /// phase and shows the highest of them, so only its lines' upper envelope is kept: a
+    /// 600,000-event step (DeepSeek-V3) then weighs a few hundred KiB instead of ~100 MB, and
+    /// the page can cache many plans' lines.
+    columns: Vec<u32>,
+    /// How many events the step has.
+    events: usize,
+    /// Kept events whose total line is the largest at some batch in `1..=MAX_BATCH` (the upper
     /// envelope), in event order: the only ones the peak can come from, so a point costs a few
     /// lines instead of the whole step.
     peak_candidates: Vec<u32>,
@@ -109,6 +118,11 @@ pub struct BatchLines {
     forward_flops_per_sample: f64,
     recompute_flops_per_sample: f64,
 }
+
+/// How many columns [`BatchLines`] keeps of a step's timeline: the timeline chart's width (about
+/// one column per two CSS pixels of a wide chart). The events are grouped as the chart groups them, `events / TIMELINE_COLUMNS`
+/// (rounded up) to a column and a new column at each change of phase.
+pub const TIMELINE_COLUMNS: usize = 480;
 
 /// The lines' first sample: batch 1 can skip layout copies (the LSTM), so it may lie off the line.
 pub const LINE_B1: u64 = 2;
@@ -145,34 +159,53 @@ impl BatchLines {
             )));
         }
         let d = (b2 - b1) as f64;
-        let mut lines = Vec::with_capacity(e1.timeline.events.len());
-        for (a, b) in e1.timeline.events.iter().zip(&e2.timeline.events) {
+        let line_of = |a: &crate::estimator::timeline::Event,
+                       b: &crate::estimator::timeline::Event| {
             let mut l = [(0.0, 0.0); Category::COUNT];
             for (c, line) in l.iter_mut().enumerate() {
                 let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
                 *line = (a.live.0[c] as f64 - slope * b1 as f64, slope);
             }
-            lines.push(l);
-        }
-        let totals: Vec<(f64, f64)> = lines
-            .iter()
-            .map(|l| {
-                l.iter()
-                    .fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))
-            })
-            .collect();
+            l
+        };
+        let total = |l: &[(f64, f64); Category::COUNT]| {
+            l.iter()
+                .fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))
+        };
         let range = (1.0, MAX_BATCH as f64);
+        let (ev1, ev2) = (&e1.timeline.events, &e2.timeline.events);
+        let per = ev1.len().div_ceil(TIMELINE_COLUMNS).max(1);
+        let (mut lines, mut totals, mut phases, mut columns) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        let mut start = 0;
+        while start < ev1.len() {
+            let phase = ev1[start].phase;
+            let end = (start..ev1.len())
+                .take(per)
+                .find(|&i| ev1[i].phase != phase)
+                .unwrap_or((start + per).min(ev1.len()));
+            let col: Vec<_> = (start..end).map(|i| line_of(&ev1[i], &ev2[i])).collect();
+            let col_totals: Vec<(f64, f64)> = col.iter().map(total).collect();
+            for k in envelope(&col_totals, range) {
+                lines.push(col[k as usize]);
+                totals.push(col_totals[k as usize]);
+                phases.push(phase);
+            }
+            columns.push(lines.len() as u32);
+            start = end;
+        }
         let excess_at = |b: u64, e: &Estimate| {
             let peak = e.peak_allocated.0 as f64;
             (b as f64, peak, e.reserved.0 as f64 - peak)
         };
         Ok(BatchLines {
             excess: [excess_at(b1, e1), excess_at(b2, e2)],
-
             peak_candidates: envelope(&totals, range),
             lines,
             totals,
-            phases: e1.timeline.events.iter().map(|e| e.phase).collect(),
+            phases,
+            columns,
+            events: ev1.len(),
             fixed: e1.workspaces + e1.context,
             forward_flops_per_sample: e1.forward_flops / b1 as f64,
             recompute_flops_per_sample: e1.recompute_flops / b1 as f64,
@@ -180,23 +213,51 @@ impl BatchLines {
     }
 
     /// Number of timeline events (the step's ops, its frees and the optimizer's steps).
-    pub fn len(&self) -> usize {
-        self.lines.len()
+    pub fn events(&self) -> usize {
+        self.events
     }
 
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
 
-    /// The phase event `i` belongs to.
+    /// The phase of kept event `i` (as [`BatchLines::peak_event`] numbers them).
     pub fn phase(&self, i: usize) -> Phase {
         self.phases[i]
     }
 
-    /// Live bytes by category ([`Category::ALL`] order) after event `i` at batch `b`.
-    pub fn live_at(&self, i: usize, b: u64) -> [u64; Category::COUNT] {
+    /// Live bytes by category ([`Category::ALL`] order) after kept event `i` at batch `b`.
+    fn live_at(&self, i: usize, b: u64) -> [u64; Category::COUNT] {
         let bf = b as f64;
         self.lines[i].map(|(p, a)| (p + a * bf).max(0.0).round() as u64)
+    }
+
+    /// Number of columns [`BatchLines::timeline_at`] yields.
+    pub fn columns(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// The step's timeline at batch `b`, one column of events at a time: the phase and live
+    /// bytes by category of the column's highest event (the first on ties).
+    pub fn timeline_at(
+        &self,
+        b: u64,
+    ) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
+        let starts = std::iter::once(0).chain(self.columns.iter().copied());
+        starts
+            .zip(&self.columns)
+            .filter(|(s, e)| s < *e)
+            .map(move |(start, &end)| {
+                let (mut best, mut best_total) = ([0u64; Category::COUNT], None);
+                for i in start as usize..end as usize {
+                    let live = self.live_at(i, b);
+                    let t = live.iter().fold(0u64, |a, &v| a.saturating_add(v));
+                    if best_total.is_none_or(|bt| t > bt) {
+                        (best, best_total) = (live, Some(t));
+                    }
+                }
+                (self.phases[start as usize], best)
+            })
     }
 
     /// Category `c`'s bytes after event `i` as `intercept + slope × batch`.
@@ -656,11 +717,57 @@ mod tests {
     fn batch_lines_keep_few_candidates() {
         let lines = BatchLines::new(&Plan::new("gpt2"), 512).unwrap();
         assert!(
-            lines.peak_candidates.len() < 20 && lines.len() > 500,
+            lines.peak_candidates.len() < 20 && lines.events() > 500,
             "{} of {} events",
             lines.peak_candidates.len(),
-            lines.len()
+            lines.events()
         );
+    }
+
+    /// The kept columns draw the same chart as every event of the step would.
+    #[test]
+    fn kept_columns_match_the_whole_timeline() {
+        use crate::plots::timeline::columns;
+        for (id, seq) in [
+            ("gpt2", Some(256)),
+            ("resnet18", None),
+            ("lstm-lm", None),
+            ("resnet152", None),
+            ("qwen3-30b-a3b", Some(128)),
+        ] {
+            let mut p = Plan::new(id);
+            p.seq = seq;
+            let (b1, b2) = (LINE_B1, 64);
+            let e1 = estimate(&with(&p, Axis::Batch, b1)).unwrap();
+            let e2 = estimate(&with(&p, Axis::Batch, b2)).unwrap();
+            let lines = BatchLines::from_estimates(&e1, b1, &e2, b2).unwrap();
+            let n = e1.timeline.events.len();
+            assert_eq!(lines.events(), n);
+            assert!(
+                lines.lines.len() <= n.min(3 * lines.columns()),
+                "{id}: kept {} of {n} events",
+                lines.lines.len()
+            );
+            for b in [1u64, 2, 7, 64, 300, 4096] {
+                let full = e1
+                    .timeline
+                    .events
+                    .iter()
+                    .zip(&e2.timeline.events)
+                    .map(|(x, y)| {
+                        let live = std::array::from_fn(|c| {
+                            let slope =
+                                (y.live.0[c] as f64 - x.live.0[c] as f64) / (b2 - b1) as f64;
+                            let at0 = x.live.0[c] as f64 - slope * b1 as f64;
+                            (at0 + slope * b as f64).max(0.0).round() as u64
+                        });
+                        (x.phase, live)
+                    });
+                let want = columns(full, n, TIMELINE_COLUMNS);
+                let got = columns(lines.timeline_at(b), lines.columns(), lines.columns());
+                assert_eq!(got, want, "{id} at batch {b}");
+            }
+        }
     }
 
     #[test]

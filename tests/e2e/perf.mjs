@@ -17,6 +17,9 @@ export function stats(xs) {
   return { n: s.length, median: at(0.5), p95: at(0.95), max: s[s.length - 1] };
 }
 
+/** Bytes in MiB, for the memory figures. */
+export const mib = (b) => `${(b / 2 ** 20).toFixed(2)} MiB`;
+
 export const fmt = (st) => `median ${st.median.toFixed(2)} ms, p95 ${st.p95.toFixed(2)} ms, max ${st.max.toFixed(2)} ms (${st.n} samples)`;
 
 /** Input → next-frame work for each value of `values` set on the range input `selector`. */

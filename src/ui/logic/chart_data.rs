@@ -26,8 +26,6 @@ use super::workbench::{BatchModel, Numbers};
 
 /// Points of the batch chart.
 pub const BATCH_POINTS: usize = 40;
-/// Columns of the timeline chart (about one per two CSS pixels of a wide chart).
-pub const TIMELINE_COLUMNS: usize = 480;
 
 /// The sizes the length chart sweeps (the input slider's positions).
 pub fn length_plans(plan: &Plan) -> Vec<Plan> {
@@ -287,12 +285,10 @@ pub fn ckpt_data(
 }
 
 pub fn timeline_data(model: &BatchModel, batch: u64, gpu: Option<&Gpu>) -> TimelineData {
+    // The lines keep the timeline already grouped in the chart's columns: one column each.
+    let n = model.lines.columns();
     TimelineData {
-        columns: columns(
-            model.timeline_at(batch),
-            model.lines.len(),
-            TIMELINE_COLUMNS,
-        ),
+        columns: columns(model.timeline_at(batch), n, n),
         capacity: gpu.map(|g| (g.memory, g.name)),
     }
 }

@@ -292,12 +292,13 @@ impl BatchModel {
             .flatten()
     }
 
-    /// The step's timeline at batch `b`: `(phase, live bytes by category)` per event.
+    /// The step's timeline at batch `b`: `(phase, live bytes by category)` per column of events
+    /// ([`BatchLines::timeline_at`]).
     pub fn timeline_at(
         &self,
         b: u64,
     ) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
-        (0..self.lines.len()).map(move |i| (self.lines.phase(i), self.lines.live_at(i, b)))
+        self.lines.timeline_at(b)
     }
 }
 
@@ -329,7 +330,8 @@ pub struct Wants {
 /// would block input for a second. A dense 70B model has about 2,500 ops.
 pub const HEAVY_OPS: usize = 20_000;
 
-/// How many models the cache keeps (a 70B model's lines take about a megabyte).
+/// How many models the cache keeps (a model keeps a few lines per timeline column, some hundreds
+/// of KiB whatever its size).
 pub const CACHE_MODELS: usize = 96;
 
 /// How many of the page's wanted models are simulated, in priority order: fewer than the cache
