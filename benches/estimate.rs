@@ -55,14 +55,7 @@ fn main() {
             std::hint::black_box(estimate(&plan).unwrap());
         });
         // The caching allocator's replay inside that estimate, on its own, for its share.
-        let opts = StepOptions {
-            optimizer: plan.opt,
-            optimizer_impl: plan.optimizer_impl(),
-            accumulation: plan.accumulation,
-            device: plan.device,
-            gemm_workspace: 0,
-            dispatch_mode: false,
-        };
+        let opts = StepOptions::of(&plan.setup());
         let trace = simulate(&g, &opts).alloc_trace;
         println!("{name}: {} allocator events", trace.len());
         time(&format!("{name}: simulate the step"), 20, || {

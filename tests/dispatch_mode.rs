@@ -5,7 +5,7 @@
 use serde_json::json;
 use vram_planner::estimator::config::Precision;
 use vram_planner::estimator::graph::Graph;
-use vram_planner::estimator::optimizer::{OptimizerImpl, OptimizerKind};
+use vram_planner::estimator::optimizer::OptimizerKind;
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::timeline::Phase;
 use vram_planner::estimator::units::DType;
@@ -13,12 +13,8 @@ use vram_planner::plan::{estimate, Plan};
 
 fn backward_peak(g: &Graph, dispatch_mode: bool) -> u64 {
     let opts = StepOptions {
-        optimizer: OptimizerKind::Sgd,
-        optimizer_impl: OptimizerImpl::Foreach,
-        accumulation: 1,
-        device: Default::default(),
-        gemm_workspace: 0,
         dispatch_mode,
+        ..StepOptions::plain(OptimizerKind::Sgd)
     };
     simulate(g, &opts).timeline.peak_in(Phase::Backward).0
 }

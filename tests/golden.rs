@@ -9,7 +9,7 @@ use common::assert_close;
 use vram_planner::estimator::config::{AttnImpl, Precision};
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
-use vram_planner::estimator::optimizer::{OptimizerImpl, OptimizerKind};
+use vram_planner::estimator::optimizer::OptimizerKind;
 use vram_planner::estimator::simulate::{simulate, StepOptions};
 use vram_planner::estimator::units::{tensor_bytes, Bytes, DType, Elems};
 use vram_planner::plan::estimate;
@@ -17,14 +17,7 @@ use vram_planner::plan::Plan;
 use vram_planner::presets::models;
 
 fn opts(opt: OptimizerKind) -> StepOptions {
-    StepOptions {
-        optimizer: opt,
-        optimizer_impl: OptimizerImpl::Foreach,
-        accumulation: 1,
-        device: Default::default(),
-        gemm_workspace: 0,
-        dispatch_mode: false,
-    }
+    StepOptions::plain(opt)
 }
 
 /// One 128-channel 512×512 fp32 feature map at batch 64 is exactly 8 GiB.

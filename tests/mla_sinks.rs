@@ -339,12 +339,8 @@ fn measured_mla_and_sink_steps() {
         let s = p.setup();
         let backward_peak = |dispatch_mode: bool| {
             let opts = StepOptions {
-                optimizer: s.opt,
-                optimizer_impl: p.optimizer_impl(),
-                accumulation: s.accumulation,
-                device: s.device,
-                gemm_workspace: 0,
                 dispatch_mode,
+                ..StepOptions::of(&s)
             };
             simulate(&g, &opts).timeline.peak_in(Phase::Backward).0
         };

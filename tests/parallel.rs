@@ -10,7 +10,6 @@ use vram_planner::estimator::config::{BuildCtx, OptimizerKind, Precision};
 use vram_planner::estimator::error::EstimateError;
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::ops::Act;
-use vram_planner::estimator::optimizer::OptimizerImpl;
 use vram_planner::estimator::parallel::comm::{ring_bytes, Collective};
 use vram_planner::estimator::parallel::megatron::{
     first_stage_activation_bytes, layer_activation_bytes, Scheme,
@@ -300,14 +299,7 @@ fn megatron_layer(
 }
 
 fn layer_saved(g: &Graph, r: std::ops::Range<usize>) -> f64 {
-    let o = StepOptions {
-        optimizer: OptimizerKind::Sgd,
-        optimizer_impl: OptimizerImpl::Foreach,
-        accumulation: 1,
-        device: Default::default(),
-        gemm_workspace: 0,
-        dispatch_mode: false,
-    };
+    let o = StepOptions::plain(OptimizerKind::Sgd);
     simulate(g, &o).saved_after_forward[r].iter().sum::<u64>() as f64
 }
 

@@ -451,11 +451,7 @@ pub fn segments_at_peak(
 fn step_options(setup: &Setup, gemm_workspace: u64) -> StepOptions {
     StepOptions {
         gemm_workspace,
-        optimizer: setup.opt,
-        optimizer_impl: setup.optimizer_impl(),
-        accumulation: setup.accumulation,
-        device: setup.device,
-        dispatch_mode: setup.dispatch_mode,
+        ..StepOptions::of(setup)
     }
 }
 

@@ -11,6 +11,7 @@
 //! allocator's 512-byte blocks.
 
 use super::allocator::AllocTrace;
+use super::config::Setup;
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
@@ -37,6 +38,33 @@ pub struct StepOptions {
     /// sum is `old + new`, a third tensor beside both addends. A plain training loop sums in
     /// place (torch 2.15 on the CPU: `aten::add_` without a mode, `aten::add` under one).
     pub dispatch_mode: bool,
+}
+
+impl StepOptions {
+    /// How a training loop runs `setup`'s step, without kernels' scratch in the stream (the
+    /// estimate adds the cuBLAS workspace where the allocator replays it).
+    pub fn of(setup: &Setup) -> StepOptions {
+        StepOptions {
+            optimizer: setup.opt,
+            optimizer_impl: setup.optimizer_impl(),
+            accumulation: setup.accumulation,
+            device: setup.device,
+            gemm_workspace: 0,
+            dispatch_mode: setup.dispatch_mode,
+        }
+    }
+
+    /// A plain CUDA step with `optimizer` (foreach), one micro-batch, under no dispatch mode.
+    pub fn plain(optimizer: OptimizerKind) -> StepOptions {
+        StepOptions {
+            optimizer,
+            optimizer_impl: OptimizerImpl::Foreach,
+            accumulation: 1,
+            device: Device::Cuda,
+            gemm_workspace: 0,
+            dispatch_mode: false,
+        }
+    }
 }
 
 /// What the replay measured besides the timeline.

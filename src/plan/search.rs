@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::{prepare, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
+use crate::presets::gpus::Gpu;
 
 /// The most GPUs a search may try: far beyond any single job's layout search, and the number
 /// of layouts (and so the time) grows with it.
@@ -85,23 +86,37 @@ fn divisors(n: u64) -> Vec<u64> {
     low
 }
 
-/// A fitting layout as the search reports it.
-#[allow(clippy::too_many_arguments)]
-fn candidate(
+/// One layout's degrees: GPUs in all and per node, nodes, and the data-, tensor-, pipeline-
+/// and expert-parallel degrees.
+#[derive(Clone, Copy, Debug)]
+struct Shape {
     gpus: u64,
-    (dp, tp, pp, ep): (u64, u64, u64, u64),
-    (zero, offload_optimizer, offload_params): (u8, bool, bool),
+    node_gpus: u64,
+    nodes: u64,
+    dp: u64,
+    tp: u64,
+    pp: u64,
+    ep: u64,
+}
+
+/// A ZeRO stage with optimizer offload and parameter offload.
+type Stage = (u8, bool, bool);
+
+/// A fitting layout as the search reports it.
+fn candidate(
+    shape: &Shape,
+    (zero, offload_optimizer, offload_params): Stage,
     micro_batches: u64,
     e: &ParallelEstimate,
     plan: Plan,
 ) -> Candidate {
     Candidate {
-        gpus,
+        gpus: shape.gpus,
         scheme: e.scheme,
-        dp,
-        tp,
-        pp,
-        ep,
+        dp: shape.dp,
+        tp: shape.tp,
+        pp: shape.pp,
+        ep: shape.ep,
         zero,
         offload_optimizer,
         offload_params,
@@ -134,15 +149,16 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
         .and_then(|p| p.micro_batches)
         .unwrap_or(plan.accumulation)
         .max(1) as u64;
-    let global = plan.batch.saturating_mul(base_m);
     let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
     worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
-    // A simulation depends on the model-parallel degrees, the micro-batch and whether gradients
-    // accumulate (more than one micro-batch; not how many: see `StepOptions::accumulation`), so
-    // layouts of every world size share it: keyed by micro-batch count, a 70B search re-simulated
-    // the same stages for each world and took half a minute.
-    let mut cache: HashMap<(u64, u64, u64, u64, bool), Option<Prepared>> = HashMap::new();
     let experts = has_routed_experts(plan)?;
+    let mut layouts = Layouts {
+        plan,
+        gpu: &gpu,
+        opts,
+        global: plan.batch.saturating_mul(base_m),
+        cache: HashMap::new(),
+    };
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -153,123 +169,23 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
         for tp in divisors(node_gpus) {
             for pp in divisors(w / tp) {
                 let dp = w / (tp * pp);
-                if !global.is_multiple_of(dp) {
+                if !layouts.global.is_multiple_of(dp) {
                     continue;
                 }
                 // Expert parallelism splits the routed experts over ep of the dp ranks; an ep that
                 // does not divide the experts is refused by the build and so passed over.
                 let eps = if experts { divisors(dp) } else { vec![1] };
                 for ep in eps {
-                    let per_replica = global / dp;
-                    let zs: Vec<u8> = if dp > 1 {
-                        opts.zero_stages.clone()
-                    } else {
-                        vec![0, 3]
+                    let shape = Shape {
+                        gpus: w,
+                        node_gpus,
+                        nodes,
+                        dp,
+                        tp,
+                        pp,
+                        ep,
                     };
-                    // (stage, optimizer offload, parameter offload); at dp = 1 stage 3 only matters
-                    // with parameter offload.
-                    let mut stages: Vec<(u8, bool, bool)> = Vec::new();
-                    for z in zs {
-                        if dp > 1 || z == 0 {
-                            stages.push((z, false, false));
-                        }
-                        if opts.offload {
-                            if dp > 1 || z == 0 {
-                                stages.push((z, true, false));
-                            }
-                            if z == 3 {
-                                stages.push((z, true, true));
-                            }
-                        }
-                    }
-                    let ms: Vec<u64> = divisors(per_replica)
-                        .into_iter()
-                        .filter(|&m| m >= pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
-                        .collect();
-                    // The layout at `m` micro-batches and stage `k`, estimated: what it needs and
-                    // the plan that applies it.
-                    let mut at = |m: u64, k: usize| -> Option<(ParallelEstimate, Plan)> {
-                        let (zero, off_opt, off_params) = stages[k];
-                        let b = per_replica / m;
-                        let mut p = plan.clone();
-                        p.batch = b;
-                        p.accumulation = 1;
-                        let mut par = plan.parallel.clone().unwrap_or_default();
-                        par.gpus_per_node = Some(node_gpus);
-                        par.nodes = Some(nodes);
-                        par.dp = Some(dp);
-                        par.tp = tp;
-                        par.pp = pp;
-                        par.ep = ep;
-                        par.zero = Some(zero);
-                        par.fsdp = false;
-                        par.micro_batches = Some(m as u32);
-                        par.interleave = 1;
-                        par.sequence_parallel = par.sequence_parallel && tp > 1;
-                        p.parallel = Some(par);
-                        p.offload = (off_opt || off_params).then(|| Offload {
-                            optimizer: off_opt,
-                            params: off_params,
-                            ..plan.offload.clone().unwrap_or_default()
-                        });
-                        let links = resolve::layout_links(&p, Some(&gpu)).ok()?;
-                        let setup = p.setup();
-                        let layout = Layout::resolve(&setup, links).ok()?;
-                        let prep = cache
-                            .entry((tp, pp, ep, b, m > 1))
-                            .or_insert_with(|| prepare(&p, &layout).ok());
-                        let e = evaluate(&setup, &layout, prep.as_ref()?, Some(&gpu), None);
-                        Some((e, p))
-                    };
-                    // Past one micro-batch (where gradients start to persist between micro-batches)
-                    // a layout needs no more memory as the micro-batch shrinks: the activations and
-                    // the tensor-parallel buffers scale with it, the pipeline keeps `pp - stage`
-                    // micro-batches in flight whatever their number (m >= pp), everything else is
-                    // fixed. So a stage that does not fit at the most micro-batches fits at no count
-                    // above one: without that, a 70B search tried every micro-batch count of every
-                    // layout too small to hold it.
-                    // Per stage, the fewest micro-batches that fit. Past one micro-batch memory does
-                    // not grow with their number (see above), so the count is found by bisection
-                    // between the fewest above one and the most, where it is known to fit; found
-                    // layouts are listed by micro-batch count, then stage, as a scan would list them.
-                    let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
-                    let one = ms.first() == Some(&1);
-                    if one {
-                        // One micro-batch is tried whatever: its gradients do not persist.
-                        for k in 0..stages.len() {
-                            if let Some((e, p)) = at(1, k).filter(|(e, _)| e.fits == Some(true)) {
-                                fitting.push((1, k, e, p));
-                            }
-                        }
-                    }
-                    let rest = &ms[usize::from(one)..];
-                    if let Some(&last) = rest.last() {
-                        for k in 0..stages.len() {
-                            if fitting.iter().any(|f| f.1 == k) {
-                                continue;
-                            }
-                            let Some(top) = at(last, k).filter(|(e, _)| e.fits == Some(true))
-                            else {
-                                continue;
-                            };
-                            let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
-                            while lo < hi {
-                                let mid = (lo + hi) / 2;
-                                match at(rest[mid], k).filter(|(e, _)| e.fits == Some(true)) {
-                                    Some(f) => {
-                                        hi = mid;
-                                        best = f;
-                                    }
-                                    None => lo = mid + 1,
-                                }
-                            }
-                            fitting.push((rest[hi], k, best.0, best.1));
-                        }
-                    }
-                    fitting.sort_by_key(|f| (f.0, f.1));
-                    for (m, k, e, p) in fitting {
-                        here.push(candidate(w, (dp, tp, pp, ep), stages[k], m, &e, p));
-                    }
+                    here.extend(layouts.fitting(&shape));
                 }
             }
         }
@@ -283,6 +199,149 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     }
     found.truncate(opts.top);
     Ok(found)
+}
+
+/// The search's fixed inputs and the simulations its layouts share.
+struct Layouts<'a> {
+    plan: &'a Plan,
+    gpu: &'a Gpu,
+    opts: &'a SearchOptions,
+    /// Samples per optimizer step over all replicas.
+    global: u64,
+    /// A simulation depends on the model-parallel degrees, the micro-batch and whether
+    /// gradients accumulate (more than one micro-batch; not how many: see
+    /// `StepOptions::accumulation`), so layouts of every world size share it: keyed by
+    /// micro-batch count, a 70B search re-simulated the same stages for each world and took half
+    /// a minute.
+    cache: HashMap<(u64, u64, u64, u64, bool), Option<Prepared>>,
+}
+
+impl Layouts<'_> {
+    /// The stages a layout over `dp` replicas tries: at dp = 1 ZeRO shards nothing, and stage 3
+    /// only matters with parameter offload.
+    fn stages(&self, dp: u64) -> Vec<Stage> {
+        let zs: Vec<u8> = if dp > 1 {
+            self.opts.zero_stages.clone()
+        } else {
+            vec![0, 3]
+        };
+        let mut stages = Vec::new();
+        for z in zs {
+            if dp > 1 || z == 0 {
+                stages.push((z, false, false));
+            }
+            if self.opts.offload {
+                if dp > 1 || z == 0 {
+                    stages.push((z, true, false));
+                }
+                if z == 3 {
+                    stages.push((z, true, true));
+                }
+            }
+        }
+        stages
+    }
+
+    /// The layout at `m` micro-batches and `stage`, estimated, with the plan that applies it
+    /// (`None`: the layout cannot be built or resolved).
+    fn at(&mut self, shape: &Shape, m: u64, stage: Stage) -> Option<(ParallelEstimate, Plan)> {
+        let (zero, off_opt, off_params) = stage;
+        let plan = self.plan;
+        let b = self.global / shape.dp / m;
+        let mut p = plan.clone();
+        p.batch = b;
+        p.accumulation = 1;
+        let mut par = plan.parallel.clone().unwrap_or_default();
+        par.gpus_per_node = Some(shape.node_gpus);
+        par.nodes = Some(shape.nodes);
+        par.dp = Some(shape.dp);
+        par.tp = shape.tp;
+        par.pp = shape.pp;
+        par.ep = shape.ep;
+        par.zero = Some(zero);
+        par.fsdp = false;
+        par.micro_batches = Some(m as u32);
+        par.interleave = 1;
+        par.sequence_parallel = par.sequence_parallel && shape.tp > 1;
+        p.parallel = Some(par);
+        p.offload = (off_opt || off_params).then(|| Offload {
+            optimizer: off_opt,
+            params: off_params,
+            ..plan.offload.clone().unwrap_or_default()
+        });
+        let links = resolve::layout_links(&p, Some(self.gpu)).ok()?;
+        let setup = p.setup();
+        let layout = Layout::resolve(&setup, links).ok()?;
+        let prep = self
+            .cache
+            .entry((shape.tp, shape.pp, shape.ep, b, m > 1))
+            .or_insert_with(|| prepare(&p, &layout).ok());
+        let e = evaluate(&setup, &layout, prep.as_ref()?, Some(self.gpu), None);
+        Some((e, p))
+    }
+
+    /// [`Layouts::at`] when the layout fits the GPU.
+    fn fits(&mut self, shape: &Shape, m: u64, stage: Stage) -> Option<(ParallelEstimate, Plan)> {
+        self.at(shape, m, stage)
+            .filter(|(e, _)| e.fits == Some(true))
+    }
+
+    /// Each stage's layout at the fewest micro-batches that fit, listed by micro-batch count,
+    /// then stage, as a scan would list them.
+    ///
+    /// Past one micro-batch (where gradients start to persist between micro-batches) a layout
+    /// needs no more memory as the micro-batch shrinks: the activations and the tensor-parallel
+    /// buffers scale with it, the pipeline keeps `pp - stage` micro-batches in flight whatever
+    /// their number (m >= pp), everything else is fixed. So a stage that does not fit at the
+    /// most micro-batches fits at no count above one (without that, a 70B search tried every
+    /// micro-batch count of every layout too small to hold it), and the fewest that fit are
+    /// found by bisection between the fewest above one and the most.
+    fn fitting(&mut self, shape: &Shape) -> Vec<Candidate> {
+        let per_replica = self.global / shape.dp;
+        let stages = self.stages(shape.dp);
+        let ms: Vec<u64> = divisors(per_replica)
+            .into_iter()
+            .filter(|&m| m >= shape.pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
+            .collect();
+        let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
+        let one = ms.first() == Some(&1);
+        if one {
+            // One micro-batch is tried whatever: its gradients do not persist.
+            for (k, &stage) in stages.iter().enumerate() {
+                if let Some((e, p)) = self.fits(shape, 1, stage) {
+                    fitting.push((1, k, e, p));
+                }
+            }
+        }
+        let rest = &ms[usize::from(one)..];
+        if let Some(&last) = rest.last() {
+            for (k, &stage) in stages.iter().enumerate() {
+                if fitting.iter().any(|f| f.1 == k) {
+                    continue;
+                }
+                let Some(top) = self.fits(shape, last, stage) else {
+                    continue;
+                };
+                let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    match self.fits(shape, rest[mid], stage) {
+                        Some(f) => {
+                            hi = mid;
+                            best = f;
+                        }
+                        None => lo = mid + 1,
+                    }
+                }
+                fitting.push((rest[hi], k, best.0, best.1));
+            }
+        }
+        fitting.sort_by_key(|f| (f.0, f.1));
+        fitting
+            .into_iter()
+            .map(|(m, k, e, p)| candidate(shape, stages[k], m, &e, p))
+            .collect()
+    }
 }
 
 /// Whether the plan's model has routed experts to split over GPUs (built once, at batch 1 and

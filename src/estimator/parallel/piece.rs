@@ -170,12 +170,8 @@ pub fn prepare_graph(
         )));
     }
     let opts = StepOptions {
-        optimizer: plan.opt,
-        optimizer_impl: plan.optimizer_impl(),
         accumulation: layout.micro_batches,
-        device: plan.device,
-        gemm_workspace: 0,
-        dispatch_mode: plan.dispatch_mode,
+        ..StepOptions::of(plan)
     };
     let chunks = layout.pp * layout.interleave;
     let bl = pipeline::blocks(&g);
