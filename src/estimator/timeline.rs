@@ -3,6 +3,7 @@
 //! `torch/distributed/_tools/mem_tracker.py` does with `_MemRefType` × `_ModState`.
 
 use serde::Serialize;
+use std::ops::Range;
 
 use super::units::Bytes;
 
@@ -121,6 +122,27 @@ pub struct Event {
     /// Index into the forward tape, or `None` for optimizer and bookkeeping events.
     pub op: Option<usize>,
     pub live: Live,
+}
+
+/// How a chart `max_cols` columns wide groups a timeline's events, given their phases in order:
+/// `n / max_cols` (rounded up) consecutive events to a column, and a new column at each change of
+/// phase, so no column straddles two phases.
+pub fn column_ranges(
+    phases: impl IntoIterator<Item = Phase>,
+    n: usize,
+    max_cols: usize,
+) -> Vec<Range<usize>> {
+    let per = n.div_ceil(max_cols.max(1)).max(1);
+    let mut out: Vec<Range<usize>> = Vec::new();
+    let mut last = None;
+    for (i, ph) in phases.into_iter().enumerate() {
+        match out.last_mut() {
+            Some(r) if last == Some(ph) && r.len() < per => r.end = i + 1,
+            _ => out.push(i..i + 1),
+        }
+        last = Some(ph);
+    }
+    out
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

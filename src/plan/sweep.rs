@@ -4,7 +4,7 @@
 use super::{estimate, Plan, PlanError};
 use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
-use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::timeline::{column_ranges, Category, Phase};
 use crate::estimator::units::{insert_sorted, Bytes};
 use crate::estimator::{Estimate, MAX_BATCH};
 
@@ -119,9 +119,8 @@ pub struct BatchLines {
     recompute_flops_per_sample: f64,
 }
 
-/// How many columns [`BatchLines`] keeps of a step's timeline: the timeline chart's width (about
-/// one column per two CSS pixels of a wide chart). The events are grouped as the chart groups them, `events / TIMELINE_COLUMNS`
-/// (rounded up) to a column and a new column at each change of phase.
+/// How many columns [`BatchLines`] keeps of a step's timeline ([`column_ranges`]): the timeline
+/// chart's width (about one column per two CSS pixels of a wide chart).
 pub const TIMELINE_COLUMNS: usize = 480;
 
 /// The lines' first sample: batch 1 can skip layout copies (the LSTM), so it may lie off the line.
@@ -159,40 +158,27 @@ impl BatchLines {
             )));
         }
         let d = (b2 - b1) as f64;
-        let line_of = |a: &crate::estimator::timeline::Event,
-                       b: &crate::estimator::timeline::Event| {
-            let mut l = [(0.0, 0.0); Category::COUNT];
-            for (c, line) in l.iter_mut().enumerate() {
-                let slope = (b.live.0[c] as f64 - a.live.0[c] as f64) / d;
-                *line = (a.live.0[c] as f64 - slope * b1 as f64, slope);
-            }
-            l
-        };
-        let total = |l: &[(f64, f64); Category::COUNT]| {
-            l.iter()
-                .fold((0.0, 0.0), |(p, a), (lp, la)| (p + lp, a + la))
+        // The line through `x` bytes at `b1` and `y` at `b2`.
+        let affine = |x: u64, y: u64| {
+            let slope = (y as f64 - x as f64) / d;
+            (x as f64 - slope * b1 as f64, slope)
         };
         let range = (1.0, MAX_BATCH as f64);
         let (ev1, ev2) = (&e1.timeline.events, &e2.timeline.events);
-        let per = ev1.len().div_ceil(TIMELINE_COLUMNS).max(1);
         let (mut lines, mut totals, mut phases, mut columns) =
             (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        let mut start = 0;
-        while start < ev1.len() {
-            let phase = ev1[start].phase;
-            let end = (start..ev1.len())
-                .take(per)
-                .find(|&i| ev1[i].phase != phase)
-                .unwrap_or((start + per).min(ev1.len()));
-            let col: Vec<_> = (start..end).map(|i| line_of(&ev1[i], &ev2[i])).collect();
-            let col_totals: Vec<(f64, f64)> = col.iter().map(total).collect();
+        for r in column_ranges(ev1.iter().map(|e| e.phase), ev1.len(), TIMELINE_COLUMNS) {
+            let col_totals: Vec<(f64, f64)> = r
+                .clone()
+                .map(|i| affine(ev1[i].live.total().0, ev2[i].live.total().0))
+                .collect();
             for k in envelope(&col_totals, range) {
-                lines.push(col[k as usize]);
+                let (a, b) = (&ev1[r.start + k as usize], &ev2[r.start + k as usize]);
+                lines.push(std::array::from_fn(|c| affine(a.live.0[c], b.live.0[c])));
                 totals.push(col_totals[k as usize]);
-                phases.push(phase);
+                phases.push(a.phase);
             }
             columns.push(lines.len() as u32);
-            start = end;
         }
         let excess_at = |b: u64, e: &Estimate| {
             let peak = e.peak_allocated.0 as f64;
@@ -244,20 +230,18 @@ impl BatchLines {
         b: u64,
     ) -> impl Iterator<Item = (Phase, [u64; Category::COUNT])> + '_ {
         let starts = std::iter::once(0).chain(self.columns.iter().copied());
-        starts
-            .zip(&self.columns)
-            .filter(|(s, e)| s < *e)
-            .map(move |(start, &end)| {
-                let (mut best, mut best_total) = ([0u64; Category::COUNT], None);
-                for i in start as usize..end as usize {
-                    let live = self.live_at(i, b);
-                    let t = live.iter().fold(0u64, |a, &v| a.saturating_add(v));
-                    if best_total.is_none_or(|bt| t > bt) {
-                        (best, best_total) = (live, Some(t));
-                    }
+        starts.zip(&self.columns).map(move |(start, &end)| {
+            let (mut best, mut best_total) = ([0u64; Category::COUNT], None);
+            for i in start as usize..end as usize {
+                let live = self.live_at(i, b);
+                let t = live.iter().fold(0u64, |a, &v| a.saturating_add(v));
+                if best_total.is_none_or(|bt| t > bt) {
+                    (best, best_total) = (live, Some(t));
                 }
-                (self.phases[start as usize], best)
-            })
+            }
+            // Every column keeps at least one line (an envelope is never empty).
+            (self.phases[start as usize], best)
+        })
     }
 
     /// Category `c`'s bytes after event `i` as `intercept + slope × batch`.
@@ -727,7 +711,7 @@ mod tests {
     /// The kept columns draw the same chart as every event of the step would.
     #[test]
     fn kept_columns_match_the_whole_timeline() {
-        use crate::plots::timeline::columns;
+        use crate::plots::timeline::{columns, Columns};
         for (id, seq) in [
             ("gpt2", Some(256)),
             ("resnet18", None),
@@ -764,7 +748,7 @@ mod tests {
                         (x.phase, live)
                     });
                 let want = columns(full, n, TIMELINE_COLUMNS);
-                let got = columns(lines.timeline_at(b), lines.columns(), lines.columns());
+                let got = Columns::of(lines.timeline_at(b));
                 assert_eq!(got, want, "{id} at batch {b}");
             }
         }

@@ -162,16 +162,14 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(
 
     if let Some(b) = data.block {
         let (x, y) = (b.k as f64, unit.of(b.peak));
-        chart.draw_series(std::iter::once(TriangleMarker::new(
-            (x, y),
-            theme.px(6.0),
-            INK.filled(),
-        )))?;
-        chart.draw_secondary_series(std::iter::once(TriangleMarker::new(
-            (x, b.extra_compute * 100.0),
-            theme.px(6.0),
-            COMPUTE.filled(),
-        )))?;
+        let corners = triangle(theme.px(6.0));
+        chart.draw_series(std::iter::once(
+            EmptyElement::at((x, y)) + Polygon::new(corners.clone(), INK.filled()),
+        ))?;
+        chart.draw_secondary_series(std::iter::once(
+            EmptyElement::at((x, b.extra_compute * 100.0))
+                + Polygon::new(corners, COMPUTE.filled()),
+        ))?;
         let style = font(12.0).color(&INK).pos(Pos::new(HPos::Right, VPos::Top));
         chart.draw_series(std::iter::once(
             EmptyElement::at((x, y))
@@ -225,4 +223,14 @@ pub fn draw_checkpoint_chart<DB: DrawingBackend>(
         ))?;
     }
     Ok(())
+}
+
+/// The corners of an upward triangle `r` pixels from its centre to each corner, as offsets.
+/// plotters' `TriangleMarker` finds the same three points with `sin` and `cos`, which would bring
+/// libm's trigonometry (some kilobytes) into the page for three constants.
+fn triangle(r: u32) -> Vec<(i32, i32)> {
+    let r = f64::from(r);
+    let half_side = (r * 3f64.sqrt() / 2.0).round() as i32;
+    let below = (r / 2.0).round() as i32;
+    vec![(0, -(r as i32)), (-half_side, below), (half_side, below)]
 }

@@ -12,7 +12,7 @@ use super::{
     draw_legend, draw_message, english_categories, frame, style_mesh, tick, MemUnit, PlotError,
     Swatch,
 };
-use crate::estimator::timeline::{Category, Phase};
+use crate::estimator::timeline::{column_ranges, Category, Phase};
 use crate::estimator::units::Bytes;
 
 /// A step's events reduced to at most a chart's width of columns.
@@ -27,59 +27,52 @@ pub struct Columns {
     pub peak: usize,
 }
 
-/// Groups `n` events into at most `max_cols` columns that never straddle two phases.
+impl Columns {
+    /// Columns already grouped: per column, its phase and the live bytes it shows.
+    pub fn of(cols: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>) -> Columns {
+        let mut out = Columns::default();
+        let mut peak_total = 0;
+        for (ph, live) in cols {
+            let total = live.iter().fold(0u64, |a, &b| a.saturating_add(b));
+            if total > peak_total || out.live.is_empty() {
+                peak_total = total;
+                out.peak = out.live.len();
+            }
+            out.live.push(live);
+            match out.spans.last_mut() {
+                Some(s) if s.0 == ph => s.2 = out.live.len(),
+                _ => out.spans.push((ph, out.live.len() - 1, out.live.len())),
+            }
+        }
+        out
+    }
+}
+
+/// Groups `n` events into at most `max_cols` columns that never straddle two phases
+/// ([`column_ranges`]); each column shows its highest event (the first on ties), so no peak is
+/// lost.
 pub fn columns(
     events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>,
     n: usize,
     max_cols: usize,
 ) -> Columns {
-    let per = n.div_ceil(max_cols.max(1)).max(1);
-    let mut out = Columns::default();
-    let (mut best, mut best_total, mut count) = ([0u64; Category::COUNT], 0u64, 0usize);
-    let mut phase: Option<Phase> = None;
-    let mut peak_total = 0u64;
-    let mut flush = |out: &mut Columns,
-                     best: &mut [u64; Category::COUNT],
-                     best_total: &mut u64,
-                     count: &mut usize,
-                     ph: Phase| {
-        if *count == 0 {
-            return;
-        }
-        if *best_total > peak_total || out.live.is_empty() {
-            peak_total = *best_total;
-            out.peak = out.live.len();
-        }
-        out.live.push(*best);
-        match out.spans.last_mut() {
-            Some(s) if s.0 == ph => s.2 = out.live.len(),
-            _ => out.spans.push((ph, out.live.len() - 1, out.live.len())),
-        }
-        *best_total = 0;
-        *count = 0;
-    };
-    for (ph, live) in events {
-        if phase.is_some_and(|p| p != ph) || count == per {
-            flush(
-                &mut out,
-                &mut best,
-                &mut best_total,
-                &mut count,
-                phase.unwrap_or(ph),
-            );
-        }
-        phase = Some(ph);
-        let total: u64 = live.iter().fold(0u64, |a, &b| a.saturating_add(b));
-        if count == 0 || total > best_total {
-            best = live;
-            best_total = total;
-        }
-        count += 1;
-    }
-    if let Some(ph) = phase {
-        flush(&mut out, &mut best, &mut best_total, &mut count, ph);
-    }
-    out
+    let events: Vec<_> = events.into_iter().collect();
+    let total = |live: &[u64; Category::COUNT]| live.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    Columns::of(
+        column_ranges(events.iter().map(|e| e.0), n, max_cols)
+            .into_iter()
+            .map(|r| {
+                let group = &events[r];
+                let best = group.iter().fold(&group[0], |best, e| {
+                    if total(&e.1) > total(&best.1) {
+                        e
+                    } else {
+                        best
+                    }
+                });
+                *best
+            }),
+    )
 }
 
 /// What the timeline chart shows.

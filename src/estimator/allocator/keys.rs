@@ -20,18 +20,43 @@ pub struct SortedSet {
     last: Vec<Key>,
 }
 
+/// `a < b` in the tuple's order. Written out because the size-optimised builds (the page's and
+/// the CLI's) call the standard library's tuple comparison out of line, once per probe of every
+/// search: a third of a large model's replay.
+#[inline(always)]
+fn below(a: &Key, b: &Key) -> bool {
+    if a.0 != b.0 {
+        return a.0 < b.0;
+    }
+    if a.1 != b.1 {
+        return a.1 < b.1;
+    }
+    if a.2 != b.2 {
+        return a.2 < b.2;
+    }
+    a.3 < b.3
+}
+
+/// The number of leading keys of sorted `keys` below `k` (`partition_point`).
+fn lower_bound(keys: &[Key], k: &Key) -> usize {
+    let (mut lo, mut hi) = (0, keys.len());
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if below(&keys[mid], k) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 impl SortedSet {
     /// The run that holds `k` or would (the first whose last key is not below `k`; the last run
     /// when `k` is above them all), and `k`'s lower bound in it.
     fn locate(&self, k: &Key) -> (usize, usize) {
-        let r = self
-            .last
-            .partition_point(|x| x < k)
-            .min(self.runs.len().saturating_sub(1));
-        let i = self
-            .runs
-            .get(r)
-            .map_or(0, |run| run.partition_point(|x| x < k));
+        let r = lower_bound(&self.last, k).min(self.runs.len().saturating_sub(1));
+        let i = self.runs.get(r).map_or(0, |run| lower_bound(run, k));
         (r, i)
     }
     pub fn insert(&mut self, k: Key) {

@@ -10,7 +10,7 @@ use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::plan::sweep::{log_points, Point};
 use crate::plan::Plan;
-use crate::plots::timeline::{columns, Columns};
+use crate::plots::timeline::Columns;
 use crate::plots::{
     draw_checkpoint_chart, draw_layers_chart, draw_stacked_chart, draw_timeline_chart,
     CheckpointChart, CkptPoint, LayersChart, Marker, MemUnit, PlotError, StackedChart, Theme,
@@ -285,10 +285,8 @@ pub fn ckpt_data(
 }
 
 pub fn timeline_data(model: &BatchModel, batch: u64, gpu: Option<&Gpu>) -> TimelineData {
-    // The lines keep the timeline already grouped in the chart's columns: one column each.
-    let n = model.lines.columns();
     TimelineData {
-        columns: columns(model.timeline_at(batch), n, n),
+        columns: Columns::of(model.timeline_at(batch)),
         capacity: gpu.map(|g| (g.memory, g.name)),
     }
 }
