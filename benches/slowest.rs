@@ -90,7 +90,8 @@ fn main() {
     };
     let cases: Vec<(&str, String, Ask)> = vec![
         ("search, CLI defaults + offload, llama-3-70b b4096", r#"{"model":"llama-3-70b","seq":4096,"batch":4096,"dtype":"bf16","gpu":"h100-80"}"#.into(), Ask::Search(cli_search.clone())),
-        ("search, CLI defaults + offload, gpt2 batch 2^28", r#"{"model":"gpt2","batch":268435456,"gpu":"a100-40"}"#.into(), Ask::Search(cli_search)),
+        ("search, CLI defaults + offload, gpt2 batch 2^28", r#"{"model":"gpt2","batch":268435456,"gpu":"a100-40"}"#.into(), Ask::Search(cli_search.clone())),
+        ("search, CLI defaults + offload, qwen3-30b-a3b b64 (experts)", r#"{"model":"qwen3-30b-a3b","seq":4096,"batch":64,"dtype":"amp_bf16","gpu":"h100-80"}"#.into(), Ask::Search(cli_search)),
         ("largest preset (llama-3-70b), seq 8192", r#"{"model":"llama-3-70b","seq":8192,"dtype":"bf16","gpu":"h100-80"}"#.into(), Ask::Estimate),
         ("batch 4096, llama-3-70b seq 8192", r#"{"model":"llama-3-70b","seq":8192,"batch":4096,"dtype":"bf16"}"#.into(), Ask::Estimate),
         ("batch 4096, resnet152 res 1024", r#"{"model":"resnet152","res":1024,"batch":4096}"#.into(), Ask::Estimate),

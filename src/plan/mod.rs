@@ -81,9 +81,23 @@ pub fn layout(plan: &Plan) -> Result<Layout, PlanError> {
 /// Builds, cuts and simulates `plan`'s model for `layout` (shared by layouts that differ only
 /// in dp, ZeRO stage or links).
 pub fn prepare(plan: &Plan, layout: &Layout) -> Result<Prepared, PlanError> {
+    prepare_reusing(plan, layout, None)
+}
+
+/// [`prepare`] with the step's allocator overhead already known ([`parallel::prepare_reusing`]).
+pub fn prepare_reusing(
+    plan: &Plan,
+    layout: &Layout,
+    overhead: Option<u64>,
+) -> Result<Prepared, PlanError> {
     let model = resolve::model(plan)?;
     ensure_loaded(plan)?;
-    Ok(parallel::prepare(&model, &plan.setup(), layout)?)
+    Ok(parallel::prepare_reusing(
+        &model,
+        &plan.setup(),
+        layout,
+        overhead,
+    )?)
 }
 
 /// Estimates `plan` on its multi-GPU layout (its `parallel` and `offload` keys).

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{prepare, resolve, Plan, PlanError};
+use super::{prepare_reusing, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
 use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
 use crate::presets::gpus::Gpu;
@@ -158,6 +158,7 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
         opts,
         global: plan.batch.saturating_mul(base_m),
         cache: HashMap::new(),
+        overheads: HashMap::new(),
     };
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
@@ -214,6 +215,9 @@ struct Layouts<'a> {
     /// micro-batch count, a 70B search re-simulated the same stages for each world and took half
     /// a minute.
     cache: HashMap<(u64, u64, u64, u64, bool), Option<Prepared>>,
+    /// The allocator overhead of each unsharded step, which the pipeline's depth does not
+    /// change: keyed as the cache without `pp`.
+    overheads: HashMap<(u64, u64, u64, bool), u64>,
 }
 
 impl Layouts<'_> {
@@ -272,10 +276,15 @@ impl Layouts<'_> {
         let links = resolve::layout_links(&p, Some(self.gpu)).ok()?;
         let setup = p.setup();
         let layout = Layout::resolve(&setup, links).ok()?;
+        let step = (shape.tp, shape.ep, b, m > 1);
+        let known = self.overheads.get(&step).copied();
         let prep = self
             .cache
             .entry((shape.tp, shape.pp, shape.ep, b, m > 1))
-            .or_insert_with(|| prepare(&p, &layout).ok());
+            .or_insert_with(|| prepare_reusing(&p, &layout, known).ok());
+        if let Some(prep) = prep.as_ref() {
+            self.overheads.entry(step).or_insert(prep.overhead);
+        }
         let e = evaluate(&setup, &layout, prep.as_ref()?, Some(self.gpu), None);
         Some((e, p))
     }

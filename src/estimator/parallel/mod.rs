@@ -43,6 +43,6 @@ pub mod zero;
 pub use comm::{CommItem, Traffic};
 pub use evaluate::{estimate_parallel_with, evaluate, single_gpu_step_seconds};
 pub use layout::{Layout, Links, Scheme};
-pub use piece::{prepare, prepare_graph, Piece, Prepared};
+pub use piece::{prepare, prepare_graph, prepare_reusing, Piece, Prepared};
 pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport};
 pub use settings::{MixedPrecision, MpDtype, Offload, Parallel};

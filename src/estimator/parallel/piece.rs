@@ -142,6 +142,18 @@ pub fn prepare(
     plan: &Setup,
     layout: &Layout,
 ) -> Result<Prepared, EstimateError> {
+    prepare_reusing(model, plan, layout, None)
+}
+
+/// [`prepare`] with [`Prepared::overhead`] already known from a layout that differs only in its
+/// pipeline (depth, interleaving) or offload: the overhead is the unsharded step's, which the
+/// pipeline does not change, so a search saves a whole-model simulation per deeper pipeline.
+pub fn prepare_reusing(
+    model: &ModelSpec,
+    plan: &Setup,
+    layout: &Layout,
+    overhead: Option<u64>,
+) -> Result<Prepared, EstimateError> {
     let mut bp = plan.clone();
     let mut par = bp.parallel.clone().unwrap_or_default();
     par.tp = layout.tp;
@@ -153,7 +165,7 @@ pub fn prepare(
     bp.dtype = layout.compute_precision(plan);
     let g = crate::estimator::estimate::build_graph(model, &bp)?;
     tp_check(model, &g, layout.tp)?;
-    prepare_graph(&model.label, plan, layout, g)
+    prepare_with(&model.label, plan, layout, g, overhead)
 }
 
 /// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
@@ -162,6 +174,16 @@ pub fn prepare_graph(
     plan: &Setup,
     layout: &Layout,
     g: Graph,
+) -> Result<Prepared, EstimateError> {
+    prepare_with(label, plan, layout, g, None)
+}
+
+fn prepare_with(
+    label: &str,
+    plan: &Setup,
+    layout: &Layout,
+    g: Graph,
+    known_overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
         return Err(bad(format!(
@@ -187,32 +209,47 @@ pub fn prepare_graph(
         )));
     }
     let forward_flops_full: f64 = g.ops.iter().map(|o| o.flops).sum();
-    let whole = simulate(&g, &opts);
     // What the allocator's segments hold beyond the whole model's allocated peak, packed
     // perfectly: a rank's own stream (its all-gathers, reduce-scatters and copies on their own
     // streams) is not recorded, so the unsharded step's fragmentation would not be its own.
-    let overhead = packed_peak(&whole.alloc_trace)
-        .0
-        .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0));
-    let pieces = if chunks == 1 {
-        vec![Piece::new(g, &opts, layout.offload.activations, true)]
-    } else {
-        let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
-        let n = ranges.len();
-        let life = pipeline::Lifetimes::of(&g);
-        ranges
-            .into_iter()
-            .enumerate()
-            .map(|(i, r)| {
-                Piece::new(
-                    pipeline::slice_with(&g, &life, r),
-                    &opts,
-                    layout.offload.activations,
-                    i + 1 == n,
-                )
-            })
-            .collect()
+    let overhead_of = |whole: &StepResult| {
+        packed_peak(&whole.alloc_trace)
+            .0
+            .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0))
     };
+    let (mut pieces, overhead) = if chunks == 1 && !layout.offload.activations {
+        // The one piece is the whole model, simulated alike: once is enough.
+        let piece = Piece::new(g, &opts, false, true);
+        let overhead = overhead_of(&piece.r);
+        (vec![piece], overhead)
+    } else {
+        let overhead = known_overhead.unwrap_or_else(|| overhead_of(&simulate(&g, &opts)));
+        let pieces = if chunks == 1 {
+            vec![Piece::new(g, &opts, layout.offload.activations, true)]
+        } else {
+            let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
+            let n = ranges.len();
+            let life = pipeline::Lifetimes::of(&g);
+            ranges
+                .into_iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    Piece::new(
+                        pipeline::slice_with(&g, &life, r),
+                        &opts,
+                        layout.offload.activations,
+                        i + 1 == n,
+                    )
+                })
+                .collect()
+        };
+        (pieces, overhead)
+    };
+    // The allocator's stream is only read for the overhead above; a search keeps many
+    // prepared layouts, and each stream is as long as the step.
+    for p in &mut pieces {
+        p.r.alloc_trace = Default::default();
+    }
     Ok(Prepared {
         pieces,
         chunks,
