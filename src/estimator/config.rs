@@ -159,6 +159,25 @@ pub struct Setup {
     pub images: Option<u64>,
     /// Whether the step runs under a `TorchDispatchMode` ([`super::simulate::StepOptions`]).
     pub dispatch_mode: bool,
+    /// What the loop's `zero_grad` does to `.grad` between steps.
+    pub zero_grad: ZeroGrad,
+}
+
+/// What the training loop's `zero_grad()` does to the parameters' gradients before the next
+/// backward (`torch/optim/optimizer.py` `Optimizer.zero_grad`, `torch/nn/modules/module.py`
+/// `Module.zero_grad`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZeroGrad {
+    /// `set_to_none=True`, the default since PyTorch 2.0: `.grad` is dropped, and the next
+    /// backward allocates it again, so gradients live from the backward to the next step only.
+    #[default]
+    SetToNone,
+    /// `set_to_none=False`, the default before PyTorch 2.0 (and what the HF Trainer's
+    /// `model.zero_grad()` did with it): `.grad` is zeroed in place and kept, so the gradients
+    /// are resident through the whole next step, forward included, and the backward adds into
+    /// them in place, as in a later micro-batch of gradient accumulation.
+    Zero,
 }
 
 /// transformers' `experts_implementation` for the routed experts of a mixture of experts

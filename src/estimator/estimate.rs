@@ -183,6 +183,11 @@ fn build_graph_step(
                 "gradient accumulation applies to training".into(),
             ));
         }
+        if setup.zero_grad != config::ZeroGrad::SetToNone {
+            return Err(EstimateError::Unsupported(
+                "\"zero_grad\" applies to training".into(),
+            ));
+        }
     }
     let mut ctx = BuildCtx {
         batch: setup.batch,

@@ -11,7 +11,7 @@
 //! allocator's 512-byte blocks.
 
 use super::allocator::AllocTrace;
-use super::config::Setup;
+use super::config::{Setup, ZeroGrad};
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
@@ -38,9 +38,17 @@ pub struct StepOptions {
     /// sum is `old + new`, a third tensor beside both addends. A plain training loop sums in
     /// place (torch 2.15 on the CPU: `aten::add_` without a mode, `aten::add` under one).
     pub dispatch_mode: bool,
+    /// What `zero_grad` does between steps; [`ZeroGrad::Zero`] keeps `.grad` resident.
+    pub zero_grad: ZeroGrad,
 }
 
 impl StepOptions {
+    /// Whether `.grad` is resident through the replayed step: a later micro-batch of gradient
+    /// accumulation, or a loop whose `zero_grad` zeroes gradients in place.
+    pub fn grads_persist(&self) -> bool {
+        self.accumulation > 1 || self.zero_grad == ZeroGrad::Zero
+    }
+
     /// How a training loop runs `setup`'s step, without kernels' scratch in the stream (the
     /// estimate adds the cuBLAS workspace where the allocator replays it).
     pub fn of(setup: &Setup) -> StepOptions {
@@ -51,6 +59,7 @@ impl StepOptions {
             device: setup.device,
             gemm_workspace: 0,
             dispatch_mode: setup.dispatch_mode,
+            zero_grad: setup.zero_grad,
         }
     }
 
@@ -63,6 +72,7 @@ impl StepOptions {
             device: Device::Cuda,
             gemm_workspace: 0,
             dispatch_mode: false,
+            zero_grad: ZeroGrad::SetToNone,
         }
     }
 }
@@ -110,27 +120,22 @@ struct GradObj {
 /// Replays `g` for one steady-state step (the second of a loop: optimizer state exists).
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
+    // A loop that zeroes `.grad` in place: its first step has no `.grad` yet, so its backward
+    // steals the gradients into `.grad` where they were computed, among the activations' blocks,
+    // and they stay; only later steps find them resident, as the replayed one does.
+    let first =
+        (opt.zero_grad == ZeroGrad::Zero && opt.accumulation == 1 && !g.inference).then(|| {
+            let mut first = Replay::new(&tape);
+            first.run(&StepOptions {
+                zero_grad: ZeroGrad::SetToNone,
+                ..*opt
+            });
+            first.close_step();
+            first.stream
+        });
     let mut step = Replay::new(&tape);
-    step.gemm_workspace = opt.gemm_workspace;
-    step.dispatch_mode = opt.dispatch_mode;
-    step.zero_grad(opt);
-    let forward_flops = step.forward();
-    step.end_autocast();
-    // Inference (`torch.no_grad()`): the step is the forward alone.
-    if g.inference {
-        let alloc_trace = step.loop_trace();
-        return StepResult {
-            timeline: step.tl,
-            forward_flops,
-            recompute_flops: 0.0,
-            saved_after_forward: vec![0; g.ops.len()],
-            alloc_trace,
-        };
-    }
-    let saved_after_forward = step.saved_after_forward();
-    let recompute_flops = step.backward();
-    step.optimizer_step(opt);
-    let alloc_trace = step.loop_trace();
+    let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt);
+    let alloc_trace = step.loop_trace(first.as_ref());
     StepResult {
         timeline: step.tl,
         forward_flops,
@@ -354,15 +359,39 @@ impl<'t, 'g> Replay<'t, 'g> {
 
     /// The loop's whole stream for the caching allocator: the blocks the loop still holds after
     /// the step (the loss) are dropped by `del loss` before the next one.
-    fn loop_trace(&mut self) -> AllocTrace {
+    fn loop_trace(&mut self, first: Option<&StepStream>) -> AllocTrace {
+        self.close_step();
+        let grads = (self.grads_persist && first.is_none()).then(|| self.trainable());
+        self.stream
+            .two_steps(first, &self.resident, &self.state, grads.as_deref())
+    }
+
+    /// One step: `zero_grad`, the forward, then (training) the backward and the optimizer step.
+    /// Returns the forward FLOPs, the bytes each op leaves saved and the recomputation FLOPs;
+    /// inference (`torch.no_grad()`) is the forward alone and saves nothing.
+    fn run(&mut self, opt: &StepOptions) -> (f64, Vec<u64>, f64) {
+        self.gemm_workspace = opt.gemm_workspace;
+        self.dispatch_mode = opt.dispatch_mode;
+        self.zero_grad(opt);
+        let forward_flops = self.forward();
+        self.end_autocast();
+        if self.tape.g.inference {
+            return (forward_flops, vec![0; self.tape.g.ops.len()], 0.0);
+        }
+        let saved_after_forward = self.saved_after_forward();
+        let recompute_flops = self.backward();
+        self.optimizer_step(opt);
+        (forward_flops, saved_after_forward, recompute_flops)
+    }
+
+    /// Marks the blocks the loop still holds after the step (the loss), which its `del loss`
+    /// drops before the next one.
+    fn close_step(&mut self) {
         for s in 0..self.alive.len() {
             if self.alive[s] && !self.tape.persistent(s) {
                 self.stream.keep_past_step(self.block[s]);
             }
         }
-        let grads = self.grads_persist.then(|| self.trainable());
-        self.stream
-            .two_steps(&self.resident, &self.state, grads.as_deref())
     }
 
     /// Bytes of each trainable parameter's storage, in tensor order.
@@ -425,7 +454,7 @@ impl<'t, 'g> Replay<'t, 'g> {
             self.live.add(Category::Gradients, Bytes(b));
         }
         self.tl.push(Phase::ZeroGrad, None, self.live);
-        self.grads_persist = opt.accumulation > 1;
+        self.grads_persist = opt.grads_persist();
         if !self.grads_persist {
             for &b in &trainable {
                 self.live.sub(Category::Gradients, Bytes(b));

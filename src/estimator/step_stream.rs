@@ -63,21 +63,25 @@ impl StepStream {
     /// before it, then two steps. `state` is the optimizer state the first step creates, in
     /// the order `_init_group` creates it; `grads` the parameters' `.grad` blocks when they
     /// persist across micro-batches (gradient accumulation: present from the first backward on,
-    /// so allocated ahead of it here).
-    pub fn two_steps(&self, resident: &[u64], state: &[u64], grads: Option<&[u64]>) -> AllocTrace {
+    /// so allocated ahead of it here). `first`, when the loop's first step differs from this
+    /// one: a loop that zeroes `.grad` in place, whose first backward steals the gradients into
+    /// `.grad` and keeps them.
+    pub fn two_steps(
+        &self,
+        first: Option<&StepStream>,
+        resident: &[u64],
+        state: &[u64],
+        grads: Option<&[u64]>,
+    ) -> AllocTrace {
         let mut t = AllocTrace::default();
-        for &b in resident {
+        for &b in resident.iter().chain(grads.unwrap_or(&[])) {
             t.alloc(b);
         }
-        if let Some(g) = grads {
-            for &b in g {
-                t.alloc(b);
-            }
-        }
-        let first = self.replay_into(&mut t, Some(state));
-        if grads.is_none() {
+        let one = first.unwrap_or(self);
+        let h = one.replay_into(&mut t, Some(state));
+        if grads.is_none() && first.is_none() {
             for &id in &self.grads {
-                t.free(first[id as usize]);
+                t.free(h[id as usize]);
             }
         }
         self.replay_into(&mut t, None);
@@ -128,7 +132,7 @@ mod tests {
         s.optimizer_starts();
         let tmp = s.alloc(4 << 20);
         s.free(tmp);
-        let t = s.two_steps(&[4 << 20], &[4 << 20, 4 << 20], None);
+        let t = s.two_steps(None, &[4 << 20], &[4 << 20, 4 << 20], None);
         let r = replay(&t, &[], AllocatorSettings::default(), None);
         assert_eq!(r.max_reserved.0, (20 << 20) + (30 << 20));
         // The parameter; the first step with its two state blocks; `.grad` set to None; the
@@ -142,6 +146,6 @@ mod tests {
         assert_eq!(s.alloc(0), NO_BLOCK);
         s.free(NO_BLOCK);
         s.keep_as_grad(NO_BLOCK);
-        assert!(s.two_steps(&[], &[], None).is_empty());
+        assert!(s.two_steps(None, &[], &[], None).is_empty());
     }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, Device, ExpertsImpl, Frozen, KvDtype, LoraConfig, Mode,
-    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity,
+    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity, ZeroGrad,
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
@@ -135,6 +135,14 @@ pub struct Plan {
     /// [`crate::estimator::simulate::StepOptions::dispatch_mode`]). Off for a real training loop.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub dispatch_mode: bool,
+    /// What the loop's `zero_grad()` does: `"set_to_none"` (the default since PyTorch 2.0) or
+    /// `"zero"` (`set_to_none=False`: the gradients stay resident through the next forward).
+    #[serde(default, skip_serializing_if = "is_default_zero_grad")]
+    pub zero_grad: ZeroGrad,
+}
+
+fn is_default_zero_grad(z: &ZeroGrad) -> bool {
+    *z == ZeroGrad::SetToNone
 }
 
 impl Default for Plan {
@@ -171,6 +179,7 @@ impl Default for Plan {
             experts_impl: None,
             images: None,
             dispatch_mode: false,
+            zero_grad: ZeroGrad::SetToNone,
             parallel: None,
             offload: None,
         }
@@ -255,6 +264,7 @@ impl Plan {
             experts_impl: self.experts_impl,
             images: self.images,
             dispatch_mode: self.dispatch_mode,
+            zero_grad: self.zero_grad,
         }
     }
 }

@@ -22,7 +22,8 @@ pub struct Piece {
     /// The FSDP unit (numbered block) of each op; `None`: the root.
     pub unit_of_op: Vec<Option<usize>>,
     pub units: Vec<Range<usize>>,
-    pub accumulation: u32,
+    /// `.grad` stays between micro-batches or steps ([`StepOptions::grads_persist`]).
+    pub grads_persist: bool,
     /// Bytes one micro-batch leaves on the GPU after its forward (saved activations, the inputs it
     /// received, the output it sends): what each further micro-batch in flight adds.
     pub in_flight: u64,
@@ -90,7 +91,7 @@ impl Piece {
             op_params,
             unit_of_op,
             units,
-            accumulation: opts.accumulation,
+            grads_persist: opts.grads_persist(),
             in_flight,
             offloaded,
             send_next,

@@ -647,7 +647,7 @@ impl<'a> Sharded<'a> {
         // Gradients.
         if sh.zero >= 2 {
             let mut g = 0u64;
-            let persist = self.piece.accumulation > 1;
+            let persist = self.piece.grads_persist;
             let shards_on_gpu = !sh.offload_optimizer;
             match (phase, op) {
                 (Phase::Backward, Some(i)) => {

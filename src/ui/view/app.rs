@@ -26,7 +26,11 @@ pub fn App() -> impl IntoView {
     let query = browser::location_query();
     let parsed = url::parse_query(&query);
     let lang = browser::initial_lang(parsed.view.lang);
-    let units = browser::initial_units(parsed.view.units, query.contains("units="));
+    let linked_units = query
+        .trim_start_matches('?')
+        .split('&')
+        .any(|kv| kv.starts_with("units="));
+    let units = browser::initial_units(parsed.view.units, linked_units);
     let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units, pump::adopt());
     let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
