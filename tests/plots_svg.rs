@@ -254,8 +254,7 @@ fn timeline_chart_shades_the_phases_and_marks_the_peak() {
         .iter()
         .map(|ev| (ev.phase, ev.live.0))
         .collect();
-    let n = events.len();
-    let cols = columns(events, n, 300);
+    let cols = columns(events, 300);
     let peak: u64 = cols.live[cols.peak].iter().sum();
     assert!(
         peak.abs_diff(e.peak_allocated.0) == 0,

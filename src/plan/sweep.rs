@@ -4,7 +4,7 @@
 use super::{estimate, Plan, PlanError};
 use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
-use crate::estimator::timeline::{column_ranges, Category, Phase};
+use crate::estimator::timeline::{column_ranges, Category, Live, Phase};
 use crate::estimator::units::{insert_sorted, Bytes};
 use crate::estimator::{Estimate, MAX_BATCH};
 
@@ -234,7 +234,7 @@ impl BatchLines {
             let (mut best, mut best_total) = ([0u64; Category::COUNT], None);
             for i in start as usize..end as usize {
                 let live = self.live_at(i, b);
-                let t = live.iter().fold(0u64, |a, &v| a.saturating_add(v));
+                let t = Live(live).total();
                 if best_total.is_none_or(|bt| t > bt) {
                     (best, best_total) = (live, Some(t));
                 }
@@ -747,7 +747,7 @@ mod tests {
                         });
                         (x.phase, live)
                     });
-                let want = columns(full, n, TIMELINE_COLUMNS);
+                let want = columns(full, TIMELINE_COLUMNS);
                 let got = Columns::of(lines.timeline_at(b));
                 assert_eq!(got, want, "{id} at batch {b}");
             }

@@ -12,7 +12,7 @@ use super::{
     draw_legend, draw_message, english_categories, frame, style_mesh, tick, MemUnit, PlotError,
     Swatch,
 };
-use crate::estimator::timeline::{column_ranges, Category, Phase};
+use crate::estimator::timeline::{column_ranges, Category, Live, Phase};
 use crate::estimator::units::Bytes;
 
 /// A step's events reduced to at most a chart's width of columns.
@@ -33,7 +33,7 @@ impl Columns {
         let mut out = Columns::default();
         let mut peak_total = 0;
         for (ph, live) in cols {
-            let total = live.iter().fold(0u64, |a, &b| a.saturating_add(b));
+            let total = Live(live).total().0;
             if total > peak_total || out.live.is_empty() {
                 peak_total = total;
                 out.peak = out.live.len();
@@ -48,18 +48,17 @@ impl Columns {
     }
 }
 
-/// Groups `n` events into at most `max_cols` columns that never straddle two phases
+/// Groups a step's events into at most `max_cols` columns that never straddle two phases
 /// ([`column_ranges`]); each column shows its highest event (the first on ties), so no peak is
 /// lost.
 pub fn columns(
     events: impl IntoIterator<Item = (Phase, [u64; Category::COUNT])>,
-    n: usize,
     max_cols: usize,
 ) -> Columns {
     let events: Vec<_> = events.into_iter().collect();
-    let total = |live: &[u64; Category::COUNT]| live.iter().fold(0u64, |a, &b| a.saturating_add(b));
+    let total = |live: &[u64; Category::COUNT]| Live(*live).total();
     Columns::of(
-        column_ranges(events.iter().map(|e| e.0), n, max_cols)
+        column_ranges(events.iter().map(|e| e.0), events.len(), max_cols)
             .into_iter()
             .map(|r| {
                 let group = &events[r];
@@ -273,8 +272,7 @@ mod tests {
             ev.push((Phase::Backward, one(200 - i)));
         }
         ev.push((Phase::Optimizer, one(10)));
-        let n = ev.len();
-        let c = columns(ev, n, 20);
+        let c = columns(ev, 20);
         assert!(c.live.len() <= 22, "{} columns", c.live.len());
         assert_eq!(
             c.spans.iter().map(|s| s.0).collect::<Vec<_>>(),
@@ -285,6 +283,6 @@ mod tests {
         for w in c.spans.windows(2) {
             assert_eq!(w[0].2, w[1].1);
         }
-        assert_eq!(columns(Vec::new(), 0, 10), Columns::default());
+        assert_eq!(columns(Vec::new(), 10), Columns::default());
     }
 }

@@ -218,34 +218,31 @@ fn prepare_with(
             .0
             .saturating_sub(whole.timeline.peak().map(|e| e.live.total().0).unwrap_or(0))
     };
-    let (mut pieces, overhead) = if chunks == 1 && !layout.offload.activations {
-        // The one piece is the whole model, simulated alike: once is enough.
-        let piece = Piece::new(g, &opts, false, true);
-        let overhead = overhead_of(&piece.r);
-        (vec![piece], overhead)
+    // A one-chunk layout without activation offload simulates exactly the whole step: its
+    // piece gives the overhead, so the step is simulated once.
+    let piece_is_whole = chunks == 1 && !layout.offload.activations;
+    let known_overhead =
+        known_overhead.or_else(|| (!piece_is_whole).then(|| overhead_of(&simulate(&g, &opts))));
+    let mut pieces: Vec<Piece> = if chunks == 1 {
+        vec![Piece::new(g, &opts, layout.offload.activations, true)]
     } else {
-        let overhead = known_overhead.unwrap_or_else(|| overhead_of(&simulate(&g, &opts)));
-        let pieces = if chunks == 1 {
-            vec![Piece::new(g, &opts, layout.offload.activations, true)]
-        } else {
-            let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
-            let n = ranges.len();
-            let life = pipeline::Lifetimes::of(&g);
-            ranges
-                .into_iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    Piece::new(
-                        pipeline::slice_with(&g, &life, r),
-                        &opts,
-                        layout.offload.activations,
-                        i + 1 == n,
-                    )
-                })
-                .collect()
-        };
-        (pieces, overhead)
+        let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
+        let n = ranges.len();
+        let life = pipeline::Lifetimes::of(&g);
+        ranges
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                Piece::new(
+                    pipeline::slice_with(&g, &life, r),
+                    &opts,
+                    layout.offload.activations,
+                    i + 1 == n,
+                )
+            })
+            .collect()
     };
+    let overhead = known_overhead.unwrap_or_else(|| overhead_of(&pieces[0].r));
     // The allocator's stream is only read for the overhead above; a search keeps many
     // prepared layouts, and each stream is as long as the step.
     for p in &mut pieces {
