@@ -16,7 +16,7 @@ use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::EagerOpts;
+use crate::estimator::ops::{EagerOpts, QueryOrder};
 use crate::estimator::tune::{Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
@@ -1098,7 +1098,9 @@ impl LlamaLayer<'_> {
             // Phi-3's `apply_rotary_pos_emb` rotates `q[..., :rotary_dim]` and cats the rest
             // back on (`torch.cat([rotated, q_pass], dim=-1)`, `q_pass` empty at the full
             // rotary factor): a copy of the rotated queries and keys whose gradient passes back
-            // as views.
+            // as views. `cat` writes it contiguous in its `[B, H, S, D]` shape (heads-major),
+            // where LLaMA's `q * cos + rotate_half(q) * sin` keeps the projection's
+            // `[B, S, H, D]` strides.
             let (q, k) = if var.fused {
                 let (qs, ks) = (g.shape(q), g.shape(k));
                 (g.contiguous(q, qs)?, g.contiguous(k, ks)?)
@@ -1137,8 +1139,19 @@ impl LlamaLayer<'_> {
                     } else {
                         (k, v)
                     };
+                    // Phi-3's query is that `cat`'s heads-major output (`apply_rotary_pos_emb`
+                    // in `models/phi3/modeling_phi3.py`): cuDNN and flash lay their output out
+                    // in the query's order, so `sdpa_attention_forward`'s
+                    // `transpose(1, 2).contiguous()` copies it.
+                    let order = if var.fused {
+                        QueryOrder::HeadsMajor
+                    } else {
+                        QueryOrder::SeqMajor
+                    };
                     match attn {
-                        AttnImpl::Sdpa => g.sdpa(q, k, v, mask, cfg.attn_dropout, self.cpu)?,
+                        AttnImpl::Sdpa => {
+                            g.sdpa_ordered(q, k, v, mask, cfg.attn_dropout, self.cpu, order)?
+                        }
                         AttnImpl::Eager => g.eager_attention(
                             q,
                             k,

@@ -73,6 +73,36 @@ impl SdpaKernel {
             SdpaKernel::Math => "sdpa_math",
         }
     }
+
+    /// Whether the kernel's `[B, H, S, D]` output is laid out heads-major (`[B, H, S, D]`
+    /// contiguous), so that the models' `attn_output.transpose(1, 2).contiguous()`
+    /// (`sdpa_attention_forward`, transformers 5.24 `integrations/sdpa_attention.py`) copies it.
+    /// cuDNN and flash allocate their output in the query's dimension order
+    /// (`alloc_with_matching_layout` in `meta__scaled_dot_product_cudnn_attention` and
+    /// `meta__scaled_dot_product_flash_attention`, torch 2.15 `_meta_registrations.py`); the
+    /// efficient kernel allocates `[B, S, H, D]` and transposes it
+    /// (`meta__scaled_dot_product_efficient_attention`), as the CPU flash kernel does
+    /// (`_scaled_dot_product_flash_attention_cpu`); the math path's last `bmm` is heads-major.
+    pub fn output_heads_major(self, query: QueryOrder) -> bool {
+        match self {
+            SdpaKernel::Math => true,
+            SdpaKernel::Cudnn | SdpaKernel::Flash => query == QueryOrder::HeadsMajor,
+            SdpaKernel::Efficient | SdpaKernel::FlashCpu => false,
+        }
+    }
+}
+
+/// The memory order of the query that reaches `scaled_dot_product_attention` (its `[B, H, S, D]`
+/// shape is the same either way).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QueryOrder {
+    /// `[B, S, H, D]` in memory: a projection's output viewed into heads and transposed, and any
+    /// pointwise op or cast after it (TensorIterator and `_to_copy` keep their input's strides),
+    /// as LLaMA's rotary embedding.
+    SeqMajor,
+    /// `[B, H, S, D]`-contiguous: a `torch.cat` of the heads view (its output is contiguous), as
+    /// Phi-3's `apply_rotary_pos_emb` makes.
+    HeadsMajor,
 }
 
 /// Settings of [`Graph::eager_attention`].
@@ -118,8 +148,9 @@ impl Graph {
     /// kernels save (`derivatives.yaml`) q, k, v, the output, the softmax statistics (efficient:
     /// logsumexp `[B, H, ⌈S/32⌉·32]` fp32; flash and CPU flash: `[B, H, S]` fp32; cuDNN:
     /// `[B, H, S, 1]` fp32), the RNG seed/offset (int64 scalars; flash: a `[2]` state and a
-    /// scalar; CPU flash: none) and the mask (all but flash); their output is laid out
-    /// `[B, S, H, D]`, so the merge is a view. Backward allocates the three input gradients.
+    /// scalar; CPU flash: none) and the mask (all but flash). The query is laid out `[B, S, H, D]`
+    /// ([`QueryOrder::SeqMajor`]), so every fused kernel's output is too and the merge is a view.
+    /// Backward allocates the three input gradients.
     pub fn sdpa(
         &mut self,
         q: TensorId,
@@ -129,11 +160,27 @@ impl Graph {
         dropout: f64,
         cpu: bool,
     ) -> R {
+        self.sdpa_ordered(q, k, v, bool_mask, dropout, cpu, QueryOrder::SeqMajor)
+    }
+
+    /// [`Graph::sdpa`] for a query laid out `query` in memory. A heads-major output
+    /// ([`SdpaKernel::output_heads_major`]) makes the merge a copy of the output, the tensor
+    /// `o_proj` then saves, while SDPA keeps its own output saved too.
+    #[allow(clippy::too_many_arguments)]
+    pub fn sdpa_ordered(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        bool_mask: Option<TensorId>,
+        dropout: f64,
+        cpu: bool,
+        query: QueryOrder,
+    ) -> R {
         let (o, kernel) = self.sdpa_heads(q, k, v, bool_mask, dropout, cpu)?;
         let s = self.shape(o);
         let (b, h, sq, d) = (s[0], s[1], s[2], s[3]);
-        if kernel == SdpaKernel::Math {
-            // The math path's `[B, H, S, D]`-contiguous output: the merge copies.
+        if kernel.output_heads_major(query) {
             let ot = self.view(o, vec![b, sq, h, d])?;
             return self.contiguous(ot, vec![b, sq, h * d]);
         }
