@@ -7,9 +7,10 @@ use serde_json::json;
 use vram_planner::estimator::config::{ExpertsImpl, Precision};
 use vram_planner::estimator::graph::Graph;
 use vram_planner::estimator::optimizer::OptimizerKind;
+use vram_planner::estimator::parallel::Parallel;
 use vram_planner::estimator::timeline::Phase;
 use vram_planner::estimator::tune::{Mode, Quantization};
-use vram_planner::plan::{build_graph, estimate, Plan};
+use vram_planner::plan::{build_graph, estimate, estimate_parallel, Plan};
 
 mod common;
 
@@ -128,10 +129,18 @@ fn grouped_gemms_are_refused_where_they_are_not_modelled() {
     dense.hf_config = None;
     dense.model = "gpt2".into();
     assert!(err(dense).contains("has no experts"));
+    // gpt-oss's biased experts run grouped too, but not behind expert parallelism's dispatch.
     let mut oss = plan(Some(ExpertsImpl::GroupedMm), 1, 16);
     oss.hf_config = None;
     oss.model = "gpt-oss-20b".into();
-    assert!(err(oss).contains("gpt-oss"));
+    assert!(estimate(&oss).is_ok());
+    oss.parallel = Some(Parallel {
+        dp: Some(2),
+        ep: 2,
+        ..Default::default()
+    });
+    let ep = estimate_parallel(&oss).unwrap_err().to_string();
+    assert!(ep.contains("gpt-oss"), "{ep}");
 }
 
 #[test]

@@ -17,7 +17,8 @@
 //!
 //! The experts' implementation is a plan option (`experts_impl`): the eager loop by default, or
 //! `grouped_mm` (`grouped_mm_experts_forward` in transformers' `integrations/moe.py`: the pairs
-//! sorted by expert, two `torch._grouped_mm` calls over all of them), modelled with bf16 weights.
+//! sorted by expert, two `torch._grouped_mm` calls over all of them) on weights in the step's
+//! own dtype (not under autocast).
 //! Under expert parallelism each rank's experts sit behind an all-to-all token dispatch
 //! ([`dispatched_experts`]).
 //!
@@ -186,11 +187,10 @@ fn index_rows(
 
 /// Op kinds among the experts' that move or index tokens rather than compute on them: the
 /// token dispatch of [`crate::estimator::moe_parts`].
-const DISPATCH_KINDS: [&str; 21] = [
+const DISPATCH_KINDS: [&str; 19] = [
     "one_hot",
     "sum",
     "gt",
-    "ge",
     "nonzero",
     "index",
     "index_add",
@@ -203,7 +203,6 @@ const DISPATCH_KINDS: [&str; 21] = [
     "arange",
     "all_to_all",
     "sort_chunks",
-    "masked_fill_",
     "zeros",
     "python_ref",
     "routing_topk",
@@ -519,9 +518,7 @@ fn gpt_oss_expert_params(
 }
 
 /// One expert of `GptOssExperts.forward` on its tokens `cur` (`[n, H]`):
-/// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` (the strided gate and up halves, each clamped:
-/// `clamp` saves its input, so the `[n, 2I]` projection stays alive; `gate * α`, `sigmoid`
-/// saving its output, the product saving both, `up + 1`, the final product saving both), then
+/// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` ([`gpt_oss_gate`]), then
 /// `@ down_proj[e] + down_proj_bias[e]`. Each weight and bias is a `select` view of its
 /// parameter.
 fn gpt_oss_expert(
@@ -530,11 +527,23 @@ fn gpt_oss_expert(
     cur: TensorId,
     inter: u64,
 ) -> Result<TensorId, EstimateError> {
-    let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
+    let h = g.shape(cur)[1];
     let w1 = g.select(w[0], vec![h, 2 * inter])?;
     let gu = g.matmul(cur, w1)?;
     let b1 = g.select(w[1], vec![2 * inter])?;
     let gu = g.add(gu, b1, false)?;
+    let y = gpt_oss_gate(g, gu, inter)?;
+    let w2 = g.select(w[2], vec![inter, h])?;
+    let out = g.matmul(y, w2)?;
+    let b2 = g.select(w[3], vec![h])?;
+    g.add(out, b2, false)
+}
+
+/// `GptOssExperts._apply_gate` on an `[n, 2I]` projection: the strided gate and up halves, each
+/// clamped (`clamp` saves its input, so the projection stays alive), `gate * α`, `sigmoid`
+/// saving its output, the product saving both, `up + 1`, the final product saving both.
+fn gpt_oss_gate(g: &mut Graph, gu: TensorId, inter: u64) -> Result<TensorId, EstimateError> {
+    let n = g.shape(gu)[0];
     let dt = g.dtype(gu);
     let gate = g.slice_view(gu, vec![n, inter])?;
     let up = g.slice_view(gu, vec![n, inter])?;
@@ -575,11 +584,7 @@ fn gpt_oss_expert(
             ..Pw::default()
         },
     )?;
-    let y = g.mul_bc(up1, glu)?;
-    let w2 = g.select(w[2], vec![inter, h])?;
-    let out = g.matmul(y, w2)?;
-    let b2 = g.select(w[3], vec![h])?;
-    g.add(out, b2, false)
+    g.mul_bc(up1, glu)
 }
 
 /// A routed expert's weight: a parameter marked so that the layouts split it over the
@@ -793,24 +798,27 @@ fn experts(
     Ok(fin)
 }
 
-/// Refuses what the grouped GEMMs are not modelled for: `torch._grouped_mm` multiplies bf16
-/// (transformers casts the rows to the weights' dtype first, so the weights must be bf16 too);
-/// FP8 and MXFP4 experts have kernels of their own; gpt-oss's biased, interleaved experts are
-/// modelled with the loop only.
+/// Refuses what the grouped GEMMs are not modelled for. torch 2.15's `torch._grouped_mm` takes
+/// fp32, bf16 and fp16 operands (`_meta_grouped_mm_common` in `torch/_meta_registrations.py`;
+/// the CPU runs every one, CUDA its own kernel for bf16 and the per-group loop of
+/// `_grouped_mm_fallback` otherwise), but it is not on autocast's lists: transformers casts the
+/// rows to the weights' dtype (`_grouped_mm` in `integrations/moe.py`), so under autocast the
+/// experts would run on the fp32 weights, which is not modelled. FP8 and MXFP4 experts have
+/// kernels of their own; gpt-oss's biased experts are modelled without expert parallelism only.
 fn check_grouped(g: &Graph, moe: &Moe, quant: Quantization) -> Result<(), EstimateError> {
     if quant != Quantization::None {
         return Err(EstimateError::Unsupported(
             "experts_impl grouped_mm is modelled for bf16 weights, not quantized experts: leave experts_impl out".into(),
         ));
     }
-    if moe.kind == MoeKind::GptOss {
+    if moe.kind == MoeKind::GptOss && g.ep > 1 {
         return Err(EstimateError::Unsupported(
-            "experts_impl grouped_mm is not modelled for gpt-oss's biased, interleaved experts: use the eager loop or mxfp4 serving".into(),
+            "experts_impl grouped_mm under expert parallelism is not modelled for gpt-oss's biased experts: use ep = 1 or the eager loop".into(),
         ));
     }
-    if g.precision != crate::estimator::graph::Precision::Bf16 {
+    if g.precision.autocast().is_some() {
         return Err(EstimateError::Unsupported(format!(
-            "experts_impl grouped_mm runs torch._grouped_mm, which multiplies bf16, on the weights' dtype (transformers casts the rows to it): use \"dtype\": \"bf16\", not {}",
+            "experts_impl grouped_mm runs torch._grouped_mm outside autocast, on the weights' dtype (transformers casts the rows to it): use \"dtype\": \"bf16\" or \"fp32\", not {}",
             g.precision.name()
         )));
     }
@@ -818,49 +826,73 @@ fn check_grouped(g: &Graph, moe: &Moe, quant: Quantization) -> Result<(), Estima
 }
 
 /// The experts as two grouped GEMMs over rows already sorted by expert: the gate-up projection,
-/// the gated activation on its halves (`_apply_gate`), the down projection.
+/// the gated activation on its halves (`_apply_gate`), the down projection. `offsets` are the
+/// groups' ends when the GEMMs take them as a tensor (`torch._grouped_mm(..., offs=offsets)`),
+/// which autograd saves with both operands.
 fn grouped_experts(
     g: &mut Graph,
     moe: &Moe,
     weights: &[TensorId],
     x: TensorId,
+    offsets: Option<TensorId>,
     act: Activation,
     cpu: bool,
 ) -> Result<TensorId, EstimateError> {
     let (rows, i) = (g.shape(x)[0], moe.expert_intermediate);
-    let gu = g.grouped_mm(x, weights[0])?;
+    let gu = g.grouped_mm(x, weights[0], offsets, false)?;
     let parts = g.split(gu, vec![vec![rows, i], vec![rows, i]])?;
     let a = activation(g, parts[0], act, cpu)?;
     let y = g.mul_bc(a, parts[1])?;
-    g.grouped_mm(y, weights[1])
+    g.grouped_mm(y, weights[1], offsets, false)
 }
 
-/// `x.masked_fill_(mask, 0.0)` on an autograd tensor: in place; its backward masks the gradient
-/// into a new tensor (`derivatives.yaml` `masked_fill_.Scalar`) and saves the mask.
-fn masked_fill_(g: &mut Graph, x: TensorId, mask: TensorId) -> TensorId {
-    let rg = g.t(x).requires_grad;
-    let next = g.alias(x, g.shape(x), rg);
-    let mut op = g.op("masked_fill_", "");
-    op.flops = g.numel(x) as f64;
-    op.inputs = vec![x, mask];
-    op.outputs = vec![next];
-    op.saved = vec![mask];
-    if rg {
-        op.grads.push((x, GradFlow::Alloc));
-    }
-    g.record(op);
-    next
+/// The projections of `grouped_mm_experts_forward` for gpt-oss's experts
+/// (`use_experts_implementation(is_concatenated=False, is_transposed=True, has_bias=True)` in
+/// `models/gpt_oss/modeling_gpt_oss.py`): each bias gathered per row (`gate_up_proj_bias[expert_ids_g]`,
+/// an `[S, 2I]` copy saving the ids; its backward scatters into a zero `[E, 2I]`), the grouped
+/// GEMM on the `[E, H, 2I]` weight as stored, the bias added in place (`out.add_(bias)` in
+/// `_grouped_linear`: saves nothing, the gradient passes to both), `GptOssExperts._apply_gate`
+/// ([`gpt_oss_gate`]), then the same for the down projection. The gate-up bias rows live until
+/// the down projection's replace them in `selected_biases`; those stay until the function
+/// returns, and are returned to be held.
+fn gpt_oss_grouped(
+    g: &mut Graph,
+    moe: &Moe,
+    w: &[TensorId],
+    x: TensorId,
+    ids: TensorId,
+    offsets: TensorId,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let (s, h) = (g.shape(x)[0], g.shape(x)[1]);
+    let i = moe.expert_intermediate;
+    let b1 = index_rows(g, w[1], &[ids], vec![s, 2 * i])?;
+    let gu = g.grouped_mm(x, w[0], Some(offsets), true)?;
+    let gu = g.add(gu, b1, true)?;
+    let y = gpt_oss_gate(g, gu, i)?;
+    let b2 = index_rows(g, w[3], &[ids], vec![s, h])?;
+    g.hold(&[b1]);
+    let out = g.grouped_mm(y, w[2], Some(offsets), true)?;
+    let out = g.add(out, b2, true)?;
+    Ok((out, b2))
 }
 
-/// `grouped_mm_experts_forward` (transformers `integrations/moe.py`, `experts_implementation=
-/// "grouped_mm"`): the `S = T·k` token-expert pairs sorted by expert (`torch.sort`: the sorted
-/// ids and the permutation, int64), the rows gathered in that order (`hidden[perm // k]`) with
-/// their routing weights, the per-expert counts (`histc` of the ids as int32) and their int32
-/// `cumsum` as the offsets, the sentinel mask (`[S, 1]` bool) zeroing rows in place, the two
-/// grouped GEMMs, the weighting, the inverse permutation (`empty_like` filled from an `arange`)
-/// gathering the rows back, and `view(T, k, H).sum(1)` (its backward a broadcast view). Every
-/// row of every expert at once: the `[S, 2I]` projection and its activation are whole-batch
-/// tensors, where the loop holds one expert's.
+/// `grouped_mm_experts_forward` (transformers 5.24 `integrations/moe.py`,
+/// `experts_implementation="grouped_mm"`), without expert parallelism. The `S = T·k`
+/// token-expert pairs sorted by expert (`torch.sort`: the sorted ids and the permutation, int64),
+/// the rows gathered in that order (`hidden_states[perm // num_top_k]`) with their routing
+/// weights (`sample_weights[perm]`), the per-expert counts (`torch.histc`, whose input is
+/// `expert_ids_g.float()` on the CPU and `.int()` on CUDA, both 4 bytes an element; its output
+/// fp32) and their int32 `cumsum` as the offsets, the two grouped GEMMs (gpt-oss's with their
+/// per-row biases, [`gpt_oss_grouped`]), the weighting (its
+/// product promoted to the routing weights' dtype: fp32 for Mixtral's router), the inverse
+/// permutation (`empty_like` filled from an `arange` by `index_put_`) gathering the rows back,
+/// `view(T, k, H).sum(1)` (its backward a broadcast view) and `.to(hidden_states.dtype)`: a copy
+/// when the weighting promoted, a no-op otherwise. The sentinel mask and its `masked_fill` are
+/// built only when `_is_expert_parallel`, which is never the case here (expert parallelism runs
+/// [`dispatched_experts`]). The function's locals (the sorted ids, the histc input and counts,
+/// the gathered-back rows and the sum before its cast) are released when it returns, after the
+/// cast. Every row of every expert at once: the `[S, 2I]` projection and its activation are
+/// whole-batch tensors, where the loop holds one expert's.
 #[allow(clippy::too_many_arguments)]
 fn grouped_mm_experts(
     g: &mut Graph,
@@ -882,29 +914,36 @@ fn grouped_mm_experts(
     let tok = g.no_grad_op("floor_divide", &[perm], vec![s], DType::I64, z)?;
     let xg = index_rows(g, hv, &[tok], vec![s, h])?;
     let wg = index_rows(g, rw, &[perm], vec![s, 1])?;
-    let ids32 = g.no_grad_op("to_copy", &[ids], vec![s], DType::I32, z)?;
-    let counts = g.no_grad_op("histc", &[ids32], vec![e_n], DType::F32, z)?;
+    let hdt = if cpu { DType::F32 } else { DType::I32 };
+    let hin = g.no_grad_op("to_copy", &[ids], vec![s], hdt, z)?;
+    let counts = g.no_grad_op("histc", &[hin], vec![e_n], DType::F32, z)?;
     let offsets = g.no_grad_op("cumsum", &[counts], vec![e_n], DType::I32, z)?;
-    let mask = g.no_grad_op("ge", &[ids], vec![s, 1], DType::Bool, z)?;
-    let xg = masked_fill_(g, xg, mask);
-    let y = grouped_experts(g, moe, weights, xg, act, cpu)?;
+    let (y, bias_rows) = if moe.kind == MoeKind::GptOss {
+        let (y, b) = gpt_oss_grouped(g, moe, weights, xg, ids, offsets)?;
+        (y, Some(b))
+    } else {
+        let y = grouped_experts(g, moe, weights, xg, Some(offsets), act, cpu)?;
+        (y, None)
+    };
     let y = g.mul_bc(y, wg)?;
-    let y = masked_fill_(g, y, mask);
     let arange = g.no_grad_op("arange", &[], vec![s], DType::I64, z)?;
     let inv = g.no_grad_op("index_put", &[perm, arange], vec![s], DType::I64, z)?;
     let back = index_rows(g, y, &[inv], vec![s, h])?;
     let v = g.view(back, vec![t, k, h])?;
     let rg = g.t(v).requires_grad;
-    let out = g.alloc(vec![t, h], g.dtype(v), StorageKind::Activation, rg)?;
+    let sum = g.alloc(vec![t, h], g.dtype(v), StorageKind::Activation, rg)?;
     let mut op = g.op("sum", "");
     op.flops = (s * h) as f64;
     op.inputs = vec![v];
-    op.outputs = vec![out];
+    op.outputs = vec![sum];
     if rg {
         op.grads.push((v, GradFlow::Alias));
     }
     g.record(op);
-    g.hold(&[ids, perm, offsets, mask]);
+    let out = g.cast(sum, g.dtype(hv))?;
+    let mut locals = vec![ids, perm, hin, counts, offsets, back, sum];
+    locals.extend(bias_rows);
+    g.hold(&locals);
     Ok(out)
 }
 
@@ -1011,7 +1050,7 @@ fn dispatched_experts(
     };
     let sorted = regroup(g, recv)?;
     let out = if d.grouped {
-        grouped_experts(g, moe, d.weights, sorted, d.act, d.cpu)?
+        grouped_experts(g, moe, d.weights, sorted, None, d.act, d.cpu)?
     } else {
         let busy: Vec<u64> = rows.iter().copied().filter(|&n| n > 0).collect();
         let parts = g.split(sorted, busy.iter().map(|&n| vec![n, h]).collect())?;

@@ -67,10 +67,13 @@ pub const ENCODER_VLM: Measured = measured!("encoder-vlm-steps.jsonl");
 /// DeepSeek-V3 (multi-head latent attention) and gpt-oss (attention sinks) at two layers and
 /// reduced widths on real CPU tensors, balanced routing.
 pub const MLA_SINKS: Measured = measured!("mla-sinks-steps.jsonl");
+/// The mixtures of experts of `VARIANTS` and `MLA_SINKS` with transformers' grouped experts
+/// (`experts_impl: grouped_mm`), real CPU tensors, balanced routing.
+pub const GROUPED_MM: Measured = measured!("grouped-mm-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 18] = [
+pub const ALL: [Measured; 19] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -89,6 +92,7 @@ pub const ALL: [Measured; 18] = [
     VARIANTS,
     ENCODER_VLM,
     MLA_SINKS,
+    GROUPED_MM,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

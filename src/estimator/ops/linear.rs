@@ -114,29 +114,42 @@ impl Graph {
         Ok(y)
     }
 
-    /// `torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)` as transformers' `_grouped_linear`
-    /// calls it (`integrations/moe.py`): the rows of `x` (`[S, in]`, sorted by group) times their
-    /// group's slice of the `[G, out, in]` weight. Saves both operands; its backward allocates
-    /// the rows' gradient and one gradient of the whole 3-D weight.
-    pub fn grouped_mm(&mut self, x: TensorId, w: TensorId) -> R {
+    /// `torch._grouped_mm` as transformers' `_grouped_linear` calls it (`integrations/moe.py`):
+    /// the rows of `x` (`[S, in]`, sorted by group) times their group's slice of the 3-D weight,
+    /// into a new `[S, out]` tensor of `x`'s dtype. The weight is `[G, out, in]`, passed as
+    /// `w.transpose(-2, -1)`, or with `in_out` stored `[G, in, out]` and passed as it is (the
+    /// experts' `is_transposed`, gpt-oss). Saves both operands and the offsets when given
+    /// (`GroupedMmBackward0` holds `self_`, `mat2_` and `offs_`, torch 2.15
+    /// `autograd/generated/Functions.h`); its backward allocates one gradient of the whole 3-D
+    /// weight, then the rows' gradient.
+    pub fn grouped_mm(
+        &mut self,
+        x: TensorId,
+        w: TensorId,
+        offs: Option<TensorId>,
+        in_out: bool,
+    ) -> R {
         let (sx, ws) = (self.shape(x), self.shape(w));
-        if sx.len() != 2 || ws.len() != 3 || ws[2] != sx[1] {
-            return Err(self.bad_shape(format!("grouped_mm {sx:?} @ {ws:?}ᵀ")));
+        let (k, n) = if in_out {
+            (ws.get(1), ws.get(2))
+        } else {
+            (ws.get(2), ws.get(1))
+        };
+        if sx.len() != 2 || ws.len() != 3 || k != Some(&sx[1]) {
+            return Err(self.bad_shape(format!("grouped_mm {sx:?} @ {ws:?} (in_out {in_out})")));
         }
+        let out = *n.unwrap_or(&0);
         let rg = self.requires_grad(&[x, w]);
-        let y = self.alloc(
-            vec![sx[0], ws[1]],
-            self.dtype(x),
-            StorageKind::Activation,
-            rg,
-        )?;
-        self.record_simple(
-            "grouped_mm",
-            vec![x, w],
-            vec![y],
-            vec![x, w],
-            2.0 * sx[0] as f64 * (ws[1] * ws[2]) as f64,
-        );
+        let y = self.alloc(vec![sx[0], out], self.dtype(x), StorageKind::Activation, rg)?;
+        let mut inputs = vec![x, w];
+        inputs.extend(offs);
+        let mut op = self.op("grouped_mm", "");
+        op.flops = 2.0 * sx[0] as f64 * (sx[1] * out) as f64;
+        op.grads = self.grads_alloc(&[w, x]);
+        op.inputs = inputs.clone();
+        op.outputs = vec![y];
+        op.saved = inputs;
+        self.record(op);
         Ok(y)
     }
 
