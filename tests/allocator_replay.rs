@@ -81,7 +81,7 @@ fn options_pytorch_rejects_are_refused_by_name() {
 
 mod common;
 
-use vram_planner::estimator::config::CausalMask;
+use vram_planner::estimator::config::{CausalMask, ZeroGrad};
 use vram_planner::estimator::optimizer::OptimizerImpl;
 
 /// What PyTorch's real caching allocator reserved in 24 steps, measured without a GPU
@@ -104,14 +104,20 @@ fn reserved_plan(r: &serde_json::Value) -> Plan {
     if id.ends_with("/unpadded") {
         p.causal_mask = CausalMask::Skipped;
     }
+    if let Some(k) = r["accumulation"].as_u64() {
+        p.accumulation = k as u32;
+    }
+    if r["zero_grad"] == "zero" {
+        p.zero_grad = ZeroGrad::Zero;
+    }
     // The faked device is an H100 (sm_90: 32 MiB cuBLAS workspaces).
     p.gpu = Some("h100-80".into());
     p
 }
 
 /// Each step's reserved bytes against the estimate's, and their relative error.
-fn reserved_errors() -> Vec<(String, u64, u64, f64)> {
-    RESERVED
+fn reserved_errors(records: &str) -> Vec<(String, u64, u64, f64)> {
+    records
         .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {
@@ -127,7 +133,7 @@ fn reserved_errors() -> Vec<(String, u64, u64, f64)> {
 
 #[test]
 fn reserved_against_the_real_allocator() {
-    let rows = reserved_errors();
+    let rows = reserved_errors(RESERVED);
     for (id, m, p, err) in &rows {
         println!(
             "{id:<90} measured {m:>12} predicted {p:>12} {:+.1} %",
@@ -155,4 +161,32 @@ fn reserved_against_the_real_allocator() {
     assert!(max <= 0.095, "max {max}");
     let under = rows.iter().filter(|r| r.3 < -0.02).count();
     assert!(under <= 2, "{under} steps more than 2 % under");
+}
+
+/// Steps whose loop differs from a plain one at its first step or micro-batch, through the real
+/// allocator (`tests/data/reserved/accumulation-steps.jsonl`): gradient accumulation, whose
+/// first micro-batch of each step steals its gradients into `.grad` among the activations'
+/// blocks, and `zero_grad(set_to_none=False)`, whose loop does so once.
+const ACCUMULATION: &str = include_str!("data/reserved/accumulation-steps.jsonl");
+
+#[test]
+fn accumulation_and_in_place_zeroing_against_the_real_allocator() {
+    let rows = reserved_errors(ACCUMULATION);
+    for (id, m, p, err) in &rows {
+        println!(
+            "{id:<90} measured {m:>12} predicted {p:>12} {:+.2} %",
+            err * 100.0
+        );
+    }
+    assert_eq!(rows.len(), 8);
+    // Allocating every `.grad` ahead of the first micro-batch instead put these at +2.5 % to
+    // -9.9 % (median |error| 2.5 %). Two remain off: ViT-B/16 under autocast (-3.1 %, kernel
+    // scratch, as in its plain step) and ResNet-18 with Adam (-5.8 %; its plain step is +9 %
+    // over), neither explained by the loop's shape; see PROVENANCE.md.
+    let mut abs: Vec<f64> = rows.iter().map(|r| r.3.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    assert!(abs[abs.len() / 2] <= 0.008, "median {}", abs[abs.len() / 2]);
+    for (id, _, _, err) in &rows {
+        assert!(err.abs() <= 0.06, "{id}: {:+.2} %", err * 100.0);
+    }
 }

@@ -15,7 +15,7 @@ use super::config::{Setup, ZeroGrad};
 use super::graph::{GradFlow, Graph, StorageKind, TensorId};
 use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
-use super::step_stream::{StepStream, NO_BLOCK};
+use super::step_stream::{StepOne, StepStream, NO_BLOCK};
 use super::timeline::{Category, Live, Phase, Timeline};
 use super::units::{insert_sorted, Bytes, DType};
 
@@ -120,22 +120,33 @@ struct GradObj {
 /// Replays `g` for one steady-state step (the second of a loop: optimizer state exists).
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
-    // A loop that zeroes `.grad` in place: its first step has no `.grad` yet, so its backward
-    // steals the gradients into `.grad` where they were computed, among the activations' blocks,
-    // and they stay; only later steps find them resident, as the replayed one does.
-    let first =
-        (opt.zero_grad == ZeroGrad::Zero && opt.accumulation == 1 && !g.inference).then(|| {
-            let mut first = Replay::new(&tape);
-            first.run(&StepOptions {
-                zero_grad: ZeroGrad::SetToNone,
-                ..*opt
-            });
-            first.close_step();
-            first.stream
-        });
+    // How the loop's first step differs (see `StepOne`): a step's first micro-batch, or a
+    // loop's first step when `.grad` is zeroed in place, has no `.grad` yet, so its backward
+    // steals the gradients where they were computed, among the activations' blocks, and keeps
+    // them. Replayed separately for the allocator; the steady step's timeline holds the peak.
+    let accumulates = opt.accumulation > 1;
+    let first = (!g.inference && (accumulates || opt.zero_grad == ZeroGrad::Zero)).then(|| {
+        let mut first = Replay::new(&tape);
+        let fresh = StepOptions {
+            zero_grad: ZeroGrad::SetToNone,
+            accumulation: 1,
+            ..*opt
+        };
+        first.run(&fresh, !accumulates);
+        first.close_step();
+        first.stream
+    });
+    let one = match &first {
+        None => StepOne::Same,
+        Some(f) if accumulates => StepOne::FirstMicroBatch {
+            first: f,
+            every_step: opt.zero_grad == ZeroGrad::SetToNone,
+        },
+        Some(f) => StepOne::Whole(f),
+    };
     let mut step = Replay::new(&tape);
-    let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt);
-    let alloc_trace = step.loop_trace(first.as_ref());
+    let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt, true);
+    let alloc_trace = step.loop_trace(one);
     StepResult {
         timeline: step.tl,
         forward_flops,
@@ -359,17 +370,16 @@ impl<'t, 'g> Replay<'t, 'g> {
 
     /// The loop's whole stream for the caching allocator: the blocks the loop still holds after
     /// the step (the loss) are dropped by `del loss` before the next one.
-    fn loop_trace(&mut self, first: Option<&StepStream>) -> AllocTrace {
+    fn loop_trace(&mut self, one: StepOne<'_>) -> AllocTrace {
         self.close_step();
-        let grads = (self.grads_persist && first.is_none()).then(|| self.trainable());
-        self.stream
-            .two_steps(first, &self.resident, &self.state, grads.as_deref())
+        self.stream.two_steps(one, &self.resident, &self.state)
     }
 
-    /// One step: `zero_grad`, the forward, then (training) the backward and the optimizer step.
+    /// One step: `zero_grad`, the forward, then (training) the backward and, with `optimizer`,
+    /// the optimizer step (a micro-batch before the last has none).
     /// Returns the forward FLOPs, the bytes each op leaves saved and the recomputation FLOPs;
     /// inference (`torch.no_grad()`) is the forward alone and saves nothing.
-    fn run(&mut self, opt: &StepOptions) -> (f64, Vec<u64>, f64) {
+    fn run(&mut self, opt: &StepOptions, optimizer: bool) -> (f64, Vec<u64>, f64) {
         self.gemm_workspace = opt.gemm_workspace;
         self.dispatch_mode = opt.dispatch_mode;
         self.zero_grad(opt);
@@ -380,7 +390,9 @@ impl<'t, 'g> Replay<'t, 'g> {
         }
         let saved_after_forward = self.saved_after_forward();
         let recompute_flops = self.backward();
-        self.optimizer_step(opt);
+        if optimizer {
+            self.optimizer_step(opt);
+        }
         (forward_flops, saved_after_forward, recompute_flops)
     }
 

@@ -17,6 +17,25 @@ enum Ev {
 /// A zero-byte tensor gets no block (PyTorch does not call `malloc` for it).
 pub const NO_BLOCK: u32 = u32::MAX;
 
+/// How a loop's first step differs from the steady step [`StepStream::two_steps`] replays.
+#[derive(Clone, Copy, Debug)]
+pub enum StepOne<'a> {
+    /// One micro-batch per step, `.grad` set to None before each: every step is the same, and
+    /// the gradients its backward steals into `.grad` go at the next step's `zero_grad`.
+    Same,
+    /// A loop that zeroes `.grad` in place: step one (this stream) has no `.grad` yet, so its
+    /// backward steals the gradients among the activations' blocks, and they stay.
+    Whole(&'a StepStream),
+    /// Gradient accumulation: a step's first micro-batch (`first`, no optimizer) finds no
+    /// `.grad`, steals its gradients and keeps them; the later ones (the steady stream) add
+    /// into them in place. With `every_step` (`set_to_none=True`) every step begins so; else
+    /// (zeroed in place) only the loop's first.
+    FirstMicroBatch {
+        first: &'a StepStream,
+        every_step: bool,
+    },
+}
+
 /// The stream of one step, with what it leaves open at its end.
 #[derive(Clone, Debug, Default)]
 pub struct StepStream {
@@ -60,28 +79,33 @@ impl StepStream {
     }
 
     /// The whole loop's stream: `resident` blocks (parameters, buffers, the batch) allocated
-    /// before it, then two steps. `state` is the optimizer state the first step creates, in
-    /// the order `_init_group` creates it; `grads` the parameters' `.grad` blocks when they
-    /// persist across micro-batches (gradient accumulation: present from the first backward on,
-    /// so allocated ahead of it here). `first`, when the loop's first step differs from this
-    /// one: a loop that zeroes `.grad` in place, whose first backward steals the gradients into
-    /// `.grad` and keeps them.
-    pub fn two_steps(
-        &self,
-        first: Option<&StepStream>,
-        resident: &[u64],
-        state: &[u64],
-        grads: Option<&[u64]>,
-    ) -> AllocTrace {
+    /// before it, then two steps of which this stream is the steady one. `state` is the
+    /// optimizer state the first step creates, in the order `_init_group` creates it; `one`
+    /// says how step one differs.
+    pub fn two_steps(&self, one: StepOne<'_>, resident: &[u64], state: &[u64]) -> AllocTrace {
         let mut t = AllocTrace::default();
-        for &b in resident.iter().chain(grads.unwrap_or(&[])) {
+        for &b in resident {
             t.alloc(b);
         }
-        let one = first.unwrap_or(self);
-        let h = one.replay_into(&mut t, Some(state));
-        if grads.is_none() && first.is_none() {
-            for &id in &self.grads {
-                t.free(h[id as usize]);
+        match one {
+            StepOne::Same => {
+                let h = self.replay_into(&mut t, Some(state));
+                for &id in &self.grads {
+                    t.free(h[id as usize]);
+                }
+            }
+            StepOne::Whole(first) => {
+                first.replay_into(&mut t, Some(state));
+            }
+            StepOne::FirstMicroBatch { first, every_step } => {
+                let h = first.replay_into(&mut t, None);
+                self.replay_into(&mut t, Some(state));
+                if every_step {
+                    for &id in &first.grads {
+                        t.free(h[id as usize]);
+                    }
+                    first.replay_into(&mut t, None);
+                }
             }
         }
         self.replay_into(&mut t, None);
@@ -132,7 +156,7 @@ mod tests {
         s.optimizer_starts();
         let tmp = s.alloc(4 << 20);
         s.free(tmp);
-        let t = s.two_steps(None, &[4 << 20], &[4 << 20, 4 << 20], None);
+        let t = s.two_steps(StepOne::Same, &[4 << 20], &[4 << 20, 4 << 20]);
         let r = replay(&t, &[], AllocatorSettings::default(), None);
         assert_eq!(r.max_reserved.0, (20 << 20) + (30 << 20));
         // The parameter; the first step with its two state blocks; `.grad` set to None; the
@@ -146,6 +170,6 @@ mod tests {
         assert_eq!(s.alloc(0), NO_BLOCK);
         s.free(NO_BLOCK);
         s.keep_as_grad(NO_BLOCK);
-        assert!(s.two_steps(None, &[], &[], None).is_empty());
+        assert!(s.two_steps(StepOne::Same, &[], &[]).is_empty());
     }
 }

@@ -30,6 +30,9 @@ for `"opt_impl": "fused"`. The loop is the harness's (`measure.run_case`):
         optimizer.step()
         del loss
 
+with, for the cases that say so, `accumulation` forward/backward pairs per step (each followed by
+`del loss`) and `zero_grad(set_to_none=False)`.
+
 Usage (with the harness venv's python; re-executes itself with the shims preloaded):
     python tests/data/oracle/reserved_steps.py --out tests/data/reserved/reserved-steps.jsonl [--filter REGEX] [--list]
 """
@@ -121,6 +124,18 @@ def cases():
     # show that running the tracker in the same process does not change what the allocator does
     add(model="resnet50", res=224, batch=32, dtype="fp32", opt="adam", tracker=False)
     add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", tracker=False)
+    # the loop's first step and micro-batch: gradient accumulation (each step's first micro-batch
+    # finds no .grad and steals its gradients into it, the later ones add in place) and
+    # zero_grad(set_to_none=False) (.grad kept and zeroed in place: only the loop's first
+    # backward steals). Written to reserved/accumulation-steps.jsonl (--filter "acc|zero").
+    add(model="gpt2", seq=1024, batch=2, dtype="fp32", opt="adamw", attn="sdpa", accumulation=4)
+    add(model="gpt2", seq=1024, batch=2, dtype="fp32", opt="adamw", attn="sdpa", accumulation=4, zero_grad="zero")
+    add(model="gpt2", seq=1024, batch=8, dtype="fp32", opt="adamw", attn="sdpa", zero_grad="zero")
+    add(model="resnet18", res=224, batch=8, dtype="fp32", opt="adam", accumulation=4)
+    add(model="resnet50", res=224, batch=8, dtype="amp_bf16", opt="adam", accumulation=4)
+    add(model="vit_b_16", res=224, batch=8, dtype="amp_bf16", opt="adam", accumulation=4)
+    add(model="llama-small", seq=1024, batch=2, dtype="bf16", opt="adamw", attn="sdpa", accumulation=4)
+    add(model="llama-small", seq=1024, batch=8, dtype="bf16", opt="adamw", attn="sdpa", zero_grad="zero")
     for c in C:
         c["case_id"] = case_id(c)
     return C
@@ -148,6 +163,10 @@ def case_id(s):
         cid += "/notracker"
     if s.get("unpadded"):
         cid += "/unpadded"
+    if s.get("accumulation", 1) > 1:
+        cid += f"/acc{s['accumulation']}"
+    if s.get("zero_grad") == "zero":
+        cid += "/zero_grad=zero"
     return cid
 
 
@@ -278,20 +297,25 @@ def run_one(spec):
             st["reserved_start"] = torch.cuda.memory_reserved()
             st["allocated_start"] = torch.cuda.memory_allocated()
             d0 = lib.fakecuda_d2h_count()
-            opt.zero_grad(set_to_none=True)
-            phase(k, "forward")
-            with amp:
-                loss = wl.loss_fn(model, batch)
-            st["max_allocated_forward"] = torch.cuda.max_memory_allocated()
-            st["max_reserved_forward"] = torch.cuda.max_memory_reserved()
-            phase(k, "backward")
-            loss.backward()
-            st["max_allocated_fwd_bwd"] = torch.cuda.max_memory_allocated()
+            # set_to_none=False zeroes .grad in place (PyTorch 1.x's default, HF Trainer's
+            # model.zero_grad() then); the first step has no .grad to zero either way.
+            opt.zero_grad(set_to_none=spec.get("zero_grad", "set_to_none") == "set_to_none")
+            # Gradient accumulation as a loop writes it: a forward and backward per micro-batch,
+            # the loss dropped after each (no division by the count: one scalar, 512 B).
+            for _ in range(spec.get("accumulation", 1)):
+                phase(k, "forward")
+                with amp:
+                    loss = wl.loss_fn(model, batch)
+                st["max_allocated_forward"] = torch.cuda.max_memory_allocated()
+                st["max_reserved_forward"] = torch.cuda.max_memory_reserved()
+                phase(k, "backward")
+                loss.backward()
+                st["max_allocated_fwd_bwd"] = torch.cuda.max_memory_allocated()
+                del loss
             phase(k, "optimizer")
             opt.step()
             if tr is not None:
                 tr.relabel(measure.opt_state_tensors(opt), "opt_state")
-            del loss
             phase(k, "end")
             torch.cuda.synchronize()
             ms = torch.cuda.memory_stats()
