@@ -130,7 +130,9 @@ export function sweepPositions(lo, hi, n) {
  * animation callback; the task queued there runs once the frame's style, layout and paint are
  * done). Event Timing entries of `input` events (`duration`: from the event's timestamp to the
  * presentation of the next frame, in steps of 8 ms, reported from 16 ms) are kept beside them:
- * a sample is the larger of the two, so the compositor's share is never left out.
+ * a sample is the larger of the two, so the compositor's share is never left out. A key that
+ * leaves the box's value as it was (typing "1" over a selected "1") changes no number and is no
+ * sample: the peak that would move later is the settled exact estimate's, not that key's.
  */
 export function recordInputs(page) {
   return page.evaluate(() => {
@@ -140,10 +142,15 @@ export function recordInputs(page) {
       for (const e of list.getEntries()) if (e.name === 'input') window.vpEventTiming.push({ start: e.startTime, duration: e.duration });
     }).observe({ type: 'event', durationThreshold: 16 });
     const peak = () => document.querySelector('[data-testid="peak"]')?.textContent;
+    const was = new WeakMap();
+    document.addEventListener('beforeinput', (e) => e.isTrusted && was.set(e.target, e.target.value), true);
     document.addEventListener(
       'input',
       (e) => {
         if (!e.isTrusted) return;
+        const unchanged = was.has(e.target) && was.get(e.target) === e.target.value;
+        was.delete(e.target);
+        if (unchanged) return;
         const before = peak();
         const t0 = e.timeStamp;
         let frames = 0;
