@@ -12,9 +12,11 @@
 //! fp32 (`outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32)`) while the output is
 //! alive.
 
+use crate::estimator::config::AttnImpl;
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
-use crate::estimator::graph::Graph;
+use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::units::Bytes;
 use crate::estimator::units::DType;
 
 use super::gemma;
@@ -80,6 +82,23 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         }
         _ => None,
     };
+    let eager =
+        ctx.attn == AttnImpl::Eager || gm.is_some_and(|gm| gm.version == 2) || cfg.variant.sinks;
+    let any = |local: bool| (0..cfg.layers).any(|i| sl.is_some_and(|sl| sl.is_local(i)) == local);
+    // The masks `create_causal_mask` and `create_sliding_window_causal_mask` build once per
+    // forward, each only if a layer takes it; `causal_mask_mapping` holds them until the model
+    // returns. Keys are the whole cache: `t` tokens for the global layers, what the window kept
+    // plus this step's for the local ones.
+    let local_len = sl.map_or(t, |sl| step.past.min(sl.window.saturating_sub(1)) + s);
+    let global_mask = if any(false) {
+        generation_mask(&mut g, b, s, t, false, eager)?
+    } else {
+        None
+    };
+    let local_mask = match sl {
+        Some(sl) if any(true) => generation_mask(&mut g, b, s, local_len, s > sl.window, eager)?,
+        _ => None,
+    };
     // Generation is modelled with the CUDA kernels whatever the plan's device.
     let layer = LlamaLayer {
         cfg,
@@ -103,6 +122,11 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
                     k_cache,
                     v_cache,
                     past,
+                    mask: match sl {
+                        Some(sl) if sl.is_local(i as u64) => local_mask,
+                        _ => global_mask,
+                    },
+                    eager,
                 },
                 &mut router_logits,
             )
@@ -110,6 +134,8 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     }
     let h = layer.norm(&mut g, "norm", h)?;
     g.hold(&[x, cos, sin]);
+    let masks: Vec<TensorId> = [global_mask, local_mask].into_iter().flatten().collect();
+    g.hold(&masks);
     let last = g.slice_view(h, vec![b, 1, h_dim])?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.linear_with(last, embed, None))?
@@ -130,4 +156,31 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     };
     g.keep(next);
     Ok(g)
+}
+
+/// The mask one forward of generation builds for `s` queries over `len` keys
+/// (`masking_utils`, transformers 5.24): eager attention always gets the float mask of
+/// `eager_mask` (`torch.where(bool_mask, 0, finfo.min)` in the embeddings' dtype, `[B, 1, S, T]`;
+/// the bool mask dies once it is converted). SDPA gets none (`_ignore_causal_mask_sdpa`: an
+/// unpadded batch is causal, or a single query) unless a sliding window `cuts` the prompt, when
+/// `sdpa_mask` returns the bool mask itself.
+fn generation_mask(
+    g: &mut Graph,
+    b: u64,
+    s: u64,
+    len: u64,
+    cuts: bool,
+    eager: bool,
+) -> Result<Option<TensorId>, EstimateError> {
+    if !eager && !cuts {
+        return Ok(None);
+    }
+    let shape = vec![b, 1, s, len];
+    let m = g.no_grad_op("causal_mask", &[], shape.clone(), DType::Bool, Bytes::ZERO)?;
+    if !eager {
+        return Ok(Some(m));
+    }
+    let dt = g.precision.param_dtype();
+    g.no_grad_op("where", &[m], shape, dt, Bytes::ZERO)
+        .map(Some)
 }

@@ -16,7 +16,7 @@ use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::{EagerOpts, QueryOrder};
+use crate::estimator::ops::{EagerOpts, MatmulCopies, QueryOrder};
 use crate::estimator::tune::{Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
@@ -624,6 +624,13 @@ fn bert(
             }
         })
     })?;
+    if g.inference {
+        // Without autograd only Python references keep tensors: `BertForMaskedLM.forward` and
+        // `RobertaForMaskedLM.forward` (transformers 5.24) bind `sequence_output = outputs[0]`
+        // and hold it while the head runs (`self.cls(sequence_output)`,
+        // `self.lm_head(sequence_output)`), so it is alive beside the decoder's logits.
+        g.hold(&[e]);
+    }
     let scores = g.view(scores, vec![b * s, cfg.vocab])?;
     let labels = g.view(ids, vec![b * s])?;
     g.scoped("loss", |g| g.cross_entropy(scores, labels))?;
@@ -741,6 +748,12 @@ fn modernbert(
         };
         g.linear_with(t, w, bias)
     })?;
+    if g.inference {
+        // `ModernBertForMaskedLM.forward` binds `last_hidden_state = outputs[0]` and holds it
+        // through `self.decoder(self.head(last_hidden_state))`: without autograd that reference
+        // is what keeps it alive beside the logits.
+        g.hold(&[x]);
+    }
     modernbert::masked_lm_loss(g, logits, ids, cfg.vocab)
 }
 
@@ -934,11 +947,15 @@ pub(crate) enum LlamaAttention {
     },
     /// Generation under `torch.no_grad()` ([`super::generate`]): the keys and values go into
     /// the layer's cache (`k_cache`, `v_cache`, holding `past` tokens before this forward) and
-    /// the attention reads the whole cache; Python references decide when tensors die.
+    /// the attention reads the whole cache; Python references decide when tensors die. Eager
+    /// attention (`eager`: Gemma 2 and gpt-oss always) repeats the cached heads and adds the
+    /// layer's float `mask`; SDPA takes the grouped heads and no mask.
     Cached {
         k_cache: TensorId,
         v_cache: TensorId,
         past: u64,
+        mask: Option<TensorId>,
+        eager: bool,
     },
 }
 
@@ -1023,6 +1040,7 @@ impl LlamaLayer<'_> {
                     k_cache,
                     v_cache,
                     past,
+                    ..
                 } => MlaKv::Cached {
                     first: k_cache,
                     second: v_cache,
@@ -1124,12 +1142,14 @@ impl LlamaLayer<'_> {
                         k_cache,
                         v_cache,
                         past,
+                        mask,
+                        ..
                     },
                     Some(sinks),
                 ) => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
-                    gpt_oss::sink_attention(g, q, k_all, v_all, None, sinks, nh / nkv, 0.0, false)?
+                    gpt_oss::sink_attention(g, q, k_all, v_all, mask, sinks, nh / nkv, 0.0, false)?
                 }
                 (LlamaAttention::Masked { mask, attn }, None) => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
@@ -1171,12 +1191,44 @@ impl LlamaLayer<'_> {
                         k_cache,
                         v_cache,
                         past,
+                        mask,
+                        eager,
                     },
                     None,
                 ) => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
-                    g.sdpa_infer(q, k_all, v_all)?
+                    if eager {
+                        // `eager_attention_forward` (Gemma 2's with its soft-capping) repeats
+                        // the cached heads (`repeat_kv`) and materialises the scores over the
+                        // whole cache. The keys and values are contiguous `[B, H, T, D]` (the
+                        // cache's `torch.cat`, or `repeat_kv`'s `reshape`), so `torch.matmul`
+                        // folds `[B, H]` as views; the rotated query keeps the projection's
+                        // `[B, S, H, D]` strides, which fold only for one sequence or one token.
+                        let k_all = g.repeat_kv(k_all, nh / nkv)?;
+                        let v_all = g.repeat_kv(v_all, nh / nkv)?;
+                        let qs = g.shape(q);
+                        let copies = MatmulCopies {
+                            q: qs[0] > 1 && qs[2] > 1,
+                            k: false,
+                            v: false,
+                        };
+                        g.eager_attention_copying(
+                            q,
+                            k_all,
+                            v_all,
+                            mask,
+                            EagerOpts {
+                                dropout: 0.0,
+                                fp32_softmax: true,
+                                cpu: false,
+                                softcap: gm.is_some_and(|gm| gm.attn_softcap),
+                            },
+                            copies,
+                        )?
+                    } else {
+                        g.sdpa_infer(q, k_all, v_all)?
+                    }
                 }
             };
             let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;

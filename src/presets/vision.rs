@@ -58,6 +58,7 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
         let stage_ckpt = ctx.ckpt == Checkpointing::Stage;
         h = g.scoped(format!("layer{}", si + 1), |g| {
             g.checkpointed(stage_ckpt, |g| {
+                let stage_input = h;
                 let mut h = h;
                 for bi in 0..n {
                     let stride = if bi == 0 { stage_stride } else { 1 };
@@ -101,7 +102,14 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                                 identity
                             };
                             o = g.add(o, idn, true)?;
-                            g.act(o, Act::Relu, true)
+                            let o = g.act(o, Act::Relu, true)?;
+                            // The block's `x` argument (and `nn.Sequential.forward`'s `input`,
+                            // which called it) is referenced until the block returns, past the
+                            // downsample's last use. Training saves it for backward anyway.
+                            if g.inference {
+                                g.hold(&[identity]);
+                            }
+                            Ok::<_, EstimateError>(o)
                         })
                     })?;
                     gb += 1;
@@ -109,6 +117,11 @@ pub fn resnet(ctx: &BuildCtx, layers: [u64; 4], bottleneck: bool, width_per_grou
                         g.end_region(opened);
                     }
                     inplanes = planes * exp;
+                }
+                // `_forward_impl`'s `x` holds the stage's input until `x = self.layerN(x)`
+                // rebinds it, after the stage's last block.
+                if g.inference {
+                    g.hold(&[stage_input]);
                 }
                 Ok::<_, EstimateError>(h)
             })

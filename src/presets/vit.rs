@@ -1,7 +1,8 @@
 //! Vision transformers (Dosovitskiy et al. 2021) as torchvision 0.29 builds them
 //! (`torchvision/models/vision_transformer.py`): `vit_b_16(weights=None, image_size=res)` and
 //! `vit_l_16`, op by op, with `nn.MultiheadAttention` in training mode as
-//! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`.
+//! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`, and in
+//! eval mode under `torch.no_grad()` as its fast path, `torch._native_multi_head_attention`.
 
 use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, Device};
@@ -89,6 +90,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
     h = g.scoped("encoder", |g| {
         let pos = g.scoped("pos_embedding", |g| g.param(vec![1, s, d]))?;
         let mut h = g.add(h, pos, false)?;
+        let encoder_input = h;
         // `block`: each layer alone (the reference harness wraps every `EncoderBlock`); a ViT
         // has no stages.
         for (layers, ckpt) in
@@ -104,7 +106,13 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
                 Ok::<_, EstimateError>(h)
             })?;
         }
-        g.layer_norm_on("ln", h, true, ctx.device == Device::Cpu)
+        let out = g.layer_norm_on("ln", h, true, ctx.device == Device::Cpu)?;
+        // `Encoder.forward`'s `input` (the position-embedded tokens) is referenced until
+        // `self.ln(self.layers(...))` returns. Training saves it for backward anyway.
+        if g.inference {
+            g.hold(&[encoder_input]);
+        }
+        Ok::<_, EstimateError>(out)
     })?;
     // `forward`'s `x` holds the concatenated tokens until `self.encoder(x)` returns.
     g.hold(&[tokens]);
@@ -140,17 +148,78 @@ fn encoder_block(
         g.hold(&[y]);
         Ok::<_, EstimateError>(z)
     })?;
-    g.add(x, y, false)
+    let out = g.add(x, y, false)?;
+    // The block's `input` argument (and `nn.Sequential.forward`'s, which called it) is referenced
+    // until the block returns; training saves it for backward anyway.
+    if g.inference {
+        g.hold(&[input]);
+    }
+    Ok(out)
 }
 
-/// `nn.MultiheadAttention(batch_first=True)` in training (the fast path is off when training):
-/// `multi_head_attention_forward` on `query.transpose(1, 0)`.
+/// Whether `MultiheadAttention.forward` (torch/nn/modules/activation.py) takes its fast path,
+/// `torch._native_multi_head_attention`: it does when not training and under `torch.no_grad()`
+/// (an eval forward here), for self-attention on a batched input (`EncoderBlock` calls
+/// `self_attention(x, x, x, need_weights=False)`) with `batch_first=True`, an even number of
+/// heads, packed in-projection weights with a bias, and the query in the weights' dtype, which
+/// autocast breaks (`"autocast is enabled"`). The fast path as modelled is CUDA's.
+fn mha_fast_path(g: &Graph, ctx: &BuildCtx, cfg: VitConfig) -> bool {
+    g.inference
+        && g.precision.autocast().is_none()
+        && cfg.heads.is_multiple_of(2)
+        && ctx.device != Device::Cpu
+}
+
+/// `torch._native_multi_head_attention` on CUDA with `need_weights=False`, no mask and a head
+/// dim divisible by 8 (`native_multi_head_attention_cuda`,
+/// aten/src/ATen/native/transformers/cuda/attention.cu): `x = at::linear(query, qkv_weight,
+/// qkv_bias)` on the contiguous `[B, S, D]` query (one `[B, S, 3D]` block), q/k/v as
+/// `x.chunk(3, -1)` viewed `[B, S, H, hd]` and transposed (views), `scaled_dot_product_attention`
+/// (its kernel picked as for the training path), `y.transpose(1, 2).reshape(B, S, D)` and the
+/// output projection. The kernels' output is laid out `[B, S, H, hd]` (cuDNN's like the packed
+/// query, the efficient kernel's always), so the reshape is a view. Every temporary is a C++
+/// local, freed when the op returns, after the output projection.
+fn native_self_attention(
+    g: &mut Graph,
+    h: TensorId,
+    ctx: &BuildCtx,
+    cfg: VitConfig,
+) -> Result<TensorId, EstimateError> {
+    let (b, s) = (ctx.batch, g.shape(h)[1]);
+    let (d, heads) = (cfg.hidden, cfg.heads);
+    let hd = d / heads;
+    let w_in = g.scoped("in_proj_weight", |g| g.param(vec![3 * d, d]))?;
+    let b_in = g.scoped("in_proj_bias", |g| g.param(vec![3 * d]))?;
+    let qkv = g.linear_with(h, w_in, Some(b_in))?;
+    let q = g.select(qkv, vec![b, heads, s, hd])?;
+    let k = g.select(qkv, vec![b, heads, s, hd])?;
+    let v = g.select(qkv, vec![b, heads, s, hd])?;
+    let (o, kernel) = g.sdpa_heads(q, k, v, None, 0.0, false)?;
+    let oc = match kernel {
+        SdpaKernel::Cudnn | SdpaKernel::Efficient | SdpaKernel::FlashCpu => {
+            g.view(o, vec![b, s, d])?
+        }
+        SdpaKernel::Flash | SdpaKernel::Math => g.copy(o, vec![b, s, d], false)?,
+    };
+    let out = g.linear("out_proj", oc, d, d, true)?;
+    g.hold(&[qkv, o, oc]);
+    // `MultiheadAttention.forward`'s `query` (the LayerNorm output) is referenced until it
+    // returns.
+    g.hold(&[h]);
+    Ok(out)
+}
+
+/// `nn.MultiheadAttention(batch_first=True)`: in training (the fast path is off when training,
+/// and under autocast), `multi_head_attention_forward` on `query.transpose(1, 0)`.
 fn self_attention(
     g: &mut Graph,
     h: TensorId,
     ctx: &BuildCtx,
     cfg: VitConfig,
 ) -> Result<TensorId, EstimateError> {
+    if mha_fast_path(g, ctx, cfg) {
+        return native_self_attention(g, h, ctx, cfg);
+    }
     let (b, s) = (ctx.batch, g.shape(h)[1]);
     let (d, heads) = (cfg.hidden, cfg.heads);
     let hd = d / heads;

@@ -70,10 +70,16 @@ pub const MLA_SINKS: Measured = measured!("mla-sinks-steps.jsonl");
 /// The mixtures of experts of `VARIANTS` and `MLA_SINKS` with transformers' grouped experts
 /// (`experts_impl: grouped_mm`), real CPU tensors, balanced routing.
 pub const GROUPED_MM: Measured = measured!("grouped-mm-steps.jsonl");
+/// Serving (prefill and last decode step) of the newer decoders, the mixtures of experts on real
+/// CPU tensors under balanced routing, and the encoders' forward of the prompt.
+pub const SERVING: Measured = measured!("serving-steps.jsonl");
+/// Image models' evaluation forwards (`model.eval()`, `torch.no_grad()`): ViT-B/16 and
+/// ResNet-50 through the real caching allocator on the faked CUDA device.
+pub const IMAGE_INFER: Measured = measured!("image-infer-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 19] = [
+pub const ALL: [Measured; 21] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -93,6 +99,8 @@ pub const ALL: [Measured; 19] = [
     ENCODER_VLM,
     MLA_SINKS,
     GROUPED_MM,
+    SERVING,
+    IMAGE_INFER,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

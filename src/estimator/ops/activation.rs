@@ -169,9 +169,12 @@ impl Graph {
         Ok(y)
     }
 
-    /// Softmax over the last dimension producing `out_dtype` (`_softmax(x, dim, half_to_float)`):
-    /// saves its output. Autocast's `fp32_set_opt_dtype` policy and an explicit `dtype=float32`
-    /// both run it this way, without a separate cast of the input.
+    /// Softmax over the last dimension producing `out_dtype`: saves its output. Autocast's
+    /// `fp32_set_opt_dtype` policy and an explicit `dtype=float32` both call
+    /// `softmax(x, dim, dtype)`, which (`aten/src/ATen/native/SoftMax.cpp`, torch 2.15) fuses the
+    /// cast only for a CUDA fp16 input (`_softmax(x, dim, half_to_float=true)`); any other input
+    /// of another dtype is first converted (`input_.toType(dtype)`), a copy alive while
+    /// `_softmax` runs and freed when it returns (bf16 scores in the measured serving steps).
     pub fn softmax_to(&mut self, x: TensorId, out_dtype: DType) -> R {
         let rg = self.t(x).requires_grad;
         let y = self.alloc(self.shape(x), out_dtype, StorageKind::Activation, rg)?;
@@ -180,6 +183,10 @@ impl Graph {
         op.inputs = vec![x];
         op.outputs = vec![y];
         op.saved = vec![y];
+        let xdt = self.dtype(x);
+        if xdt != out_dtype && !(xdt == DType::F16 && out_dtype == DType::F32) {
+            op.fwd_scratch = self.bytes(y);
+        }
         op.grads = self.grads_alloc(&[x]);
         if rg && self.dtype(x) != out_dtype {
             op.bwd_scratch = self.bytes(y);

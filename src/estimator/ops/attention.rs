@@ -105,6 +105,15 @@ pub enum QueryOrder {
     HeadsMajor,
 }
 
+/// Which operands of eager attention's two `torch.matmul` calls are copied to fold `[B, H]`:
+/// the query, the transposed keys, the values.
+#[derive(Clone, Copy, Debug)]
+pub struct MatmulCopies {
+    pub q: bool,
+    pub k: bool,
+    pub v: bool,
+}
+
 /// Settings of [`Graph::eager_attention`].
 #[derive(Clone, Copy, Debug)]
 pub struct EagerOpts {
@@ -329,6 +338,26 @@ impl Graph {
         float_mask: Option<TensorId>,
         o: EagerOpts,
     ) -> R {
+        let copies = MatmulCopies {
+            q: true,
+            k: true,
+            v: true,
+        };
+        self.eager_attention_copying(q, k, v, float_mask, o, copies)
+    }
+
+    /// [`Graph::eager_attention`] where `copies` says which operands `torch.matmul` copies:
+    /// it folds `[B, H]` into one batch dimension with `reshape`, a copy only when the strides
+    /// do not merge.
+    pub fn eager_attention_copying(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        float_mask: Option<TensorId>,
+        o: EagerOpts,
+        copies: MatmulCopies,
+    ) -> R {
         let EagerOpts {
             dropout,
             fp32_softmax,
@@ -347,9 +376,17 @@ impl Graph {
         }
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let kv_s = ks[2];
-        let qc = self.contiguous(q, qs.clone())?;
+        let qc = if copies.q {
+            self.contiguous(q, qs.clone())?
+        } else {
+            q
+        };
         let kt = self.view(k, vec![b, h, d, kv_s])?;
-        let ktc = self.contiguous(kt, vec![b, h, d, kv_s])?;
+        let ktc = if copies.k {
+            self.contiguous(kt, vec![b, h, d, kv_s])?
+        } else {
+            kt
+        };
         let scores = self.matmul(qc, ktc)?;
         let dt = self.dtype(scores);
         let mut w = self.pointwise(
@@ -378,7 +415,11 @@ impl Graph {
         let vdt = self.dtype(v);
         p = self.cast(p, vdt)?;
         p = self.dropout_on(p, dropout, cpu)?;
-        let vc = self.contiguous(v, self.shape(v))?;
+        let vc = if copies.v {
+            self.contiguous(v, self.shape(v))?
+        } else {
+            v
+        };
         let o = self.matmul(p, vc)?;
         // The values' head dim (multi-head latent attention's may differ from the keys').
         let dv = self.shape(vc)[3];

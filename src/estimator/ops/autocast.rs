@@ -20,6 +20,8 @@ impl Graph {
     /// Casts for an op on autocast's low-precision list. Weights (leaf params) are cast once per
     /// autocast region and the copy is cached; only leaves that require grad are cached
     /// (`cached_cast` in `autocast_mode.cpp`), so a frozen weight is cast again at every use.
+    /// `cached_cast` does not look at grad mode: an inference forward under `torch.no_grad()`
+    /// caches its weights' casts too, the parameters still requiring grad.
     pub fn lowp(&mut self, x: TensorId) -> R {
         let Some(dt) = self.precision.autocast() else {
             return Ok(x);
@@ -27,7 +29,7 @@ impl Graph {
         if !self.dtype(x).is_float() || self.dtype(x) == dt {
             return Ok(x);
         }
-        if self.t(x).is_param && self.t(x).requires_grad {
+        if self.t(x).is_param && (self.t(x).requires_grad || self.inference) {
             if let Some(&(_, c)) = self.cast_cache.iter().find(|(p, _)| *p == x) {
                 return Ok(c);
             }

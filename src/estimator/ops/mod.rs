@@ -40,7 +40,7 @@ mod recurrent;
 mod squeeze_excitation;
 
 pub use activation::Act;
-pub use attention::{EagerOpts, QueryOrder, SdpaKernel};
+pub use attention::{EagerOpts, MatmulCopies, QueryOrder, SdpaKernel};
 pub use conv::Conv;
 pub use elementwise::Pw;
 pub use quantized::GEMM_4BIT_CUSTOM_ROWS;

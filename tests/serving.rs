@@ -1,0 +1,126 @@
+//! The measured serving steps of `data/serving-steps.jsonl` (`data/PROVENANCE.md`): prefill and
+//! last decode step of the newer decoders (Qwen3, Phi-3, OLMo 2, Gemma 2 and 3, the mixtures of
+//! experts, DeepSeek-V3's latent attention, gpt-oss's sinks and sliding windows) and the
+//! encoders' forward of the prompt, measured as `finetune-infer-steps.jsonl`'s serving records
+//! were. LLaVA's generation was measured but is not in the file: the estimator refuses to serve
+//! a vision-language model.
+
+mod common;
+
+use serde_json::Value;
+use vram_planner::plan::estimate;
+
+/// Each record's `(case, prefill error, decode error)`, relative to its measurement.
+fn errors(records: &[Value]) -> Vec<(String, f64, Option<f64>)> {
+    records
+        .iter()
+        .map(|r| {
+            let id = r["case_id"].as_str().unwrap().to_string();
+            let e = estimate(&common::plan_of(r)).unwrap_or_else(|e| panic!("{id}: {e}"));
+            let inf = e
+                .inference
+                .unwrap_or_else(|| panic!("{id}: no inference report"));
+            let rel = |got: u64, key: &str| got as f64 / r[key].as_u64().unwrap() as f64 - 1.0;
+            let prefill = rel(inf.prefill_peak.0, "prefill_peak_r512");
+            let decode = r
+                .get("decode_peak_r512")
+                .map(|_| rel(inf.decode_peak.unwrap().0, "decode_peak_r512"));
+            (id, prefill, decode)
+        })
+        .collect()
+}
+
+/// Peaks the estimator does not yet match, kept out of the 0.5 % assertion (see
+/// `data/PROVENANCE.md`), each with the error it has: `(case, "prefill" or "decode", error)`.
+/// DeepSeek-V3 in bf16 measures more than its fp32 case predicts (the latent attention's
+/// bf16 path on CPU tensors was not traced); gpt-oss's eager prefill with its sinks and masks
+/// over a prompt longer than the window was not traced either; Gemma 2's prefill over 4608
+/// tokens is 37.7 MB short, one `[1, 16, 4608, 256]` bf16 tensor, not yet traced.
+const KNOWN: [(&str, &str, f64); 5] = [
+    (
+        "infer/deepseek-v3-small-2l/C128/N3/b2/bf16/sdpa/real/cpu",
+        "prefill",
+        -0.0381,
+    ),
+    (
+        "infer/deepseek-v3-small-2l/C128/N3/b2/bf16/sdpa/real/cpu",
+        "decode",
+        -0.0199,
+    ),
+    (
+        "infer/gpt-oss-small-2l/C192/N3/b2/bf16/eager/real/cpu",
+        "prefill",
+        -0.0131,
+    ),
+    (
+        "infer/gpt-oss-small-2l/C192/N2/b2/fp32/eager/real/cpu",
+        "prefill",
+        -0.0106,
+    ),
+    (
+        "infer/gemma2-9b-2l/C4608/N3/b1/bf16/eager/fake/cuda",
+        "prefill",
+        -0.0059,
+    ),
+];
+
+/// Every prefill and decode peak within 0.5 % (the dense decoders other than Gemma within
+/// 0.02 %, the encoders to the byte), but the peaks of [`KNOWN`], which stay where they are.
+#[test]
+fn measured_serving_steps() {
+    let records = common::SERVING.records();
+    assert_eq!(records.len(), 27);
+    let known = |id: &str, which: &str| KNOWN.iter().find(|k| k.0 == id && k.1 == which);
+    let mut off = Vec::new();
+    for (id, prefill, decode) in errors(&records) {
+        let tight = ["qwen3-8b", "phi3", "olmo2", "roberta", "modernbert"]
+            .iter()
+            .any(|m| id.contains(m));
+        let tol = if tight { 2e-4 } else { 5e-3 };
+        for (which, err) in [("prefill", Some(prefill)), ("decode", decode)] {
+            let Some(err) = err else { continue };
+            match known(&id, which) {
+                Some(&(_, _, was)) => assert!(
+                    (err - was).abs() < 1e-3,
+                    "{id}: {which} {err:+.5}, known as {was:+.4}"
+                ),
+                None if err.abs() > tol => off.push(format!("{id}: {which} {:+.4} %", 100.0 * err)),
+                None => {}
+            }
+        }
+    }
+    assert!(off.is_empty(), "off:\n{}", off.join("\n"));
+}
+
+/// The encoders serve the prompt's forward alone: one new token is all a plan may ask of them.
+#[test]
+fn encoders_serve_one_forward() {
+    for r in common::SERVING.records() {
+        let id = r["case_id"].as_str().unwrap();
+        if id.contains("bert") {
+            assert_eq!(r["plan"]["new_tokens"], 1, "{id}");
+            assert!(r.get("decode_peak_r512").is_none(), "{id}");
+        }
+    }
+}
+
+/// The mixtures of experts ran balanced routing, for the prompt's tokens and a decode step's.
+#[test]
+fn serving_routing_is_balanced() {
+    for r in common::SERVING.records() {
+        let Some(counts) = r.get("routing_counts").and_then(|c| c.as_object()) else {
+            continue;
+        };
+        assert_eq!(counts.len(), 2, "{}", r["case_id"]);
+        for c in counts.values() {
+            let c: Vec<u64> = c
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            let (lo, hi) = (c.iter().min().unwrap(), c.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{}: {c:?}", r["case_id"]);
+        }
+    }
+}
