@@ -319,14 +319,9 @@ fn measured_mla_and_sink_steps() {
     common::assert_within(&cases, 5e-4);
     for r in common::MLA_SINKS.records() {
         let id = r["case_id"].as_str().unwrap();
-        let counts = r["routing_counts"].as_object().unwrap();
-        for c in counts.values() {
-            let c: Vec<u64> = c
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap())
-                .collect();
+        let counts = common::routing_counts(&r);
+        assert!(!counts.is_empty(), "{id}");
+        for c in counts {
             assert!(c.iter().all(|&n| n == c[0]), "{id}: {c:?}");
         }
         let p = common::plan_of(&r);

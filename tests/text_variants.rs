@@ -437,14 +437,9 @@ fn measured_steps_of_the_new_families() {
     for r in common::VARIANTS.records() {
         let id = r["case_id"].as_str().unwrap();
         if id.contains("moe") || id.contains("mixtral") {
-            let counts = r["routing_counts"].as_object().unwrap();
-            for c in counts.values() {
-                let c: Vec<u64> = c
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_u64().unwrap())
-                    .collect();
+            let counts = common::routing_counts(&r);
+            assert!(!counts.is_empty(), "{id}");
+            for c in counts {
                 assert!(c.iter().all(|&n| n == c[0]), "{id}: {c:?}");
             }
         }

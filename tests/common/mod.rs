@@ -203,6 +203,24 @@ pub fn plan_of(record: &Value) -> Plan {
     })
 }
 
+/// A mixture of experts' record's tokens per expert (`routing_counts`: one list per sparse
+/// layer, or per prompt and decode step), empty for a dense model's.
+pub fn routing_counts(record: &Value) -> Vec<Vec<u64>> {
+    let Some(counts) = record.get("routing_counts").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    counts
+        .values()
+        .map(|c| {
+            c.as_array()
+                .expect("a list of counts")
+                .iter()
+                .map(|v| v.as_u64().expect("a count"))
+                .collect()
+        })
+        .collect()
+}
+
 /// Asserts `got` is within the relative tolerance `rel_tol` of `want`.
 #[track_caller]
 pub fn assert_close(got: f64, want: f64, rel_tol: f64) {
