@@ -1118,12 +1118,13 @@ impl LlamaLayer<'_> {
             // rotary factor): a copy of the rotated queries and keys whose gradient passes back
             // as views. `cat` writes it contiguous in its `[B, H, S, D]` shape (heads-major),
             // where LLaMA's `q * cos + rotate_half(q) * sin` keeps the projection's
-            // `[B, S, H, D]` strides.
-            let (q, k) = if var.fused {
+            // `[B, S, H, D]` strides. That order is the query's memory order in attention.
+            let (q, k, order) = if var.fused {
                 let (qs, ks) = (g.shape(q), g.shape(k));
-                (g.contiguous(q, qs)?, g.contiguous(k, ks)?)
+                let (q, k) = (g.contiguous(q, qs)?, g.contiguous(k, ks)?);
+                (q, k, QueryOrder::HeadsMajor)
             } else {
-                (q, k)
+                (q, k, QueryOrder::SeqMajor)
             };
             let o = match (attention, sinks) {
                 (LlamaAttention::Masked { mask, .. }, Some(sinks)) => gpt_oss::sink_attention(
@@ -1163,11 +1164,6 @@ impl LlamaLayer<'_> {
                     // in `models/phi3/modeling_phi3.py`): cuDNN and flash lay their output out
                     // in the query's order, so `sdpa_attention_forward`'s
                     // `transpose(1, 2).contiguous()` copies it.
-                    let order = if var.fused {
-                        QueryOrder::HeadsMajor
-                    } else {
-                        QueryOrder::SeqMajor
-                    };
                     match attn {
                         AttnImpl::Sdpa => {
                             g.sdpa_ordered(q, k, v, mask, cfg.attn_dropout, self.cpu, order)?
