@@ -34,9 +34,8 @@ fn errors(records: &[Value]) -> Vec<(String, f64, Option<f64>)> {
 /// `data/PROVENANCE.md`), each with the error it has: `(case, "prefill" or "decode", error)`.
 /// DeepSeek-V3 in bf16 measures more than its fp32 case predicts (the latent attention's
 /// bf16 path on CPU tensors was not traced); gpt-oss's eager prefill with its sinks and masks
-/// over a prompt longer than the window was not traced either; Gemma 2's prefill over 4608
-/// tokens is 37.7 MB short, one `[1, 16, 4608, 256]` bf16 tensor, not yet traced.
-const KNOWN: [(&str, &str, f64); 5] = [
+/// over a prompt longer than the window was not traced either.
+const KNOWN: [(&str, &str, f64); 4] = [
     (
         "infer/deepseek-v3-small-2l/C128/N3/b2/bf16/sdpa/real/cpu",
         "prefill",
@@ -57,14 +56,9 @@ const KNOWN: [(&str, &str, f64); 5] = [
         "prefill",
         -0.0106,
     ),
-    (
-        "infer/gemma2-9b-2l/C4608/N3/b1/bf16/eager/fake/cuda",
-        "prefill",
-        -0.0059,
-    ),
 ];
 
-/// Every prefill and decode peak within 0.5 % (the dense decoders other than Gemma within
+/// Every prefill and decode peak within 0.5 % (the dense decoders other than Gemma 3 within
 /// 0.02 %, the encoders to the byte), but the peaks of [`KNOWN`], which stay where they are.
 #[test]
 fn measured_serving_steps() {
@@ -73,9 +67,16 @@ fn measured_serving_steps() {
     let known = |id: &str, which: &str| KNOWN.iter().find(|k| k.0 == id && k.1 == which);
     let mut off = Vec::new();
     for (id, prefill, decode) in errors(&records) {
-        let tight = ["qwen3-8b", "phi3", "olmo2", "roberta", "modernbert"]
-            .iter()
-            .any(|m| id.contains(m));
+        let tight = [
+            "qwen3-8b",
+            "phi3",
+            "olmo2",
+            "gemma2",
+            "roberta",
+            "modernbert",
+        ]
+        .iter()
+        .any(|m| id.contains(m));
         let tol = if tight { 2e-4 } else { 5e-3 };
         for (which, err) in [("prefill", Some(prefill)), ("decode", decode)] {
             let Some(err) = err else { continue };

@@ -1050,9 +1050,13 @@ impl LlamaLayer<'_> {
             let o = g.scoped("self_attn", |g| {
                 mla::attention(g, m, cfg.heads, a, cos, sin, kv, tune)
             })?;
+            let hold = Hold {
+                layer: hold,
+                weights: None,
+            };
             return self.finish_layer(g, h, o, index, hold, router_logits);
         }
-        let o = g.scoped("self_attn", |g| {
+        let (o, weights) = g.scoped("self_attn", |g| {
             let (q, k, v) = if var.fused {
                 let qkv = g.block_linear(
                     "qkv_proj",
@@ -1126,6 +1130,8 @@ impl LlamaLayer<'_> {
             } else {
                 (q, k, QueryOrder::SeqMajor)
             };
+            // The attention weights the decoder layer keeps in its `_` (eager generation).
+            let mut weights = None;
             let o = match (attention, sinks) {
                 (LlamaAttention::Masked { mask, .. }, Some(sinks)) => gpt_oss::sink_attention(
                     g,
@@ -1209,7 +1215,7 @@ impl LlamaLayer<'_> {
                             k: false,
                             v: false,
                         };
-                        g.eager_attention_copying(
+                        let (o, p) = g.eager_attention_weights(
                             q,
                             k_all,
                             v_all,
@@ -1221,7 +1227,9 @@ impl LlamaLayer<'_> {
                                 softcap: gm.is_some_and(|gm| gm.attn_softcap),
                             },
                             copies,
-                        )?
+                        )?;
+                        weights = Some(p);
+                        o
                     } else {
                         g.sdpa_infer(q, k_all, v_all)?
                     }
@@ -1231,8 +1239,12 @@ impl LlamaLayer<'_> {
             if hold {
                 g.hold(&[a, q]);
             }
-            Ok::<_, EstimateError>(o)
+            Ok::<_, EstimateError>((o, weights))
         })?;
+        let hold = Hold {
+            layer: hold,
+            weights,
+        };
         self.finish_layer(g, h, o, index, hold, router_logits)
     }
 
@@ -1245,9 +1257,10 @@ impl LlamaLayer<'_> {
         h: TensorId,
         o: TensorId,
         index: u64,
-        hold: bool,
+        refs: Hold,
         router_logits: &mut Vec<TensorId>,
     ) -> Result<TensorId, EstimateError> {
+        let hold = refs.layer;
         let (cfg, tune) = (self.cfg, self.tune);
         let var = &cfg.variant;
         let h_dim = cfg.hidden;
@@ -1341,6 +1354,20 @@ impl LlamaLayer<'_> {
         if hold {
             g.hold(&[h]);
         }
+        if let Some(p) = refs.weights {
+            g.hold(&[p]);
+        }
         Ok(out)
     }
+}
+
+/// The Python references a decoder layer holds in generation (see [`LlamaLayer::build`]).
+struct Hold {
+    /// The layer's input, the attention's input and query, and the MLP's input.
+    layer: bool,
+    /// The attention weights eager attention returns (`eager_attention_forward`'s second
+    /// output), bound to `_` by the decoder layer (`hidden_states, _ = self.self_attn(...)`,
+    /// Phi-3's `self_attn_weights`): the probabilities stay alive through the MLP. SDPA returns
+    /// no weights.
+    weights: Option<TensorId>,
 }

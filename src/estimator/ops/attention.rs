@@ -358,6 +358,29 @@ impl Graph {
         o: EagerOpts,
         copies: MatmulCopies,
     ) -> R {
+        self.eager_attention_weights(q, k, v, float_mask, o, copies)
+            .map(|(out, _)| out)
+    }
+
+    /// [`Graph::eager_attention_copying`], also returning the attention weights
+    /// `eager_attention_forward` returns beside its output (the probabilities in the values'
+    /// dtype, after dropout), which the decoder layer's `_` keeps.
+    ///
+    /// Without autograd, the function's locals decide what lives (`eager_attention_forward` in
+    /// `models/llama/modeling_llama.py`, Gemma 2's with its soft-capping): `key_states` and
+    /// `value_states` (the keys and values passed in, repeated by the caller) live until it
+    /// returns, past the products that read them, and the masked scores stay bound to
+    /// `attn_weights` until `softmax(...).to(query.dtype)` has replaced them.
+    pub fn eager_attention_weights(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        float_mask: Option<TensorId>,
+        o: EagerOpts,
+        copies: MatmulCopies,
+    ) -> Result<(TensorId, TensorId), EstimateError> {
+        let (k_in, v_in) = (k, v);
         let EagerOpts {
             dropout,
             fp32_softmax,
@@ -414,6 +437,9 @@ impl Graph {
         let mut p = self.softmax_to(w, sm_dt)?;
         let vdt = self.dtype(v);
         p = self.cast(p, vdt)?;
+        if self.inference {
+            self.hold(&[w]);
+        }
         p = self.dropout_on(p, dropout, cpu)?;
         let vc = if copies.v {
             self.contiguous(v, self.shape(v))?
@@ -424,7 +450,11 @@ impl Graph {
         // The values' head dim (multi-head latent attention's may differ from the keys').
         let dv = self.shape(vc)[3];
         let ot = self.view(o, vec![b, s, h, dv])?;
-        self.contiguous(ot, vec![b, s, h * dv])
+        let out = self.contiguous(ot, vec![b, s, h * dv])?;
+        if self.inference {
+            self.hold(&[k_in, v_in]);
+        }
+        Ok((out, p))
     }
 
     /// Logit soft-capping, `cap * tanh(x / cap)` as Gemma 2 writes it (`x / cap`, `torch.tanh`,
