@@ -69,7 +69,14 @@ pub(crate) fn rotate_halves(
 /// (a slice view: the product saves it, keeping the whole probabilities alive), dropout, the
 /// cast to the values' dtype, `matmul` with the values (copied when they are still the
 /// transposed projection) and the head merge (`transpose(1, 2).contiguous()`). Returns
-/// `[B, S, H·D]`.
+/// `[B, S, H·D]` and the attention weights the function returns beside it (the probabilities
+/// without the sink column, a view of the softmax's output), which `GptOssDecoderLayer.forward`
+/// binds to `_` until the MLP's output replaces them.
+///
+/// Without autograd (generation), the function's locals decide what lives: `key_states` and
+/// `value_states` (the repeated heads) and `combined_logits` (the shifted logits) until it
+/// returns, the masked scores bound to `attn_weights` until `dropout(scores).to(...)`
+/// replaces them.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn sink_attention(
     g: &mut Graph,
@@ -81,7 +88,7 @@ pub(crate) fn sink_attention(
     n_rep: u64,
     dropout: f64,
     cpu: bool,
-) -> Result<TensorId, EstimateError> {
+) -> Result<(TensorId, TensorId), EstimateError> {
     let qs = g.shape(q);
     let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
     let k = g.repeat_kv(k, n_rep)?;
@@ -125,11 +132,14 @@ pub(crate) fn sink_attention(
         (b * h * s) as f64,
     );
     let shifted = g.add(comb, mx, false)?;
-    let p = g.softmax_to(shifted, cdt)?;
-    let p = g.slice_view(p, vec![b, h, s, t])?;
+    let probs = g.softmax_to(shifted, cdt)?;
+    let p = g.slice_view(probs, vec![b, h, s, t])?;
     let p = g.dropout_on(p, dropout, cpu)?;
     let vdt = g.dtype(v);
     let p = g.cast(p, vdt)?;
+    if g.inference {
+        g.hold(&[w]);
+    }
     let vc = if n_rep > 1 {
         v
     } else {
@@ -138,5 +148,9 @@ pub(crate) fn sink_attention(
     };
     let o = g.matmul(p, vc)?;
     let ot = g.view(o, vec![b, s, h, d])?;
-    g.contiguous(ot, vec![b, s, h * d])
+    let out = g.contiguous(ot, vec![b, s, h * d])?;
+    if g.inference {
+        g.hold(&[k, v, shifted]);
+    }
+    Ok((out, p))
 }

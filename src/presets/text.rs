@@ -1133,17 +1133,20 @@ impl LlamaLayer<'_> {
             // The attention weights the decoder layer keeps in its `_` (eager generation).
             let mut weights = None;
             let o = match (attention, sinks) {
-                (LlamaAttention::Masked { mask, .. }, Some(sinks)) => gpt_oss::sink_attention(
-                    g,
-                    q,
-                    k,
-                    v,
-                    mask,
-                    sinks,
-                    nh / nkv,
-                    cfg.attn_dropout,
-                    self.cpu,
-                )?,
+                (LlamaAttention::Masked { mask, .. }, Some(sinks)) => {
+                    gpt_oss::sink_attention(
+                        g,
+                        q,
+                        k,
+                        v,
+                        mask,
+                        sinks,
+                        nh / nkv,
+                        cfg.attn_dropout,
+                        self.cpu,
+                    )?
+                    .0
+                }
                 (
                     LlamaAttention::Cached {
                         k_cache,
@@ -1156,7 +1159,19 @@ impl LlamaLayer<'_> {
                 ) => {
                     let k_all = g.kv_update(k, k_cache, past)?;
                     let v_all = g.kv_update(v, v_cache, past)?;
-                    gpt_oss::sink_attention(g, q, k_all, v_all, mask, sinks, nh / nkv, 0.0, false)?
+                    let (o, p) = gpt_oss::sink_attention(
+                        g,
+                        q,
+                        k_all,
+                        v_all,
+                        mask,
+                        sinks,
+                        nh / nkv,
+                        0.0,
+                        false,
+                    )?;
+                    weights = Some(p);
+                    o
                 }
                 (LlamaAttention::Masked { mask, attn }, None) => {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
@@ -1345,6 +1360,13 @@ impl LlamaLayer<'_> {
             }
             Ok::<_, EstimateError>(y)
         })?;
+        // gpt-oss's layer rebinds `_` to the router scores the MLP returns
+        // (`hidden_states, _ = self.mlp(hidden_states)`, `GptOssDecoderLayer.forward`); the
+        // others keep the attention weights until the layer returns.
+        let sinks = var.sinks;
+        if let Some(p) = refs.weights.filter(|_| sinks) {
+            g.hold(&[p]);
+        }
         let y = if var.norm_after || sandwich {
             self.norm(g, "post_feedforward_layernorm", y)?
         } else {
@@ -1354,7 +1376,7 @@ impl LlamaLayer<'_> {
         if hold {
             g.hold(&[h]);
         }
-        if let Some(p) = refs.weights {
+        if let Some(p) = refs.weights.filter(|_| !sinks) {
             g.hold(&[p]);
         }
         Ok(out)

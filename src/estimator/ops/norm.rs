@@ -183,9 +183,20 @@ impl Graph {
                 },
             )?;
             let n = self.mul_bc(xf, inv)?;
+            // Without autograd the locals decide: `variance` and the normalised
+            // `hidden_states` live until `forward` returns, through the weight's product and
+            // the cast (`LlamaRMSNorm.forward`, `Olmo2RMSNorm.forward`, `GptOssRMSNorm.forward`).
+            // Gemma's `_norm(x.float())` binds neither.
+            let held = |g: &mut Self, y: TensorId| {
+                if g.inference {
+                    g.hold(&[var, n]);
+                }
+                Ok(y)
+            };
             if weight == RmsWeight::Olmo2 {
                 let y = self.mul_bc(w, n)?;
-                return self.cast(y, in_dt);
+                let y = self.cast(y, in_dt)?;
+                return held(self, y);
             }
             if weight == RmsWeight::Gemma {
                 let wf = self.cast(w, DType::F32)?;
@@ -203,7 +214,8 @@ impl Graph {
                 return self.cast(y, in_dt);
             }
             let nc = self.cast(n, in_dt)?;
-            self.mul_bc(w, nc)
+            let y = self.mul_bc(w, nc)?;
+            held(self, y)
         })();
         self.pop();
         r
