@@ -83,6 +83,26 @@ pub struct OpRecord {
     pub moe: Option<MoePart>,
 }
 
+impl OpRecord {
+    /// `op`'s quantities without its name and tensors, for a copy whose tensors are renumbered
+    /// (a pipeline chunk), which so allocates no vector twice.
+    pub fn of_kind(op: &OpRecord) -> OpRecord {
+        OpRecord {
+            name: String::new(),
+            kind: op.kind,
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            saved: Vec::new(),
+            grads: Vec::new(),
+            fwd_scratch: op.fwd_scratch,
+            bwd_scratch: op.bwd_scratch,
+            flops: op.flops,
+            segment: op.segment,
+            moe: op.moe,
+        }
+    }
+}
+
 /// The parts of a sparse mixture-of-experts layer (`estimator::moe_parts`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MoePart {

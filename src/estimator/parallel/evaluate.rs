@@ -109,13 +109,9 @@ pub fn evaluate(
                 l
             })
             .collect();
-        // The peak's op is named once at the end: naming every event was a tenth of a search.
-        let mut best: Option<(RankLive, Phase, Option<OpAt>)> = None;
-        let mut consider = |l: RankLive, ph: Phase, op: Option<(usize, usize)>| {
-            if best.as_ref().is_none_or(|b| l.total() > b.0.total()) {
-                best = Some((l, ph, op));
-            }
-        };
+        // The peak is found on totals alone, and its categories rebuilt for that one event: a
+        // search evaluates hundreds of layouts over timelines of a hundred thousand events.
+        let mut best: Option<(u64, Phase, Option<OpAt>, RankLive)> = None;
         let mut opt_sum = RankLive::default();
         for (k, &c) in chunks.iter().enumerate() {
             let piece = &prep.pieces[c];
@@ -125,20 +121,37 @@ pub fn evaluate(
                     others.add(s);
                 }
             }
-            for ev in &piece.r.timeline.events {
-                let mut l = sharded[c].at(ev);
+            let others_total = others.total();
+            let mut top: Option<(u64, usize)> = None;
+            for (e, ev) in piece.r.timeline.events.iter().enumerate() {
                 if ev.phase == Phase::Optimizer {
-                    opt_sum.add(&l);
+                    opt_sum.add(&sharded[c].at(ev));
                     continue;
                 }
+                let mut t = sharded[c].at(ev).total();
+                if matches!(ev.phase, Phase::Forward | Phase::Backward) {
+                    t = t.saturating_add(extra);
+                }
+                if top.is_none_or(|(b, _)| t > b) {
+                    top = Some((t, e));
+                }
+            }
+            let Some((t, e)) = top else { continue };
+            let t = t.saturating_add(others_total);
+            if best.as_ref().is_none_or(|b| t > b.0) {
+                let ev = &piece.r.timeline.events[e];
+                let mut l = sharded[c].at(ev);
                 if matches!(ev.phase, Phase::Forward | Phase::Backward) {
                     l.cats[Category::Activations.index()] += extra;
                 }
                 l.add(&others);
-                consider(l, ev.phase, ev.op.map(|o| (c, o)));
+                best = Some((t, ev.phase, ev.op.map(|o| (c, o)), l));
             }
         }
-        consider(opt_sum, Phase::Optimizer, None);
+        if best.as_ref().is_none_or(|b| opt_sum.total() > b.0) {
+            best = Some((opt_sum.total(), Phase::Optimizer, None, opt_sum));
+        }
+        let best = best.map(|(_, ph, at, l)| (l, ph, at));
         let (live, peak_phase, peak_at) =
             best.unwrap_or((RankLive::default(), Phase::Forward, None));
         let peak_op = peak_at.map(|(c, o)| {

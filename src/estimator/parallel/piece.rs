@@ -11,7 +11,7 @@ use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::model::ModelSpec;
-use crate::estimator::simulate::{simulate, StepOptions, StepResult};
+use crate::estimator::simulate::{simulate, simulate_timeline, StepOptions, StepResult};
 
 /// One simulated piece of the model (the whole model, or one pipeline chunk).
 pub struct Piece {
@@ -35,15 +35,21 @@ pub struct Piece {
 }
 
 impl Piece {
-    fn new(mut g: Graph, opts: &StepOptions, offload_acts: bool, last: bool) -> Piece {
+    /// `trace`: keep the allocator's stream (read for the layout's overhead, see
+    /// [`prepare_with`]); without it the piece is simulated for its timeline alone.
+    fn new(mut g: Graph, opts: &StepOptions, offload_acts: bool, last: bool, trace: bool) -> Piece {
         let offloaded = if offload_acts {
             offload::offload_activations(&mut g)
         } else {
             0
         };
-        let r = simulate(&g, opts);
+        let r = if trace {
+            simulate(&g, opts)
+        } else {
+            simulate_timeline(&g, opts)
+        };
         let op_params = pipeline::op_params(&g);
-        let bl = pipeline::blocks(&g);
+        let bl = pipeline::blocks_with(&g, &op_params);
         let mut unit_of_op = vec![None; g.ops.len()];
         let mut units = Vec::new();
         for b in bl.iter().filter(|b| b.numbered) {
@@ -223,8 +229,15 @@ fn prepare_with(
     let piece_is_whole = chunks == 1 && !layout.offload.activations;
     let known_overhead =
         known_overhead.or_else(|| (!piece_is_whole).then(|| overhead_of(&simulate(&g, &opts))));
+    let trace = known_overhead.is_none();
     let mut pieces: Vec<Piece> = if chunks == 1 {
-        vec![Piece::new(g, &opts, layout.offload.activations, true)]
+        vec![Piece::new(
+            g,
+            &opts,
+            layout.offload.activations,
+            true,
+            trace,
+        )]
     } else {
         let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
         let n = ranges.len();
@@ -238,6 +251,7 @@ fn prepare_with(
                     &opts,
                     layout.offload.activations,
                     i + 1 == n,
+                    trace,
                 )
             })
             .collect()

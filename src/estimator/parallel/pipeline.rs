@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use crate::estimator::graph::{Graph, Storage, StorageKind, Tensor, TensorId};
+use crate::estimator::graph::{Graph, OpRecord, Storage, StorageKind, Tensor, TensorId};
 
 /// A run of consecutive ops of one module.
 #[derive(Clone, Debug, PartialEq)]
@@ -38,22 +38,25 @@ fn is_index(c: &str) -> bool {
     digits.len() < c.len() && (digits.is_empty() || digits.ends_with('_'))
 }
 
-fn block_key(name: &str) -> (String, bool) {
-    let mut out: Vec<&str> = Vec::new();
+/// The block an op named `name` belongs to: a prefix of the name, borrowed (a 128-expert model
+/// has tens of thousands of ops, and a search splits it for every pipeline depth).
+fn block_key(name: &str) -> (&str, bool) {
+    let mut end = 0;
     for c in name.split('.') {
-        out.push(c);
+        end += c.len();
         if is_index(c) {
-            return (out.join("."), true);
+            return (&name[..end], true);
         }
+        end += 1;
     }
-    (name.split('.').next().unwrap_or("").to_string(), false)
+    (name.split('.').next().unwrap_or(""), false)
 }
 
 /// The tensors each op reads that are parameters, looking through autocast's cached casts.
 pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
-    let mut cast_of: HashMap<TensorId, TensorId> = HashMap::new();
+    let mut cast_of: Vec<Option<TensorId>> = vec![None; g.tensors.len()];
     for &(p, c) in &g.cast_cache {
-        cast_of.insert(c, p);
+        cast_of[c] = Some(p);
     }
     g.ops
         .iter()
@@ -63,7 +66,7 @@ pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
                 let p = if g.tensors[t].is_param {
                     Some(t)
                 } else {
-                    cast_of.get(&t).copied()
+                    cast_of[t]
                 };
                 if let Some(p) = p {
                     if !v.contains(&p) {
@@ -78,18 +81,14 @@ pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
 
 /// Splits the tape into blocks.
 pub fn blocks(g: &Graph) -> Vec<Block> {
-    let params = op_params(g);
+    blocks_with(g, &op_params(g))
+}
+
+/// [`blocks`] given the graph's [`op_params`].
+pub fn blocks_with(g: &Graph, params: &[Vec<TensorId>]) -> Vec<Block> {
     let mut seen = vec![false; g.tensors.len()];
     let mut out: Vec<Block> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {
-        let (key, numbered) = if op.name.is_empty() {
-            match out.last() {
-                Some(b) => (b.name.clone(), b.numbered),
-                None => (String::new(), false),
-            }
-        } else {
-            block_key(&op.name)
-        };
         let mut elems = 0u64;
         for &p in &params[i] {
             if !seen[p] {
@@ -97,13 +96,15 @@ pub fn blocks(g: &Graph) -> Vec<Block> {
                 elems += g.tensors[p].numel();
             }
         }
+        // An unnamed op joins the block before it.
+        let (key, numbered) = block_key(&op.name);
         match out.last_mut() {
-            Some(b) if b.name == key => {
+            Some(b) if op.name.is_empty() || b.name == key => {
                 b.ops.end = i + 1;
                 b.param_elems += elems;
             }
             _ => out.push(Block {
-                name: key,
+                name: key.to_string(),
                 ops: i..i + 1,
                 numbered,
                 param_elems: elems,
@@ -257,38 +258,41 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
     out.tp.seq_dim = g.tp.seq_dim;
     out.tp.heads = g.tp.heads;
     let mut m = Mapper {
-        smap: HashMap::new(),
-        tmap: HashMap::new(),
+        smap: vec![usize::MAX; g.storages.len()],
+        tmap: vec![usize::MAX; g.tensors.len()],
         born,
         start: range.start,
     };
     let mut seg_map: HashMap<usize, usize> = HashMap::new();
     for i in range.clone() {
         let op = &g.ops[i];
-        let mut r = op.clone();
-        r.inputs = op.inputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
-        r.outputs = op.outputs.iter().map(|&t| m.map(g, t, &mut out)).collect();
-        r.saved = op.saved.iter().map(|&t| m.map(g, t, &mut out)).collect();
-        r.grads = op
-            .grads
-            .iter()
-            .map(|&(t, f)| (m.map(g, t, &mut out), f))
-            .collect();
-        r.segment = op.segment.map(|s| {
-            let next = seg_map.len();
-            *seg_map.entry(s).or_insert(next)
-        });
+        let r = OpRecord {
+            name: op.name.clone(),
+            inputs: op.inputs.iter().map(|&t| m.map(g, t, &mut out)).collect(),
+            outputs: op.outputs.iter().map(|&t| m.map(g, t, &mut out)).collect(),
+            saved: op.saved.iter().map(|&t| m.map(g, t, &mut out)).collect(),
+            grads: op
+                .grads
+                .iter()
+                .map(|&(t, f)| (m.map(g, t, &mut out), f))
+                .collect(),
+            segment: op.segment.map(|s| {
+                let next = seg_map.len();
+                *seg_map.entry(s).or_insert(next)
+            }),
+            ..OpRecord::of_kind(op)
+        };
         out.ops.push(r);
     }
     out.segments = seg_map.len();
     for &(p, c) in &g.cast_cache {
-        if let (Some(&np), Some(&nc)) = (m.tmap.get(&p), m.tmap.get(&c)) {
+        if let (Some(np), Some(nc)) = (m.mapped(p), m.mapped(c)) {
             out.cast_cache.push((np, nc));
         }
     }
     // The loss (last stage), else what later stages read.
     for &t in &g.kept {
-        if let Some(&n) = m.tmap.get(&t) {
+        if let Some(n) = m.mapped(t) {
             out.kept.push(n);
         }
     }
@@ -342,22 +346,27 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
 /// Old storage and tensor ids to the slice's. Maps, not tables as long as the whole graph: a
 /// 2048-stage pipeline slices its graph 2048 times, and zeroing two whole-graph tables per
 /// slice took most of its estimate.
+/// Storages and tensors of the whole graph to the slice's (`usize::MAX`: not in it yet), in
+/// vectors: a 128-expert model's slices map a hundred thousand tensors.
 struct Mapper<'a> {
-    smap: HashMap<usize, usize>,
-    tmap: HashMap<TensorId, TensorId>,
+    smap: Vec<usize>,
+    tmap: Vec<TensorId>,
     born: &'a [usize],
     start: usize,
 }
 
 impl Mapper<'_> {
+    fn mapped(&self, t: TensorId) -> Option<TensorId> {
+        Some(self.tmap[t]).filter(|&n| n != usize::MAX)
+    }
     fn map(&mut self, g: &Graph, t: TensorId, out: &mut Graph) -> TensorId {
-        if let Some(&n) = self.tmap.get(&t) {
+        if let Some(n) = self.mapped(t) {
             return n;
         }
         let old = &g.tensors[t];
         let s = old.storage;
-        let sid = match self.smap.get(&s) {
-            Some(&x) => x,
+        let sid = match Some(self.smap[s]).filter(|&x| x != usize::MAX) {
+            Some(x) => x,
             None => {
                 let st = &g.storages[s];
                 let kind = if st.kind == StorageKind::Activation && self.born[s] < self.start {
@@ -369,7 +378,7 @@ impl Mapper<'_> {
                     bytes: st.bytes,
                     kind,
                 });
-                self.smap.insert(s, out.storages.len() - 1);
+                self.smap[s] = out.storages.len() - 1;
                 out.storages.len() - 1
             }
         };
@@ -381,7 +390,7 @@ impl Mapper<'_> {
             is_param: old.is_param,
             expert: old.expert,
         });
-        self.tmap.insert(t, out.tensors.len() - 1);
+        self.tmap[t] = out.tensors.len() - 1;
         out.tensors.len() - 1
     }
 }
@@ -414,17 +423,18 @@ mod tests {
 
     #[test]
     fn block_keys() {
-        assert_eq!(block_key("layer1.0.conv1"), ("layer1.0".into(), true));
+        assert_eq!(block_key("layer1.0.conv1"), ("layer1.0", true));
         assert_eq!(
             block_key("model.layers.12.mlp.up"),
-            ("model.layers.12".into(), true)
+            ("model.layers.12", true)
         );
-        assert_eq!(block_key("fc"), ("fc".into(), false));
-        assert_eq!(block_key("bn1"), ("bn1".into(), false));
-        assert_eq!(block_key("layer1"), ("layer1".into(), false));
+        assert_eq!(block_key("fc"), ("fc", false));
+        assert_eq!(block_key("bn1"), ("bn1", false));
+        assert_eq!(block_key("layer1"), ("layer1", false));
+        assert_eq!(block_key("layers.7"), ("layers.7", true));
         assert_eq!(
             block_key("encoder.layers.encoder_layer_3.mlp"),
-            ("encoder.layers.encoder_layer_3".into(), true)
+            ("encoder.layers.encoder_layer_3", true)
         );
     }
 
