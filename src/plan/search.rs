@@ -11,7 +11,9 @@ use serde::Serialize;
 
 use super::{prepare_reusing, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
-use crate::estimator::parallel::{evaluate, Layout, Offload, ParallelEstimate, Prepared};
+use crate::estimator::parallel::{
+    evaluate, surely_over, Layout, Offload, ParallelEstimate, Prepared,
+};
 use crate::presets::gpus::Gpu;
 
 /// The most GPUs a search may try: far beyond any single job's layout search, and the number
@@ -247,7 +249,7 @@ impl Layouts<'_> {
     }
 
     /// The layout at `m` micro-batches and `stage`, estimated, with the plan that applies it
-    /// (`None`: the layout cannot be built or resolved).
+    /// (`None`: the layout cannot be built or resolved, or surely does not fit).
     fn at(&mut self, shape: &Shape, m: u64, stage: Stage) -> Option<(ParallelEstimate, Plan)> {
         let (zero, off_opt, off_params) = stage;
         let plan = self.plan;
@@ -285,7 +287,11 @@ impl Layouts<'_> {
         if let Some(prep) = prep.as_ref() {
             self.overheads.entry(step).or_insert(prep.overhead);
         }
-        let e = evaluate(&setup, &layout, prep.as_ref()?, Some(self.gpu), None);
+        let prep = prep.as_ref()?;
+        if surely_over(&setup, &layout, prep, self.gpu) {
+            return None;
+        }
+        let e = evaluate(&setup, &layout, prep, Some(self.gpu), None);
         Some((e, p))
     }
 

@@ -61,6 +61,76 @@ struct RankMemory {
 /// An op of a rank's chunk: (chunk, op index in its graph).
 type OpAt = (usize, usize);
 
+/// What one pipeline rank's peak is made of besides its chunks' own timelines.
+struct RankSetup {
+    /// Its model chunks (interleaved stages), as indices of the prepared pieces.
+    chunks: Vec<usize>,
+    /// Micro-batches in flight at its peak.
+    n_in_flight: u64,
+    /// The saved activations of the micro-batches in flight beyond the one running.
+    extra: u64,
+    /// What each chunk holds while another runs: its state at the start of the step, without
+    /// the micro-batch's inputs (counted in flight).
+    statics: Vec<RankLive>,
+}
+
+fn rank_setup(layout: &Layout, prep: &Prepared, sharded: &[Sharded], i: u64) -> RankSetup {
+    let m = layout.micro_batches as u64;
+    let (pp, v) = (layout.pp, layout.interleave);
+    let chunks: Vec<usize> = (0..v)
+        .map(|j| (i + j * pp) as usize)
+        .filter(|&c| c < prep.pieces.len())
+        .collect();
+    let n_in_flight = pipeline::in_flight(i, pp, m, v);
+    let mean_in_flight = chunks
+        .iter()
+        .map(|&c| prep.pieces[c].in_flight)
+        .sum::<u64>()
+        / chunks.len().max(1) as u64;
+    let statics = chunks
+        .iter()
+        .map(|&c| {
+            let ev = &prep.pieces[c].r.timeline.events[0];
+            let mut l = sharded[c].at(ev);
+            l.cats[Category::Inputs.index()] = 0;
+            l
+        })
+        .collect();
+    RankSetup {
+        chunks,
+        n_in_flight,
+        extra: n_in_flight.saturating_sub(1) * mean_in_flight,
+        statics,
+    }
+}
+
+/// Whether `layout` surely does not fit `gpu`, told without walking the timelines: a rank's
+/// sharding only rewrites the parameters, gradients and optimizer state of an event
+/// ([`Sharded::at`]), so the largest rest of a forward or backward event
+/// ([`Piece::max_unsharded`]), with the micro-batches in flight and the other chunks' state, is
+/// a lower bound of its peak. A layout search asks this first: most layouts it tries are far
+/// too large.
+pub fn surely_over(plan: &Setup, layout: &Layout, prep: &Prepared, gpu: &Gpu) -> bool {
+    let sh = layout.sharding();
+    let states = plan.opt.states_per_param();
+    let sharded: Vec<Sharded> = prep
+        .pieces
+        .iter()
+        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
+        .collect();
+    let overhead = DeviceOverhead::of(Some(gpu), &plan.stack);
+    let fixed = prep.overhead + overhead.workspaces.0 + overhead.context.0;
+    (0..layout.pp).any(|i| {
+        let r = rank_setup(layout, prep, &sharded, i);
+        let all: u64 = r.statics.iter().map(RankLive::total).sum();
+        r.chunks.iter().enumerate().any(|(k, &c)| {
+            let others = all - r.statics[k].total();
+            let low = prep.pieces[c].max_unsharded + r.extra + others;
+            low.saturating_add(fixed) > gpu.memory.0
+        })
+    })
+}
+
 /// Per-rank memory, communication and time of `layout` over prepared pieces.
 /// `baseline_peak`: the peak allocated of the same layout without offload, to report what
 /// offload saves (`None`: not computed, reported as 0).
@@ -87,28 +157,12 @@ pub fn evaluate(
 
     let mut ranks = Vec::new();
     for i in 0..pp {
-        let chunks: Vec<usize> = (0..v)
-            .map(|j| (i + j * pp) as usize)
-            .filter(|&c| c < prep.pieces.len())
-            .collect();
-        let n_in_flight = pipeline::in_flight(i, pp, m, v);
-        let mean_in_flight = chunks
-            .iter()
-            .map(|&c| prep.pieces[c].in_flight)
-            .sum::<u64>()
-            / chunks.len().max(1) as u64;
-        let extra = n_in_flight.saturating_sub(1) * mean_in_flight;
-        // What each chunk holds while another runs: its state at the start of the step, without
-        // the micro-batch's inputs (counted in flight).
-        let statics: Vec<RankLive> = chunks
-            .iter()
-            .map(|&c| {
-                let ev = &prep.pieces[c].r.timeline.events[0];
-                let mut l = sharded[c].at(ev);
-                l.cats[Category::Inputs.index()] = 0;
-                l
-            })
-            .collect();
+        let RankSetup {
+            chunks,
+            n_in_flight,
+            extra,
+            statics,
+        } = rank_setup(layout, prep, &sharded, i);
         // The peak is found on totals alone, and its categories rebuilt for that one event: a
         // search evaluates hundreds of layouts over timelines of a hundred thousand events.
         let mut best: Option<(u64, Phase, Option<OpAt>, RankLive)> = None;

@@ -41,7 +41,7 @@ pub mod traffic;
 pub mod zero;
 
 pub use comm::{CommItem, Traffic};
-pub use evaluate::{estimate_parallel_with, evaluate, single_gpu_step_seconds};
+pub use evaluate::{estimate_parallel_with, evaluate, single_gpu_step_seconds, surely_over};
 pub use layout::{Layout, Links, Scheme};
 pub use piece::{prepare, prepare_graph, prepare_reusing, Piece, Prepared};
 pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport};

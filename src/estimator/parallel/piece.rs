@@ -12,6 +12,7 @@ use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::model::ModelSpec;
 use crate::estimator::simulate::{simulate, simulate_timeline, StepOptions, StepResult};
+use crate::estimator::timeline::{Category, Phase};
 
 /// One simulated piece of the model (the whole model, or one pipeline chunk).
 pub struct Piece {
@@ -27,6 +28,10 @@ pub struct Piece {
     /// Bytes one micro-batch leaves on the GPU after its forward (saved activations, the inputs it
     /// received, the output it sends): what each further micro-batch in flight adds.
     pub in_flight: u64,
+    /// The most bytes a forward or backward event holds outside the parameters, gradients and
+    /// optimizer state, which a layout's sharding rewrites: the floor of every layout's peak
+    /// ([`super::evaluate::surely_over`]).
+    pub max_unsharded: u64,
     /// Saved-activation bytes packed to the host per micro-batch (activation offload).
     pub offloaded: u64,
     /// Bytes sent to the next chunk per micro-batch, and gradient bytes sent back to the previous.
@@ -91,9 +96,29 @@ impl Piece {
                 send_next += g.storages[s].bytes.0;
             }
         }
+        let max_unsharded = r
+            .timeline
+            .events
+            .iter()
+            .filter(|e| matches!(e.phase, Phase::Forward | Phase::Backward))
+            .map(|e| {
+                e.live.total().0
+                    - [
+                        Category::Params,
+                        Category::Gradients,
+                        Category::OptimizerState,
+                        Category::OptimizerTemps,
+                    ]
+                    .iter()
+                    .map(|&c| e.live.get(c).0)
+                    .sum::<u64>()
+            })
+            .max()
+            .unwrap_or(0);
         Piece {
             g,
             r,
+            max_unsharded,
             op_params,
             unit_of_op,
             units,
