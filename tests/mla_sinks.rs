@@ -272,6 +272,54 @@ fn mla_serves_from_the_latent_or_the_expanded_cache() {
     assert_eq!(go.kv_cache_bytes.0, 2 * 2 * 2 * 16 * (35 + 8));
 }
 
+/// Serving on the CPU: queries and keys 24 wide, values 12, so SDPA runs its math path
+/// (`_scaled_dot_product_attention_math`), which copies bf16 q, k and v to fp32 and builds the
+/// causal mask of a prompt itself; the values, a slice of `kv_b_proj`'s output in `[B, T, H]`
+/// order, are copied for the `bmm`, and the heads-major output is copied by the head merge. On
+/// the GPU the fused kernel runs.
+#[test]
+fn mla_serving_on_the_cpu_runs_sdpas_math_path() {
+    use vram_planner::estimator::config::Device;
+    use vram_planner::estimator::units::DType;
+    let prefill = |device: Device| {
+        let mut p = plan(small_deepseek(json!({})));
+        p.mode = Mode::Infer;
+        p.batch = 2;
+        p.context = Some(32);
+        p.new_tokens = Some(2);
+        p.dtype = Precision::Bf16;
+        p.device = device;
+        build_graph(&p).unwrap()
+    };
+    let g = prefill(Device::Cuda);
+    assert_eq!(names_of(&g, "sdpa_cudnn").len(), 2);
+    let g = prefill(Device::Cpu);
+    assert!(g.ops.iter().all(|o| !o.kind.starts_with("sdpa")));
+    let in_attn = |kind: &str| {
+        g.ops
+            .iter()
+            .filter(|o| o.kind == kind && o.name == "layers.0.self_attn")
+            .flat_map(|o| o.outputs.iter().map(|&t| (g.shape(t), g.dtype(t))))
+            .collect::<Vec<_>>()
+    };
+    let f32 = |s: [u64; 4]| (s.to_vec(), DType::F32);
+    let casts = in_attn("to_copy");
+    for want in [
+        f32([2, 4, 32, 24]),
+        f32([2, 4, 32, 12]),
+        ([2, 4, 32, 32].to_vec(), DType::BF16),
+        ([2, 4, 32, 12].to_vec(), DType::BF16),
+    ] {
+        assert!(casts.contains(&want), "{want:?} in {casts:?}");
+    }
+    assert_eq!(in_attn("causal_mask"), [(vec![32, 32], DType::F32)]);
+    assert_eq!(in_attn("bmm")[0], f32([2, 4, 32, 32]));
+    assert_eq!(
+        in_attn("clone"),
+        [f32([2, 4, 32, 12]), (vec![2, 32, 48], DType::BF16)]
+    );
+}
+
 #[test]
 fn gpt_oss_layers_have_sinks_biased_experts_and_eager_attention() {
     use vram_planner::estimator::config::AttnImpl;

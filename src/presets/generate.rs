@@ -14,6 +14,7 @@
 
 use crate::estimator::config::AttnImpl;
 use crate::estimator::config::BuildCtx;
+use crate::estimator::config::Device;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::units::Bytes;
@@ -99,7 +100,8 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         Some(sl) if any(true) => generation_mask(&mut g, b, s, local_len, s > sl.window, eager)?,
         _ => None,
     };
-    // Generation is modelled with the CUDA kernels whatever the plan's device.
+    // The plan's device picks the kernels: on the CPU, MLA's unequal head dims send SDPA to its
+    // math path, whose fp32 copies and scores a fused GPU kernel does not make.
     let layer = LlamaLayer {
         cfg,
         tune,
@@ -108,7 +110,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         cos,
         sin,
         local_rope,
-        cpu: false,
+        cpu: ctx.device == Device::Cpu,
     };
     let mut h = x;
     let mut router_logits = Vec::new();

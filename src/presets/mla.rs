@@ -108,11 +108,13 @@ pub(crate) enum MlaKv {
         dropout: f64,
         cpu: bool,
     },
-    /// Generation: written into the layer's two cache tensors (holding `past` tokens before).
+    /// Generation: written into the layer's two cache tensors (holding `past` tokens before),
+    /// attended with the kernel the device (`cpu`) picks.
     Cached {
         first: TensorId,
         second: TensorId,
         past: u64,
+        cpu: bool,
     },
 }
 
@@ -171,6 +173,7 @@ pub(crate) fn attention(
             first,
             second,
             past,
+            ..
         } if mla.cache == MlaCache::Latent => (
             g.kv_update(latent, first, past)?,
             g.kv_update(k_rot, second, past)?,
@@ -208,19 +211,31 @@ pub(crate) fn attention(
                 first,
                 second,
                 past,
+                cpu,
             },
         ) if mla.cache == MlaCache::Expanded => {
+            // The cache's `torch.cat` outputs are `[B, H, T, D]`-contiguous.
             let k_all = g.kv_update(key, first, past)?;
             let v_all = g.kv_update(value, second, past)?;
-            g.sdpa_infer(query, k_all, v_all)?
+            g.sdpa_infer_on(query, k_all, v_all, cpu, false)?
         }
-        (None, _) => g.sdpa_infer(query, key, value)?,
+        (None, kv) => {
+            // The values are a slice of `kv_b_proj`'s output viewed `[B, T, H, ·]` and
+            // transposed (an fp32 copy keeps that order): `[B, H]` folds into one batch
+            // dimension only when one of `B`, `H` and `T` is 1.
+            let s = g.shape(value);
+            let copy_v = s[0] > 1 && s[1] > 1 && s[2] > 1;
+            let cpu = matches!(kv, MlaKv::Cached { cpu: true, .. });
+            g.sdpa_infer_on(query, key, value, cpu, copy_v)?
+        }
     };
     let o = g.weight_linear("o_proj", o, nh * vd, hd, mla.bias, tune)?;
-    // The forward's locals (the input, the query and latent projections, the assembled query,
-    // keys and values) live until it returns: in training this matters where the attention
-    // saves none of them (SDPA's math path on the CPU, which MLA's unequal head dims select).
-    g.hold(&[x, q, ckv, query, key, value]);
+    // The forward's locals (the input, the query and latent projections, the rotated query
+    // part, `kv_nope` and `k_rot` — this forward's latent and rotated key, or in generation
+    // the cache's tensors `cache.update` returned in their place — the assembled query, keys
+    // and values) live until it returns: in training this matters where the attention saves
+    // none of them (SDPA's math path on the CPU, which MLA's unequal head dims select).
+    g.hold(&[x, q, ckv, q_rot, latent_all, k_rot_all, query, key, value]);
     Ok(o)
 }
 

@@ -1045,6 +1045,7 @@ impl LlamaLayer<'_> {
                     first: k_cache,
                     second: v_cache,
                     past,
+                    cpu: self.cpu,
                 },
             };
             let o = g.scoped("self_attn", |g| {

@@ -4,7 +4,7 @@
 use super::{Pw, R};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
-use crate::estimator::units::{Bytes, DType};
+use crate::estimator::units::{tensor_bytes, Bytes, DType, Elems};
 
 /// The kernel `scaled_dot_product_attention` runs (torch 2.15,
 /// `aten/src/ATen/native/transformers/{cuda,}/sdp_utils*.cpp`), as the oracle observed it
@@ -504,6 +504,21 @@ impl Graph {
     /// single query with a mask: `pack_gqa`). The fused kernel's outputs are those of
     /// [`Graph::sdpa`] and are freed at once (nothing is saved). Returns `[B, S, H·D]`.
     pub fn sdpa_infer(&mut self, q: TensorId, k: TensorId, v: TensorId) -> R {
+        self.sdpa_infer_on(q, k, v, false, false)
+    }
+
+    /// [`Graph::sdpa_infer`] with the kernel the device picks (`cpu`): on the CPU a value head
+    /// dim unlike the queries' (multi-head latent attention) leaves the flash kernel for the
+    /// math path ([`Graph::sdpa_math_infer`]; `copy_v`: whether its `matmul` copies the values
+    /// to fold `[B, H]`).
+    pub fn sdpa_infer_on(
+        &mut self,
+        q: TensorId,
+        k: TensorId,
+        v: TensorId,
+        cpu: bool,
+        copy_v: bool,
+    ) -> R {
         let q = self.lowp(q)?;
         let k = self.lowp(k)?;
         let v = self.lowp(v)?;
@@ -523,7 +538,15 @@ impl Graph {
         let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
         let (t, dv) = (ks[2], vs[3]);
         let dt = self.dtype(q);
-        let kernel = SdpaKernel::select_dims(false, dt, false, 0.0, d, dv);
+        let kernel = SdpaKernel::select_dims(cpu, dt, false, 0.0, d, dv);
+        if kernel == SdpaKernel::Math {
+            let (k, v) = if h != ks[1] {
+                (self.repeat_kv(k, h / ks[1])?, self.repeat_kv(v, h / ks[1])?)
+            } else {
+                (k, v)
+            };
+            return self.sdpa_math_infer(q, k, v, copy_v);
+        }
         let out = self.alloc(vec![b, h, s, dv], dt, StorageKind::Activation, false)?;
         let stats = match kernel {
             SdpaKernel::Efficient => vec![b, h, s.div_ceil(32) * 32],
@@ -536,6 +559,7 @@ impl Graph {
         ];
         let rng: Vec<Vec<u64>> = match kernel {
             SdpaKernel::Flash => vec![vec![2], vec![]],
+            SdpaKernel::FlashCpu => vec![],
             _ => vec![vec![], vec![]],
         };
         for shape in rng {
@@ -553,6 +577,73 @@ impl Graph {
         op.outputs = outs;
         self.record(op);
         self.view(out, vec![b, s, h * dv])
+    }
+
+    /// `_scaled_dot_product_attention_math` (torch 2.15 `aten/src/ATen/native/transformers/
+    /// attention.cpp`) under `torch.no_grad()`, as the tracker saw it op by op on the CPU:
+    /// half-precision q, k and v are first copied to fp32 (`query_acc`, `key_acc`,
+    /// `value_acc`: `to(kFloat)`, which keeps each input's memory order), so a bf16 model runs
+    /// the whole attention in fp32. Then `q·√scale`; with `is_causal` (transformers'
+    /// `sdpa_attention_forward` sets it for a prompt of more than one token) a `[S, T]` bool
+    /// `ones(…).tril()` turned into an additive mask of the scaled query's dtype by
+    /// `convert_boolean_attn_mask` (`where` over two 0-dim tensors); `kᵀ·√scale`, whose
+    /// transposed view `matmul` folds into a `bmm` without a copy; the fp32 scores, `+ mask`
+    /// (a new tensor), `_safe_softmax`; the probabilities cast back to the input dtype (the
+    /// second output, which `F.scaled_dot_product_attention` drops); the values copied when
+    /// `matmul` cannot fold their `[B, H]` as a view (`copy_v`); the second `bmm` in fp32 and
+    /// its cast back. Every local lives until the function returns: the fp32 copies, the
+    /// scaled query, the mask and both probability tensors are freed only after the output's
+    /// cast, while the fp32 output of the `bmm` goes with it. The output is `[B, H, S, D]`
+    /// contiguous, so `sdpa_attention_forward`'s `transpose(1, 2).contiguous()` copies it
+    /// unless one of `H` and `S` is 1. Returns `[B, S, H·D]`.
+    fn sdpa_math_infer(&mut self, q: TensorId, k: TensorId, v: TensorId, copy_v: bool) -> R {
+        let orig = self.dtype(q);
+        let (qs, ks, vs) = (self.shape(q), self.shape(k), self.shape(v));
+        let (b, h, s, d) = (qs[0], qs[1], qs[2], qs[3]);
+        let (t, dv) = (ks[2], vs[3]);
+        let q32 = self.cast(q, DType::F32)?;
+        let k32 = self.cast(k, DType::F32)?;
+        let v32 = self.cast(v, DType::F32)?;
+        let scale = Pw {
+            flops: 1.0,
+            ..Pw::default()
+        };
+        let qsc = self.pointwise("mul", q32, DType::F32, scale)?;
+        let mask = if s > 1 {
+            // `ones` is freed once `tril` exists; `tril` and the two 0-dim operands of `where`
+            // live while the float mask is written.
+            let tril = tensor_bytes(Elems::of_shape(&[s, t])?, DType::Bool)?;
+            let scalar = tensor_bytes(Elems(1), DType::F32)?;
+            let scratch = Bytes(tril.allocator_block().0 + 2 * scalar.allocator_block().0);
+            Some(self.no_grad_op("causal_mask", &[], vec![s, t], DType::F32, scratch)?)
+        } else {
+            None
+        };
+        let kt = self.view(k32, vec![b, h, d, t])?;
+        let kts = self.pointwise("mul", kt, DType::F32, scale)?;
+        let scores = self.bmm_raw(qsc, kts)?;
+        let w = match mask {
+            Some(m) => self.add(scores, m, false)?,
+            None => scores,
+        };
+        let p = self.softmax_to(w, DType::F32)?;
+        let weights = self.cast(p, orig)?;
+        let vc = if copy_v {
+            self.contiguous(v32, vec![b, h, t, dv])?
+        } else {
+            v32
+        };
+        let o32 = self.bmm_raw(p, vc)?;
+        let o = self.cast(o32, orig)?;
+        let mut locals = vec![q32, k32, v32, qsc, p, weights];
+        locals.extend(mask);
+        self.hold(&locals);
+        let ot = self.view(o, vec![b, s, h, dv])?;
+        if s > 1 && h > 1 {
+            self.contiguous(ot, vec![b, s, h * dv])
+        } else {
+            self.view(ot, vec![b, s, h * dv])
+        }
     }
 }
 
