@@ -5,6 +5,7 @@
 use std::ops::Range;
 
 use super::layout::{bad, Layout};
+use super::zero::ShardFacts;
 use super::{offload, pipeline};
 use crate::estimator::allocator::packed_peak;
 use crate::estimator::config::Setup;
@@ -23,6 +24,8 @@ pub struct Piece {
     /// The FSDP unit (numbered block) of each op; `None`: the root.
     pub unit_of_op: Vec<Option<usize>>,
     pub units: Vec<Range<usize>>,
+    /// What every sharding of this piece reads ([`super::zero::Sharded`]).
+    pub shard_facts: ShardFacts,
     /// `.grad` stays between micro-batches or steps ([`StepOptions::grads_persist`]).
     pub grads_persist: bool,
     /// Bytes one micro-batch leaves on the GPU after its forward (saved activations, the inputs it
@@ -115,7 +118,9 @@ impl Piece {
             })
             .max()
             .unwrap_or(0);
+        let shard_facts = ShardFacts::of(&g, &op_params, &unit_of_op, &units);
         Piece {
+            shard_facts,
             g,
             r,
             max_unsharded,

@@ -32,7 +32,9 @@
 //! replicated at all times (no shard copy), stage 3 gathers the root's parameters only while its
 //! ops run.
 
-use crate::estimator::graph::Graph;
+use std::ops::Range;
+
+use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::timeline::{Category, Event, Phase};
 use crate::estimator::units::Bytes;
 
@@ -206,19 +208,193 @@ struct ParamShard {
     trainable: bool,
     expert: bool,
     unit: Option<usize>,
+}
+
+/// One parameter of a piece, as every sharding sees it.
+#[derive(Clone, Debug)]
+struct ParamFact {
+    full: u64,
+    /// Rows of dim 0 and elements per row (FSDP shards along dim 0), and its dtype's bits.
+    d0: u64,
+    row: u64,
+    bits: u64,
+    trainable: bool,
+    expert: bool,
+    unit: Option<usize>,
     /// Backward op at which its gradient arrives (AccumulateGrad steals it into `.grad`).
     arrival: Option<usize>,
+}
+
+/// What [`Sharded`] needs of a piece that no sharding changes, found once per piece: a layout
+/// search shards each prepared piece for every data-parallel degree, ZeRO stage and offload it
+/// tries, and walking a 128-expert model's ops and tensors each time was a quarter of it.
+#[derive(Clone, Debug, Default)]
+pub struct ShardFacts {
+    params: Vec<ParamFact>,
+    unit_full: Vec<u64>,
+    unit_grad_full: Vec<u64>,
+    root_full: u64,
+    /// Fraction of the backward's work done once op i's backward has run.
+    done_after: Vec<f64>,
+    /// Next unit whose first op comes after op i (forward prefetch), previous unit before op i.
+    next_unit: Vec<Option<usize>>,
+    prev_unit: Vec<Option<usize>>,
+    /// Per op i: the parameters of the units begun by op i (`start <= i`), how many units those
+    /// are, and the trainable gradients held unreduced at op i.
+    started_full: Vec<u64>,
+    units_started: Vec<u32>,
+    unreduced_grads: Vec<u64>,
+    /// The unit whose backward finishes first (the latest start, the first such unit): the last
+    /// one reduced whenever any is.
+    latest_unit: Option<usize>,
+}
+
+impl ShardFacts {
+    pub fn of(
+        g: &Graph,
+        op_params: &[Vec<TensorId>],
+        unit_of_op: &[Option<usize>],
+        units: &[Range<usize>],
+    ) -> ShardFacts {
+        let mut params = Vec::new();
+        let mut index_of = vec![usize::MAX; g.tensors.len()];
+        for (ti, t) in g.tensors.iter().enumerate() {
+            if !t.is_param {
+                continue;
+            }
+            index_of[ti] = params.len();
+            params.push(ParamFact {
+                full: g.storages[t.storage].bytes.allocator_block().0,
+                d0: t.shape.first().copied().unwrap_or(1),
+                row: t.shape.iter().skip(1).product(),
+                bits: t.dtype.bits(),
+                trainable: t.requires_grad,
+                expert: t.expert,
+                unit: None,
+                arrival: None,
+            });
+        }
+        for (i, ps) in op_params.iter().enumerate() {
+            for &p in ps {
+                let k = index_of[p];
+                if k != usize::MAX && params[k].unit.is_none() {
+                    params[k].unit = unit_of_op[i];
+                }
+            }
+        }
+        // A gradient arrives at the latest op (in forward order) whose backward produces it; the
+        // simulator steals it into `.grad` there. Under autocast the parameter's gradient comes
+        // from its cached cast (`to_copy`), whose record lists it: this covers both.
+        for (i, op) in g.ops.iter().enumerate() {
+            for &(t, _) in &op.grads {
+                let k = index_of[t];
+                if k != usize::MAX {
+                    params[k].arrival = Some(params[k].arrival.map_or(i, |a: usize| a.max(i)));
+                }
+            }
+        }
+        let nu = units.len();
+        let mut unit_full = vec![0u64; nu];
+        let mut unit_grad_full = vec![0u64; nu];
+        let mut root_full = 0u64;
+        for p in &params {
+            match p.unit {
+                Some(u) => {
+                    unit_full[u] += p.full;
+                    if p.trainable {
+                        unit_grad_full[u] += p.full;
+                    }
+                }
+                None => root_full += p.full,
+            }
+        }
+        // Backward ≈ 2× the op's forward FLOPs, in reverse order: when a gradient arriving at
+        // op i is ready.
+        let total_bwd: f64 = g.ops.iter().map(|o| o.flops).sum::<f64>().max(1.0);
+        let nops = g.ops.len();
+        let mut done_after = vec![0.0f64; nops];
+        let mut acc = 0.0;
+        for i in (0..nops).rev() {
+            acc += g.ops[i].flops;
+            done_after[i] = acc / total_bwd;
+        }
+        let mut next_unit = vec![None; nops];
+        let mut prev_unit = vec![None; nops];
+        let mut nxt = None;
+        for i in (0..nops).rev() {
+            if let Some(u) = unit_of_op[i] {
+                if units[u].start == i {
+                    nxt = Some(u);
+                }
+            }
+            next_unit[i] = nxt.filter(|&u| Some(u) != unit_of_op[i]);
+        }
+        let mut prv = None;
+        for (prev, &unit) in prev_unit.iter_mut().zip(unit_of_op) {
+            *prev = prv.filter(|&u| Some(u) != unit);
+            if let Some(u) = unit {
+                prv = Some(u);
+            }
+        }
+        // Prefix sums by op index; a parameter whose gradient arrives past the last op stays
+        // unreduced to the end.
+        let mut started_full = vec![0u64; nops];
+        let mut units_started = vec![0u32; nops];
+        for (u, r) in units.iter().enumerate() {
+            if r.start < nops {
+                started_full[r.start] += unit_full[u];
+                units_started[r.start] += 1;
+            }
+        }
+        let mut ends = vec![0u64; nops + 1];
+        let mut unreduced_grads = vec![0u64; nops];
+        for p in params.iter().filter(|p| p.trainable) {
+            let lo = p.unit.map_or(0, |u| units[u].start);
+            if let Some(a) = p.arrival.filter(|&a| lo <= a && lo < nops) {
+                unreduced_grads[lo] += p.full;
+                ends[a.min(nops - 1) + 1] += p.full;
+            }
+        }
+        let (mut f, mut n, mut live) = (0u64, 0u32, 0u64);
+        for i in 0..nops {
+            f += started_full[i];
+            n += units_started[i];
+            live = live + unreduced_grads[i] - ends[i];
+            started_full[i] = f;
+            units_started[i] = n;
+            unreduced_grads[i] = live;
+        }
+        let mut latest_unit: Option<usize> = None;
+        for (u, r) in units.iter().enumerate() {
+            if latest_unit.is_none_or(|l: usize| units[l].start < r.start) {
+                latest_unit = Some(u);
+            }
+        }
+        ShardFacts {
+            params,
+            unit_full,
+            unit_grad_full,
+            root_full,
+            done_after,
+            next_unit,
+            prev_unit,
+            started_full,
+            units_started,
+            unreduced_grads,
+            latest_unit,
+        }
+    }
 }
 
 /// The static facts of a piece under a sharding, precomputed once.
 pub struct Sharded<'a> {
     piece: &'a Piece,
+    facts: &'a ShardFacts,
     sh: Sharding,
     params: Vec<ParamShard>,
-    unit_full: Vec<u64>,
-    unit_grad_full: Vec<u64>,
+    unit_full: &'a [u64],
+    unit_grad_full: &'a [u64],
     root_full: u64,
-    root_grad_shard: u64,
     param_shard_total: u64,
     grad_shard_total: u64,
     opt_full: u64,
@@ -227,21 +403,10 @@ pub struct Sharded<'a> {
     pub buckets: Vec<u64>,
     /// Fraction of the backward elapsed when each bucket's last gradient is ready.
     pub bucket_ready: Vec<f64>,
-    /// Next unit whose first op comes after op i (forward prefetch), previous unit before op i.
-    next_unit: Vec<Option<usize>>,
-    prev_unit: Vec<Option<usize>>,
     /// FSDP's mixed-precision policy, if any (gradients are reduced in its `reduce_dtype`).
     mp: Option<super::MixedPrecision>,
-    /// Per op i, sums over the units and parameters that [`Sharded::at`] would otherwise walk at
-    /// every event (a 70B layout's evaluation walked 80 units and 700 parameters for each of
-    /// thousands of events): the units begun by op i (`start <= i`), in full and as gradient
-    /// shards, and the trainable gradients held unreduced at op i.
-    started_full: Vec<u64>,
+    /// The gradient shards of the first k units begun, by k ([`ShardFacts::units_started`]).
     started_grad_shard: Vec<u64>,
-    unreduced_grads: Vec<u64>,
-    /// The unit whose backward finishes first (the latest start, the first such unit): the last
-    /// one reduced whenever any is.
-    latest_unit: Option<usize>,
     unit_grad_shard_total: u64,
     buckets_total: u64,
 }
@@ -276,83 +441,33 @@ impl<'a> Sharded<'a> {
         states_per_param: u64,
         mp: Option<super::MixedPrecision>,
     ) -> Sharded<'a> {
-        let g: &Graph = &piece.g;
+        let facts = &piece.shard_facts;
         let n = sh.dp.max(1);
-        let mut params = Vec::new();
-        let mut index_of = vec![usize::MAX; g.tensors.len()];
-        for (ti, t) in g.tensors.iter().enumerate() {
-            if !t.is_param {
-                continue;
-            }
-            let full = g.storages[t.storage].bytes.allocator_block().0;
-            // Under a mixed-precision policy the shards are the model's fp32 master weights
-            // (`Layout::resolve` refuses the policy over other weights).
-            let bits = if mp.is_some() {
-                crate::estimator::units::DType::F32.bits()
-            } else {
-                t.dtype.bits()
-            };
-            let shard =
-                Bytes((padded_shard_elems(&t.shape, sh.replicas(t.expert)) * bits).div_ceil(8))
-                    .allocator_block()
-                    .0;
-            index_of[ti] = params.len();
-            params.push(ParamShard {
-                full,
-                shard,
-                trainable: t.requires_grad,
-                expert: t.expert,
-                unit: None,
-                arrival: None,
-            });
-        }
-        for (i, ps) in piece.op_params.iter().enumerate() {
-            for &p in ps {
-                let k = index_of[p];
-                if k == usize::MAX {
-                    continue;
-                }
-                if params[k].unit.is_none() {
-                    params[k].unit = piece.unit_of_op[i];
-                }
-            }
-        }
-        // A gradient arrives at the latest op (in forward order) whose backward produces it; the
-        // simulator steals it into `.grad` there.
-        for (i, op) in g.ops.iter().enumerate() {
-            for &(t, _) in &op.grads {
-                let k = if g.tensors[t].is_param {
-                    index_of[t]
+        let params: Vec<ParamShard> = facts
+            .params
+            .iter()
+            .map(|p| {
+                // Under a mixed-precision policy the shards are the model's fp32 master weights
+                // (`Layout::resolve` refuses the policy over other weights).
+                let bits = if mp.is_some() {
+                    crate::estimator::units::DType::F32.bits()
                 } else {
-                    usize::MAX
+                    p.bits
                 };
-                if k != usize::MAX {
-                    params[k].arrival = Some(params[k].arrival.map_or(i, |a: usize| a.max(i)));
+                let rows = p.d0.div_ceil(sh.replicas(p.expert));
+                ParamShard {
+                    full: p.full,
+                    shard: Bytes((rows * p.row * bits).div_ceil(8)).allocator_block().0,
+                    trainable: p.trainable,
+                    expert: p.expert,
+                    unit: p.unit,
                 }
-            }
-        }
-        // Under autocast the parameter's gradient comes from its cached cast (`to_copy`), whose
-        // record lists it: the loop above covers both.
-        let nu = piece.units.len();
-        let mut unit_full = vec![0u64; nu];
-        let mut unit_grad_full = vec![0u64; nu];
-        let mut unit_grad_shard = vec![0u64; nu];
-        let (mut root_full, mut root_grad_shard) = (0u64, 0u64);
-        for p in &params {
-            match p.unit {
-                Some(u) => {
-                    unit_full[u] += p.full;
-                    if p.trainable {
-                        unit_grad_full[u] += p.full;
-                        unit_grad_shard[u] += p.shard;
-                    }
-                }
-                None => {
-                    root_full += p.full;
-                    if p.trainable {
-                        root_grad_shard += p.shard;
-                    }
-                }
+            })
+            .collect();
+        let mut unit_grad_shard = vec![0u64; facts.unit_full.len()];
+        for p in params.iter().filter(|p| p.trainable) {
+            if let Some(u) = p.unit {
+                unit_grad_shard[u] += p.shard;
             }
         }
         let param_shard_total: u64 = params.iter().map(|p| p.shard).sum();
@@ -392,19 +507,11 @@ impl<'a> Sharded<'a> {
                 .map(|p| p.shard * states_per_param)
                 .sum(),
         };
-        // Fraction of the backward's work done once op i's backward has run (backward ≈ 2× the
-        // op's forward FLOPs, in reverse order): when a gradient arriving there is ready.
-        let total_bwd: f64 = g.ops.iter().map(|o| o.flops).sum::<f64>().max(1.0);
-        let mut done_after = vec![0.0f64; g.ops.len()];
-        let mut acc = 0.0;
-        for i in (0..g.ops.len()).rev() {
-            acc += g.ops[i].flops;
-            done_after[i] = acc / total_bwd;
-        }
         let (mut buckets, mut bucket_ready) = (Vec::new(), Vec::new());
         if n > 1 && sh.zero <= 1 && !sh.fsdp {
             // Ready order: the reverse of the forward.
-            let mut order: Vec<(usize, u64)> = params
+            let mut order: Vec<(usize, u64)> = facts
+                .params
                 .iter()
                 .filter(|p| p.trainable)
                 .map(|p| (p.arrival.unwrap_or(0), p.full))
@@ -418,90 +525,38 @@ impl<'a> Sharded<'a> {
                 let mut ready = 0.0f64;
                 while got < b && k < order.len() {
                     got += order[k].1;
-                    ready = ready.max(done_after.get(order[k].0).copied().unwrap_or(1.0));
+                    ready = ready.max(facts.done_after.get(order[k].0).copied().unwrap_or(1.0));
                     k += 1;
                 }
                 buckets.push(Bytes(b).allocator_block().0);
                 bucket_ready.push(ready);
             }
         }
-        let nops = g.ops.len();
-        let mut next_unit = vec![None; nops];
-        let mut prev_unit = vec![None; nops];
-        let mut nxt = None;
-        for i in (0..nops).rev() {
-            if let Some(u) = piece.unit_of_op[i] {
-                if piece.units[u].start == i {
-                    nxt = Some(u);
-                }
-            }
-            next_unit[i] = nxt.filter(|&u| Some(u) != piece.unit_of_op[i]);
+        // Units begin in op order: the shards of the first k begun, by k.
+        let mut started_grad_shard = Vec::with_capacity(unit_grad_shard.len() + 1);
+        started_grad_shard.push(0u64);
+        let mut acc = 0u64;
+        for &b in &unit_grad_shard {
+            acc += b;
+            started_grad_shard.push(acc);
         }
-        let mut prv = None;
-        for (prev, &unit) in prev_unit.iter_mut().zip(&piece.unit_of_op) {
-            *prev = prv.filter(|&u| Some(u) != unit);
-            if let Some(u) = unit {
-                prv = Some(u);
-            }
-        }
-        // Prefix sums by op index (see the fields); a unit starting past the last op is never
-        // begun, a parameter whose gradient arrives past it stays unreduced to the end.
-        let mut started_full = vec![0u64; nops];
-        let mut started_grad_shard = vec![0u64; nops];
-        for (u, r) in piece.units.iter().enumerate() {
-            if r.start < nops {
-                started_full[r.start] += unit_full[u];
-                started_grad_shard[r.start] += unit_grad_shard[u];
-            }
-        }
-        let mut ends = vec![0u64; nops + 1];
-        let mut unreduced_grads = vec![0u64; nops];
-        for p in params.iter().filter(|p| p.trainable) {
-            let lo = p.unit.map_or(0, |u| piece.units[u].start);
-            if let Some(a) = p.arrival.filter(|&a| lo <= a && lo < nops) {
-                unreduced_grads[lo] += p.full;
-                ends[a.min(nops - 1) + 1] += p.full;
-            }
-        }
-        let (mut f, mut gs, mut live) = (0u64, 0u64, 0u64);
-        for i in 0..nops {
-            f += started_full[i];
-            gs += started_grad_shard[i];
-            live = live + unreduced_grads[i] - ends[i];
-            started_full[i] = f;
-            started_grad_shard[i] = gs;
-            unreduced_grads[i] = live;
-        }
-        let mut latest_unit: Option<usize> = None;
-        for (u, r) in piece.units.iter().enumerate() {
-            if latest_unit.is_none_or(|l: usize| piece.units[l].start < r.start) {
-                latest_unit = Some(u);
-            }
-        }
-        let buckets_total = buckets.iter().sum::<u64>();
-        let unit_grad_shard_total = unit_grad_shard.iter().sum::<u64>();
         Sharded {
-            unit_grad_shard_total,
-            started_full,
+            unit_grad_shard_total: acc,
             started_grad_shard,
-            unreduced_grads,
-            latest_unit,
-            buckets_total,
+            buckets_total: buckets.iter().sum::<u64>(),
             piece,
+            facts,
             sh,
             params,
-            unit_full,
-            unit_grad_full,
-            root_full,
-            root_grad_shard,
+            unit_full: &facts.unit_full,
+            unit_grad_full: &facts.unit_grad_full,
+            root_full: facts.root_full,
             param_shard_total,
             grad_shard_total,
             opt_full,
             opt_rank,
             buckets,
             bucket_ready,
-            next_unit,
-            prev_unit,
             mp,
         }
     }
@@ -579,13 +634,13 @@ impl<'a> Sharded<'a> {
         (bytes as u128 * self.opt_rank as u128 / self.opt_full as u128) as u64
     }
     pub fn unit_params_full(&self) -> &[u64] {
-        &self.unit_full
+        self.unit_full
     }
     pub fn root_params_full(&self) -> u64 {
         self.root_full
     }
     pub fn unit_grads_full(&self) -> &[u64] {
-        &self.unit_grad_full
+        self.unit_grad_full
     }
 
     /// Whether unit `u`'s backward is finished when op `i` runs its backward.
@@ -619,9 +674,9 @@ impl<'a> Sharded<'a> {
                 }
                 if sh.zero == 2 {
                     // Gathered once in forward, kept until each unit's backward is done.
-                    gathered += self.started_full[i];
+                    gathered += self.facts.started_full[i];
                     if phase == Phase::Forward {
-                        if let Some(n) = self.next_unit[i] {
+                        if let Some(n) = self.facts.next_unit[i] {
                             gathered += self.unit_full[n];
                         }
                     }
@@ -630,9 +685,9 @@ impl<'a> Sharded<'a> {
                         gathered += self.unit_full[u];
                     }
                     let pre = if phase == Phase::Forward {
-                        self.next_unit[i]
+                        self.facts.next_unit[i]
                     } else {
-                        self.prev_unit[i]
+                        self.facts.prev_unit[i]
                     };
                     if let Some(n) = pre {
                         gathered += self.unit_full[n];
@@ -654,13 +709,14 @@ impl<'a> Sharded<'a> {
                     // Units whose backward is done (op i comes before their first op) hold
                     // their reduced shards.
                     if shards_on_gpu && !persist {
-                        g += self.unit_grad_shard_total - self.started_grad_shard[i];
+                        g += self.unit_grad_shard_total
+                            - self.started_grad_shard[self.facts.units_started[i] as usize];
                     }
-                    let last_reduced = self.latest_unit.filter(|&u| self.reduced(u, i));
+                    let last_reduced = self.facts.latest_unit.filter(|&u| self.reduced(u, i));
                     if persist && shards_on_gpu {
                         g += self.grad_shard_total;
                     }
-                    g += self.unreduced_grads[i];
+                    g += self.facts.unreduced_grads[i];
                     // The last reduce-scatter's input is in flight while the next unit computes.
                     if let Some(u) = last_reduced {
                         comm += self.reduced_bytes(self.unit_grad_full[u]);
@@ -673,7 +729,6 @@ impl<'a> Sharded<'a> {
                     }
                 }
             }
-            let _ = self.root_grad_shard;
             c[Category::Gradients.index()] = g;
         } else {
             if sh.bucket_view && !self.buckets.is_empty() {
