@@ -156,14 +156,13 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     }
 }
 
-/// [`simulate`] for the timeline alone: no malloc/free stream and no replay of the loop's first
-/// step, which only the caching allocator reads (`alloc_trace` is empty). The multi-GPU layouts
-/// take their allocator overhead from the whole model's step and simulate each pipeline chunk
-/// so.
+/// [`simulate`] for the timeline alone: neither the replay of the loop's first step nor the
+/// loop's malloc/free stream, which only the caching allocator reads (`alloc_trace` is empty).
+/// The multi-GPU layouts take their allocator overhead from the whole model's step and simulate
+/// each pipeline chunk so.
 pub fn simulate_timeline(g: &Graph, opt: &StepOptions) -> StepResult {
     let tape = Tape::new(g);
     let mut step = Replay::new(&tape);
-    step.stream = StepStream::off();
     let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt, true);
     StepResult {
         timeline: step.tl,

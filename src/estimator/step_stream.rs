@@ -47,32 +47,19 @@ pub struct StepStream {
     grads: Vec<u32>,
     /// Blocks the loop holds past the step (the loss), dropped by its `del loss`.
     kept: Vec<u32>,
-    /// Records nothing: the step is simulated for its timeline alone.
-    off: bool,
 }
 
 impl StepStream {
-    /// A stream that records nothing (block ids all 0), for a step whose allocator replay is
-    /// not wanted: its events are as many as the step's and cost as much as its timeline.
-    pub fn off() -> StepStream {
-        StepStream {
-            off: true,
-            ..StepStream::default()
-        }
-    }
     pub fn alloc(&mut self, bytes: u64) -> u32 {
         if bytes == 0 {
             return NO_BLOCK;
-        }
-        if self.off {
-            return 0;
         }
         self.events.push(Ev::Alloc(bytes));
         self.allocs += 1;
         self.allocs - 1
     }
     pub fn free(&mut self, id: u32) {
-        if id != NO_BLOCK && !self.off {
+        if id != NO_BLOCK {
             self.events.push(Ev::Free(id));
         }
     }
@@ -81,12 +68,12 @@ impl StepStream {
         self.optimizer_at = Some(self.events.len());
     }
     pub fn keep_as_grad(&mut self, id: u32) {
-        if id != NO_BLOCK && !self.off {
+        if id != NO_BLOCK {
             self.grads.push(id);
         }
     }
     pub fn keep_past_step(&mut self, id: u32) {
-        if id != NO_BLOCK && !self.off {
+        if id != NO_BLOCK {
             self.kept.push(id);
         }
     }
