@@ -271,13 +271,13 @@ fn prepare_with(
     } else {
         let ranges = pipeline::stage_ranges(&g, &bl, chunks as usize);
         let n = ranges.len();
-        let life = pipeline::Lifetimes::of(&g);
+        let mut life = pipeline::Lifetimes::of(&g);
         ranges
             .into_iter()
             .enumerate()
             .map(|(i, r)| {
                 Piece::new(
-                    pipeline::slice_with(&g, &life, r),
+                    pipeline::slice_with(&g, &mut life, r),
                     &opts,
                     layout.offload.activations,
                     i + 1 == n,

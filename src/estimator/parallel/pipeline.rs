@@ -209,7 +209,7 @@ pub fn stage_ranges(g: &Graph, bl: &[Block], chunks: usize) -> Vec<Range<usize>>
 /// ops read are kept for the gradient that comes back (the largest one seeds backward); the
 /// loss stays kept on the last stage. Parameters, buffers and collectives of the range come along.
 pub fn slice(g: &Graph, range: Range<usize>) -> Graph {
-    slice_with(g, &Lifetimes::of(g), range)
+    slice_with(g, &mut Lifetimes::of(g), range)
 }
 
 /// What [`slice`] reads of the whole graph, computed once for all the stages of a pipeline:
@@ -220,6 +220,11 @@ pub struct Lifetimes {
     born: Vec<usize>,
     last_use: Vec<usize>,
     reads: Vec<Vec<(usize, TensorId)>>,
+    /// The whole graph's storages and tensors to a slice's, reused by every slice and reset to
+    /// `usize::MAX` after each: a fresh pair per stage cleared the whole graph's ids each time
+    /// (2048 stages of a 2048-layer model), a map per stage hashed every id.
+    smap: Vec<usize>,
+    tmap: Vec<TensorId>,
 }
 
 impl Lifetimes {
@@ -245,21 +250,31 @@ impl Lifetimes {
             born,
             last_use,
             reads,
+            smap: vec![usize::MAX; ns],
+            tmap: vec![usize::MAX; g.tensors.len()],
         }
     }
 }
 
 /// [`slice`] with the whole graph's [`Lifetimes`] given.
-pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
-    let (born, last_use) = (&life.born, &life.last_use);
+pub fn slice_with(g: &Graph, life: &mut Lifetimes, range: Range<usize>) -> Graph {
+    let Lifetimes {
+        born,
+        last_use,
+        reads,
+        smap,
+        tmap,
+    } = life;
     let mut out = Graph::new(g.precision);
     out.tp.size = g.tp.size;
     out.tp.sequence_parallel = g.tp.sequence_parallel;
     out.tp.seq_dim = g.tp.seq_dim;
     out.tp.heads = g.tp.heads;
     let mut m = Mapper {
-        smap: vec![usize::MAX; g.storages.len()],
-        tmap: vec![usize::MAX; g.tensors.len()],
+        smap,
+        tmap,
+        mapped_storages: Vec::new(),
+        mapped_tensors: Vec::new(),
         born,
         start: range.start,
     };
@@ -318,7 +333,7 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
             if first.iter().any(|f| g.tensors[f.2].storage == s) {
                 continue;
             }
-            let reads = &life.reads[s];
+            let reads = &reads[s];
             let k = reads.partition_point(|&(i, _)| i < range.end);
             if let Some(&(i, t)) = reads.get(k) {
                 let pos = g.ops[i].inputs.iter().position(|&u| u == t).unwrap_or(0);
@@ -340,6 +355,12 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
             out.tp.comm.push(c);
         }
     }
+    for s in m.mapped_storages {
+        m.smap[s] = usize::MAX;
+    }
+    for t in m.mapped_tensors {
+        m.tmap[t] = usize::MAX;
+    }
     out
 }
 
@@ -347,10 +368,12 @@ pub fn slice_with(g: &Graph, life: &Lifetimes, range: Range<usize>) -> Graph {
 /// 2048-stage pipeline slices its graph 2048 times, and zeroing two whole-graph tables per
 /// slice took most of its estimate.
 /// Storages and tensors of the whole graph to the slice's (`usize::MAX`: not in it yet), in
-/// vectors: a 128-expert model's slices map a hundred thousand tensors.
+/// the vectors of [`Lifetimes`], with the ids it set, to reset them.
 struct Mapper<'a> {
-    smap: Vec<usize>,
-    tmap: Vec<TensorId>,
+    smap: &'a mut Vec<usize>,
+    tmap: &'a mut Vec<TensorId>,
+    mapped_storages: Vec<usize>,
+    mapped_tensors: Vec<TensorId>,
     born: &'a [usize],
     start: usize,
 }
@@ -379,6 +402,7 @@ impl Mapper<'_> {
                     kind,
                 });
                 self.smap[s] = out.storages.len() - 1;
+                self.mapped_storages.push(s);
                 out.storages.len() - 1
             }
         };
@@ -391,6 +415,7 @@ impl Mapper<'_> {
             expert: old.expert,
         });
         self.tmap[t] = out.tensors.len() - 1;
+        self.mapped_tensors.push(t);
         out.tensors.len() - 1
     }
 }
