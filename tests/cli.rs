@@ -91,6 +91,25 @@ fn a_mixture_of_experts_shows_its_active_parameters() {
     assert!(!text(&dense.stdout).contains("active per token"));
 }
 
+/// LLaVA-1.5 7B served from the command line: `context` counts the text, and the image's 576
+/// placeholder tokens join it in the prefill and the KV cache (32 layers of 4096-wide keys and
+/// values in bf16 per token).
+#[test]
+fn llava_is_served_with_its_image_tokens() {
+    let plan = r#"{"model":"llava-1.5-7b","mode":"infer","context":512,"new_tokens":16,"batch":1,"dtype":"bf16"}"#;
+    let out = run(&["estimate", "--format", "json"], plan);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let inf = &v["inference"];
+    assert_eq!(
+        (&inf["context"], &inf["image_tokens"]),
+        (&512.into(), &576.into())
+    );
+    let per_token = 32 * 2 * 4096 * 2u64;
+    assert_eq!(inf["kv_bytes_per_token"], per_token);
+    assert_eq!(v["kv_cache_bytes"], per_token * (576 + 512 + 15));
+}
+
 /// Adafactor from the command line: GPT-2's factored state is about 1.3 MiB where AdamW's
 /// moments are 949 MiB (`tests/adafactor.rs` counts it exactly).
 #[test]

@@ -300,10 +300,11 @@ fn llava_adds_the_image_tokens_and_trains_the_tower_up_to_its_feature_layer() {
 
 #[test]
 fn llava_refuses_what_it_does_not_model() {
-    use vram_planner::estimator::tune::{Frozen, LoraConfig, Mode};
+    use vram_planner::estimator::tune::{Frozen, LoraConfig, Mode, Quantization};
     let cfg = small_llava(json!({}));
     let mut serve = plan(cfg.clone(), 24);
     serve.mode = Mode::Infer;
+    serve.quantization = Quantization::Int8;
     let mut lora = plan(cfg.clone(), 24);
     lora.mode = Mode::Finetune;
     lora.lora = Some(LoraConfig {
@@ -323,6 +324,43 @@ fn llava_refuses_what_it_does_not_model() {
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
+}
+
+/// Serving LLaVA: `context` counts the prompt's text tokens; each image adds its placeholder
+/// tokens, which the prefill's language model and the KV cache take with the text. The prefill
+/// runs the tower and the projector; a decode step runs the language model on the new token
+/// while the tower's weights and the caller's batch stay resident.
+#[test]
+fn llava_serves_the_image_tokens_with_the_text() {
+    use vram_planner::estimator::tune::Mode;
+    let cfg = small_llava(json!({}));
+    let m = llava(&cfg);
+    let serve = |images: Option<u64>| {
+        let mut p = plan(cfg.clone(), 24);
+        p.seq = None;
+        p.mode = Mode::Infer;
+        p.context = Some(24);
+        p.new_tokens = Some(3);
+        p.images = images;
+        p
+    };
+    let g = build_graph(&serve(Some(2))).unwrap();
+    assert_eq!(g.param_count(), m.param_count());
+    let scatter = g.ops.iter().find(|o| o.kind == "masked_scatter").unwrap();
+    assert_eq!(g.shape(scatter.outputs[0]), [2, 24 + 2 * 16, 64]);
+    let patches = g.ops.iter().find(|o| o.kind == "conv2d").unwrap();
+    assert_eq!(g.shape(patches.inputs[0])[0], 2 * 2);
+    let e = estimate(&serve(Some(2))).unwrap();
+    let inf = e.inference.as_ref().unwrap();
+    assert_eq!((inf.context, inf.image_tokens, inf.new_tokens), (24, 32, 3));
+    // Two layers of keys and values, two KV heads of 16: 2·2·2·16 elements per token in fp32.
+    let per_token = 2 * 2 * 2 * 16 * 4;
+    assert_eq!(inf.kv_bytes_per_token.0, per_token);
+    // The last decode step's cache: the prompt's 24 + 32 tokens and the first new token's.
+    assert_eq!(e.kv_cache_bytes.0, 2 * per_token * (24 + 32 + 2));
+    let one = estimate(&serve(None)).unwrap();
+    assert_eq!(one.inference.as_ref().unwrap().image_tokens, 16);
+    assert!(one.inference.unwrap().prefill_peak < inf.prefill_peak);
 }
 
 /// The measured steps of `data/encoder-vlm-steps.jsonl` (`data/PROVENANCE.md`): RoBERTa,

@@ -34,8 +34,8 @@ enum Format {
 enum Cmd {
     /// Estimate a plan given as JSON (stdin or --config FILE).
     #[command(
-        long_about = "Estimate one training (or fine-tuning, or serving) step of a plan given as JSON on stdin or in --config FILE: the peak memory PyTorch allocates, its breakdown, the device total and, with a `gpu` key, whether it fits. A plan with `parallel` or `offload` keys is also estimated per GPU of its layout.",
-        after_help = "Example:\n  echo '{\"model\":\"resnet50\",\"batch\":64,\"gpu\":\"a100-40\"}' | vram-planner estimate\n  echo '{\"seq\":4096,\"dtype\":\"bf16\",\"gpu\":\"h100-80\"}' | vram-planner estimate --hf Qwen/Qwen3-8B\n\nThe JSON output (--format json) is described by docs/estimate.schema.json."
+        long_about = "Estimate one training (or fine-tuning, or serving) step of a plan given as JSON on stdin or in --config FILE: the peak memory PyTorch allocates, its breakdown, the device total and, with a `gpu` key, whether it fits. A plan with `parallel` or `offload` keys is also estimated per GPU of its layout. Serving (`\"mode\": \"infer\"`) reports the prefill of `context` prompt tokens and the last of `new_tokens` decode steps; `context` counts text tokens, and a vision-language model (llava) adds each image's placeholder tokens (`images` per sample, 576 each for LLaVA-1.5) to the prompt and the KV cache.",
+        after_help = "Example:\n  echo '{\"model\":\"resnet50\",\"batch\":64,\"gpu\":\"a100-40\"}' | vram-planner estimate\n  echo '{\"seq\":4096,\"dtype\":\"bf16\",\"gpu\":\"h100-80\"}' | vram-planner estimate --hf Qwen/Qwen3-8B\n  # serving LLaVA-1.5 7B: one image (576 tokens) and 512 text tokens, 16 new tokens\n  echo '{\"model\":\"llava-1.5-7b\",\"mode\":\"infer\",\"context\":512,\"new_tokens\":16,\"dtype\":\"bf16\"}' | vram-planner estimate\n\nThe JSON output (--format json) is described by docs/estimate.schema.json."
     )]
     Estimate {
         #[command(flatten)]
@@ -461,7 +461,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
             "paged_opt_state_bytes".into(),
             e.paged_opt_state_bytes.0.into(),
         );
-        m.insert("inference".into(), e.inference.as_ref().map(|i| serde_json::json!({"context": i.context, "new_tokens": i.new_tokens, "prefill_peak_bytes": i.prefill_peak.0, "decode_peak_bytes": i.decode_peak.map(|b| b.0), "kv_bytes_per_token": i.kv_bytes_per_token.0})).into());
+        m.insert("inference".into(), e.inference.as_ref().map(|i| serde_json::json!({"context": i.context, "image_tokens": i.image_tokens, "new_tokens": i.new_tokens, "prefill_peak_bytes": i.prefill_peak.0, "decode_peak_bytes": i.decode_peak.map(|b| b.0), "kv_bytes_per_token": i.kv_bytes_per_token.0})).into());
         // With a GPU, fine-tuning and serving plans also say what fits it.
         if let (Some(g), true) = (&gpu, plan.mode != crate::estimator::tune::Mode::Train) {
             let ok = |r: Result<Option<u64>, _>| r.ok().flatten();

@@ -42,8 +42,12 @@ pub struct LayerActivation {
 /// Prefill against decode for an inference plan.
 #[derive(Clone, Debug, Serialize, PartialEq)]
 pub struct InferenceReport {
-    /// Prompt tokens per sequence.
+    /// Prompt text tokens per sequence (the plan's `context`).
     pub context: u64,
+    /// Image placeholder tokens per sequence in the prompt besides `context` (a vision-language
+    /// model's images, 0 for a text model): the prefill runs over `context + image_tokens`
+    /// positions and the KV cache grows from there.
+    pub image_tokens: u64,
     /// Tokens generated per sequence.
     pub new_tokens: u64,
     /// Peak of the prompt's forward (weights, the prompt's cache, the whole prompt's activations).
@@ -364,7 +368,10 @@ pub fn estimate(
         return Ok(prefill);
     }
     let (context, new_tokens) = infer_lengths(setup, setup.seq.unwrap_or(default_seq))?;
-    let per_token = Bytes(g.storage_bytes(StorageKind::KvCache).0 / (setup.batch * context));
+    // The prefill's cache holds the prompt's positions, image placeholders included.
+    let prompt = context.saturating_add(g.image_tokens);
+    let per_token =
+        Bytes(g.storage_bytes(StorageKind::KvCache).0 / setup.batch.saturating_mul(prompt));
     let prefill_peak = prefill.peak_allocated;
     let (mut best, decode_peak) = if new_tokens >= 2 {
         let dg = build_graph_step(model, setup, Some(()))?;
@@ -382,6 +389,7 @@ pub fn estimate(
     };
     best.inference = Some(InferenceReport {
         context,
+        image_tokens: g.image_tokens,
         new_tokens,
         prefill_peak,
         decode_peak,

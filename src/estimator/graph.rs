@@ -198,6 +198,10 @@ pub struct Graph {
     pub ep: u64,
     /// Images per sample a vision-language builder took (0: the model takes none).
     pub images: u64,
+    /// Placeholder tokens those images put in each sample's sequence, beside the plan's text
+    /// tokens (`seq`, or `context` when serving): the language model and its KV cache run over
+    /// both.
+    pub image_tokens: u64,
 }
 
 impl Graph {
@@ -218,6 +222,7 @@ impl Graph {
             active_params: None,
             ep: 1,
             images: 0,
+            image_tokens: 0,
         }
     }
 

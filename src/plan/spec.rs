@@ -96,7 +96,9 @@ pub struct Plan {
     /// list of module paths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frozen: Option<Frozen>,
-    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default).
+    /// Inference: prompt tokens per sequence (default: `seq`, then the model's default). They
+    /// are text tokens: a vision-language model's images add their placeholder tokens to the
+    /// prompt beside them (LLaVA-1.5: `images` × 576), and the KV cache holds both.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<u64>,
     /// Inference: tokens generated per sequence (`generate(max_new_tokens)`, default 1: the
@@ -127,7 +129,8 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub experts_impl: Option<ExpertsImpl>,
     /// Vision-language models: images per sample (default 1), each adding its image tokens to
-    /// the sequence.
+    /// the sequence (training: to `seq`'s text tokens; serving: to `context`'s, in the prefill
+    /// and the KV cache).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<u64>,
     /// The step ran under a `TorchDispatchMode` (the reference harness's tracker, or

@@ -10,13 +10,15 @@
 //! (`text::LlamaLayer`) with the cached attention, which also records the references the
 //! layer's modules hold (see `LlamaLayer::build`). `generate` then copies the last logits to
 //! fp32 (`outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32)`) while the output is
-//! alive.
+//! alive. LLaVA ([`super::llava`]) runs the same forward (`forward`) with its image features
+//! scattered into the embeddings before the language model.
 
 use crate::estimator::config::AttnImpl;
 use crate::estimator::config::BuildCtx;
 use crate::estimator::config::Device;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
+use crate::estimator::tune::InferStep;
 use crate::estimator::units::Bytes;
 use crate::estimator::units::DType;
 
@@ -25,11 +27,48 @@ use super::text::{self, Built, LlamaAttention, LlamaLayer, TextConfig};
 
 /// One forward of generation (`ctx.tune.infer` says which) for a LLaMA-family `cfg`.
 pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
-    let step = ctx
-        .tune
-        .infer
-        .ok_or_else(|| EstimateError::Unsupported("an inference graph needs its step".into()))?;
+    let step = infer_step(ctx)?;
     let mut g = Graph::for_build(ctx);
+    let ids = g.input(vec![ctx.batch, step.tokens], DType::I64)?;
+    if cfg.variant.moe.is_some() {
+        g.active_params = Some(cfg.active_param_count());
+    }
+    forward(&mut g, cfg, ctx, ids, |_, x| {
+        Ok(Embedded {
+            x,
+            held: Vec::new(),
+        })
+    })?;
+    Ok(g)
+}
+
+/// The forward `ctx.tune.infer` asks for.
+pub(crate) fn infer_step(ctx: &BuildCtx) -> Result<InferStep, EstimateError> {
+    ctx.tune
+        .infer
+        .ok_or_else(|| EstimateError::Unsupported("an inference graph needs its step".into()))
+}
+
+/// The language model's input embeddings as a multimodal model hands them over, and what its
+/// `forward` binds besides them until it returns (after the language model's last norm).
+pub(crate) struct Embedded {
+    pub x: TensorId,
+    pub held: Vec<TensorId>,
+}
+
+/// `*ForCausalLM.forward` of generation on the token ids `ids` (`[B, step.tokens]`, made by
+/// the caller with whatever else it holds): the KV cache, `embed_tokens`, then `merge` (what a
+/// vision-language model does between the text embeddings and its language model; the identity
+/// for a text model), `LlamaModel.forward` on the embeddings it returns, the last position's
+/// logits and `generate`'s fp32 copy of them.
+pub(crate) fn forward(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    ids: TensorId,
+    merge: impl FnOnce(&mut Graph, TensorId) -> Result<Embedded, EstimateError>,
+) -> Result<(), EstimateError> {
+    let step = infer_step(ctx)?;
     let tune = &ctx.tune;
     let (b, s) = (ctx.batch, step.tokens);
     let t = step.past.checked_add(s).ok_or(EstimateError::TooLarge)?;
@@ -38,10 +77,6 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     // Keys and values come out of the projections in the autocast dtype when autocast is on.
     let act = g.precision.autocast().unwrap_or(pdt);
     let kv_dt = step.kv_dtype.unwrap_or(act);
-    let ids = g.input(vec![b, s], DType::I64)?;
-    if cfg.variant.moe.is_some() {
-        g.active_params = Some(cfg.active_param_count());
-    }
     g.nf4_shared_constants(tune)?;
     let sl = cfg.variant.sliding.as_ref();
     let mut caches = Vec::with_capacity(cfg.layers as usize);
@@ -68,9 +103,10 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     let (x, embed) = g.embedding("embed_tokens", ids, cfg.vocab, h_dim)?;
     let gm = cfg.variant.gemma.as_ref();
     let x = match gm {
-        Some(gm) => gemma::scale_embeddings(&mut g, x, gm.version)?,
+        Some(gm) => gemma::scale_embeddings(g, x, gm.version)?,
         None => x,
     };
+    let Embedded { x, held } = merge(g, x)?;
     let (inv_len, table) = text::rope_dims(cfg);
     let inv_freq = g.buffer(vec![inv_len], pdt)?;
     g.buffer(vec![inv_len], pdt)?;
@@ -92,12 +128,12 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     // plus this step's for the local ones.
     let local_len = sl.map_or(t, |sl| step.past.min(sl.window.saturating_sub(1)) + s);
     let global_mask = if any(false) {
-        generation_mask(&mut g, b, s, t, false, eager)?
+        generation_mask(g, b, s, t, false, eager)?
     } else {
         None
     };
     let local_mask = match sl {
-        Some(sl) if any(true) => generation_mask(&mut g, b, s, local_len, s > sl.window, eager)?,
+        Some(sl) if any(true) => generation_mask(g, b, s, local_len, s > sl.window, eager)?,
         _ => None,
     };
     // The plan's device picks the kernels: on the CPU, MLA's unequal head dims send SDPA to its
@@ -134,10 +170,13 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
             )
         })?;
     }
-    let h = layer.norm(&mut g, "norm", h)?;
+    let h = layer.norm(g, "norm", h)?;
     g.hold(&[x, cos, sin]);
     let masks: Vec<TensorId> = [global_mask, local_mask].into_iter().flatten().collect();
     g.hold(&masks);
+    if !held.is_empty() {
+        g.hold(&held);
+    }
     let last = g.slice_view(h, vec![b, 1, h_dim])?;
     let logits = if cfg.tie_embeddings {
         g.scoped("lm_head", |g| g.linear_with(last, embed, None))?
@@ -157,7 +196,7 @@ pub fn llama_step(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
         g.cast(logits, DType::F32)?
     };
     g.keep(next);
-    Ok(g)
+    Ok(())
 }
 
 /// The mask one forward of generation builds for `s` queries over `len` keys

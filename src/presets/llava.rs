@@ -16,16 +16,24 @@
 //! (its pooled output is replaced by the image features) get no gradient, so their parameters
 //! have no `.grad` and no optimizer state, and their activations live only until the forward
 //! returns (the model's output holds the tower's last hidden state until then).
+//!
+//! Serving (`mode: infer`, `serve`) runs the forward calls of `GenerationMixin._sample`
+//! through [`super::generate`]'s language model: the prefill takes the pixels and the prompt
+//! (each image's placeholder tokens and the plan's `context` text tokens), the decode steps one
+//! new token each over the KV cache of the image and text tokens. `context` counts the text
+//! alone, as `seq` does in training: a prompt of `context` tokens with `n` images has
+//! `context + n · image tokens` positions (LLaVA-1.5: 576 per image).
 
 use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
-use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::{Conv, EagerOpts};
-use crate::estimator::tune::Frozen;
+use crate::estimator::graph::{Graph, StorageKind, TensorId};
+use crate::estimator::ops::{Conv, EagerOpts, MatmulCopies};
+use crate::estimator::tune::{Frozen, InferStep, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::{activation, Activation};
+use super::generate::{self, Embedded};
 use super::text::{self, heads_view, Arch, TextConfig};
 
 /// `CLIPVisionConfig`: the fields the tower's size and ops depend on.
@@ -110,21 +118,21 @@ impl Llava {
     }
 }
 
-/// Builds the training step of `m` at `ctx` (`ctx.seq`: the text tokens per sample).
+/// Builds the training step of `m` at `ctx` (`ctx.seq`: the text tokens per sample), or one
+/// forward of its generation when `ctx.tune.infer` asks for one (`serve`).
 pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
-    let unsupported = |what: &str| {
-        Err(EstimateError::Unsupported(format!(
-            "{what} is not modelled for llava: use a plain or fine-tuning step on one GPU"
-        )))
-    };
-    if ctx.tune.infer.is_some() {
-        return unsupported("serving");
-    }
+    let serving = ctx.tune.infer.is_some();
     if ctx.tune.lora.is_some() || !ctx.tune.dense_linears() {
-        return unsupported("LoRA or quantized weights");
+        return Err(EstimateError::Unsupported(if serving {
+            "quantized or sparse weights are not modelled for llava: serve it in its own dtype (\"quantization\": \"none\")".into()
+        } else {
+            "LoRA or quantized weights are not modelled for llava: use a plain or fine-tuning step on one GPU".into()
+        }));
     }
     if ctx.tp > 1 {
-        return unsupported("tensor parallelism");
+        return Err(EstimateError::Unsupported(
+            "tensor parallelism is not modelled for llava: use a plain or fine-tuning step on one GPU".into(),
+        ));
     }
     if matches!(ctx.ckpt, Checkpointing::Sqrt | Checkpointing::Segments(_)) {
         // Segments cut one stack of layers; LLaVA has two (the tower's and the language
@@ -141,56 +149,34 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     // Several images per sample (`pixel_values` `[B·n, 3, S, S]`): the tower and the projector
     // run on every image, and each image's tokens add to its sample's sequence.
     let n = ctx.images.max(1);
-    let tokens = m
+    let image_tokens = m
         .image_tokens()
         .checked_mul(n)
-        .and_then(|t| t.checked_add(ctx.seq))
+        .ok_or(EstimateError::TooLarge)?;
+    let tokens = image_tokens
+        .checked_add(ctx.seq)
         .ok_or(EstimateError::TooLarge)?;
     let vision_ctx = BuildCtx {
         batch: ctx.batch.checked_mul(n).ok_or(EstimateError::TooLarge)?,
         ..ctx.clone()
     };
+    if serving {
+        return serve(m, ctx, &vision_ctx, image_tokens);
+    }
     let text_ctx = BuildCtx {
         seq: tokens,
         ..ctx.clone()
     };
     text::check_variant(&m.text, &text_ctx)?;
     let mut g = Graph::for_build(ctx);
-    g.images = n;
-    let b = ctx.batch;
-    let v = &m.vision;
-    let ids = g.input(vec![b, tokens], DType::I64)?;
-    let pixels = g.input(
-        vec![vision_ctx.batch, v.channels, v.image_size, v.image_size],
-        g.precision.param_dtype(),
-    )?;
-    if m.text.variant.moe.is_some() {
-        let rest = m.param_count() - m.text.param_count();
-        g.active_params = Some(rest + m.text.active_param_count());
-    }
+    let (ids, pixels) = batch(&mut g, m, (ctx.batch, n), tokens, image_tokens)?;
     // `LlavaModel.forward`: the text embeddings first, then the image features.
     let (embeds, embed_w) = g.scoped("language_model", |g| text::llama_embed(g, &m.text, ids))?;
     let mut tail = Vec::new();
-    let features = g.scoped("vision_tower", |g| {
-        g.scoped("vision_model", |g| {
-            vision_tower(g, m, &vision_ctx, pixels, &mut tail)
-        })
-    })?;
-    let features = g.scoped("multi_modal_projector", |g| {
-        projector(g, m, &vision_ctx, features)
-    })?;
-    // `list(image_features)`, `torch.cat(image_features, dim=0).to(inputs_embeds.dtype)`.
-    let per_image = g.unbind(features)?;
-    let features = g.cat(&per_image, 0)?;
-    let features = g.cast(features, g.dtype(embeds))?;
-    // `get_placeholder_mask`: `input_ids == image_token_id` and its count.
-    let mask = g.no_grad_op("eq", &[ids], vec![b, tokens], DType::Bool, Bytes::ZERO)?;
-    g.no_grad_op("sum", &[mask], vec![], DType::I64, Bytes::ZERO)?;
-    let mask = g.alias(mask, vec![b, tokens, 1], false);
-    let embeds = g.masked_scatter(embeds, mask, features)?;
+    let merged = merge_images(&mut g, m, &vision_ctx, ids, embeds, pixels, &mut tail)?;
     let mut router_logits = Vec::new();
     let h = g.scoped("language_model", |g| {
-        text::llama_decoder(g, &m.text, &text_ctx, embeds, &mut router_logits)
+        text::llama_decoder(g, &m.text, &text_ctx, merged.embeds, &mut router_logits)
     })?;
     text::llama_head(&mut g, &m.text, h, embed_w, ids, &router_logits)?;
     // The forward returns: the tower's unused tail is released with the model's output.
@@ -198,16 +184,255 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     Ok(g)
 }
 
-/// `CLIPVisionModel.forward` up to the selected hidden states (the `[B, positions, D]` tensors
-/// of [`Llava::feature_layers`]). The ops past them run too; what they would save for backward
-/// goes to `tail` instead, for the caller to hold until the forward returns.
+/// The batch as the processor makes it, for `b` samples of `n` images each: `input_ids`
+/// `[B, tokens]` (each sample's image placeholders and its text) and `pixel_values`
+/// `[B·n, 3, S, S]` in the weights' dtype. Also records the images on the graph and, for a
+/// mixture-of-experts language model, the parameters a token runs through.
+fn batch(
+    g: &mut Graph,
+    m: &Llava,
+    (b, n): (u64, u64),
+    tokens: u64,
+    image_tokens: u64,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let v = &m.vision;
+    g.images = n;
+    g.image_tokens = image_tokens;
+    let ids = g.input(vec![b, tokens], DType::I64)?;
+    let pixels = g.input(
+        vec![
+            b.checked_mul(n).ok_or(EstimateError::TooLarge)?,
+            v.channels,
+            v.image_size,
+            v.image_size,
+        ],
+        g.precision.param_dtype(),
+    )?;
+    if m.text.variant.moe.is_some() {
+        let rest = m.param_count() - m.text.param_count();
+        g.active_params = Some(rest + m.text.active_param_count());
+    }
+    Ok((ids, pixels))
+}
+
+/// What [`merge_images`] made that Python still references after it.
+struct Merged {
+    /// The input embeddings with the image features in place of the placeholders.
+    embeds: TensorId,
+    /// `torch.cat(image_features)` and the placeholder mask, locals of `LlavaModel.forward`.
+    features: TensorId,
+    mask: TensorId,
+    /// The tower's last hidden state and selected hidden states, and the projector's output:
+    /// the image outputs the model's output carries.
+    outputs: Vec<TensorId>,
+}
+
+/// `LlavaModel.forward` between the text embeddings `embeds` and the language model
+/// (`models/llava/modeling_llava.py`, transformers 5.24): `get_image_features` (the tower on
+/// `pixels`, the feature layer selection, the projector), `torch.cat(image_features,
+/// dim=0).to(inputs_embeds.dtype)`, `get_placeholder_mask` (`input_ids == image_token_id` and
+/// its count) and `inputs_embeds.masked_scatter(special_image_mask, image_features)`.
+///
+/// Without autograd (serving) Python's references decide what lives: `image_outputs.pooler_output
+/// = image_features` drops the tower's pooled class token only once the projector has run, and
+/// the caller holds what [`Merged`] lists.
+#[allow(clippy::too_many_arguments)]
+fn merge_images(
+    g: &mut Graph,
+    m: &Llava,
+    vision_ctx: &BuildCtx,
+    ids: TensorId,
+    embeds: TensorId,
+    pixels: TensorId,
+    tail: &mut Vec<TensorId>,
+) -> Result<Merged, EstimateError> {
+    let tower = g.scoped("vision_tower", |g| {
+        g.scoped("vision_model", |g| {
+            vision_tower(g, m, vision_ctx, pixels, tail)
+        })
+    })?;
+    let projected = g.scoped("multi_modal_projector", |g| {
+        projector(g, m, vision_ctx, tower.selected.clone())
+    })?;
+    if g.inference {
+        g.hold(&[tower.pooled]);
+    }
+    // `list(image_features)`, `torch.cat(image_features, dim=0).to(inputs_embeds.dtype)`.
+    let per_image = g.unbind(projected)?;
+    let features = g.cat(&per_image, 0)?;
+    let features = g.cast(features, g.dtype(embeds))?;
+    // `get_placeholder_mask`: `input_ids == image_token_id` and its count.
+    let s = g.shape(ids);
+    let mask = g.no_grad_op("eq", &[ids], s.clone(), DType::Bool, Bytes::ZERO)?;
+    g.no_grad_op("sum", &[mask], vec![], DType::I64, Bytes::ZERO)?;
+    let mask3 = g.alias(mask, vec![s[0], s[1], 1], false);
+    let embeds = g.masked_scatter(embeds, mask3, features)?;
+    let mut outputs = vec![tower.last];
+    outputs.extend(tower.selected);
+    outputs.push(projected);
+    Ok(Merged {
+        embeds,
+        features,
+        mask,
+        outputs,
+    })
+}
+
+/// One forward of LLaVA's generation, as `GenerationMixin._sample` calls
+/// `LlavaForConditionalGeneration.forward` under `torch.no_grad()` (transformers 5.24): the
+/// prefill on the pixels and the whole prompt (`[B, image_tokens + context]` ids), a decode
+/// step on the one new token per sequence, the language model's KV cache holding the image
+/// and text tokens ([`generate::forward`]).
+///
+/// What lives besides the language model's own tensors, from an allocation trace of the
+/// prefill (`tests/data/oracle/serving_steps.py`'s LLaVA cases):
+/// - the prefill's image outputs: `LlavaModel.forward` keeps `get_image_features`' output in
+///   `mm_encoder_outputs` and returns it in the model's output (`image_outputs`), which the
+///   caller drops only after copying the logits: the tower's `last_hidden_state`, the hidden
+///   states `vision_feature_layer` selects (`select_hidden_states` records only those) and the
+///   projected features (`pooler_output`, a list of views);
+/// - `image_features` (the `cat`) and `special_image_mask`, until `LlavaModel.forward`
+///   returns, after the language model's last norm;
+/// - in a decode step, the caller's batch: the prompt's `input_ids` and `pixel_values` (the
+///   processor's output the request was made from) stay resident while `forward` takes only
+///   the new token.
+///
+/// `generate` itself in transformers 5.24 encodes the images before the prefill
+/// (`_prepare_multimodal_encoder_kwargs_for_generation`) and passes them as
+/// `mm_encoder_outputs`, which `model_kwargs` then keeps through the decode steps; this models
+/// the forward given the pixels, as the measurements ran it.
+fn serve(
+    m: &Llava,
+    ctx: &BuildCtx,
+    vision_ctx: &BuildCtx,
+    image_tokens: u64,
+) -> Result<Graph, EstimateError> {
+    let step = generate::infer_step(ctx)?;
+    let prompt = image_tokens
+        .checked_add(ctx.seq)
+        .ok_or(EstimateError::TooLarge)?;
+    // The language model's step counts the image placeholders with the text: the prefill runs
+    // over all of them, and a decode step's cache holds them.
+    let lm_step = if step.is_prefill() {
+        InferStep {
+            tokens: prompt,
+            ..step
+        }
+    } else {
+        InferStep {
+            past: step
+                .past
+                .checked_add(image_tokens)
+                .ok_or(EstimateError::TooLarge)?,
+            ..step
+        }
+    };
+    let text_ctx = BuildCtx {
+        seq: prompt,
+        tune: TuneCtx {
+            infer: Some(lm_step),
+            ..ctx.tune.clone()
+        },
+        ..ctx.clone()
+    };
+    text::check_positions(&m.text, &text_ctx)?;
+    text::check_variant(&m.text, &text_ctx)?;
+    let mut g = Graph::for_build(ctx);
+    let n = ctx.images.max(1);
+    let (prompt_ids, pixels) = batch(&mut g, m, (ctx.batch, n), prompt, image_tokens)?;
+    if !step.is_prefill() {
+        vision_weights(&mut g, m, vision_ctx)?;
+        let ids = g.input(vec![ctx.batch, step.tokens], DType::I64)?;
+        generate::forward(&mut g, &m.text, &text_ctx, ids, |_, x| {
+            Ok(Embedded {
+                x,
+                held: Vec::new(),
+            })
+        })?;
+        return Ok(g);
+    }
+    generate::forward(&mut g, &m.text, &text_ctx, prompt_ids, |g, embeds| {
+        let merged = merge_images(
+            g,
+            m,
+            vision_ctx,
+            prompt_ids,
+            embeds,
+            pixels,
+            &mut Vec::new(),
+        )?;
+        for &t in &merged.outputs {
+            g.keep(t);
+        }
+        Ok(Embedded {
+            x: merged.embeds,
+            held: vec![merged.features, merged.mask],
+        })
+    })?;
+    Ok(g)
+}
+
+/// The tower's and the projector's parameters and buffers, resident through a decode step that
+/// does not run them: those that building both on one image makes.
+fn vision_weights(g: &mut Graph, m: &Llava, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let one = BuildCtx {
+        batch: 1,
+        ..ctx.clone()
+    };
+    let mut scratch = Graph::for_build(&one);
+    let v = &m.vision;
+    let pixels = scratch.input(
+        vec![1, v.channels, v.image_size, v.image_size],
+        scratch.precision.param_dtype(),
+    )?;
+    let tower = scratch.scoped("vision_tower", |g| {
+        g.scoped("vision_model", |g| {
+            vision_tower(g, m, &one, pixels, &mut Vec::new())
+        })
+    })?;
+    scratch.scoped("multi_modal_projector", |g| {
+        projector(g, m, &one, tower.selected)
+    })?;
+    let mut seen = vec![false; scratch.storages.len()];
+    for t in &scratch.tensors {
+        let kind = scratch.storages[t.storage].kind;
+        if std::mem::replace(&mut seen[t.storage], true) {
+            continue;
+        }
+        if t.is_param {
+            g.param_of(t.shape.clone(), t.dtype)?;
+        } else if kind == StorageKind::Buffer {
+            g.buffer(t.shape.clone(), t.dtype)?;
+        }
+    }
+    Ok(())
+}
+
+/// The tensors of the tower's output ([`vision_tower`]).
+struct Tower {
+    /// The hidden states [`Llava::feature_layers`] selects, `[B, positions, D]` each.
+    selected: Vec<TensorId>,
+    /// `last_hidden_state`: the last layer's output.
+    last: TensorId,
+    /// `pooler_output`: `post_layernorm` of the class token.
+    pooled: TensorId,
+}
+
+/// `CLIPVisionModel.forward` (`models/clip/modeling_clip.py`, transformers 5.24) up to the
+/// selected hidden states. The ops past them run too; in training what they would save for
+/// backward goes to `tail` instead, for the caller to hold until the forward returns.
+///
+/// Without autograd (serving), Python's references keep what the ops no longer read:
+/// `CLIPVisionEmbeddings.forward` binds the convolution's output (`patch_embeds`, a view of it)
+/// until it returns, and `CLIPVisionModel.forward` (`hidden_states`) and `CLIPEncoder.forward`
+/// (`inputs_embeds`) bind `pre_layrnorm`'s output until the tower returns.
 fn vision_tower(
     g: &mut Graph,
     m: &Llava,
     ctx: &BuildCtx,
     pixels: TensorId,
     tail: &mut Vec<TensorId>,
-) -> Result<Vec<TensorId>, EstimateError> {
+) -> Result<Tower, EstimateError> {
     let v = &m.vision;
     let cpu = ctx.device == Device::Cpu;
     let (b, d, n) = (ctx.batch, v.hidden, v.positions());
@@ -238,7 +463,11 @@ fn vision_tower(
         // autocast, as torchvision's ViT's.
         let x = g.cat(&[cls, p], 1)?;
         let (pe, _) = g.embedding("position_embedding", pos, n, d)?;
-        g.add(x, pe, false)
+        let x = g.add(x, pe, false)?;
+        if g.inference {
+            g.hold(&[p]);
+        }
+        Ok::<_, EstimateError>(x)
     })?;
     let x = g.layer_norm_on("pre_layrnorm", x, true, cpu)?;
     let mut hidden = vec![x];
@@ -265,21 +494,35 @@ fn vision_tower(
     }
     // `last_hidden_state[:, 0, :]` and `post_layernorm`.
     let pooled = g.select(h, vec![b, d])?;
-    g.layer_norm_on("post_layernorm", pooled, true, cpu)?;
+    let pooled = g.layer_norm_on("post_layernorm", pooled, true, cpu)?;
+    if g.inference {
+        g.hold(&[x]);
+    }
     let start = first_tail.get().unwrap_or(g.ops.len());
     for op in &mut g.ops[start..] {
         tail.append(&mut op.saved);
         op.grads.clear();
     }
-    Ok(m.feature_layers
-        .iter()
-        .map(|&i| hidden[i as usize])
-        .collect())
+    Ok(Tower {
+        selected: m
+            .feature_layers
+            .iter()
+            .map(|&i| hidden[i as usize])
+            .collect(),
+        last: h,
+        pooled,
+    })
 }
 
 /// `CLIPEncoderLayer.forward`: `layer_norm1`, self-attention (`q_proj`, `k_proj`, `v_proj`,
 /// SDPA or eager without a mask, `out_proj`), residual; `layer_norm2`, `fc1`, activation,
 /// `fc2`, residual.
+///
+/// Without autograd (serving), Python's references keep what the ops no longer read:
+/// `CLIPAttention.forward` binds its input and `queries`, `keys`, `values` until `out_proj` has
+/// run, the layer binds `layer_norm2`'s output until the MLP returns, eager attention's weights
+/// (`hidden_states, _ = self.self_attn(...)`) and the layer's input (the encoder's loop
+/// variable) until the layer returns.
 fn clip_layer(
     g: &mut Graph,
     v: &Clip,
@@ -289,30 +532,40 @@ fn clip_layer(
     let cpu = ctx.device == Device::Cpu;
     let (d, nh) = (v.hidden, v.heads);
     let hd = d / nh;
+    // `dropout=0.0 if not self.training else self.dropout`.
+    let dropout = if g.inference { 0.0 } else { v.attn_dropout };
     let a = g.layer_norm_on("layer_norm1", x, true, cpu)?;
-    let o = g.scoped("self_attn", |g| {
+    let (o, weights) = g.scoped("self_attn", |g| {
         let q = g.linear("q_proj", a, d, d, true)?;
         let k = g.linear("k_proj", a, d, d, true)?;
         let vv = g.linear("v_proj", a, d, d, true)?;
         let q = heads_view(g, q, nh, hd)?;
         let k = heads_view(g, k, nh, hd)?;
         let vv = heads_view(g, vv, nh, hd)?;
-        let o = match ctx.attn {
-            AttnImpl::Sdpa => g.sdpa(q, k, vv, None, v.attn_dropout, cpu)?,
-            AttnImpl::Eager => g.eager_attention(
-                q,
-                k,
-                vv,
-                None,
-                EagerOpts {
-                    dropout: v.attn_dropout,
+        let (o, weights) = match ctx.attn {
+            AttnImpl::Sdpa => (g.sdpa(q, k, vv, None, dropout, cpu)?, None),
+            AttnImpl::Eager => {
+                // `torch.matmul` copies the strided head views of all three.
+                let copies = MatmulCopies {
+                    q: true,
+                    k: true,
+                    v: true,
+                };
+                let opts = EagerOpts {
+                    dropout,
                     fp32_softmax: true,
                     cpu,
                     softcap: false,
-                },
-            )?,
+                };
+                let (o, p) = g.eager_attention_weights(q, k, vv, None, opts, copies)?;
+                (o, Some(p))
+            }
         };
-        g.linear("out_proj", o, d, d, true)
+        let o = g.linear("out_proj", o, d, d, true)?;
+        if g.inference {
+            g.hold(&[a, q, k, vv]);
+        }
+        Ok::<_, EstimateError>((o, weights))
     })?;
     let r = g.add(x, o, false)?;
     let m = g.layer_norm_on("layer_norm2", r, true, cpu)?;
@@ -321,7 +574,17 @@ fn clip_layer(
         let y = activation(g, y, v.act, cpu)?;
         g.linear("fc2", y, v.intermediate, d, true)
     })?;
-    g.add(r, y, false)
+    if g.inference {
+        g.hold(&[m]);
+    }
+    let out = g.add(r, y, false)?;
+    if g.inference {
+        g.hold(&[x]);
+        if let Some(p) = weights {
+            g.hold(&[p]);
+        }
+    }
+    Ok(out)
 }
 
 /// `get_image_features`' selection and `LlavaMultiModalProjector.forward`: each selected hidden

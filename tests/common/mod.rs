@@ -71,7 +71,8 @@ pub const MLA_SINKS: Measured = measured!("mla-sinks-steps.jsonl");
 /// (`experts_impl: grouped_mm`), real CPU tensors, balanced routing.
 pub const GROUPED_MM: Measured = measured!("grouped-mm-steps.jsonl");
 /// Serving (prefill and last decode step) of the newer decoders, the mixtures of experts on real
-/// CPU tensors under balanced routing, and the encoders' forward of the prompt.
+/// CPU tensors under balanced routing and LLaVA (an image and a text prompt), and the encoders'
+/// forward of the prompt.
 pub const SERVING: Measured = measured!("serving-steps.jsonl");
 /// Image models' evaluation forwards (`model.eval()`, `torch.no_grad()`): ViT-B/16 and
 /// ResNet-50 through the real caching allocator on the faked CUDA device.

@@ -269,8 +269,13 @@ pub fn inference_rows(e: &Estimate, lang: Lang, units: Units) -> Vec<(&'static s
             Msg::ContextNewTokens.t(lang),
             format!("{} / {}", inf.context, inf.new_tokens),
         ),
-        (Msg::PrefillPeak.t(lang), b(inf.prefill_peak)),
     ];
+    // A vision-language model's context counts its text alone: the images' placeholder tokens,
+    // which the prefill and the KV cache also take, are shown beside it.
+    if inf.image_tokens > 0 {
+        rows.push((Msg::ImageTokens.t(lang), inf.image_tokens.to_string()));
+    }
+    rows.push((Msg::PrefillPeak.t(lang), b(inf.prefill_peak)));
     if let Some(d) = inf.decode_peak {
         rows.push((Msg::DecodePeak.t(lang), b(d)));
     }
@@ -436,6 +441,28 @@ mod tests {
         );
         assert_eq!(context_of(&p), Some(256));
         assert_eq!(context_of(&Plan::default()), None);
+    }
+
+    #[test]
+    fn llava_serves_with_its_image_tokens_beside_the_context() {
+        let mut p = Plan::new("llava-1.5-7b");
+        set_mode(&mut p, "infer");
+        p.context = Some(128);
+        let rows = inference_rows(&estimate(&p).unwrap(), Lang::En, Units::Binary);
+        let row = |label: &str| rows.iter().find(|r| r.0 == label).map(|r| r.1.clone());
+        assert_eq!(row("Context / new tokens").as_deref(), Some("128 / 1"));
+        assert_eq!(
+            row("Image tokens (cached with the context)").as_deref(),
+            Some("576")
+        );
+        let text = inference_rows(&estimate(&llama_infer()).unwrap(), Lang::En, Units::Binary);
+        assert!(text.iter().all(|r| !r.0.starts_with("Image")), "{text:?}");
+    }
+
+    fn llama_infer() -> Plan {
+        let mut p = llama();
+        set_mode(&mut p, "infer");
+        p
     }
 
     #[test]

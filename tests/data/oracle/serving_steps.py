@@ -74,10 +74,11 @@ CASES = [
     case("modernbert-small", 256, 1, 2, "fp32"), case("modernbert-small", 256, 1, 2, "bf16"),
     case("modernbert-base", 1024, 1, 2, "bf16"),
 ]
-# LLaVA: the image's placeholder tokens and the text in the prefill. The estimator does not model
-# serving a vision-language model, so these are measured only when asked for by name
-# (`serving_steps.py OUT.jsonl llava`) and kept out of `serving-steps.jsonl` (see PROVENANCE.md).
+# LLaVA: the prefill takes the pixels and the prompt, the image's 64 placeholder tokens and the
+# `context` text tokens (64 + 128 positions); the decode steps take the new token alone. Last in
+# the file, which they joined when the estimator began to serve LLaVA.
 LLAVA_CASES = [case("llava-small", 128, 3, 2, "bf16"), case("llava-small", 128, 2, 2, "fp32")]
+CASES += LLAVA_CASES
 
 
 def experts(cfg):
@@ -162,7 +163,7 @@ def main(out):
     torch.cuda.init()
     fake_dev = torch.cuda.get_device_name(0) + f" sm_{''.join(map(str, torch.cuda.get_device_capability(0)))}"
     with open(out, "a") as f:
-        for s in CASES + (LLAVA_CASES if only and "llava" in only else []):
+        for s in CASES:
             if only and only not in s["model"]:
                 continue
             rec = measure_case(s)
