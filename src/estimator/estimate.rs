@@ -296,7 +296,7 @@ fn build_graph_step(
             ctx.ep, model.label
         )));
     }
-    if setup.images.is_some() && g.images == 0 {
+    if setup.images.is_some() && g.image_tokens == 0 {
         return Err(EstimateError::Unsupported(format!(
             "\"images\" counts the images of a vision-language model's sample (llava); {} takes none",
             model.label

@@ -196,11 +196,9 @@ pub struct Graph {
     pub active_params: Option<u64>,
     /// Expert-parallel degree the builder splits routed experts over; 1 = every expert here.
     pub ep: u64,
-    /// Images per sample a vision-language builder took (0: the model takes none).
-    pub images: u64,
-    /// Placeholder tokens those images put in each sample's sequence, beside the plan's text
-    /// tokens (`seq`, or `context` when serving): the language model and its KV cache run over
-    /// both.
+    /// Placeholder tokens the images of a vision-language model put in each sample's sequence,
+    /// beside the plan's text tokens (`seq`, or `context` when serving): the language model and
+    /// its KV cache run over both (0: the model takes no images).
     pub image_tokens: u64,
 }
 
@@ -221,7 +219,6 @@ impl Graph {
             frozen: Vec::new(),
             active_params: None,
             ep: 1,
-            images: 0,
             image_tokens: 0,
         }
     }

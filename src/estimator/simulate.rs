@@ -119,23 +119,38 @@ struct GradObj {
 
 /// Replays `g` for one steady-state step (the second of a loop: optimizer state exists).
 pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
+    replay_step(g, opt, true)
+}
+
+/// [`simulate`] for the timeline alone: neither the replay of the loop's first step nor the
+/// loop's malloc/free stream, which only the caching allocator reads (`alloc_trace` is empty).
+/// The multi-GPU layouts take their allocator overhead from the whole model's step and simulate
+/// each pipeline chunk so.
+pub fn simulate_timeline(g: &Graph, opt: &StepOptions) -> StepResult {
+    replay_step(g, opt, false)
+}
+
+/// One body for both (the page's first load carries one copy of the replay).
+#[inline(never)]
+fn replay_step(g: &Graph, opt: &StepOptions, trace: bool) -> StepResult {
     let tape = Tape::new(g);
     // How the loop's first step differs (see `StepOne`): a step's first micro-batch, or a
     // loop's first step when `.grad` is zeroed in place, has no `.grad` yet, so its backward
     // steals the gradients where they were computed, among the activations' blocks, and keeps
     // them. Replayed separately for the allocator; the steady step's timeline holds the peak.
     let accumulates = opt.accumulation > 1;
-    let first = (!g.inference && (accumulates || opt.zero_grad == ZeroGrad::Zero)).then(|| {
-        let mut first = Replay::new(&tape);
-        let fresh = StepOptions {
-            zero_grad: ZeroGrad::SetToNone,
-            accumulation: 1,
-            ..*opt
-        };
-        first.run(&fresh, !accumulates);
-        first.close_step();
-        first.stream
-    });
+    let first =
+        (trace && !g.inference && (accumulates || opt.zero_grad == ZeroGrad::Zero)).then(|| {
+            let mut first = Replay::new(&tape);
+            let fresh = StepOptions {
+                zero_grad: ZeroGrad::SetToNone,
+                accumulation: 1,
+                ..*opt
+            };
+            first.run(&fresh, !accumulates);
+            first.close_step();
+            first.stream
+        });
     let one = match &first {
         None => StepOne::Same,
         Some(f) if accumulates => StepOne::FirstMicroBatch {
@@ -146,30 +161,17 @@ pub fn simulate(g: &Graph, opt: &StepOptions) -> StepResult {
     };
     let mut step = Replay::new(&tape);
     let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt, true);
-    let alloc_trace = step.loop_trace(one);
+    let alloc_trace = if trace {
+        step.loop_trace(one)
+    } else {
+        AllocTrace::default()
+    };
     StepResult {
         timeline: step.tl,
         forward_flops,
         recompute_flops,
         saved_after_forward,
         alloc_trace,
-    }
-}
-
-/// [`simulate`] for the timeline alone: neither the replay of the loop's first step nor the
-/// loop's malloc/free stream, which only the caching allocator reads (`alloc_trace` is empty).
-/// The multi-GPU layouts take their allocator overhead from the whole model's step and simulate
-/// each pipeline chunk so.
-pub fn simulate_timeline(g: &Graph, opt: &StepOptions) -> StepResult {
-    let tape = Tape::new(g);
-    let mut step = Replay::new(&tape);
-    let (forward_flops, saved_after_forward, recompute_flops) = step.run(opt, true);
-    StepResult {
-        timeline: step.tl,
-        forward_flops,
-        recompute_flops,
-        saved_after_forward,
-        alloc_trace: AllocTrace::default(),
     }
 }
 

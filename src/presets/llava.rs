@@ -196,7 +196,6 @@ fn batch(
     image_tokens: u64,
 ) -> Result<(TensorId, TensorId), EstimateError> {
     let v = &m.vision;
-    g.images = n;
     g.image_tokens = image_tokens;
     let ids = g.input(vec![b, tokens], DType::I64)?;
     let pixels = g.input(

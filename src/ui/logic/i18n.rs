@@ -324,7 +324,7 @@ messages! {
     NewTokens => "New tokens", "新生成 token 数";
     KvPerToken => "KV cache per token", "每个 token 的 KV 缓存";
     ContextNewTokens => "Context / new tokens", "上下文 / 新 token";
-    ImageTokens => "Image tokens (cached with the context)", "图像 token（与上下文一同缓存）";
+    ImageTokens => "Image tokens", "图像 token";
     PrefillPeak => "Prefill peak", "预填充峰值";
     DecodePeak => "Decode peak", "解码峰值";
     ContextLength => "Context length (tokens)", "上下文长度（token）";

@@ -451,10 +451,7 @@ mod tests {
         let rows = inference_rows(&estimate(&p).unwrap(), Lang::En, Units::Binary);
         let row = |label: &str| rows.iter().find(|r| r.0 == label).map(|r| r.1.clone());
         assert_eq!(row("Context / new tokens").as_deref(), Some("128 / 1"));
-        assert_eq!(
-            row("Image tokens (cached with the context)").as_deref(),
-            Some("576")
-        );
+        assert_eq!(row("Image tokens").as_deref(), Some("576"));
         let text = inference_rows(&estimate(&llama_infer()).unwrap(), Lang::En, Units::Binary);
         assert!(text.iter().all(|r| !r.0.starts_with("Image")), "{text:?}");
     }
