@@ -265,20 +265,49 @@ fn moe_and_variants_serve_and_are_refused_where_not_modelled() {
         let err = err.to_string();
         assert!(err.contains("tensor parallelism"), "{mt}: {err}");
     }
-    for mt in ["phi3", "mixtral"] {
+    // Phi-3's fused projections take no LoRA; a mixture of experts takes it on its attention
+    // projections (`nn.Linear`) but not on its fused 3-D experts (`data/moe-lora-steps.jsonl`).
+    for (mt, target, refused) in [
+        ("phi3", "q", "LoRA"),
+        ("mixtral", "up", "3-D parameters"),
+        ("qwen3_moe", "all", "3-D parameters"),
+    ] {
         let mut p = plan(small_moe(mt, json!({})));
         p.mode = Mode::Finetune;
         p.lora = Some(LoraConfig {
             rank: 8,
             alpha: 16.0,
-            targets: vec!["q".into()],
+            targets: vec![target.into()],
             dropout: 0.0,
         });
         match estimate(&p) {
             Err(PlanError::Estimate(EstimateError::Unsupported(m))) => {
-                assert!(m.contains("LoRA"), "{mt}: {m}")
+                assert!(m.contains(refused), "{mt}: {m}")
             }
             other => panic!("{mt}: expected a refusal, got {other:?}"),
+        }
+    }
+    for mt in ["mixtral", "qwen2_moe", "qwen3_moe"] {
+        let mut p = plan(small_moe(mt, json!({})));
+        p.mode = Mode::Finetune;
+        p.lora = Some(LoraConfig {
+            rank: 8,
+            alpha: 16.0,
+            targets: vec!["q".into(), "v".into()],
+            dropout: 0.0,
+        });
+        let lora = estimate(&p).unwrap_or_else(|e| panic!("{mt}: {e}"));
+        // Only the adapters train.
+        assert!(lora.trainable_params < lora.param_count / 100, "{mt}");
+        p.quantization = vram_planner::estimator::tune::Quantization::Nf4;
+        match estimate(&p) {
+            Err(PlanError::Estimate(EstimateError::Unsupported(m))) => {
+                assert!(
+                    m.contains("fused experts stay in the model dtype"),
+                    "{mt}: {m}"
+                )
+            }
+            other => panic!("{mt}: QLoRA must be refused, got {other:?}"),
         }
     }
     // Qwen3's per-head norms take LoRA like LLaMA.

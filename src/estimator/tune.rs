@@ -127,6 +127,18 @@ impl Target {
         Target::Up,
         Target::Down,
     ];
+    /// The module name peft matches (`q_proj`, ...).
+    pub fn module(self) -> &'static str {
+        match self {
+            Target::Q => "q_proj",
+            Target::K => "k_proj",
+            Target::V => "v_proj",
+            Target::O => "o_proj",
+            Target::Gate => "gate_proj",
+            Target::Up => "up_proj",
+            Target::Down => "down_proj",
+        }
+    }
     pub(crate) fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
         let t = match s.trim_end_matches("_proj") {
             "q" => Target::Q,

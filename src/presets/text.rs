@@ -317,7 +317,8 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
 
 /// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
 /// layer has a fused projection, a norm over the whole projection or experts (their sharding is
-/// not the column/row split of the plain layer), LoRA or weight formats other than the
+/// not the column/row split of the plain layer), LoRA on fused projections and on what peft
+/// cannot wrap in a mixture of experts ([`check_moe_lora`]), weight formats other than the
 /// checkpoints' own on fused projections and experts (adapters target `q_proj`-style module
 /// names; FP8 converts every linear and `FP8Expert` the bias-free experts; MXFP4 exists for
 /// gpt-oss's experts only).
@@ -353,11 +354,67 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
     }
     let own_format = matches!(quant, Quantization::Fp8 | Quantization::Mxfp4)
         && ctx.tune.sparsity == Sparsity::None;
-    if (v.moe.is_some() || v.fused)
-        && (ctx.tune.lora.is_some() || !(ctx.tune.dense_linears() || own_format))
+    if let Some(moe) = &v.moe {
+        check_moe_lora(cfg, moe, ctx)?;
+    }
+    if (v.moe.is_some() || v.fused) && !(ctx.tune.dense_linears() || own_format) {
+        let why = if v.moe.is_some() {
+            // `integrations/bitsandbytes.py` `replace_with_bnb_linear` swaps only modules whose
+            // type is `nn.Linear`: the fused 3-D experts and the router's bare `weight` keep the
+            // model dtype. Training through `Linear4bit` was measured on the fake CUDA device,
+            // the mixtures of experts only on real CPU tensors, where bitsandbytes runs other
+            // kernels: QLoRA for them is not measured.
+            "bitsandbytes quantizes only its nn.Linear attention projections, the fused experts stay in the model dtype, and this is not measured: use LoRA on the model dtype, fp8, or a dense model"
+        } else {
+            "use full fine-tuning, fp8, or a dense model"
+        };
+        return Err(EstimateError::Unsupported(format!(
+            "int8/int4/nf4 weights are not modelled for {} ({what}): {why}",
+            cfg.model_type
+        )));
+    }
+    if v.fused && ctx.tune.lora.is_some() {
+        return Err(EstimateError::Unsupported(format!(
+            "LoRA is not modelled for {} ({what}): use full fine-tuning or a model with separate projections",
+            cfg.model_type
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses the LoRA targets peft cannot wrap in a mixture of experts. In transformers 5.24 the
+/// routed experts are one module of fused 3-D parameters (`Qwen3MoeExperts.gate_up_proj` and
+/// `down_proj`, `MixtralExperts`, ...) and the router a bare `weight` parameter
+/// (`Qwen3MoeTopKRouter`), not `nn.Linear` modules, which are what peft's LoRA replaces
+/// (`peft/tuners/lora/model.py` `_create_new_module`); peft 0.21's `target_parameters`
+/// (`ParamWrapper`, a low-rank delta on the whole 3-D parameter) is not modelled. The attention
+/// projections `q_proj` ... `o_proj` are `nn.Linear` and go through the dense LoRA layer.
+/// DeepSeek-V3's latent attention has no `q_proj`/`k_proj`/`v_proj` to target
+/// (`q_a_proj`, `kv_a_proj_with_mqa`, ...).
+fn check_moe_lora(cfg: &TextConfig, moe: &Moe, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let Some(lora) = &ctx.tune.lora else {
+        return Ok(());
+    };
+    if ctx.ep > 1 {
+        return Err(EstimateError::Unsupported(format!(
+            "LoRA with expert parallelism is not modelled for {}: use ep = 1 (the frozen experts then need no gradient exchange) with data parallelism or ZeRO",
+            cfg.model_type
+        )));
+    }
+    if matches!(moe.kind, MoeKind::DeepseekV3 { .. }) {
+        return Err(EstimateError::Unsupported(format!(
+            "LoRA is not modelled for {} (multi-head latent attention has no q/k/v projections; its experts are fused 3-D parameters): use full fine-tuning",
+            cfg.model_type
+        )));
+    }
+    if let Some(t) = lora
+        .targets
+        .iter()
+        .find(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
     {
         return Err(EstimateError::Unsupported(format!(
-            "LoRA and int8/int4/nf4 weights are not modelled for {} ({what}): use full fine-tuning, fp8, or a dense model",
+            "LoRA target '{}' is not modelled for {}: transformers fuses its experts into 3-D parameters (gate_up_proj, down_proj), which peft's LoRA cannot wrap as nn.Linear modules; target the attention projections q, k, v, o",
+            t.module(),
             cfg.model_type
         )));
     }
@@ -1067,6 +1124,7 @@ impl LlamaLayer<'_> {
                     cfg.qkv_bias,
                     Target::Q,
                     tune,
+                    self.cpu,
                 )?;
                 let s = g.shape(a);
                 let parts = g.split(
@@ -1079,12 +1137,36 @@ impl LlamaLayer<'_> {
                 )?;
                 (parts[0], parts[1], parts[2])
             } else {
-                let q =
-                    g.block_linear("q_proj", a, h_dim, nh * d, cfg.qkv_bias, Target::Q, tune)?;
-                let k =
-                    g.block_linear("k_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::K, tune)?;
-                let v =
-                    g.block_linear("v_proj", a, h_dim, nkv * d, cfg.qkv_bias, Target::V, tune)?;
+                let q = g.block_linear(
+                    "q_proj",
+                    a,
+                    h_dim,
+                    nh * d,
+                    cfg.qkv_bias,
+                    Target::Q,
+                    tune,
+                    self.cpu,
+                )?;
+                let k = g.block_linear(
+                    "k_proj",
+                    a,
+                    h_dim,
+                    nkv * d,
+                    cfg.qkv_bias,
+                    Target::K,
+                    tune,
+                    self.cpu,
+                )?;
+                let v = g.block_linear(
+                    "v_proj",
+                    a,
+                    h_dim,
+                    nkv * d,
+                    cfg.qkv_bias,
+                    Target::V,
+                    tune,
+                    self.cpu,
+                )?;
                 (q, k, v)
             };
             let (q, k) = match var.qk_norm {
@@ -1251,7 +1333,16 @@ impl LlamaLayer<'_> {
                     }
                 }
             };
-            let o = g.block_linear("o_proj", o, nh * d, h_dim, cfg.o_bias, Target::O, tune)?;
+            let o = g.block_linear(
+                "o_proj",
+                o,
+                nh * d,
+                h_dim,
+                cfg.o_bias,
+                Target::O,
+                tune,
+                self.cpu,
+            )?;
             if hold {
                 g.hold(&[a, q]);
             }
@@ -1309,6 +1400,7 @@ impl LlamaLayer<'_> {
                     cfg.mlp_bias,
                     Target::Gate,
                     tune,
+                    self.cpu,
                 )?;
                 let s = g.shape(m);
                 let half = vec![s[0], s[1], cfg.intermediate];
@@ -1324,6 +1416,7 @@ impl LlamaLayer<'_> {
                     cfg.mlp_bias,
                     Target::Down,
                     tune,
+                    self.cpu,
                 )?
             } else {
                 let gt = g.block_linear(
@@ -1334,6 +1427,7 @@ impl LlamaLayer<'_> {
                     cfg.mlp_bias,
                     Target::Gate,
                     tune,
+                    self.cpu,
                 )?;
                 let gt = activation(g, gt, cfg.act, self.cpu)?;
                 let up = g.block_linear(
@@ -1344,6 +1438,7 @@ impl LlamaLayer<'_> {
                     cfg.mlp_bias,
                     Target::Up,
                     tune,
+                    self.cpu,
                 )?;
                 let y = g.mul_bc(gt, up)?;
                 g.block_linear(
@@ -1354,6 +1449,7 @@ impl LlamaLayer<'_> {
                     cfg.mlp_bias,
                     Target::Down,
                     tune,
+                    self.cpu,
                 )?
             };
             if hold {

@@ -74,13 +74,16 @@ pub const GROUPED_MM: Measured = measured!("grouped-mm-steps.jsonl");
 /// CPU tensors under balanced routing and LLaVA (an image and a text prompt), and the encoders'
 /// forward of the prompt.
 pub const SERVING: Measured = measured!("serving-steps.jsonl");
+/// peft LoRA on the mixtures of experts (adapters on the attention projections, frozen fused
+/// experts), real CPU tensors, balanced routing.
+pub const MOE_LORA: Measured = measured!("moe-lora-steps.jsonl");
 /// Image models' evaluation forwards (`model.eval()`, `torch.no_grad()`): ViT-B/16 and
 /// ResNet-50 through the real caching allocator on the faked CUDA device.
 pub const IMAGE_INFER: Measured = measured!("image-infer-steps.jsonl");
 
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 21] = [
+pub const ALL: [Measured; 22] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -102,6 +105,7 @@ pub const ALL: [Measured; 21] = [
     GROUPED_MM,
     SERVING,
     IMAGE_INFER,
+    MOE_LORA,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

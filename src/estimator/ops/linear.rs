@@ -89,7 +89,10 @@ impl Graph {
     }
 
     /// Batched matrix product `a @ b` (`[.., m, k] @ [.., k, n]`, autocast low-precision list):
-    /// saves both operands.
+    /// saves each operand whose partner needs a gradient, as `mm`/`bmm` do (their formulas in
+    /// `derivatives.yaml` are separate per input, so the generated autograd node keeps `self` only
+    /// when `mat2` needs a gradient and `mat2` only when `self` does): a frozen expert's weight
+    /// keeps its input out of the saved tensors.
     pub fn matmul(&mut self, a: TensorId, b: TensorId) -> R {
         let sa = self.shape(a);
         let sb = self.shape(b);
@@ -108,7 +111,11 @@ impl Graph {
         op.flops = 2.0 * batch as f64 * (m * k) as f64 * n as f64;
         op.inputs = vec![ac, bc];
         op.outputs = vec![y];
-        op.saved = vec![ac, bc];
+        op.saved = [(ac, bc), (bc, ac)]
+            .into_iter()
+            .filter(|&(_, partner)| self.t(partner).requires_grad)
+            .map(|(t, _)| t)
+            .collect();
         op.grads = self.grads_alloc(&[ac, bc]);
         self.record(op);
         Ok(y)
@@ -118,9 +125,10 @@ impl Graph {
     /// the rows of `x` (`[S, in]`, sorted by group) times their group's slice of the 3-D weight,
     /// into a new `[S, out]` tensor of `x`'s dtype. The weight is `[G, out, in]`, passed as
     /// `w.transpose(-2, -1)`, or with `in_out` stored `[G, in, out]` and passed as it is (the
-    /// experts' `is_transposed`, gpt-oss). Saves both operands and the offsets when given
-    /// (`GroupedMmBackward0` holds `self_`, `mat2_` and `offs_`, torch 2.15
-    /// `autograd/generated/Functions.h`); its backward allocates one gradient of the whole 3-D
+    /// experts' `is_transposed`, gpt-oss). Saves the offsets when given and each operand whose
+    /// partner needs a gradient (`GroupedMmBackward0` holds `self_`, `mat2_` and `offs_`, torch
+    /// 2.15 `autograd/generated/Functions.h`; measured with frozen experts in
+    /// `moe-lora-steps.jsonl`); its backward allocates one gradient of the whole 3-D
     /// weight, then the rows' gradient.
     pub fn grouped_mm(
         &mut self,
@@ -148,7 +156,15 @@ impl Graph {
         op.grads = self.grads_alloc(&[w, x]);
         op.inputs = inputs.clone();
         op.outputs = vec![y];
-        op.saved = inputs;
+        // As for `mm`: the rows only when the weight needs a gradient (frozen experts under
+        // LoRA keep none), the weight only when the rows do.
+        let keep = [self.t(w).requires_grad, self.t(x).requires_grad];
+        op.saved = inputs
+            .into_iter()
+            .enumerate()
+            .filter(|&(i, _)| keep.get(i).copied().unwrap_or(true))
+            .map(|(_, t)| t)
+            .collect();
         self.record(op);
         Ok(y)
     }

@@ -15,7 +15,11 @@ impl Graph {
     /// layer (`lora.bnb.Linear4bit.forward`) first clones `result` ("defensively", for backprop
     /// through views), casts only outside autocast, casts the adapters' output to the result's
     /// dtype and adds. `lora_A` saves its input, `lora_B` the rank-sized `lora_A` output; the
-    /// product with the Python scalar `scaling` saves nothing.
+    /// product with the Python scalar `scaling` saves nothing. `lora_dropout` is an
+    /// `nn.Dropout`: on the CPU its composite saves a noise tensor in the input's dtype, and only
+    /// where the input needs a gradient (LoRA in the first layer sees inputs that need none:
+    /// the frozen embeddings and norms), see [`Graph::dropout_on`].
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn lora_branch(
         &mut self,
         x: TensorId,
@@ -24,6 +28,7 @@ impl Graph {
         fout: u64,
         l: &LoraSpec,
         bnb: bool,
+        cpu: bool,
     ) -> R {
         let adt = DType::F32;
         let a_w = self.scoped("lora_A", |g| g.adapter_param(vec![l.rank, fin], adt))?;
@@ -40,7 +45,7 @@ impl Graph {
         } else {
             self.cast(x, adt)?
         };
-        let xa = self.scoped("lora_dropout", |g| g.dropout(xa, l.dropout))?;
+        let xa = self.scoped("lora_dropout", |g| g.dropout_on(xa, l.dropout, cpu))?;
         let a = self.scoped("lora_A", |g| g.linear_with(xa, a_w, None))?;
         let b = self.scoped("lora_B", |g| g.linear_with(a, b_w, None))?;
         let s = self.pointwise(

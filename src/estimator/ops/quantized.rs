@@ -22,7 +22,8 @@ impl Graph {
     /// One projection of a transformer block (`q_proj`, ..., `down_proj`) in the plan's weight
     /// format, wrapped in LoRA adapters when the plan targets it.
     /// Plain dense layers go through the tensor-parallel constructors (column-parallel for q, k,
-    /// v, gate, up; row-parallel for o, down), which are `linear` itself on one GPU.
+    /// v, gate, up; row-parallel for o, down), which are `linear` itself on one GPU. `cpu`: the
+    /// step runs on the CPU's kernels (the adapters' dropout is the CPU's composite).
     #[allow(clippy::too_many_arguments)]
     pub fn block_linear(
         &mut self,
@@ -33,6 +34,7 @@ impl Graph {
         bias: bool,
         target: Target,
         tune: &TuneCtx,
+        cpu: bool,
     ) -> R {
         let adapted = tune.lora.as_ref().is_some_and(|l| l.wraps(target));
         let dense = tune.quant.keeps_linears_dense() && tune.sparsity == Sparsity::None;
@@ -62,7 +64,7 @@ impl Graph {
             };
             match &tune.lora {
                 Some(l) if l.wraps(target) => {
-                    self.lora_branch(x, y, fin, fout, l, tune.quant == Quantization::Nf4)
+                    self.lora_branch(x, y, fin, fout, l, tune.quant == Quantization::Nf4, cpu)
                 }
                 _ => Ok(y),
             }
