@@ -196,6 +196,17 @@ macro_rules! messages {
     };
 }
 
+impl formulas::Formula<'_> {
+    /// The sentence in `lang`. The Chinese sentences come from the Chinese texts' chunk
+    /// ([`chinese`]); until it is fetched, the English one.
+    pub fn text(&self, lang: Lang) -> String {
+        match lang {
+            Lang::Zh => chinese::formula(self).unwrap_or_else(|| self.english()),
+            Lang::En => self.english(),
+        }
+    }
+}
+
 messages! {
     Title => "VRAM Planner", "显存规划器";
     Tagline => "GPU memory of one PyTorch training step, simulated op by op.", "逐算子模拟 PyTorch 一次训练步的显存占用。";

@@ -1,7 +1,6 @@
 //! The breakdown's formulas in both languages: each row's arithmetic with the plan's numbers
-//! substituted. Sizes and counts come in formatted; [`Formula::text`] writes the sentence.
-
-use super::Lang;
+//! substituted. Sizes and counts come in formatted; `Formula::text` (in [`super`], which picks
+//! the language) writes the sentence.
 
 /// One formula of the breakdown (or a piece of one).
 #[derive(Clone, Copy, Debug)]
@@ -108,16 +107,8 @@ pub enum Formula<'a> {
 }
 
 impl Formula<'_> {
-    /// The sentence in `lang`. The Chinese sentences come from the Chinese texts' chunk
-    /// ([`super::chinese`]); until it is fetched, the English one.
-    pub fn text(&self, lang: Lang) -> String {
-        match lang {
-            Lang::Zh => super::chinese::formula(self).unwrap_or_else(|| self.english()),
-            Lang::En => self.english(),
-        }
-    }
     /// The sentence in English.
-    fn english(&self) -> String {
+    pub fn english(&self) -> String {
         use Formula::*;
         match *self {
             Unscaled { total } => format!("does not grow with the batch = {total}"),
@@ -183,7 +174,7 @@ impl Formula<'_> {
         }
     }
     /// The sentence in Chinese, read only by [`super::chinese`] (its chunk).
-    pub(super) fn chinese(&self) -> String {
+    pub fn chinese(&self) -> String {
         use Formula::*;
         match *self {
             Unscaled { total } => format!("不随批大小变化 = {total}"),
