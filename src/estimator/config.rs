@@ -9,7 +9,7 @@ use super::graph::Graph;
 pub use super::graph::Precision;
 pub use super::hardware::Device;
 pub use super::optimizer::{OptimizerImpl, OptimizerKind};
-use super::tune::{unsupported, LoraSpec, Target, INT4_GROUP, NF4_BLOCK};
+use super::tune::{unsupported, LoraSpec, INT4_GROUP, NF4_BLOCK};
 pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Sparsity, TuneCtx};
 use super::units::DType;
 
@@ -426,18 +426,10 @@ impl TuneCtx {
                 if l.targets.is_empty() {
                     return Err(unsupported("LoRA needs at least one target module"));
                 }
-                let mut targets = Vec::new();
-                for t in &l.targets {
-                    for x in Target::parse(t)? {
-                        if !targets.contains(&x) {
-                            targets.push(x);
-                        }
-                    }
-                }
                 Some(LoraSpec {
                     rank: l.rank,
                     scaling: l.alpha / l.rank as f64,
-                    targets,
+                    targets: l.targets.clone(),
                     dropout: l.dropout,
                 })
             }

@@ -86,7 +86,8 @@ pub struct LoraConfig {
     pub rank: u64,
     #[serde(default = "default_alpha")]
     pub alpha: f64,
-    /// `q`, `k`, `v`, `o`, `gate`, `up`, `down` (or their module names `q_proj`, ...; `all`).
+    /// `q`, `k`, `v`, `o`, `gate`, `up`, `down`, the fused `qkv` and `gate_up` (or their module
+    /// names `q_proj`, `query`, `qkv_proj`, `Wqkv`, `Wi`, ...; `all`).
     #[serde(default = "default_targets")]
     pub targets: Vec<String>,
     #[serde(default)]
@@ -104,7 +105,10 @@ impl Default for LoraConfig {
     }
 }
 
-/// A linear layer of a LLaMA-family block that LoRA can wrap.
+/// A linear layer of a transformer block that LoRA can wrap. Which of them a model has is the
+/// builder's (`presets::text::check_lora`): LLaMA-family blocks have the seven separate
+/// projections, Phi-3 and ModernBERT the fused `Qkv` and `GateUp` (`qkv_proj`/`Wqkv`,
+/// `gate_up_proj`/`Wi`), BERT and RoBERTa `query`, `key`, `value`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
@@ -115,10 +119,13 @@ pub enum Target {
     Gate,
     Up,
     Down,
+    Qkv,
+    GateUp,
 }
 
 impl Target {
-    pub const ALL: [Target; 7] = [
+    /// What `all` (peft's `all-linear`) expands to before the model narrows it to its own.
+    pub const ALL: [Target; 9] = [
         Target::Q,
         Target::K,
         Target::V,
@@ -126,6 +133,8 @@ impl Target {
         Target::Gate,
         Target::Up,
         Target::Down,
+        Target::Qkv,
+        Target::GateUp,
     ];
     /// The module name peft matches (`q_proj`, ...).
     pub fn module(self) -> &'static str {
@@ -137,19 +146,40 @@ impl Target {
             Target::Gate => "gate_proj",
             Target::Up => "up_proj",
             Target::Down => "down_proj",
+            Target::Qkv => "qkv_proj",
+            Target::GateUp => "gate_up_proj",
         }
     }
+    pub fn key(self) -> &'static str {
+        match self {
+            Target::Q => "q",
+            Target::K => "k",
+            Target::V => "v",
+            Target::O => "o",
+            Target::Gate => "gate",
+            Target::Up => "up",
+            Target::Down => "down",
+            Target::Qkv => "qkv",
+            Target::GateUp => "gate_up",
+        }
+    }
+    /// A plan's target, by short name or by the module name peft matches, as peft spells it (a
+    /// name matches every module whose path ends in it: ModernBERT's `Wo` is both the attention's
+    /// and the MLP's output projection).
     pub(crate) fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
         let t = match s.trim_end_matches("_proj") {
-            "q" => Target::Q,
-            "k" => Target::K,
-            "v" => Target::V,
-            "o" => Target::O,
+            "q" | "query" => Target::Q,
+            "k" | "key" => Target::K,
+            "v" | "value" => Target::V,
+            "o" | "attn.Wo" => Target::O,
             "gate" => Target::Gate,
             "up" => Target::Up,
-            "down" => Target::Down,
+            "down" | "mlp.Wo" => Target::Down,
+            "qkv" | "Wqkv" => Target::Qkv,
+            "gate_up" | "Wi" => Target::GateUp,
+            "Wo" => return Ok(vec![Target::O, Target::Down]),
             "all" | "all-linear" | "all_linear" => return Ok(Target::ALL.to_vec()),
-            other => return Err(EstimateError::Unsupported(format!("LoRA target '{other}' is not a LLaMA block projection: use q, k, v, o, gate, up, down or all"))),
+            _ => return Err(EstimateError::Unsupported(format!("LoRA target '{s}' is not a block projection: use q, k, v, o, gate, up, down, qkv, gate_up (or their module names) or all"))),
         };
         Ok(vec![t])
     }
@@ -161,13 +191,22 @@ pub struct LoraSpec {
     pub rank: u64,
     /// `lora_alpha / r` (peft's `scaling` without rsLoRA).
     pub scaling: f64,
-    pub targets: Vec<Target>,
+    /// The plan's target names, read by [`Target::parse`] where a language model is built: what a
+    /// name means depends on the model (`presets::text::check_lora`), and only the language
+    /// models' builders, fetched when first needed, read them.
+    pub targets: Vec<String>,
     pub dropout: f64,
 }
 
 impl LoraSpec {
     pub fn wraps(&self, t: Target) -> bool {
-        self.targets.contains(&t)
+        self.targets
+            .iter()
+            .any(|n| Target::parse(n).is_ok_and(|v| v.contains(&t)))
+    }
+    /// Whether the plan asked for `all`: every projection the model has, whatever it names them.
+    pub fn is_all(&self) -> bool {
+        Target::ALL.iter().all(|&t| self.wraps(t))
     }
 }
 
@@ -443,7 +482,10 @@ mod tests {
     #[test]
     fn targets_parse_with_and_without_suffix() {
         assert_eq!(Target::parse("q_proj").unwrap(), vec![Target::Q]);
-        assert_eq!(Target::parse("all").unwrap().len(), 7);
+        assert_eq!(Target::parse("all").unwrap().len(), 9);
+        assert_eq!(Target::parse("Wqkv").unwrap(), vec![Target::Qkv]);
+        assert_eq!(Target::parse("gate_up_proj").unwrap(), vec![Target::GateUp]);
+        assert_eq!(Target::parse("Wo").unwrap(), vec![Target::O, Target::Down]);
         assert!(Target::parse("c_attn").is_err());
     }
 }

@@ -288,9 +288,10 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
             )));
         }
     }
-    if cfg.arch != Arch::Llama && (ctx.tune.lora.is_some() || !ctx.tune.dense_linears()) {
-        return Err(EstimateError::Unsupported(format!("LoRA and quantized weights are modelled for LLaMA-family models (llama, mistral, qwen2), not {}", cfg.model_type)));
+    if cfg.arch != Arch::Llama && !ctx.tune.dense_linears() {
+        return Err(EstimateError::Unsupported(format!("quantized weights are modelled for LLaMA-family decoders (llama, mistral, qwen2, phi3, ...), not {}: keep its model dtype", cfg.model_type)));
     }
+    check_lora(cfg, ctx)?;
     check_variant(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
@@ -315,12 +316,75 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     Ok(g)
 }
 
+/// Refuses LoRA targets the model has no module for, as peft does (`inject_adapter` raises when a
+/// target matches nothing). The names are what each model calls its `nn.Linear`s: LLaMA's seven
+/// projections; Phi-3's and ModernBERT's fused `qkv_proj`/`Wqkv` and `gate_up_proj`/`Wi`, each
+/// one `nn.Linear` and so one adapter whose `lora_B` spans the fused width; BERT's and RoBERTa's
+/// `query`, `key`, `value` (peft's default for them, `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
+/// in `peft/utils/constants.py`, is `query`, `value`, the plan's default `q`, `v`). peft 0.21 has
+/// no default for phi3 or modernbert: their plans name the modules. An encoder's `all` is refused:
+/// peft's `all-linear` also wraps the MLM head's `dense`, which is not modelled.
+pub fn check_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let Some(l) = &ctx.tune.lora else {
+        return Ok(());
+    };
+    let (has, names): (&[Target], &str) = match cfg.arch {
+        Arch::Llama if cfg.variant.fused => (
+            &[Target::Qkv, Target::O, Target::GateUp, Target::Down],
+            "qkv (qkv_proj), o, gate_up (gate_up_proj), down or all",
+        ),
+        Arch::Llama => (
+            &[Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down],
+            "q, k, v, o, gate, up, down or all",
+        ),
+        Arch::Bert | Arch::Roberta => (
+            &[Target::Q, Target::K, Target::V],
+            "q, k, v (query, key, value)",
+        ),
+        Arch::ModernBert => (
+            &[Target::Qkv, Target::O, Target::GateUp, Target::Down],
+            "qkv (Wqkv), o (attn.Wo), gate_up (Wi), down (mlp.Wo)",
+        ),
+        Arch::Gpt2 => {
+            return Err(EstimateError::Unsupported(
+                "LoRA is not modelled for gpt2 (its projections are `Conv1D`, which peft wraps with `fan_in_fan_out`): use full fine-tuning or \"frozen\"".into(),
+            ))
+        }
+    };
+    let mut targets = Vec::new();
+    for name in &l.targets {
+        targets.extend(Target::parse(name)?);
+    }
+    if l.is_all() {
+        return match cfg.arch {
+            Arch::Llama => Ok(()),
+            _ => Err(EstimateError::Unsupported(format!(
+                "LoRA on `all` is not modelled for {} (peft's all-linear also wraps its MLM head's dense layer): target {names}",
+                cfg.model_type
+            ))),
+        };
+    }
+    match targets.iter().find(|t| !has.contains(t)) {
+        Some(t) => Err(EstimateError::Unsupported(format!(
+            "LoRA target '{}' names no {} module{}: target {names}",
+            t.key(),
+            cfg.model_type,
+            if cfg.variant.fused || cfg.arch == Arch::ModernBert {
+                " (its q, k, v and gate, up are fused projections, and peft has no default targets for it)"
+            } else {
+                ""
+            }
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
 /// layer has a fused projection, a norm over the whole projection or experts (their sharding is
-/// not the column/row split of the plain layer), LoRA on fused projections and on what peft
-/// cannot wrap in a mixture of experts ([`check_moe_lora`]), weight formats other than the
-/// checkpoints' own on fused projections and experts (adapters target `q_proj`-style module
-/// names; FP8 converts every linear and `FP8Expert` the bias-free experts; MXFP4 exists for
+/// not the column/row split of the plain layer), LoRA on what peft cannot wrap in a mixture of
+/// experts ([`check_moe_lora`]), and weight formats other than the checkpoints' own on experts
+/// (bitsandbytes swaps `nn.Linear`s, and the experts are one batched parameter; FP8 converts
+/// every linear and `FP8Expert` the bias-free experts; MXFP4 exists for
 /// gpt-oss's experts only).
 pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     let v = &cfg.variant;
@@ -357,25 +421,14 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
     if let Some(moe) = &v.moe {
         check_moe_lora(cfg, moe, ctx)?;
     }
-    if (v.moe.is_some() || v.fused) && !(ctx.tune.dense_linears() || own_format) {
-        let why = if v.moe.is_some() {
-            // `integrations/bitsandbytes.py` `replace_with_bnb_linear` swaps only modules whose
-            // type is `nn.Linear`: the fused 3-D experts and the router's bare `weight` keep the
-            // model dtype. Training through `Linear4bit` was measured on the fake CUDA device,
-            // the mixtures of experts only on real CPU tensors, where bitsandbytes runs other
-            // kernels: QLoRA for them is not measured.
-            "bitsandbytes quantizes only its nn.Linear attention projections, the fused experts stay in the model dtype, and this is not measured: use LoRA on the model dtype, fp8, or a dense model"
-        } else {
-            "use full fine-tuning, fp8, or a dense model"
-        };
+    // `integrations/bitsandbytes.py` `replace_with_bnb_linear` swaps only modules whose type is
+    // `nn.Linear`: the fused 3-D experts and the router's bare `weight` keep the model dtype.
+    // Training through `Linear4bit` was measured on the fake CUDA device, the mixtures of experts
+    // only on real CPU tensors, where bitsandbytes runs other kernels: QLoRA for them is not
+    // measured. (Phi-3's fused projections are `nn.Linear`s, quantized like any other.)
+    if v.moe.is_some() && !(ctx.tune.dense_linears() || own_format) {
         return Err(EstimateError::Unsupported(format!(
-            "int8/int4/nf4 weights are not modelled for {} ({what}): {why}",
-            cfg.model_type
-        )));
-    }
-    if v.fused && ctx.tune.lora.is_some() {
-        return Err(EstimateError::Unsupported(format!(
-            "LoRA is not modelled for {} ({what}): use full fine-tuning or a model with separate projections",
+            "int8/int4/nf4 weights are not modelled for {} ({what}): bitsandbytes quantizes only its nn.Linear attention projections, the fused experts stay in the model dtype, and this is not measured: use LoRA on the model dtype, fp8, or a dense model",
             cfg.model_type
         )));
     }
@@ -407,10 +460,13 @@ fn check_moe_lora(cfg: &TextConfig, moe: &Moe, ctx: &BuildCtx) -> Result<(), Est
             cfg.model_type
         )));
     }
-    if let Some(t) = lora
-        .targets
+    let mut targets = Vec::new();
+    for name in &lora.targets {
+        targets.extend(Target::parse(name)?);
+    }
+    if let Some(t) = targets
         .iter()
-        .find(|t| matches!(t, Target::Gate | Target::Up | Target::Down))
+        .find(|t| matches!(t, Target::Gate | Target::Up | Target::Down | Target::GateUp))
     {
         return Err(EstimateError::Unsupported(format!(
             "LoRA target '{}' is not modelled for {}: transformers fuses its experts into 3-D parameters (gate_up_proj, down_proj), which peft's LoRA cannot wrap as nn.Linear modules; target the attention projections q, k, v, o",
@@ -556,6 +612,27 @@ fn gpt2(
     Ok(())
 }
 
+/// An encoder's `nn.Linear`: peft's `lora.Linear` around it when the plan's LoRA targets it
+/// ([`Graph::block_linear`], the same adapters as a decoder's), the plain layer otherwise.
+#[allow(clippy::too_many_arguments)]
+fn adapted_linear(
+    g: &mut Graph,
+    leaf: &str,
+    x: TensorId,
+    fin: u64,
+    fout: u64,
+    bias: bool,
+    target: Target,
+    ctx: &BuildCtx,
+) -> Result<TensorId, EstimateError> {
+    if ctx.tune.lora.as_ref().is_some_and(|l| l.wraps(target)) {
+        let cpu = ctx.device == Device::Cpu;
+        g.block_linear(leaf, x, fin, fout, bias, target, &ctx.tune, cpu)
+    } else {
+        g.linear(leaf, x, fin, fout, bias)
+    }
+}
+
 /// `BertForMaskedLM.forward` (`models/bert/modeling_bert.py`): embeddings (word + token type +
 /// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
@@ -608,9 +685,9 @@ fn bert(
     e = run_layers(g, cfg, ctx, "layer", e, |g, h, _| {
         let a = g.scoped("attention", |g| {
             let (q, k, v) = g.scoped("self", |g| {
-                let q = g.linear("query", h, h_dim, nh * d, cfg.qkv_bias)?;
-                let k = g.linear("key", h, h_dim, nh * d, cfg.qkv_bias)?;
-                let v = g.linear("value", h, h_dim, nh * d, cfg.qkv_bias)?;
+                let q = adapted_linear(g, "query", h, h_dim, nh * d, cfg.qkv_bias, Target::Q, ctx)?;
+                let k = adapted_linear(g, "key", h, h_dim, nh * d, cfg.qkv_bias, Target::K, ctx)?;
+                let v = adapted_linear(g, "value", h, h_dim, nh * d, cfg.qkv_bias, Target::V, ctx)?;
                 Ok::<_, EstimateError>((
                     heads_view(g, q, nh, d)?,
                     heads_view(g, k, nh, d)?,
@@ -744,7 +821,16 @@ fn modernbert(
             g.layer_norm("attn_norm", h, mb.norm_bias)?
         };
         let o = g.scoped("attn", |g| {
-            let qkv = g.linear("Wqkv", a, h_dim, 3 * h_dim, cfg.qkv_bias)?;
+            let qkv = adapted_linear(
+                g,
+                "Wqkv",
+                a,
+                h_dim,
+                3 * h_dim,
+                cfg.qkv_bias,
+                Target::Qkv,
+                ctx,
+            )?;
             // `qkv.view(B, S, 3, H, D).unbind(dim=-3)`: three views whose gradients backward
             // stacks into one `[B, S, 3·H·D]` tensor.
             let parts = g.split(qkv, vec![vec![b, s, h_dim]; 3])?;
@@ -769,20 +855,38 @@ fn modernbert(
                     },
                 )?,
             };
-            let o = g.linear("Wo", o, h_dim, h_dim, cfg.o_bias)?;
+            let o = adapted_linear(g, "Wo", o, h_dim, h_dim, cfg.o_bias, Target::O, ctx)?;
             // `out_drop`: `nn.Dropout(attention_dropout)`, the identity at 0.
             g.dropout_on(o, cfg.attn_dropout, cpu)
         })?;
         let r = g.add(h, o, false)?;
         let m = g.layer_norm("mlp_norm", r, mb.norm_bias)?;
         let y = g.scoped("mlp", |g| {
-            let wi = g.linear("Wi", m, h_dim, 2 * cfg.intermediate, cfg.mlp_bias)?;
+            let wi = adapted_linear(
+                g,
+                "Wi",
+                m,
+                h_dim,
+                2 * cfg.intermediate,
+                cfg.mlp_bias,
+                Target::GateUp,
+                ctx,
+            )?;
             let half = vec![b, s, cfg.intermediate];
             let parts = g.split(wi, vec![half.clone(), half])?;
             let act = activation(g, parts[0], cfg.act, cpu)?;
             let y = g.mul_bc(act, parts[1])?;
             let y = g.dropout_on(y, mb.mlp_dropout, cpu)?;
-            g.linear("Wo", y, cfg.intermediate, h_dim, cfg.mlp_bias)
+            adapted_linear(
+                g,
+                "Wo",
+                y,
+                cfg.intermediate,
+                h_dim,
+                cfg.mlp_bias,
+                Target::Down,
+                ctx,
+            )
         })?;
         g.add(r, y, false)
     })?;
@@ -1122,7 +1226,7 @@ impl LlamaLayer<'_> {
                     h_dim,
                     (nh + 2 * nkv) * d,
                     cfg.qkv_bias,
-                    Target::Q,
+                    Target::Qkv,
                     tune,
                     self.cpu,
                 )?;
@@ -1398,7 +1502,7 @@ impl LlamaLayer<'_> {
                     h_dim,
                     2 * cfg.intermediate,
                     cfg.mlp_bias,
-                    Target::Gate,
+                    Target::GateUp,
                     tune,
                     self.cpu,
                 )?;

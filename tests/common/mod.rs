@@ -81,9 +81,13 @@ pub const MOE_LORA: Measured = measured!("moe-lora-steps.jsonl");
 /// ResNet-50 through the real caching allocator on the faked CUDA device.
 pub const IMAGE_INFER: Measured = measured!("image-infer-steps.jsonl");
 
+/// peft LoRA on Phi-3 (fused projections, two layers at Phi-3-mini's widths), RoBERTa and
+/// ModernBERT (masked LM, published widths) on the fake CUDA device; records carry a `plan`.
+pub const LORA: Measured = measured!("lora-steps.jsonl");
+
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 22] = [
+pub const ALL: [Measured; 23] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -106,6 +110,7 @@ pub const ALL: [Measured; 22] = [
     SERVING,
     IMAGE_INFER,
     MOE_LORA,
+    LORA,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.
