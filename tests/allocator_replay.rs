@@ -110,6 +110,7 @@ fn reserved_plan(r: &serde_json::Value) -> Plan {
     if r["zero_grad"] == "zero" {
         p.zero_grad = ZeroGrad::Zero;
     }
+    p.validation_batch = r["validation_batch"].as_u64();
     // The faked device is an H100 (sm_90: 32 MiB cuBLAS workspaces).
     p.gpu = Some("h100-80".into());
     p
@@ -153,14 +154,14 @@ fn reserved_against_the_real_allocator() {
     // The current figures, asserted so that a change to them is deliberate. Every step ran
     // under a dispatch mode (the harness's tracker, or the d2h-counting mode of the
     // `notracker` controls), so its gradient sums are out of place (`dispatch_mode`); with
-    // that the CNN steps meet the allocator to the byte. What remains under is allocations
-    // inside single kernels that the step simulation does not model (reduction and
-    // layer-norm-backward scratch under autocast: ViT-B/16 and ResNet-50); the largest error
-    // is an over-estimate (ResNet-18 with Adam, +9 %), see PROVENANCE.md.
+    // that the CNN steps meet the allocator to the byte. The bias gradients' reduction staging
+    // blocks lifted ViT-B/16 under autocast from -5.3 % to -0.6 %. What remains under is
+    // ResNet-50 under autocast (-2.5 %), which no reduction explains; the largest error is an
+    // over-estimate (ResNet-18 with Adam, +9 %), see PROVENANCE.md.
     assert!(median <= 0.010, "median {median}");
     assert!(max <= 0.095, "max {max}");
     let under = rows.iter().filter(|r| r.3 < -0.02).count();
-    assert!(under <= 2, "{under} steps more than 2 % under");
+    assert!(under <= 1, "{under} steps more than 2 % under");
 }
 
 /// Steps whose loop differs from a plain one at its first step or micro-batch, through the real
@@ -180,13 +181,54 @@ fn accumulation_and_in_place_zeroing_against_the_real_allocator() {
     }
     assert_eq!(rows.len(), 8);
     // Allocating every `.grad` ahead of the first micro-batch instead put these at +2.5 % to
-    // -9.9 % (median |error| 2.5 %). Two remain off: ViT-B/16 under autocast (-3.1 %, kernel
-    // scratch, as in its plain step) and ResNet-18 with Adam (-5.8 %; its plain step is +9 %
-    // over), neither explained by the loop's shape; see PROVENANCE.md.
+    // -9.9 % (median |error| 2.5 %). ViT-B/16 under autocast is -1.5 % (-3.1 % before its
+    // bias gradients' reduction staging blocks were modelled); ResNet-18 with Adam remains off
+    // (-5.8 %; its plain step is +9 % over), not explained by the loop's shape; see
+    // PROVENANCE.md.
     let mut abs: Vec<f64> = rows.iter().map(|r| r.3.abs()).collect();
     abs.sort_by(f64::total_cmp);
     assert!(abs[abs.len() / 2] <= 0.008, "median {}", abs[abs.len() / 2]);
     for (id, _, _, err) in &rows {
         assert!(err.abs() <= 0.06, "{id}: {:+.2} %", err * 100.0);
+    }
+}
+
+/// Steps followed by a validation pass (`model.eval()`, a forward at a larger batch under
+/// `no_grad`), through the real allocator (`tests/data/reserved/validation-steps.jsonl`): the
+/// pass's activations need larger blocks than the steps cached, so the allocator grows.
+const VALIDATION: &str = include_str!("data/reserved/validation-steps.jsonl");
+
+#[test]
+fn validation_passes_against_the_real_allocator() {
+    let rows = reserved_errors(VALIDATION);
+    for (id, m, p, err) in &rows {
+        println!(
+            "{id:<90} measured {m:>12} predicted {p:>12} {:+.2} %",
+            err * 100.0
+        );
+    }
+    for line in VALIDATION.lines().filter(|l| !l.trim().is_empty()) {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let mut p = reserved_plan(&r);
+        p.validation_batch = None;
+        let e = estimate(&p).unwrap();
+        let m = r["max_reserved"].as_u64().unwrap() as f64;
+        println!(
+            "{:<90} without the pass {:+.2} %",
+            r["case_id"],
+            (e.reserved.0 as f64 / m - 1.0) * 100.0
+        );
+    }
+    assert_eq!(rows.len(), 5);
+    // ViT-B/16 at batch 16 in bf16 stays over (+8.6 %; +11.1 % before the reduction staging
+    // blocks): its steps alone already reserve more than the real allocator; the rest are
+    // within 1.5 %.
+    for (id, _, _, err) in &rows {
+        let tol = if id.contains("/b16/bf16/") {
+            0.09
+        } else {
+            0.015
+        };
+        assert!(err.abs() <= tol, "{id}: {:+.2} %", err * 100.0);
     }
 }

@@ -423,6 +423,7 @@ fn estimate_json_base(plan: &Plan, e: &Estimate) -> serde_json::Value {
         "reserved_bytes": e.reserved.0,
         "fragmentation_at_peak_bytes": e.fragmentation_at_peak.0,
         "alloc_retries": e.alloc_retries,
+        "validation_peak_bytes": e.validation_peak.map(|b| b.0),
         "workspace_bytes": e.workspaces.0,
         "context_bytes": e.context.0,
         "device_total_bytes": e.device_total.0,

@@ -161,6 +161,8 @@ pub struct Setup {
     pub dispatch_mode: bool,
     /// What the loop's `zero_grad` does to `.grad` between steps.
     pub zero_grad: ZeroGrad,
+    /// A validation pass after the training steps, at this batch (`None`: none).
+    pub validation_batch: Option<u64>,
 }
 
 /// What the training loop's `zero_grad()` does to the parameters' gradients before the next

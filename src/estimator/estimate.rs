@@ -6,10 +6,11 @@ use serde::Serialize;
 
 use super::allocator::{self, AllocatorSettings};
 use super::config::{self, BuildCtx, Setup};
+use super::device::ReduceDevice;
 use super::error::EstimateError;
 use super::graph::Graph;
 use super::graph::{Precision, StorageKind};
-use super::hardware::{DeviceOverhead, Gpu};
+use super::hardware::{DeviceOverhead, Gpu, DEFAULT_SM, DEFAULT_SMS};
 use super::model::{InputKind, ModelSpec};
 use super::moe_parts::{moe_parts, MoeParts};
 use super::optimizer;
@@ -112,6 +113,9 @@ pub struct Estimate {
     /// Optimizer state in CUDA managed memory (paged optimizers), not in the peak.
     pub paged_opt_state_bytes: Bytes,
     pub inference: Option<InferenceReport>,
+    /// The allocated peak of the plan's validation pass (its forward at the validation batch,
+    /// with the training's `.grad` and optimizer state resident); `reserved` includes the pass.
+    pub validation_peak: Option<Bytes>,
     /// A mixture of experts' parts (experts, router, shared experts, dispatch); `None` for a
     /// dense model.
     pub moe: Option<MoeParts>,
@@ -145,7 +149,18 @@ fn check_range(field: &'static str, v: u64, min: u64, max: u64) -> Result<(), Es
 
 /// Validates the settings and builds the model's forward tape (inference: the prefill's).
 pub fn build_graph(model: &ModelSpec, setup: &Setup) -> Result<Graph, EstimateError> {
-    build_graph_step(model, setup, None)
+    build_graph_step(model, setup, Pass::Step)
+}
+
+/// Which forward of a plan a graph is.
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    /// The plan's step (inference: the prefill).
+    Step,
+    /// Inference: the last decode step.
+    Decode,
+    /// The validation pass after training steps: the forward at this batch under `no_grad`.
+    Validation(u64),
 }
 
 /// The prompt tokens and generated tokens of an inference step.
@@ -158,12 +173,8 @@ fn infer_lengths(setup: &Setup, default_seq: u64) -> Result<(u64, u64), Estimate
     Ok((context, new_tokens))
 }
 
-/// Builds one graph; for inference `decode` picks the last decode step instead of the prefill.
-fn build_graph_step(
-    model: &ModelSpec,
-    setup: &Setup,
-    decode: Option<()>,
-) -> Result<Graph, EstimateError> {
+/// Builds the graph of one of the plan's forwards.
+fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Graph, EstimateError> {
     check_range("batch", setup.batch, 1, MAX_BATCH)?;
     check_range(
         "accumulation",
@@ -171,14 +182,21 @@ fn build_graph_step(
         1,
         MAX_ACCUMULATION as u64,
     )?;
-    let tune = TuneCtx::from_plan(setup)?;
+    let mut tune = TuneCtx::from_plan(setup)?;
+    let (batch, ckpt) = match pass {
+        Pass::Validation(b) => {
+            tune.mode = Mode::Infer;
+            (b, config::Checkpointing::None)
+        }
+        _ => (setup.batch, setup.ckpt),
+    };
     // QLoRA (`prepare_model_for_kbit_training`): every parameter that is not 4-bit is upcast to
     // fp32; the 4-bit layers compute in `tune.nf4_compute`. Autocast, if asked for, stays on.
     let precision = match (tune.quant, tune.mode, setup.dtype) {
         (Quantization::Nf4, Mode::Finetune, Precision::Bf16 | Precision::Fp16) => Precision::Fp32,
         (_, _, p) => p,
     };
-    if tune.mode == Mode::Infer {
+    if setup.mode == Mode::Infer {
         if setup.ckpt != config::Checkpointing::None {
             return Err(EstimateError::Unsupported("checkpointing trades recomputation for saved activations; inference saves none (use \"ckpt\": \"none\")".into()));
         }
@@ -194,11 +212,11 @@ fn build_graph_step(
         }
     }
     let mut ctx = BuildCtx {
-        batch: setup.batch,
+        batch,
         res: 224,
         seq: 512,
         precision,
-        ckpt: setup.ckpt,
+        ckpt,
         attn: setup.attn,
         causal_mask: setup.causal_mask,
         cudnn: setup.cudnn.unwrap_or(setup.device == config::Device::Cuda),
@@ -277,7 +295,7 @@ fn build_graph_step(
             max_seq,
         } => {
             ctx.seq = setup.seq.unwrap_or(default_seq);
-            set_infer_step(setup, &mut ctx, decode)?;
+            set_infer_step(setup, &mut ctx, pass == Pass::Decode)?;
             if let Some(max) = max_seq {
                 if ctx.seq > max {
                     return Err(EstimateError::SequenceTooLong {
@@ -320,28 +338,24 @@ fn build_graph_step(
 
 /// Inference of language models: the forward to build (prefill of the prompt, or the last
 /// decode step over `context + new_tokens - 2` cached tokens).
-fn set_infer_step(
-    setup: &Setup,
-    ctx: &mut BuildCtx,
-    decode: Option<()>,
-) -> Result<(), EstimateError> {
+fn set_infer_step(setup: &Setup, ctx: &mut BuildCtx, decode: bool) -> Result<(), EstimateError> {
     if ctx.tune.mode != Mode::Infer {
         return Ok(());
     }
     let (context, new_tokens) = infer_lengths(setup, ctx.seq)?;
     let kv_dtype = setup.kv_cache_dtype.map(|k| k.dtype());
     ctx.tune.infer = Some(match decode {
-        None => InferStep {
+        false => InferStep {
             past: 0,
             tokens: context,
             kv_dtype,
         },
-        Some(()) if new_tokens >= 2 => InferStep {
+        true if new_tokens >= 2 => InferStep {
             past: context + new_tokens - 2,
             tokens: 1,
             kv_dtype,
         },
-        Some(()) => {
+        true => {
             return Err(EstimateError::Unsupported(
                 "one new token is made by the prefill alone: no decode step".into(),
             ))
@@ -360,7 +374,8 @@ pub fn estimate(
     gpu: Option<&Gpu>,
 ) -> Result<Estimate, EstimateError> {
     let g = build_graph(model, setup)?;
-    let prefill = estimate_graph(&model.label, setup, &g, gpu);
+    let validation = validation_graph(model, setup)?;
+    let prefill = estimate_graph_with(&model.label, setup, &g, gpu, validation.as_ref());
     let InputKind::Tokens { default_seq, .. } = model.input else {
         return Ok(prefill);
     };
@@ -374,7 +389,7 @@ pub fn estimate(
         Bytes(g.storage_bytes(StorageKind::KvCache).0 / setup.batch.saturating_mul(prompt));
     let prefill_peak = prefill.peak_allocated;
     let (mut best, decode_peak) = if new_tokens >= 2 {
-        let dg = build_graph_step(model, setup, Some(()))?;
+        let dg = build_graph_step(model, setup, Pass::Decode)?;
         let decode = estimate_graph(&model.label, setup, &dg, gpu);
         let dp = decode.peak_allocated;
         if dp > prefill_peak {
@@ -420,11 +435,13 @@ fn block_of(name: &str) -> &str {
 }
 
 /// What the caching allocator's replay of a step's stream takes: the cuBLAS workspace each
-/// GEMM allocates and frees, the options, and on a known card what the CUDA
+/// GEMM allocates and frees, the card its reduction kernels size their staging blocks by, the
+/// options, and on a known card what the CUDA
 /// context leaves it, so that it frees its cache and retries before it gives up, as PyTorch
 /// does; past that the replay goes on so that the figures say what the step would need.
 struct ReplayInputs {
     gemm_workspace: u64,
+    reduce_device: Option<ReduceDevice>,
     settings: AllocatorSettings,
     capacity: Option<allocator::Capacity>,
 }
@@ -438,6 +455,11 @@ impl ReplayInputs {
                 free: g.memory.0.saturating_sub(o.context.0),
             }),
             gemm_workspace: o.workspaces.0,
+            // The card named, or the one assumed when none is (`DEFAULT_SM`, `DEFAULT_SMS`).
+            reduce_device: match gpu {
+                Some(g) => ReduceDevice::of(g.sm, g.sms),
+                None => ReduceDevice::of(DEFAULT_SM, DEFAULT_SMS),
+            },
             settings: setup.allocator,
         }
     }
@@ -452,7 +474,7 @@ pub fn segments_at_peak(
 ) -> Result<Vec<allocator::SegmentView>, EstimateError> {
     let g = build_graph(model, setup)?;
     let inputs = ReplayInputs::of(setup, gpu);
-    let r = simulate(&g, &step_options(setup, inputs.gemm_workspace));
+    let r = simulate(&g, &step_options(setup, &inputs));
     Ok(allocator::segment_map(
         &r.alloc_trace,
         &[],
@@ -461,17 +483,67 @@ pub fn segments_at_peak(
     ))
 }
 
-fn step_options(setup: &Setup, gemm_workspace: u64) -> StepOptions {
+fn step_options(setup: &Setup, inputs: &ReplayInputs) -> StepOptions {
     StepOptions {
-        gemm_workspace,
+        gemm_workspace: inputs.gemm_workspace,
+        reduce_device: inputs.reduce_device,
         ..StepOptions::of(setup)
     }
 }
 
+/// The model's forward at the plan's validation batch under `torch.no_grad()`, if it has one:
+/// the inference graph over the same weights, built as an eval pass builds it (no dropout masks,
+/// batch norm on its running statistics, autocast as in training).
+fn validation_graph(model: &ModelSpec, setup: &Setup) -> Result<Option<Graph>, EstimateError> {
+    let Some(batch) = setup.validation_batch else {
+        return Ok(None);
+    };
+    check_range("validation_batch", batch, 1, MAX_BATCH)?;
+    let refuse = |why: &str| Err(EstimateError::Unsupported(why.into()));
+    if setup.mode == Mode::Infer {
+        return refuse(
+            "\"validation_batch\" is a pass after training steps; a serving plan has none",
+        );
+    }
+    if model.caps.language_model || !model.caps.inference {
+        return refuse("\"validation_batch\" is modelled for image models (a forward at that batch under no_grad); language models' evaluation (a forward with labels, no KV cache) is not");
+    }
+    if setup.parallel.is_some() || setup.offload.is_some() {
+        return refuse("\"validation_batch\" is modelled on one GPU without offload");
+    }
+    build_graph_step(model, setup, Pass::Validation(batch)).map(Some)
+}
+
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
+    estimate_graph_with(label, plan, g, gpu, None)
+}
+
+/// [`estimate_graph`], followed by the validation pass `validation` (its graph) if any.
+fn estimate_graph_with(
+    label: &str,
+    plan: &Setup,
+    g: &Graph,
+    gpu: Option<&Gpu>,
+    validation: Option<&Graph>,
+) -> Estimate {
     let inputs = ReplayInputs::of(plan, gpu);
-    let r = simulate(g, &step_options(plan, inputs.gemm_workspace));
+    let opts = step_options(plan, &inputs);
+    let mut r = simulate(g, &opts);
+    let validation_peak = validation.map(|v| {
+        let pass = crate::estimator::simulate::validation_pass(&mut r.alloc_trace, v, &opts);
+        // `.grad` and the optimizer state from the last step stay through the pass: the loop
+        // drops `.grad` at the next step's `zero_grad`.
+        let held = r
+            .timeline
+            .events
+            .iter()
+            .find(|e| e.phase == Phase::ZeroGrad)
+            .map_or(Bytes::ZERO, |e| {
+                e.live.get(Category::Gradients) + e.live.get(Category::OptimizerState)
+            });
+        pass.total() + held
+    });
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
         Some(e) => (
@@ -582,6 +654,7 @@ pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -
             Bytes::ZERO
         },
         inference: None,
+        validation_peak,
         moe: g
             .active_params
             .is_some()

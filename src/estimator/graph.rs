@@ -75,6 +75,10 @@ pub struct OpRecord {
     pub fwd_scratch: Bytes,
     /// Tensors allocated inside the backward node besides the input gradients, freed at its end.
     pub bwd_scratch: Bytes,
+    /// Reductions the backward node runs through PyTorch's CUDA reduction kernel, whose staging
+    /// blocks (`device::reduction_blocks`) only the caching allocator sees: the measured steps
+    /// count tensors.
+    pub bwd_reductions: Vec<crate::estimator::device::Reduction>,
     /// Forward FLOPs (multiply-add = 2).
     pub flops: f64,
     /// Checkpoint segment this op belongs to (its saved tensors are recomputed in backward).
@@ -413,6 +417,7 @@ impl Graph {
         if op.grads.is_empty() {
             op.saved.clear();
             op.bwd_scratch = Bytes::ZERO;
+            op.bwd_reductions.clear();
         }
         op.segment = self.current_segment;
         self.ops.push(op);
@@ -429,6 +434,7 @@ impl Graph {
             grads: Vec::new(),
             fwd_scratch: Bytes::ZERO,
             bwd_scratch: Bytes::ZERO,
+            bwd_reductions: Vec::new(),
             flops: 0.0,
             segment: None,
             moe: None,

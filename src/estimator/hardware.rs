@@ -14,6 +14,9 @@ pub struct Gpu {
     pub bandwidth_gbs: f64,
     /// CUDA compute capability × 10 (0 for non-NVIDIA).
     pub sm: u32,
+    /// Streaming multiprocessors (`cudaDeviceProp::multiProcessorCount`, the data sheet's SM
+    /// count; 0 for non-NVIDIA): PyTorch's reduction kernels size their grids by it.
+    pub sms: u32,
     /// Dense bf16/fp16 tensor TFLOPS.
     pub tflops_bf16: f64,
     /// Dense fp32 (non-tensor-core) TFLOPS from the data sheet: PyTorch runs fp32 matmuls in full
@@ -84,6 +87,10 @@ pub enum Device {
 /// training GPU, so the workspaces are the larger sm_90 ones (see
 /// [`super::device::cublas_workspace`]).
 pub const DEFAULT_SM: u32 = 90;
+
+/// The multiprocessors of that card when the plan names none: the H100 SXM's 132 (NVIDIA H100
+/// data sheet; what the faked device of `tests/data/reserved/` reports).
+pub const DEFAULT_SMS: u32 = 132;
 
 /// Device memory a step holds outside the model's tensors.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

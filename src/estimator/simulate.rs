@@ -12,7 +12,8 @@
 
 use super::allocator::AllocTrace;
 use super::config::{Setup, ZeroGrad};
-use super::graph::{GradFlow, Graph, StorageKind, TensorId};
+use super::device::{reduction_blocks, ReduceDevice};
+use super::graph::{GradFlow, Graph, OpRecord, StorageKind, TensorId};
 use super::hardware::Device;
 use super::optimizer::{OptimizerImpl, OptimizerKind, BNB_MIN_8BIT_SIZE};
 use super::step_stream::{StepOne, StepStream, NO_BLOCK};
@@ -30,6 +31,11 @@ pub struct StepOptions {
     /// The cuBLAS workspace each matrix multiply allocates and frees (0: none), which only the
     /// allocator's stream carries: the measured steps count tensors, not kernels' scratch.
     pub gemm_workspace: u64,
+    /// The card whose CUDA reduction kernels allocate staging blocks in backward
+    /// ([`OpRecord::bwd_reductions`]); none: no such blocks (the CPU, a non-NVIDIA device, or
+    /// a replay without kernels' scratch). Like the GEMM workspace, only the allocator's stream
+    /// carries them.
+    pub reduce_device: Option<ReduceDevice>,
     /// The step runs under a `TorchDispatchMode` (the reference harness's `LiveTracker`,
     /// FakeTensorMode). Autograd's `InputBuffer::accumulate` (`torch/csrc/autograd/
     /// input_buffer.cpp`) adds a later gradient into the buffered one in place only when it
@@ -58,6 +64,7 @@ impl StepOptions {
             accumulation: setup.accumulation,
             device: setup.device,
             gemm_workspace: 0,
+            reduce_device: None,
             dispatch_mode: setup.dispatch_mode,
             zero_grad: setup.zero_grad,
         }
@@ -71,6 +78,7 @@ impl StepOptions {
             accumulation: 1,
             device: Device::Cuda,
             gemm_workspace: 0,
+            reduce_device: None,
             dispatch_mode: false,
             zero_grad: ZeroGrad::SetToNone,
         }
@@ -173,6 +181,30 @@ fn replay_step(g: &Graph, opt: &StepOptions, trace: bool) -> StepResult {
         saved_after_forward,
         alloc_trace,
     }
+}
+
+/// Appends a validation pass to a loop's allocator stream: `g` is the model's forward at the
+/// validation batch under `torch.no_grad()` (an inference graph over the same parameters), run
+/// after the training steps as a script's `model.eval()` loop does, so the caching allocator
+/// serves it from the segments the steps left and keeps what it grows for it. Only the
+/// validation batch is new: the parameters are the training step's. Returns the pass's own
+/// live bytes at its peak (without the training's `.grad` and optimizer state, which stay
+/// resident until the next step's `zero_grad`).
+pub fn validation_pass(trace: &mut AllocTrace, g: &Graph, opt: &StepOptions) -> Live {
+    let tape = Tape::new(g);
+    let mut pass = Replay::new(&tape);
+    pass.run(opt, false);
+    pass.close_step();
+    let inputs: Vec<u64> = g
+        .storages
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.kind == StorageKind::Input)
+        .map(|(i, _)| tape.sbytes[i])
+        .filter(|&b| b > 0)
+        .collect();
+    pass.stream.append_pass(trace, &inputs);
+    pass.tl.peak().map(|e| e.live).unwrap_or_default()
 }
 
 /// What the forward tape says before anything runs: each storage's rounded size, the op that
@@ -333,6 +365,7 @@ struct Replay<'t, 'g> {
     resident: Vec<u64>,
     state: Vec<u64>,
     gemm_workspace: u64,
+    reduce_device: Option<ReduceDevice>,
 }
 
 impl<'t, 'g> Replay<'t, 'g> {
@@ -361,6 +394,7 @@ impl<'t, 'g> Replay<'t, 'g> {
             resident: Vec::new(),
             state: Vec::new(),
             gemm_workspace: 0,
+            reduce_device: None,
         }
     }
 
@@ -374,7 +408,8 @@ impl<'t, 'g> Replay<'t, 'g> {
         self.stream.free(block);
     }
     /// Records the timeline point of op `op` with `scratch` allocated for the op's duration (and
-    /// a GEMM's cuBLAS workspace in the allocator's stream).
+    /// in the allocator's stream a GEMM's cuBLAS workspace, then in backward its reductions'
+    /// staging blocks: the engine sums a bias gradient after the node's GEMMs).
     fn push_with_scratch(&mut self, phase: Phase, op: Option<usize>, c: Category, scratch: u64) {
         let mut at = self.live;
         at.add(c, Bytes(scratch));
@@ -383,6 +418,19 @@ impl<'t, 'g> Replay<'t, 'g> {
         if op.is_some_and(|i| is_gemm(self.tape.g.ops[i].kind)) {
             let ws = self.stream.alloc(self.gemm_workspace);
             self.stream.free(ws);
+        }
+        if let (Phase::Backward, Some(i), Some(dev)) = (phase, op, self.reduce_device) {
+            let rec: &OpRecord = &self.tape.g.ops[i];
+            for r in &rec.bwd_reductions {
+                // `gpu_reduce_kernel`'s `buffer` and `semaphores` go out of scope in reverse.
+                let ids: Vec<u32> = reduction_blocks(r, dev)
+                    .into_iter()
+                    .map(|b| self.stream.alloc(rounded(Bytes(b))))
+                    .collect();
+                for &b in ids.iter().rev() {
+                    self.stream.free(b);
+                }
+            }
         }
         self.stream.free(id);
     }
@@ -400,6 +448,7 @@ impl<'t, 'g> Replay<'t, 'g> {
     /// inference (`torch.no_grad()`) is the forward alone and saves nothing.
     fn run(&mut self, opt: &StepOptions, optimizer: bool) -> (f64, Vec<u64>, f64) {
         self.gemm_workspace = opt.gemm_workspace;
+        self.reduce_device = opt.reduce_device.filter(|_| opt.device == Device::Cuda);
         self.dispatch_mode = opt.dispatch_mode;
         self.zero_grad(opt);
         let forward_flops = self.forward();

@@ -112,6 +112,16 @@ impl StepStream {
         t
     }
 
+    /// Appends a pass that holds nothing past itself (a validation forward under
+    /// `torch.no_grad()`): its `inputs` are allocated first and freed last.
+    pub fn append_pass(&self, t: &mut AllocTrace, inputs: &[u64]) {
+        let held: Vec<Handle> = inputs.iter().map(|&b| t.alloc(b)).collect();
+        self.replay_into(t, None);
+        for h in held {
+            t.free(h);
+        }
+    }
+
     /// Appends one step to `t`; returns the trace handle of each of its blocks.
     fn replay_into(&self, t: &mut AllocTrace, state: Option<&[u64]>) -> Vec<Handle> {
         let mut h: Vec<Handle> = Vec::with_capacity(self.allocs as usize);

@@ -142,6 +142,11 @@ pub struct Plan {
     /// `"zero"` (`set_to_none=False`: the gradients stay resident through the next forward).
     #[serde(default, skip_serializing_if = "is_default_zero_grad")]
     pub zero_grad: ZeroGrad,
+    /// A validation pass after the training steps (`model.eval()`, a forward under
+    /// `torch.no_grad()`) at this batch, as training scripts run after each epoch: the caching
+    /// allocator keeps what it grew for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_batch: Option<u64>,
 }
 
 fn is_default_zero_grad(z: &ZeroGrad) -> bool {
@@ -183,6 +188,7 @@ impl Default for Plan {
             images: None,
             dispatch_mode: false,
             zero_grad: ZeroGrad::SetToNone,
+            validation_batch: None,
             parallel: None,
             offload: None,
         }
@@ -268,6 +274,7 @@ impl Plan {
             images: self.images,
             dispatch_mode: self.dispatch_mode,
             zero_grad: self.zero_grad,
+            validation_batch: self.validation_batch,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! GPUs as data: usable memory, bandwidth, compute capability and dense bf16/fp16 tensor
+//! GPUs as data: usable memory, bandwidth, compute capability, multiprocessor count and dense bf16/fp16 tensor
 //! throughput from the vendors' data sheets.
 //!
 //! Memory is the device's total as PyTorch sees it: `torch.cuda.get_device_properties(i).total_memory`,
@@ -12,7 +12,7 @@
 
 use crate::estimator::device::DEFAULT_CONTEXT;
 pub use crate::estimator::hardware::Gpu;
-use crate::estimator::hardware::DEFAULT_SM;
+use crate::estimator::hardware::{DEFAULT_SM, DEFAULT_SMS};
 use crate::estimator::units::Bytes;
 
 const GIB: u64 = 1 << 30;
@@ -25,6 +25,7 @@ const fn gpu(
     mib: u64,
     bw: f64,
     sm: u32,
+    sms: u32,
     tf: f64,
     tf32: f64,
     ctx_mib: u64,
@@ -35,6 +36,7 @@ const fn gpu(
         memory: Bytes(mib * MIB),
         bandwidth_gbs: bw,
         sm,
+        sms,
         tflops_bf16: tf,
         tflops_fp32: tf32,
         context: Bytes(ctx_mib * MIB),
@@ -43,16 +45,36 @@ const fn gpu(
 
 pub const GPUS: &[Gpu] = &[
     // 15.78 GiB: Shift-GCN/issues/34 ("16G V100").
-    gpu("v100-16", "V100 16 GB", 16_160, 900.0, 70, 125.0, 15.7, 400),
+    gpu(
+        "v100-16",
+        "V100 16 GB",
+        16_160,
+        900.0,
+        70,
+        80,
+        125.0,
+        15.7,
+        400,
+    ),
     // 31.74 GiB: liucongg/ChatGLM-Finetuning/issues/73 ("V100 32GB").
-    gpu("v100-32", "V100 32 GB", 32_502, 900.0, 70, 125.0, 15.7, 400),
+    gpu(
+        "v100-32",
+        "V100 32 GB",
+        32_502,
+        900.0,
+        70,
+        80,
+        125.0,
+        15.7,
+        400,
+    ),
     // 14.56–14.58 GiB with current drivers: Zheng-Chong/CatVTON/issues/133 (GCP Tesla T4),
     // QwenLM/Qwen3-VL/issues/1046; 14.74–14.76 with older ones (15 360 MiB in nvidia-smi).
-    gpu("t4", "T4 16 GB", 14_920, 320.0, 75, 65.0, 8.1, 400),
+    gpu("t4", "T4 16 GB", 14_920, 320.0, 75, 40, 65.0, 8.1, 400),
     // 21.98–22.06 GiB reported for the A10G (23 028 MiB in nvidia-smi), the A10's cloud twin.
-    gpu("a10", "A10 24 GB", 22_528, 600.0, 86, 125.0, 31.2, 450),
+    gpu("a10", "A10 24 GB", 22_528, 600.0, 86, 72, 125.0, 31.2, 450),
     // 22.03 GiB ("L4 24GB ... visible to PyTorch"); 23 034 MiB in nvidia-smi.
-    gpu("l4", "L4 24 GB", 22_559, 300.0, 89, 121.0, 30.3, 450),
+    gpu("l4", "L4 24 GB", 22_559, 300.0, 89, 58, 121.0, 30.3, 450),
     // 39.39 GiB (GCP A100 40GB reports); 40 960 MiB in nvidia-smi.
     gpu(
         "a100-40",
@@ -60,6 +82,7 @@ pub const GPUS: &[Gpu] = &[
         40_335,
         1555.0,
         80,
+        108,
         312.0,
         19.5,
         450,
@@ -71,6 +94,7 @@ pub const GPUS: &[Gpu] = &[
         81_152,
         2039.0,
         80,
+        108,
         312.0,
         19.5,
         450,
@@ -82,6 +106,7 @@ pub const GPUS: &[Gpu] = &[
         81_080,
         3350.0,
         90,
+        132,
         989.0,
         67.0,
         520,
@@ -93,6 +118,7 @@ pub const GPUS: &[Gpu] = &[
         143_155,
         4800.0,
         90,
+        132,
         989.0,
         67.0,
         520,
@@ -104,6 +130,7 @@ pub const GPUS: &[Gpu] = &[
         97_300,
         4000.0,
         90,
+        132,
         989.0,
         67.0,
         520,
@@ -115,6 +142,7 @@ pub const GPUS: &[Gpu] = &[
         182_630,
         8000.0,
         100,
+        148,
         2250.0,
         75.0,
         600,
@@ -126,6 +154,7 @@ pub const GPUS: &[Gpu] = &[
         24_269,
         936.0,
         86,
+        82,
         71.0,
         35.6,
         400,
@@ -137,6 +166,7 @@ pub const GPUS: &[Gpu] = &[
         24_207,
         1008.0,
         89,
+        128,
         165.0,
         82.6,
         400,
@@ -148,6 +178,7 @@ pub const GPUS: &[Gpu] = &[
         32_123,
         1792.0,
         120,
+        170,
         210.0,
         104.8,
         450,
@@ -160,6 +191,7 @@ pub const GPUS: &[Gpu] = &[
         45_496,
         960.0,
         89,
+        142,
         364.0,
         91.1,
         450,
@@ -170,6 +202,7 @@ pub const GPUS: &[Gpu] = &[
         "MI300X 192 GB",
         196_588,
         5300.0,
+        0,
         0,
         1307.0,
         163.4,
@@ -182,6 +215,7 @@ pub const GPUS: &[Gpu] = &[
         96 * 1024,
         400.0,
         0,
+        0,
         28.0,
         14.2,
         0,
@@ -191,6 +225,7 @@ pub const GPUS: &[Gpu] = &[
         "Apple M2 Ultra 192 GB unified",
         144 * 1024,
         800.0,
+        0,
         0,
         54.0,
         27.2,
@@ -217,6 +252,7 @@ pub fn find(id: &str) -> Option<Gpu> {
         memory: Bytes((gib * GIB as f64) as u64),
         bandwidth_gbs: 1000.0,
         sm: DEFAULT_SM,
+        sms: DEFAULT_SMS,
         tflops_bf16: 300.0,
         tflops_fp32: 300.0 / 16.0,
         context: DEFAULT_CONTEXT,

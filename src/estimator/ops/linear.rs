@@ -2,6 +2,7 @@
 //! `bmm` inside composite ops.
 
 use super::R;
+use crate::estimator::device::Reduction;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 
 impl Graph {
@@ -51,8 +52,26 @@ impl Graph {
             op.saved.retain(|&t| t != wc);
         }
         op.grads = self.grads_alloc(&ins);
+        if let Some(&bc) = ins.get(2) {
+            op.bwd_reductions = self.bias_grad_sum(bc, rows, ws[0], y);
+        }
         self.record(op);
         Ok(y)
+    }
+
+    /// The bias gradient of `y = x @ w.T + b` with `rows` rows: the engine sums the incoming
+    /// `[rows, out]` gradient to the bias's shape (`validate_outputs`' `sum_to`, an
+    /// `aten.sum.dim_IntList` over the leading dims), when the bias needs a gradient.
+    fn bias_grad_sum(&self, b: TensorId, rows: u64, out: u64, y: TensorId) -> Vec<Reduction> {
+        if !self.t(b).requires_grad {
+            return Vec::new();
+        }
+        vec![Reduction {
+            outputs: out,
+            inputs: rows,
+            innermost: false,
+            dtype: self.dtype(y),
+        }]
     }
 
     /// GPT-2's `Conv1D(nf, nx)`: `torch.addmm(bias, x.view(-1, nx), weight)` with the weight stored
@@ -82,6 +101,10 @@ impl Graph {
                 vec![xc, wc],
                 2.0 * rows as f64 * (nx * nf) as f64,
             );
+            let sums = self.bias_grad_sum(bc, rows, nf, y);
+            if let Some(op) = self.ops.last_mut().filter(|o| !o.grads.is_empty()) {
+                op.bwd_reductions = sums;
+            }
             Ok(y)
         })();
         self.pop();

@@ -136,6 +136,14 @@ def cases():
     add(model="vit_b_16", res=224, batch=8, dtype="amp_bf16", opt="adam", accumulation=4)
     add(model="llama-small", seq=1024, batch=2, dtype="bf16", opt="adamw", attn="sdpa", accumulation=4)
     add(model="llama-small", seq=1024, batch=8, dtype="bf16", opt="adamw", attn="sdpa", zero_grad="zero")
+    # a validation pass after the steps (model.eval(), a forward under no_grad at a larger
+    # batch), as the rasbt ViT-L/16 scripts run one: written to reserved/validation-steps.jsonl
+    # (--filter "/val")
+    add(model="vit_b_16", res=224, batch=4, dtype="bf16", opt="sgd", accumulation=4, validation_batch=64)
+    add(model="vit_b_16", res=224, batch=4, dtype="bf16", opt="adam", accumulation=4, validation_batch=64)
+    add(model="vit_b_16", res=224, batch=16, dtype="bf16", opt="adam", validation_batch=64)
+    add(model="vit_b_16", res=224, batch=32, dtype="amp_bf16", opt="adam", validation_batch=64)
+    add(model="resnet50", res=224, batch=8, dtype="fp32", opt="sgd", validation_batch=128)
     for c in C:
         c["case_id"] = case_id(c)
     return C
@@ -167,6 +175,8 @@ def case_id(s):
         cid += f"/acc{s['accumulation']}"
     if s.get("zero_grad") == "zero":
         cid += "/zero_grad=zero"
+    if s.get("validation_batch"):
+        cid += f"/val{s['validation_batch']}"
     return cid
 
 
@@ -330,6 +340,23 @@ def run_one(spec):
                 st["tracker_peak"] = max(v["peak"] for v in pk)
                 st["tracker_peak_r512"] = max(v["peak_r512"] for v in pk)
             steps[str(k)] = st
+        if spec.get("validation_batch"):
+            # A validation pass after the steps, as a training script runs one after each epoch:
+            # model.eval(), a forward at the validation batch under no_grad (autocast as in
+            # training), with the last step's .grad and optimizer state still resident.
+            phase(3, "validation")
+            torch.cuda.reset_peak_memory_stats()
+            model.eval()
+            torch.manual_seed(1)
+            val_batch = wl.make_batch("cuda", in_dtype, spec["validation_batch"])
+            with torch.no_grad(), amp:
+                out = wl.loss_fn(model, val_batch)
+            del out, val_batch
+            model.train()
+            torch.cuda.synchronize()
+            steps["validation"] = {"max_allocated": torch.cuda.max_memory_allocated(),
+                                   "max_reserved": torch.cuda.max_memory_reserved(),
+                                   "reserved_end": torch.cuda.memory_reserved()}
     if tr is not None:
         tr.remove_hooks()
         rec["tracker_peak_r512"] = max(steps["1"]["tracker_peak_r512"], steps["2"]["tracker_peak_r512"])
@@ -337,8 +364,8 @@ def run_one(spec):
     snap = torch.cuda.memory_snapshot()
     ms = torch.cuda.memory_stats()
     rec.update({
-        "max_allocated": max(steps["1"]["max_allocated"], steps["2"]["max_allocated"]),
-        "max_reserved": max(steps["1"]["max_reserved"], steps["2"]["max_reserved"]),
+        "max_allocated": max(st["max_allocated"] for st in steps.values()),
+        "max_reserved": max(st["max_reserved"] for st in steps.values()),
         "max_allocated_step2": steps["2"]["max_allocated"],
         "max_reserved_step2": steps["2"]["max_reserved"],
         "num_alloc_retries": ms["num_alloc_retries"],
