@@ -14,7 +14,7 @@ use super::hardware::{DeviceOverhead, Gpu, DEFAULT_SM, DEFAULT_SMS};
 use super::model::{InputKind, ModelSpec};
 use super::moe_parts::{moe_parts, MoeParts};
 use super::optimizer;
-use super::simulate::{simulate, StepOptions};
+use super::simulate::{simulate, StepOptions, StepResult};
 use super::timeline::{Category, Phase, Timeline};
 use super::tune::{self, InferStep, Mode, Quantization, TuneCtx};
 use super::units::Bytes;
@@ -373,9 +373,15 @@ pub fn estimate(
     setup: &Setup,
     gpu: Option<&Gpu>,
 ) -> Result<Estimate, EstimateError> {
+    if setup.validation_batch.is_some() {
+        // The pass's code is apart (the page fetches it with the models' builders): the plan
+        // layer routes such a plan to `estimate_validated`.
+        return Err(EstimateError::Unsupported(
+            "a plan with \"validation_batch\" is estimated by estimate_validated".into(),
+        ));
+    }
     let g = build_graph(model, setup)?;
-    let validation = validation_graph(model, setup)?;
-    let prefill = estimate_graph_with(&model.label, setup, &g, gpu, validation.as_ref());
+    let prefill = estimate_graph(&model.label, setup, &g, gpu);
     let InputKind::Tokens { default_seq, .. } = model.input else {
         return Ok(prefill);
     };
@@ -491,13 +497,41 @@ fn step_options(setup: &Setup, inputs: &ReplayInputs) -> StepOptions {
     }
 }
 
-/// The model's forward at the plan's validation batch under `torch.no_grad()`, if it has one:
-/// the inference graph over the same weights, built as an eval pass builds it (no dropout masks,
-/// batch norm on its running statistics, autocast as in training).
-fn validation_graph(model: &ModelSpec, setup: &Setup) -> Result<Option<Graph>, EstimateError> {
-    let Some(batch) = setup.validation_batch else {
-        return Ok(None);
-    };
+/// Estimates one training step of `model` under `setup`, followed by the plan's validation pass
+/// (`validation_batch`): the model's forward at that batch under `torch.no_grad()` appended to
+/// the loop's allocator stream ([`crate::estimator::simulate::validation_pass`]), with the last
+/// step's `.grad` and optimizer state resident through it.
+pub fn estimate_validated(
+    model: &ModelSpec,
+    setup: &Setup,
+    gpu: Option<&Gpu>,
+) -> Result<Estimate, EstimateError> {
+    let v = validation_graph(model, setup)?;
+    let g = build_graph(model, setup)?;
+    let inputs = ReplayInputs::of(setup, gpu);
+    let opts = step_options(setup, &inputs);
+    let mut r = simulate(&g, &opts);
+    let live = crate::estimator::simulate::validation_pass(&mut r.alloc_trace, &v, &opts);
+    // `.grad` and the optimizer state from the last step stay through the pass: the loop drops
+    // `.grad` at the next step's `zero_grad`.
+    let held = r
+        .timeline
+        .events
+        .iter()
+        .find(|e| e.phase == Phase::ZeroGrad)
+        .map_or(Bytes::ZERO, |e| {
+            e.live.get(Category::Gradients) + e.live.get(Category::OptimizerState)
+        });
+    let mut e = estimate_step(&model.label, setup, &g, gpu, inputs, r);
+    e.validation_peak = Some(live.total() + held);
+    Ok(e)
+}
+
+/// The model's forward at the plan's validation batch under `torch.no_grad()`: the inference
+/// graph over the same weights, built as an eval pass builds it (no dropout masks, batch norm on
+/// its running statistics, autocast as in training).
+fn validation_graph(model: &ModelSpec, setup: &Setup) -> Result<Graph, EstimateError> {
+    let batch = setup.validation_batch.unwrap_or(setup.batch);
     check_range("validation_batch", batch, 1, MAX_BATCH)?;
     let refuse = |why: &str| Err(EstimateError::Unsupported(why.into()));
     if setup.mode == Mode::Infer {
@@ -511,39 +545,26 @@ fn validation_graph(model: &ModelSpec, setup: &Setup) -> Result<Option<Graph>, E
     if setup.parallel.is_some() || setup.offload.is_some() {
         return refuse("\"validation_batch\" is modelled on one GPU without offload");
     }
-    build_graph_step(model, setup, Pass::Validation(batch)).map(Some)
+    build_graph_step(model, setup, Pass::Validation(batch))
 }
 
 /// Estimates a step of an already built graph.
 pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
-    estimate_graph_with(label, plan, g, gpu, None)
+    let inputs = ReplayInputs::of(plan, gpu);
+    let r = simulate(g, &step_options(plan, &inputs));
+    estimate_step(label, plan, g, gpu, inputs, r)
 }
 
-/// [`estimate_graph`], followed by the validation pass `validation` (its graph) if any.
-fn estimate_graph_with(
+/// The estimate from a simulated step `r` of `g`: its allocator stream replayed, its peak and
+/// breakdown read off its timeline.
+fn estimate_step(
     label: &str,
     plan: &Setup,
     g: &Graph,
     gpu: Option<&Gpu>,
-    validation: Option<&Graph>,
+    inputs: ReplayInputs,
+    r: StepResult,
 ) -> Estimate {
-    let inputs = ReplayInputs::of(plan, gpu);
-    let opts = step_options(plan, &inputs);
-    let mut r = simulate(g, &opts);
-    let validation_peak = validation.map(|v| {
-        let pass = crate::estimator::simulate::validation_pass(&mut r.alloc_trace, v, &opts);
-        // `.grad` and the optimizer state from the last step stay through the pass: the loop
-        // drops `.grad` at the next step's `zero_grad`.
-        let held = r
-            .timeline
-            .events
-            .iter()
-            .find(|e| e.phase == Phase::ZeroGrad)
-            .map_or(Bytes::ZERO, |e| {
-                e.live.get(Category::Gradients) + e.live.get(Category::OptimizerState)
-            });
-        pass.total() + held
-    });
     let peak = r.timeline.peak().cloned();
     let (peak_allocated, peak_phase, peak_op, breakdown) = match &peak {
         Some(e) => (
@@ -654,7 +675,7 @@ fn estimate_graph_with(
             Bytes::ZERO
         },
         inference: None,
-        validation_peak,
+        validation_peak: None,
         moe: g
             .active_params
             .is_some()

@@ -28,6 +28,6 @@ pub mod tune;
 pub mod units;
 
 pub use estimate::{
-    build_graph, estimate, estimate_graph, segments_at_peak, Estimate, InferenceReport,
-    LayerActivation, Row, MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
+    build_graph, estimate, estimate_graph, estimate_validated, segments_at_peak, Estimate,
+    InferenceReport, LayerActivation, Row, MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
 };

@@ -9,9 +9,12 @@
 //! builder of its own.
 
 use super::Plan;
-use crate::estimator::config::BuildCtx;
+use crate::estimator::config::{BuildCtx, Setup};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
+use crate::estimator::hardware::Gpu;
+use crate::estimator::model::ModelSpec;
+use crate::estimator::{self, Estimate};
 use crate::presets::models::{self, Family};
 use crate::presets::{cnn, hf, rnn, vit};
 use crate::split::NotLoaded;
@@ -54,9 +57,11 @@ pub fn deferred(preset: &models::ModelPreset) -> bool {
     preset.build.is_none()
 }
 
-/// Whether building `plan` needs the code behind the seam.
+/// Whether building `plan` needs the code behind the seam (a validation pass's too).
 pub fn needed_by(plan: &Plan) -> bool {
-    plan.hf_config.is_some() || models::find(&plan.model).is_none_or(deferred)
+    plan.hf_config.is_some()
+        || plan.validation_batch.is_some()
+        || models::find(&plan.model).is_none_or(deferred)
 }
 
 /// Whether `plan` can be built now (its code is here).
@@ -64,19 +69,52 @@ pub fn ready_for(plan: &Plan) -> bool {
     loaded() || !needed_by(plan)
 }
 
-crate::lazy_chunk!(models, models_split, models_preload, fn build_op(Request<'_>) -> Result<Graph, EstimateError>);
+crate::lazy_chunk!(models, models_split, models_preload, fn run_op(Request<'_>) -> Answer);
 
-/// A build request: what to build and with which settings.
+/// What is asked of the code behind the seam.
 #[derive(Clone, Copy)]
-pub struct Request<'a>(LazyModel<'a>, &'a BuildCtx);
+pub enum Request<'a> {
+    /// A model to build, with its settings.
+    Build(LazyModel<'a>, &'a BuildCtx),
+    /// A training step with its validation pass ([`estimator::estimate_validated`]): rare, so
+    /// its code waits with the builders instead of weighing on the first load.
+    Validated(&'a ModelSpec, &'a Setup, Option<&'a Gpu>),
+}
 
-fn build_op(Request(m, ctx): Request<'_>) -> Result<Graph, EstimateError> {
-    build_now(m, ctx)
+/// The answer to a [`Request`] of the same kind.
+pub enum Answer {
+    Graph(Result<Graph, EstimateError>),
+    Estimate(Result<Estimate, EstimateError>),
+}
+
+fn run_op(r: Request<'_>) -> Answer {
+    match r {
+        Request::Build(m, ctx) => Answer::Graph(build_now(m, ctx)),
+        Request::Validated(m, setup, gpu) => {
+            Answer::Estimate(estimator::estimate_validated(m, setup, gpu))
+        }
+    }
 }
 
 /// Builds `m`; [`NotLoaded`] (never a wrong graph) if its code has not been fetched.
 pub fn build(m: LazyModel<'_>, ctx: &BuildCtx) -> Result<Result<Graph, EstimateError>, NotLoaded> {
-    call(Request(m, ctx))
+    match call(Request::Build(m, ctx))? {
+        Answer::Graph(g) => Ok(g),
+        Answer::Estimate(_) => Err(NotLoaded),
+    }
+}
+
+/// [`estimator::estimate_validated`] behind the seam; [`NotLoaded`] if its code has not been
+/// fetched.
+pub fn estimate_validated(
+    m: &ModelSpec,
+    setup: &Setup,
+    gpu: Option<&Gpu>,
+) -> Result<Result<Estimate, EstimateError>, NotLoaded> {
+    match call(Request::Validated(m, setup, gpu))? {
+        Answer::Estimate(e) => Ok(e),
+        Answer::Graph(_) => Err(NotLoaded),
+    }
 }
 
 #[cfg(test)]

@@ -64,11 +64,13 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
     let model = resolve::model(plan)?;
     ensure_loaded(plan)?;
     let gpu = resolve::gpu(plan)?;
-    Ok(crate::estimator::estimate(
-        &model,
-        &plan.setup(),
-        gpu.as_ref(),
-    )?)
+    let setup = plan.setup();
+    if plan.validation_batch.is_some() {
+        let e = lazy::estimate_validated(&model, &setup, gpu.as_ref())
+            .map_err(|_| PlanError::CodeNotLoaded)?;
+        return Ok(e?);
+    }
+    Ok(crate::estimator::estimate(&model, &setup, gpu.as_ref())?)
 }
 
 /// The plan's multi-GPU layout, validated, its GPU and links resolved.
