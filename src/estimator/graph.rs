@@ -100,6 +100,7 @@ impl OpRecord {
             grads: Vec::new(),
             fwd_scratch: op.fwd_scratch,
             bwd_scratch: op.bwd_scratch,
+            bwd_reductions: op.bwd_reductions.clone(),
             flops: op.flops,
             segment: op.segment,
             moe: op.moe,
