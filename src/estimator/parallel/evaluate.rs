@@ -104,6 +104,15 @@ fn rank_setup(layout: &Layout, prep: &Prepared, sharded: &[Sharded], i: u64) -> 
     }
 }
 
+/// Each prepared piece as one data-parallel rank of `layout` holds it.
+fn shard_pieces<'a>(plan: &Setup, layout: &Layout, prep: &'a Prepared) -> Vec<Sharded<'a>> {
+    let (sh, states) = (layout.sharding(), plan.opt.states_per_param());
+    prep.pieces
+        .iter()
+        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
+        .collect()
+}
+
 /// Whether `layout` surely does not fit `gpu`, told without walking the timelines: a rank's
 /// sharding only rewrites the parameters, gradients and optimizer state of an event
 /// ([`Sharded::at`]), so the largest rest of a forward or backward event
@@ -111,13 +120,7 @@ fn rank_setup(layout: &Layout, prep: &Prepared, sharded: &[Sharded], i: u64) -> 
 /// a lower bound of its peak. A layout search asks this first: most layouts it tries are far
 /// too large.
 pub fn surely_over(plan: &Setup, layout: &Layout, prep: &Prepared, gpu: &Gpu) -> bool {
-    let sh = layout.sharding();
-    let states = plan.opt.states_per_param();
-    let sharded: Vec<Sharded> = prep
-        .pieces
-        .iter()
-        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
-        .collect();
+    let sharded = shard_pieces(plan, layout, prep);
     let overhead = DeviceOverhead::of(Some(gpu), &plan.stack);
     let fixed = prep.overhead + overhead.workspaces.0 + overhead.context.0;
     (0..layout.pp).any(|i| {
@@ -141,13 +144,7 @@ pub fn evaluate(
     gpu: Option<&Gpu>,
     baseline_peak: Option<u64>,
 ) -> ParallelEstimate {
-    let sh = layout.sharding();
-    let states = plan.opt.states_per_param();
-    let sharded: Vec<Sharded> = prep
-        .pieces
-        .iter()
-        .map(|p| Sharded::new(p, sh, states, layout.mixed_precision))
-        .collect();
+    let sharded = shard_pieces(plan, layout, prep);
     let topo = layout.topology();
     let overhead = DeviceOverhead::of(gpu, &plan.stack);
     let (workspaces, context) = (overhead.workspaces.0, overhead.context.0);
