@@ -9,8 +9,10 @@
 /// `(stream, address, 0, block)` for unmapped ranges (`BlockComparatorAddress`).
 pub type Key = (u32, u64, u64, u32);
 
-/// Half the longest run: a full run splits in two.
-const RUN: usize = 128;
+/// Half the longest run: a full run splits in two. Measured against 16, 64 and 128 on the
+/// largest mixtures of experts' replays (DeepSeek-V3 and Qwen3-30B-A3B at 4096 tokens): 32
+/// moves the least, 10 % less time than 128; an unrolled LSTM is the same at each.
+const RUN: usize = 32;
 
 /// Sorted, non-empty runs in order: every key of a run is below every key of the next. `last`
 /// holds each run's largest key, contiguous, so a search bisects it without touching the runs.
