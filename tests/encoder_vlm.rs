@@ -305,9 +305,12 @@ fn llava_refuses_what_it_does_not_model() {
     let mut serve = plan(cfg.clone(), 24);
     serve.mode = Mode::Infer;
     serve.quantization = Quantization::Int8;
-    let mut lora = plan(cfg.clone(), 24);
-    lora.mode = Mode::Finetune;
-    lora.lora = Some(LoraConfig {
+    // QLoRA: bitsandbytes would quantize the tower and the projector too (LoRA alone is
+    // modelled, `tests/lora_variants.rs`).
+    let mut qlora = plan(cfg.clone(), 24);
+    qlora.mode = Mode::Finetune;
+    qlora.quantization = Quantization::Nf4;
+    qlora.lora = Some(LoraConfig {
         rank: 8,
         alpha: 16.0,
         targets: vec!["q".into()],
@@ -316,7 +319,7 @@ fn llava_refuses_what_it_does_not_model() {
     let mut blocks = plan(cfg, 24);
     blocks.mode = Mode::Finetune;
     blocks.frozen = Some(Frozen::Layers(1));
-    for p in [serve, lora, blocks] {
+    for p in [serve, qlora, blocks] {
         match estimate(&p) {
             Err(PlanError::Estimate(EstimateError::Unsupported(m))) => {
                 assert!(m.contains("llava"), "{m}")

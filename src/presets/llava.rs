@@ -17,6 +17,10 @@
 //! have no `.grad` and no optimizer state, and their activations live only until the forward
 //! returns (the model's output holds the tower's last hidden state until then).
 //!
+//! LoRA (`mode: finetune` with `lora`) is peft's `get_peft_model` on the whole model: every
+//! base weight frozen, the targets matched by name suffix, so the language model's `q`, `k`, `v`
+//! also wrap the tower's `q_proj`, `k_proj`, `v_proj` ([`clip_layer`]).
+//!
 //! Serving (`mode: infer`, `serve`) runs the forward calls of `GenerationMixin._sample`
 //! through [`super::generate`]'s language model: the prefill takes the pixels and the prompt
 //! (each image's placeholder tokens and the plan's `context` text tokens), the decode steps one
@@ -29,7 +33,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::ops::{Conv, EagerOpts, MatmulCopies};
-use crate::estimator::tune::{Frozen, InferStep, TuneCtx};
+use crate::estimator::tune::{Frozen, InferStep, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::{activation, Activation};
@@ -122,12 +126,20 @@ impl Llava {
 /// forward of its generation when `ctx.tune.infer` asks for one (`serve`).
 pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     let serving = ctx.tune.infer.is_some();
-    if ctx.tune.lora.is_some() || !ctx.tune.dense_linears() {
+    if !ctx.tune.dense_linears() {
+        // QLoRA's `replace_with_bnb_linear` would quantize the tower's and the projector's
+        // `nn.Linear`s too (`LlavaForConditionalGeneration` names no modules to skip beyond the
+        // output head): not measured.
         return Err(EstimateError::Unsupported(if serving {
             "quantized or sparse weights are not modelled for llava: serve it in its own dtype (\"quantization\": \"none\")".into()
         } else {
-            "LoRA or quantized weights are not modelled for llava: use a plain or fine-tuning step on one GPU".into()
+            "quantized or sparse weights are not modelled for llava: fine-tune it with LoRA in its own dtype (\"quantization\": \"none\")".into()
         }));
+    }
+    if ctx.tune.lora.as_ref().is_some_and(|l| l.is_all()) {
+        return Err(EstimateError::Unsupported(
+            "LoRA on `all` is not modelled for llava (peft's all-linear also wraps every linear layer of the vision tower and the projector): list the language model's targets, e.g. [\"q\", \"k\", \"v\", \"o\", \"gate\", \"up\", \"down\"]".into(),
+        ));
     }
     if ctx.tp > 1 {
         return Err(EstimateError::Unsupported(
@@ -167,6 +179,7 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
         seq: tokens,
         ..ctx.clone()
     };
+    text::check_lora(&m.text, &text_ctx)?;
     text::check_variant(&m.text, &text_ctx)?;
     let mut g = Graph::for_build(ctx);
     let (ids, pixels) = batch(&mut g, m, (ctx.batch, n), tokens, image_tokens)?;
@@ -471,6 +484,7 @@ fn vision_tower(
     let x = g.layer_norm_on("pre_layrnorm", x, true, cpu)?;
     let mut hidden = vec![x];
     let first_tail = std::cell::Cell::new(None);
+    let first_tail_tensor = std::cell::Cell::new(None);
     let mut h = x;
     g.scoped("encoder", |g| {
         for (range, ck) in checkpoint::runs(ctx.ckpt, v.layers as usize, "layers", true)? {
@@ -479,6 +493,7 @@ fn vision_tower(
                 for i in range {
                     if i as u64 == needed && first_tail.get().is_none() {
                         first_tail.set(Some(g.ops.len()));
+                        first_tail_tensor.set(Some(g.tensors.len()));
                     }
                     h = g.scoped(format!("layers.{i}"), |g| clip_layer(g, v, ctx, h))?;
                     hidden.push(h);
@@ -501,6 +516,14 @@ fn vision_tower(
     for op in &mut g.ops[start..] {
         tail.append(&mut op.saved);
         op.grads.clear();
+    }
+    // LoRA adapters past the selected layers are created and stay in the model, but backward
+    // never reaches them: AdamW skips a parameter whose `.grad` is None, so they have no state.
+    let first = first_tail_tensor.get().unwrap_or(g.tensors.len());
+    for t in &mut g.tensors[first..] {
+        if t.is_param {
+            t.requires_grad = false;
+        }
     }
     Ok(Tower {
         selected: m
@@ -535,9 +558,13 @@ fn clip_layer(
     let dropout = if g.inference { 0.0 } else { v.attn_dropout };
     let a = g.layer_norm_on("layer_norm1", x, true, cpu)?;
     let (o, weights) = g.scoped("self_attn", |g| {
-        let q = g.linear("q_proj", a, d, d, true)?;
-        let k = g.linear("k_proj", a, d, d, true)?;
-        let vv = g.linear("v_proj", a, d, d, true)?;
+        // peft matches a listed target by the module name's suffix
+        // (`peft/tuners/tuners_utils.py` `check_target_module_exists`): the language model's
+        // `q_proj`, `k_proj`, `v_proj` targets wrap the tower's projections of the same names
+        // too. Its `out_proj` matches no target the plan can name (`o` is `o_proj`).
+        let q = text::adapted_linear(g, "q_proj", a, d, d, true, Target::Q, ctx)?;
+        let k = text::adapted_linear(g, "k_proj", a, d, d, true, Target::K, ctx)?;
+        let vv = text::adapted_linear(g, "v_proj", a, d, d, true, Target::V, ctx)?;
         let q = heads_view(g, q, nh, hd)?;
         let k = heads_view(g, k, nh, hd)?;
         let vv = heads_view(g, vv, nh, hd)?;

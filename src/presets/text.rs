@@ -615,7 +615,7 @@ fn gpt2(
 /// An encoder's `nn.Linear`: peft's `lora.Linear` around it when the plan's LoRA targets it
 /// ([`Graph::block_linear`], the same adapters as a decoder's), the plain layer otherwise.
 #[allow(clippy::too_many_arguments)]
-fn adapted_linear(
+pub(crate) fn adapted_linear(
     g: &mut Graph,
     leaf: &str,
     x: TensorId,

@@ -1,5 +1,6 @@
 """Measures peft LoRA and QLoRA fine-tuning steps of Phi-3 (fused `qkv_proj` and `gate_up_proj`),
-and LoRA steps of RoBERTa (`RobertaForMaskedLM`) and ModernBERT (`ModernBertForMaskedLM`), with
+and LoRA steps of RoBERTa (`RobertaForMaskedLM`), ModernBERT (`ModernBertForMaskedLM`) and LLaVA
+(`LlavaForConditionalGeneration`, the adapters injected into the whole model as peft does), with
 the shared oracle harness (`measure.run_case`, two steps, every storage counted and rounded to
 512 B, AdamW foreach) on the fake sm_90 CUDA device. The models and their builders are
 `variant_steps.py`'s and `encoder_vlm_steps.py`'s (Phi-3 at two layers of Phi-3-mini's widths,
@@ -32,7 +33,8 @@ oracle_env.enter(__file__)
 
 import torch
 import measure
-import encoder_vlm_steps  # noqa: F401 (its `models.build` hook builds the encoders and chains variant_steps')
+import encoder_vlm_steps  # its `models.build` hook builds the encoders and LLaVA and chains variant_steps'
+
 import variant_steps
 
 # The case being measured: `unique_params` (called once, right after the dtype conversion and
@@ -177,6 +179,14 @@ def cases():
         ("modernbert-base", 1024, 4, "bf16", dict(rank=16, alpha=32, targets=["qkv", "o", "gate_up", "down"], dropout=0.0),
          ["Wqkv", "Wo", "Wi"]),
         ("modernbert-base", 1024, 2, "amp_bf16", dict(rank=8, alpha=16, targets=["Wqkv"], dropout=0.1), ["Wqkv"]),
+        # LLaVA: peft matches a listed target by its name's suffix, so `q_proj`/`v_proj` also wrap
+        # the CLIP tower's attention projections (its `out_proj` matches no `o_proj`).
+        ("llava-small", 512, 4, "bf16", dict(rank=16, alpha=32, targets=["q", "v"], dropout=0.0), ["q_proj", "v_proj"]),
+        ("llava-small", 512, 4, "amp_bf16", dict(rank=8, alpha=16, targets=["q", "k", "v", "o"], dropout=0.05),
+         ["q_proj", "k_proj", "v_proj", "o_proj"]),
+        ("llava-1.5-7b-2l", 512, 1, "bf16", dict(rank=16, alpha=32, targets=["q", "v"], dropout=0.0), ["q_proj", "v_proj"]),
+        ("llava-1.5-7b-2l", 512, 2, "amp_bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0),
+         ["q_proj", "k_proj", "v_proj", "o_proj"]),
     ]
 
 
@@ -196,7 +206,10 @@ def main(out):
         def finish(spec, rec, lora=lora, modules=modules, nf4=nf4):
             import peft
 
-            rec["plan"] = {"model": spec["model"], "hf_config": variant_steps.planner_config(spec["model"]), "mode": "finetune",
+            hf = variant_steps.planner_config(spec["model"])
+            if spec["model"] in encoder_vlm_steps.LLAVA:
+                hf["text_config"]["use_cache"] = False  # as `encoder_vlm_steps.build` measures it
+            rec["plan"] = {"model": spec["model"], "hf_config": hf, "mode": "finetune",
                            "seq": spec["seq"], "batch": spec["batch"], "dtype": spec["dtype"], "opt": spec["opt"],
                            "attn": spec["attn"], "lora": lora}
             rec["peft_target_modules"] = modules
