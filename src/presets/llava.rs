@@ -128,8 +128,8 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     let serving = ctx.tune.infer.is_some();
     if !ctx.tune.dense_linears() {
         // QLoRA's `replace_with_bnb_linear` would quantize the tower's and the projector's
-        // `nn.Linear`s too (`LlavaForConditionalGeneration` names no modules to skip beyond the
-        // output head): not measured.
+        // `nn.Linear`s too: `modeling_llava.py` sets no `_keep_in_fp32_modules`, and
+        // `quantizers/base.py` `get_keys_to_not_convert` skips only the output head. Not measured.
         return Err(EstimateError::Unsupported(if serving {
             "quantized or sparse weights are not modelled for llava: serve it in its own dtype (\"quantization\": \"none\")".into()
         } else {
