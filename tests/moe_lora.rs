@@ -1,6 +1,7 @@
 //! The measured steps of `data/moe-lora-steps.jsonl` (`data/PROVENANCE.md`): peft LoRA on
-//! Qwen3-MoE, Mixtral, Qwen2-MoE and gpt-oss at two layers and reduced widths (Qwen3-MoE also
-//! with the grouped experts), on real CPU tensors under balanced routing. The base model is
+//! Qwen3-MoE, Mixtral, Qwen2-MoE, gpt-oss and DeepSeek-V3 (its latent attention's projections,
+//! with and without `q_lora_rank`) at two layers and reduced widths (Qwen3-MoE also with the
+//! grouped experts), on real CPU tensors under balanced routing. The base model is
 //! frozen: the fused experts and the router keep no gradient and no optimizer state, and their
 //! backward saves only what the input gradients need (the gated activation's inputs, the
 //! weighted output; no expert rows, which only a trained expert weight would need).
@@ -14,7 +15,7 @@ use vram_planner::plan::estimate;
 #[test]
 fn measured_lora_steps_of_the_mixtures_of_experts() {
     let cases = common::MOE_LORA.replay();
-    assert_eq!(cases.len(), 7);
+    assert_eq!(cases.len(), 11);
     common::assert_within(&cases, 5e-3);
     for r in common::MOE_LORA.records() {
         let id = r["case_id"].as_str().unwrap();
@@ -35,8 +36,9 @@ fn measured_lora_steps_of_the_mixtures_of_experts() {
     }
 }
 
-/// What peft cannot wrap is refused with what to do instead: DeepSeek-V3's latent attention has
-/// no q/k/v projections, and no mixture of experts has `nn.Linear` experts.
+/// What peft cannot wrap, or what is not modelled, is refused with what to do instead: no
+/// mixture of experts has `nn.Linear` experts, and DeepSeek-V3's latent attention has no
+/// `q_proj`/`k_proj`/`v_proj` (and no `q_a_proj` without `q_lora_rank`).
 #[test]
 fn lora_where_peft_has_no_linear_layer_is_refused() {
     use serde_json::json;
@@ -50,26 +52,50 @@ fn lora_where_peft_has_no_linear_layer_is_refused() {
         "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
         "vocab_size": 256
     });
+    let mut deepseek_q = deepseek.clone();
+    deepseek_q["q_lora_rank"] = serde_json::Value::Null;
     let gpt_oss = json!({
         "model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 32,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 16, "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8,
         "vocab_size": 256, "layer_types": ["sliding_attention", "full_attention"]
     });
-    for (cfg, targets, refused) in [
-        (deepseek, vec!["q"], "latent attention"),
-        (gpt_oss, vec!["q", "k", "v", "o", "down"], "'down_proj'"),
-    ] {
+    let plan = |cfg: &serde_json::Value, targets: &[&str]| {
         let mut p = Plan::new("custom");
         p.batch = 1;
         p.seq = Some(16);
-        p.hf_config = Some(cfg);
+        p.hf_config = Some(cfg.clone());
         p.mode = Mode::Finetune;
         p.lora = Some(LoraConfig {
-            targets: targets.into_iter().map(String::from).collect(),
+            targets: targets.iter().map(|t| t.to_string()).collect(),
             ..LoraConfig::default()
         });
-        let err = estimate(&p).expect_err("refused").to_string();
-        assert!(err.contains(refused), "{err}");
+        p
+    };
+    for (cfg, targets, refused) in [
+        (&deepseek, vec!["q", "v"], "q_a (q_a_proj), q_b (q_b_proj)"),
+        (&deepseek, vec!["q_b", "gate"], "'gate_proj'"),
+        (&deepseek, vec!["all"], "q_a, q_b, kv_a, kv_b, o"),
+        (&deepseek_q, vec!["q_a_proj"], "q_lora_rank is null"),
+        (&gpt_oss, vec!["q", "k", "v", "o", "down"], "'down_proj'"),
+    ] {
+        let err = estimate(&plan(cfg, &targets))
+            .expect_err("refused")
+            .to_string();
+        assert!(err.contains(refused), "{targets:?}: {err}");
+    }
+    // Short names and peft's module names name the same adapters.
+    for (cfg, short, module) in [
+        (
+            &deepseek,
+            vec!["q_b", "kv_a", "kv_b"],
+            vec!["q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj"],
+        ),
+        (&deepseek_q, vec!["q", "o"], vec!["q_proj", "o_proj"]),
+    ] {
+        let a = estimate(&plan(cfg, &short)).expect("short names");
+        let b = estimate(&plan(cfg, &module)).expect("module names");
+        assert_eq!(a.peak_allocated, b.peak_allocated, "{short:?}");
+        assert!(a.grad_bytes.0 > 0, "{short:?}");
     }
 }

@@ -108,7 +108,9 @@ impl Default for LoraConfig {
 /// A linear layer of a transformer block that LoRA can wrap. Which of them a model has is the
 /// builder's (`presets::text::check_lora`): LLaMA-family blocks have the seven separate
 /// projections, Phi-3 and ModernBERT the fused `Qkv` and `GateUp` (`qkv_proj`/`Wqkv`,
-/// `gate_up_proj`/`Wi`), BERT and RoBERTa `query`, `key`, `value`.
+/// `gate_up_proj`/`Wi`), BERT and RoBERTa `query`, `key`, `value`, DeepSeek-V3's latent
+/// attention `QA`, `QB` (or one `Q`), `KvA`, `KvB` and `O` (`q_a_proj`, `q_b_proj`,
+/// `kv_a_proj_with_mqa`, `kv_b_proj`, `o_proj`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
@@ -121,11 +123,15 @@ pub enum Target {
     Down,
     Qkv,
     GateUp,
+    QA,
+    QB,
+    KvA,
+    KvB,
 }
 
 impl Target {
     /// What `all` (peft's `all-linear`) expands to before the model narrows it to its own.
-    pub const ALL: [Target; 9] = [
+    pub const ALL: [Target; 13] = [
         Target::Q,
         Target::K,
         Target::V,
@@ -135,6 +141,10 @@ impl Target {
         Target::Down,
         Target::Qkv,
         Target::GateUp,
+        Target::QA,
+        Target::QB,
+        Target::KvA,
+        Target::KvB,
     ];
     /// The module name peft matches (`q_proj`, ...).
     pub fn module(self) -> &'static str {
@@ -148,6 +158,10 @@ impl Target {
             Target::Down => "down_proj",
             Target::Qkv => "qkv_proj",
             Target::GateUp => "gate_up_proj",
+            Target::QA => "q_a_proj",
+            Target::QB => "q_b_proj",
+            Target::KvA => "kv_a_proj_with_mqa",
+            Target::KvB => "kv_b_proj",
         }
     }
     pub fn key(self) -> &'static str {
@@ -161,6 +175,10 @@ impl Target {
             Target::Down => "down",
             Target::Qkv => "qkv",
             Target::GateUp => "gate_up",
+            Target::QA => "q_a",
+            Target::QB => "q_b",
+            Target::KvA => "kv_a",
+            Target::KvB => "kv_b",
         }
     }
     /// A plan's target, by short name or by the module name peft matches, as peft spells it (a
@@ -177,9 +195,13 @@ impl Target {
             "down" | "mlp.Wo" => Target::Down,
             "qkv" | "Wqkv" => Target::Qkv,
             "gate_up" | "Wi" => Target::GateUp,
+            "q_a" => Target::QA,
+            "q_b" => Target::QB,
+            "kv_a" | "kv_a_proj_with_mqa" => Target::KvA,
+            "kv_b" => Target::KvB,
             "Wo" => return Ok(vec![Target::O, Target::Down]),
             "all" | "all-linear" | "all_linear" => return Ok(Target::ALL.to_vec()),
-            _ => return Err(EstimateError::Unsupported(format!("LoRA target '{s}' is not a block projection: use q, k, v, o, gate, up, down, qkv, gate_up (or their module names) or all"))),
+            _ => return Err(EstimateError::Unsupported(format!("LoRA target '{s}' is not a block projection: use q, k, v, o, gate, up, down, qkv, gate_up, q_a, q_b, kv_a, kv_b (or their module names) or all"))),
         };
         Ok(vec![t])
     }
@@ -482,7 +504,13 @@ mod tests {
     #[test]
     fn targets_parse_with_and_without_suffix() {
         assert_eq!(Target::parse("q_proj").unwrap(), vec![Target::Q]);
-        assert_eq!(Target::parse("all").unwrap().len(), 9);
+        assert_eq!(Target::parse("all").unwrap().len(), 13);
+        assert_eq!(
+            Target::parse("kv_a_proj_with_mqa").unwrap(),
+            vec![Target::KvA]
+        );
+        assert_eq!(Target::parse("kv_a").unwrap(), vec![Target::KvA]);
+        assert_eq!(Target::parse("q_b_proj").unwrap(), vec![Target::QB]);
         assert_eq!(Target::parse("Wqkv").unwrap(), vec![Target::Qkv]);
         assert_eq!(Target::parse("gate_up_proj").unwrap(), vec![Target::GateUp]);
         assert_eq!(Target::parse("Wo").unwrap(), vec![Target::O, Target::Down]);

@@ -21,7 +21,7 @@ use crate::estimator::config::AttnImpl;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::EagerOpts;
-use crate::estimator::tune::TuneCtx;
+use crate::estimator::tune::{Target, TuneCtx};
 
 use super::gpt_oss::rotate_halves;
 
@@ -140,18 +140,32 @@ pub(crate) fn attention(
         mla.kv_lora_rank,
     );
     let qk = mla.qk_head_dim();
+    let cpu = match kv {
+        MlaKv::Masked { cpu, .. } | MlaKv::Cached { cpu, .. } => cpu,
+    };
+    // Every projection is an `nn.Linear` (`DeepseekV3Attention.__init__`), which peft wraps
+    // when a target names it.
     let q = match mla.q_lora_rank {
         Some(qr) => {
-            let qa = g.weight_linear("q_a_proj", x, hd, qr, mla.bias, tune)?;
+            let qa = g.block_linear("q_a_proj", x, hd, qr, mla.bias, Target::QA, tune, cpu)?;
             let qa = g.rms_norm("q_a_layernorm", qa)?;
-            g.weight_linear("q_b_proj", qa, qr, nh * qk, false, tune)?
+            g.block_linear("q_b_proj", qa, qr, nh * qk, false, Target::QB, tune, cpu)?
         }
-        None => g.weight_linear("q_proj", x, hd, nh * qk, false, tune)?,
+        None => g.block_linear("q_proj", x, hd, nh * qk, false, Target::Q, tune, cpu)?,
     };
     // `view(B, S, -1, qk).transpose(1, 2)` and `split([nope, rope])`: views.
     let q = g.view(q, vec![b, nh, sq, qk])?;
     let qp = g.split(q, vec![vec![b, nh, sq, nope], vec![b, nh, sq, rope]])?;
-    let ckv = g.weight_linear("kv_a_proj_with_mqa", x, hd, r + rope, mla.bias, tune)?;
+    let ckv = g.block_linear(
+        "kv_a_proj_with_mqa",
+        x,
+        hd,
+        r + rope,
+        mla.bias,
+        Target::KvA,
+        tune,
+        cpu,
+    )?;
     let parts = g.split(ckv, vec![vec![b, sq, r], vec![b, sq, rope]])?;
     let latent = g.rms_norm("kv_a_layernorm", parts[0])?;
     let latent = g.view(latent, vec![b, 1, sq, r])?;
@@ -188,7 +202,7 @@ pub(crate) fn attention(
         } => (latent, k_rot, Some((mask, attn, dropout, cpu))),
     };
     let query = g.cat(&[qp[0], q_rot], 3)?;
-    let (key, value) = expand_kv(g, mla, nh, latent_all, k_rot_all, tune)?;
+    let (key, value) = expand_kv(g, mla, nh, latent_all, k_rot_all, tune, cpu)?;
     let o = match (mask_attn, kv) {
         (Some((mask, attn, dropout, cpu)), _) => match attn {
             AttnImpl::Sdpa => g.sdpa(query, key, value, mask, dropout, cpu)?,
@@ -229,7 +243,7 @@ pub(crate) fn attention(
             g.sdpa_infer_on(query, key, value, cpu, copy_v)?
         }
     };
-    let o = g.weight_linear("o_proj", o, nh * vd, hd, mla.bias, tune)?;
+    let o = g.block_linear("o_proj", o, nh * vd, hd, mla.bias, Target::O, tune, cpu)?;
     // The forward's locals (the input, the query and latent projections, the rotated query
     // part, `kv_nope` and `k_rot` — this forward's latent and rotated key, or in generation
     // the cache's tensors `cache.update` returned in their place — the assembled query, keys
@@ -251,6 +265,7 @@ fn expand_kv(
     latent: TensorId,
     k_rot: TensorId,
     tune: &TuneCtx,
+    cpu: bool,
 ) -> Result<(TensorId, TensorId), EstimateError> {
     let s = g.shape(latent);
     let (b, t) = (s[0], s[2]);
@@ -260,7 +275,16 @@ fn expand_kv(
         mla.v_head_dim,
         mla.kv_lora_rank,
     );
-    let kv = g.weight_linear("kv_b_proj", latent, r, nh * (nope + vd), false, tune)?;
+    let kv = g.block_linear(
+        "kv_b_proj",
+        latent,
+        r,
+        nh * (nope + vd),
+        false,
+        Target::KvB,
+        tune,
+        cpu,
+    )?;
     let kv = g.view(kv, vec![b, nh, t, nope + vd])?;
     let parts = g.split(kv, vec![vec![b, nh, t, nope], vec![b, nh, t, vd]])?;
     let rg = g.requires_grad(&[parts[0], k_rot]);

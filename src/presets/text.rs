@@ -322,13 +322,26 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
 /// one `nn.Linear` and so one adapter whose `lora_B` spans the fused width; BERT's and RoBERTa's
 /// `query`, `key`, `value` (peft's default for them, `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
 /// in `peft/utils/constants.py`, is `query`, `value`, the plan's default `q`, `v`). peft 0.21 has
-/// no default for phi3 or modernbert: their plans name the modules. An encoder's `all` is refused:
+/// no default for phi3 or modernbert: their plans name the modules. DeepSeek-V3's latent attention
+/// (`DeepseekV3Attention.__init__`) has `q_a_proj`, `q_b_proj` (one `q_proj` without
+/// `q_lora_rank`), `kv_a_proj_with_mqa`, `kv_b_proj` and `o_proj`; peft 0.21 has no default for
+/// deepseek_v3 either. Its `gate_proj`, `up_proj`, `down_proj` (the shared experts' and the dense
+/// layers') are `check_moe_lora`'s to refuse. An encoder's `all` is refused:
 /// peft's `all-linear` also wraps the MLM head's `dense`, which is not modelled.
 pub fn check_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     let Some(l) = &ctx.tune.lora else {
         return Ok(());
     };
+    let mla = cfg.variant.mla.as_ref();
     let (has, names): (&[Target], &str) = match cfg.arch {
+        Arch::Llama if mla.is_some_and(|m| m.q_lora_rank.is_some()) => (
+            &[Target::QA, Target::QB, Target::KvA, Target::KvB, Target::O, Target::Gate, Target::Up, Target::Down],
+            "q_a (q_a_proj), q_b (q_b_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o",
+        ),
+        Arch::Llama if mla.is_some() => (
+            &[Target::Q, Target::KvA, Target::KvB, Target::O, Target::Gate, Target::Up, Target::Down],
+            "q (q_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o",
+        ),
         Arch::Llama if cfg.variant.fused => (
             &[Target::Qkv, Target::O, Target::GateUp, Target::Down],
             "qkv (qkv_proj), o, gate_up (gate_up_proj), down or all",
@@ -369,10 +382,11 @@ pub fn check_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError>
             "LoRA target '{}' names no {} module{}: target {names}",
             t.key(),
             cfg.model_type,
-            if cfg.variant.fused || cfg.arch == Arch::ModernBert {
-                " (its q, k, v and gate, up are fused projections, and peft has no default targets for it)"
-            } else {
-                ""
+            match mla.map(|m| m.q_lora_rank) {
+                Some(Some(_)) => " (multi-head latent attention projects the queries through q_a_proj and q_b_proj, the keys and values through kv_a_proj_with_mqa and kv_b_proj; peft has no default targets for it)",
+                Some(None) => " (its q_lora_rank is null: the queries have one q_proj; the keys and values go through kv_a_proj_with_mqa and kv_b_proj)",
+                None if cfg.variant.fused || cfg.arch == Arch::ModernBert => " (its q, k, v and gate, up are fused projections, and peft has no default targets for it)",
+                None => "",
             }
         ))),
         None => Ok(()),
@@ -418,8 +432,8 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
     }
     let own_format = matches!(quant, Quantization::Fp8 | Quantization::Mxfp4)
         && ctx.tune.sparsity == Sparsity::None;
-    if let Some(moe) = &v.moe {
-        check_moe_lora(cfg, moe, ctx)?;
+    if v.moe.is_some() {
+        check_moe_lora(cfg, ctx)?;
     }
     // `integrations/bitsandbytes.py` `replace_with_bnb_linear` swaps only modules whose type is
     // `nn.Linear`: the fused 3-D experts and the router's bare `weight` keep the model dtype.
@@ -441,22 +455,17 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
 /// (`Qwen3MoeTopKRouter`), not `nn.Linear` modules, which are what peft's LoRA replaces
 /// (`peft/tuners/lora/model.py` `_create_new_module`); peft 0.21's `target_parameters`
 /// (`ParamWrapper`, a low-rank delta on the whole 3-D parameter) is not modelled. The attention
-/// projections `q_proj` ... `o_proj` are `nn.Linear` and go through the dense LoRA layer.
-/// DeepSeek-V3's latent attention has no `q_proj`/`k_proj`/`v_proj` to target
-/// (`q_a_proj`, `kv_a_proj_with_mqa`, ...).
-fn check_moe_lora(cfg: &TextConfig, moe: &Moe, ctx: &BuildCtx) -> Result<(), EstimateError> {
+/// projections `q_proj` ... `o_proj` (DeepSeek-V3's `q_a_proj` ... `o_proj`) are `nn.Linear` and go
+/// through the dense LoRA layer. DeepSeek-V3's shared experts and dense layers
+/// (`DeepseekV3MLP`) are `nn.Linear`s too, but LoRA on them alone, beside frozen fused experts, is
+/// not modelled.
+fn check_moe_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     let Some(lora) = &ctx.tune.lora else {
         return Ok(());
     };
     if ctx.ep > 1 {
         return Err(EstimateError::Unsupported(format!(
             "LoRA with expert parallelism is not modelled for {}: use ep = 1 (the frozen experts then need no gradient exchange) with data parallelism or ZeRO",
-            cfg.model_type
-        )));
-    }
-    if matches!(moe.kind, MoeKind::DeepseekV3 { .. }) {
-        return Err(EstimateError::Unsupported(format!(
-            "LoRA is not modelled for {} (multi-head latent attention has no q/k/v projections; its experts are fused 3-D parameters): use full fine-tuning",
             cfg.model_type
         )));
     }
@@ -469,9 +478,14 @@ fn check_moe_lora(cfg: &TextConfig, moe: &Moe, ctx: &BuildCtx) -> Result<(), Est
         .find(|t| matches!(t, Target::Gate | Target::Up | Target::Down | Target::GateUp))
     {
         return Err(EstimateError::Unsupported(format!(
-            "LoRA target '{}' is not modelled for {}: transformers fuses its experts into 3-D parameters (gate_up_proj, down_proj), which peft's LoRA cannot wrap as nn.Linear modules; target the attention projections q, k, v, o",
+            "LoRA target '{}' is not modelled for {}: transformers fuses its experts into 3-D parameters (gate_up_proj, down_proj), which peft's LoRA cannot wrap as nn.Linear modules; target the attention projections {}",
             t.module(),
-            cfg.model_type
+            cfg.model_type,
+            match cfg.variant.mla.as_ref().map(|m| m.q_lora_rank) {
+                Some(Some(_)) => "q_a, q_b, kv_a, kv_b, o",
+                Some(None) => "q, kv_a, kv_b, o",
+                None => "q, k, v, o",
+            }
         )));
     }
     Ok(())

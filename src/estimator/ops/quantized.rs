@@ -73,8 +73,8 @@ impl Graph {
         r
     }
 
-    /// An `nn.Linear` of a block that no LoRA target names (MLA's projections, the MoE shared
-    /// experts and their gate): the plan's weight format replaces it as it replaces
+    /// An `nn.Linear` of a block that no LoRA target names (the MoE shared experts and their
+    /// gate): the plan's weight format replaces it as it replaces
     /// [`Graph::block_linear`]'s layers (transformers converts every `nn.Linear` outside
     /// `modules_to_not_convert`).
     pub fn weight_linear(

@@ -10,7 +10,9 @@ parameter frozen, `lora_A`/`lora_B` created in fp32 (peft's `autocast_adapter_dt
 model, so the adapters stay fp32. In transformers 5.24 the experts are fused 3-D parameters
 (`Qwen3MoeExperts.gate_up_proj`, `MixtralExperts.down_proj`) and the router a bare `weight`
 parameter: `nn.Linear` modules are only the attention projections (and `lm_head`), so those are
-what LoRA targets. One Mixtral case targets peft's default for `mixtral`
+what LoRA targets; DeepSeek-V3's are its latent attention's `q_a_proj`, `q_b_proj` (`q_proj`
+without `q_lora_rank`: the `deepseek-v3-qproj-small-2l` config), `kv_a_proj_with_mqa`,
+`kv_b_proj` and `o_proj`. One Mixtral case targets peft's default for `mixtral`
 (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`: `q_proj`, `v_proj`), named explicitly: with
 `target_modules=None` peft 0.21.2 raises `NoMatchingPeftModuleError` on this model ("No
 `target_modules` passed but also no `target_parameters` found"); peft has no default for
@@ -37,6 +39,9 @@ import variant_steps
 from transformers import masking_utils
 
 LORA = {}
+# DeepSeek-V3's latent attention (`DeepseekV3Attention.__init__`): `q_a_proj`, `q_b_proj`,
+# `kv_a_proj_with_mqa`, `kv_b_proj`, `o_proj`, every one an `nn.Linear`.
+MODULE = {"kv_a": "kv_a_proj_with_mqa"}
 
 
 def lora_build(spec):
@@ -48,7 +53,7 @@ def lora_build(spec):
     if spec["dtype"] == "bf16":
         ORIG_CONVERT(wl.model, torch.bfloat16)
     l = LORA[measure.case_id(spec)]
-    kw = dict(r=l["rank"], lora_alpha=l["alpha"], lora_dropout=l["dropout"], target_modules=[t + "_proj" for t in l["targets"]])
+    kw = dict(r=l["rank"], lora_alpha=l["alpha"], lora_dropout=l["dropout"], target_modules=[MODULE.get(t, t + "_proj") for t in l["targets"]])
     wl.model = get_peft_model(wl.model, LoraConfig(**kw))
     return wl
 
@@ -70,6 +75,9 @@ ORIG_CONVERT = measure.convert_dtype
 # The model was converted before peft wrapped it; converting again would make the adapters bf16.
 measure.convert_dtype = lambda model, dtype: None
 variant_steps.models.build = lora_build
+# Without `q_lora_rank` the queries go through one `q_proj` (`DeepseekV3Attention.__init__`).
+variant_steps.ALL["deepseek-v3-qproj-small-2l"] = variant_steps.MOE["deepseek-v3-qproj-small-2l"] = (
+    "DeepseekV3Config", dict(variant_steps.ALL["deepseek-v3-small-2l"][1], q_lora_rank=None))
 
 
 def cases():
@@ -82,6 +90,10 @@ def cases():
         ("qwen2moe-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), None),
         ("gpt-oss-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), None),
         ("qwen3moe-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), "grouped_mm"),
+        ("deepseek-v3-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q_b", "kv_b"], dropout=0.0), None),
+        ("deepseek-v3-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q_a", "q_b", "kv_a", "kv_b", "o"], dropout=0.0), None),
+        ("deepseek-v3-small-2l", "fp32", dict(rank=8, alpha=16, targets=["q_a", "q_b", "kv_a", "kv_b", "o"], dropout=0.05), None),
+        ("deepseek-v3-qproj-small-2l", "bf16", dict(rank=16, alpha=32, targets=["q", "kv_a", "kv_b", "o"], dropout=0.0), None),
     ]:
         # transformers 5.24 has no SDPA path for gpt-oss.
         attn = "eager" if name.startswith("gpt-oss") else "sdpa"
