@@ -185,7 +185,8 @@ impl Target {
     /// name matches every module whose path ends in it: ModernBERT's `Wo` is both the attention's
     /// and the MLP's output projection).
     pub(crate) fn parse(s: &str) -> Result<Vec<Target>, EstimateError> {
-        let t = match s.trim_end_matches("_proj") {
+        // DeepSeek-V3's `kv_a_proj_with_mqa` is `kv_a`.
+        let t = match s.trim_end_matches("_with_mqa").trim_end_matches("_proj") {
             "q" | "query" => Target::Q,
             "k" | "key" => Target::K,
             "v" | "value" => Target::V,
@@ -197,11 +198,11 @@ impl Target {
             "gate_up" | "Wi" => Target::GateUp,
             "q_a" => Target::QA,
             "q_b" => Target::QB,
-            "kv_a" | "kv_a_proj_with_mqa" => Target::KvA,
+            "kv_a" => Target::KvA,
             "kv_b" => Target::KvB,
             "Wo" => return Ok(vec![Target::O, Target::Down]),
             "all" | "all-linear" | "all_linear" => return Ok(Target::ALL.to_vec()),
-            _ => return Err(EstimateError::Unsupported(format!("LoRA target '{s}' is not a block projection: use q, k, v, o, gate, up, down, qkv, gate_up, q_a, q_b, kv_a, kv_b (or their module names) or all"))),
+            _ => return Err(EstimateError::Unsupported(format!("LoRA target '{s}' is not a block projection: use q, k, v, o, gate, up, down, qkv, gate_up, q_a, ... (or their module names) or all"))),
         };
         Ok(vec![t])
     }
