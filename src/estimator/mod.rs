@@ -17,6 +17,7 @@ pub mod estimate;
 pub mod graph;
 pub mod hardware;
 pub mod model;
+pub mod model_init;
 pub mod moe_parts;
 pub mod ops;
 pub mod optimizer;
@@ -24,6 +25,7 @@ pub mod parallel;
 pub mod simulate;
 pub mod step_stream;
 pub mod timeline;
+pub mod torchao_nf4;
 pub mod tune;
 pub mod units;
 

@@ -53,6 +53,21 @@ impl AllocTrace {
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
+    /// Each event as `A <bytes>` or `F <bytes>` (the freed block's request), the form of a
+    /// stream recorded from `torch.cuda.memory._snapshot()`'s device traces.
+    pub fn describe(&self) -> Vec<String> {
+        let mut sizes = Vec::with_capacity(self.allocs as usize);
+        self.events
+            .iter()
+            .map(|e| match *e {
+                Event::Alloc { bytes, .. } => {
+                    sizes.push(bytes);
+                    format!("A {bytes}")
+                }
+                Event::Free(id) => format!("F {}", sizes[id as usize]),
+            })
+            .collect()
+    }
 }
 
 /// What the allocator did over a trace.
