@@ -96,3 +96,111 @@ fn initialisation_reserves_what_pytorch_reserves() {
         );
     }
 }
+
+fn plan(json: &str) -> vram_planner::plan::Plan {
+    vram_planner::plan::parse_json(json).expect("a valid plan")
+}
+
+fn qlora_plan() -> String {
+    r#"{"model": "llama-2-7b", "batch": 2, "seq": 512, "dtype": "bf16", "opt": "adamw", "ckpt": "block",
+        "mode": "finetune", "causal_mask": "skipped", "quantization": "nf4", "double_quant": true,
+        "lora": {"rank": 8, "alpha": 16, "targets": ["q", "k", "v", "o", "gate", "up", "down"], "dropout": 0.05},
+        "recipe": "torchtune"}"#
+        .into()
+}
+
+fn lora_plan() -> String {
+    r#"{"model": "llama-2-7b", "batch": 2, "seq": 512, "dtype": "bf16", "opt": "adamw", "ckpt": "block",
+        "mode": "finetune", "causal_mask": "skipped",
+        "lora": {"rank": 8, "alpha": 16, "targets": ["q", "v"], "dropout": 0.05}, "recipe": "torchtune"}"#
+        .into()
+}
+
+/// The whole step under `"recipe": "torchtune"` against torchtune's own steps through the real
+/// allocator. The initialisation is exact; the step is transformers' LLaMA graph with torchao's
+/// NF4 linears and torchtune's bf16 adapters. Not modelled: torchtune's `TransformerDecoder`
+/// returns `output(h).float()`, fp32 logits the loop holds through backward (131 MB here), and its
+/// RMSNorm keeps an fp32 temporary; and each dequantization is one scratch block to the
+/// allocator, not its seven. QLoRA's allocated peak is 3.3 % under, its reserved 1.9 % over; so:
+/// allocated within 4 %, reserved within 2.5 %.
+#[test]
+fn torchtune_steps_within_tolerance() {
+    let recs = records();
+    for (json, id) in [
+        (qlora_plan(), "torchtune-llama2-7b-qlora-r8"),
+        (lora_plan(), "torchtune-llama2-7b-lora-qv-r8"),
+    ] {
+        let r = recs.iter().find(|r| r["case_id"] == id).expect(id);
+        let e = vram_planner::plan::estimate(&plan(&json)).expect("estimates");
+        let steps = &r["steps"]["2"];
+        let alloc = steps["max_allocated"].as_f64().unwrap();
+        let reserved = steps["max_reserved"].as_f64().unwrap();
+        let ea = e.peak_allocated.0 as f64 / alloc - 1.0;
+        let er = e.reserved.0 as f64 / reserved - 1.0;
+        assert!(
+            ea.abs() < 0.04,
+            "{id}: allocated {} vs {alloc} ({ea:+.4})",
+            e.peak_allocated.0
+        );
+        assert!(
+            er.abs() < 0.025,
+            "{id}: reserved {} vs {reserved} ({er:+.4})",
+            e.reserved.0
+        );
+        // The initialisation's reservation carries into the step: never less than it.
+        assert!(
+            e.reserved.0 >= r["init"]["max_reserved"].as_u64().unwrap(),
+            "{id}"
+        );
+    }
+}
+
+/// The graph holds what the initialisation keeps: torchao's five pieces per quantized weight, the
+/// rotary buffers of every layer, the adapters; only transformers' two `inv_freq` buffers
+/// (`[64]` bf16 each) are the graph's alone.
+#[test]
+fn graph_keeps_what_the_initialisation_keeps() {
+    use vram_planner::estimator::graph::StorageKind;
+    for json in [qlora_plan(), lora_plan()] {
+        let p = plan(&json);
+        let model = vram_planner::plan::resolve::model(&p).expect("resolves");
+        let g = vram_planner::estimator::build_graph(&model, &p.setup()).expect("builds");
+        let init = g
+            .init
+            .clone()
+            .expect("torchtune attaches its initialisation");
+        let graph: u64 = g
+            .storages
+            .iter()
+            .filter(|s| matches!(s.kind, StorageKind::Param | StorageKind::Buffer))
+            .map(|s| s.bytes.0)
+            .sum();
+        let kept: u64 = init.kept_blocks().iter().sum();
+        assert_eq!(graph, kept + 2 * 64 * 2, "{json}");
+    }
+}
+
+#[test]
+fn torchtune_refuses_what_it_does_not_run() {
+    let q = qlora_plan();
+    for (json, needle) in [
+        (
+            lora_plan().replace("\"llama-2-7b\"", "\"qwen3-8b\""),
+            "plain LLaMA",
+        ),
+        (q.replace("\"finetune\"", "\"train\""), "mode"),
+        (q.replace("\"bf16\"", "\"fp32\""), "bf16"),
+        (q.replace("\"gate\", \"up\", ", ""), "MLP as a whole"),
+        (
+            r#"{"model": "resnet50", "mode": "finetune", "recipe": "torchtune"}"#.into(),
+            "torchtune",
+        ),
+        (q.replace("\"nf4\"", "\"int8\""), "int8"),
+    ] {
+        let err = vram_planner::plan::estimate(&plan(&json))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains(needle), "{json}\n→ {err}");
+    }
+}

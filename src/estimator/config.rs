@@ -10,7 +10,7 @@ pub use super::graph::Precision;
 pub use super::hardware::Device;
 pub use super::optimizer::{OptimizerImpl, OptimizerKind};
 use super::tune::{unsupported, LoraSpec, INT4_GROUP, NF4_BLOCK};
-pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Sparsity, TuneCtx};
+pub use super::tune::{Frozen, KvDtype, LoraConfig, Mode, Quantization, Recipe, Sparsity, TuneCtx};
 use super::units::DType;
 
 /// Gradient checkpointing policy (non-reentrant `torch.utils.checkpoint`).
@@ -163,6 +163,8 @@ pub struct Setup {
     pub zero_grad: ZeroGrad,
     /// A validation pass after the training steps, at this batch (`None`: none).
     pub validation_batch: Option<u64>,
+    /// Whose training loop builds the model and runs the step.
+    pub recipe: Recipe,
 }
 
 /// What the training loop's `zero_grad()` does to the parameters' gradients before the next
@@ -324,6 +326,11 @@ impl TuneCtx {
     pub fn from_plan(plan: &Setup) -> Result<TuneCtx, EstimateError> {
         let mode = plan.mode;
         let name = mode.key();
+        if plan.recipe == Recipe::Torchtune && mode != Mode::Finetune {
+            return Err(unsupported(format!(
+                "\"recipe\": \"torchtune\" is torchtune's LoRA/QLoRA fine-tuning recipe: set \"mode\": \"finetune\" with \"lora\" (the plan's mode is {name})"
+            )));
+        }
         if plan.lora.is_some() && mode != Mode::Finetune {
             return Err(unsupported(format!(
                 "\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})"
@@ -455,6 +462,7 @@ impl TuneCtx {
             frozen: plan.frozen.clone(),
             infer: None,
             nf4_compute,
+            recipe: plan.recipe,
         })
     }
 }

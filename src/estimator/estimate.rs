@@ -192,8 +192,13 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
     };
     // QLoRA (`prepare_model_for_kbit_training`): every parameter that is not 4-bit is upcast to
     // fp32; the 4-bit layers compute in `tune.nf4_compute`. Autocast, if asked for, stays on.
+    // torchtune keeps every parameter in bf16.
     let precision = match (tune.quant, tune.mode, setup.dtype) {
-        (Quantization::Nf4, Mode::Finetune, Precision::Bf16 | Precision::Fp16) => Precision::Fp32,
+        (Quantization::Nf4, Mode::Finetune, Precision::Bf16 | Precision::Fp16)
+            if tune.recipe == config::Recipe::Transformers =>
+        {
+            Precision::Fp32
+        }
         (_, _, p) => p,
     };
     if setup.mode == Mode::Infer {
@@ -312,6 +317,13 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
         return Err(EstimateError::Unsupported(format!(
             "expert parallelism (ep = {}) splits routed experts over GPUs; {} has none: use dp, zero or tp",
             ctx.ep, model.label
+        )));
+    }
+    // Only the builders that model torchtune's own model attach its initialisation.
+    if setup.recipe == config::Recipe::Torchtune && g.init.is_none() {
+        return Err(EstimateError::Unsupported(format!(
+            "\"recipe\": \"torchtune\" is modelled for the LLaMA decoders of torchtune 0.1's LoRA/QLoRA recipe, not {}",
+            model.label
         )));
     }
     if setup.images.is_some() && g.image_tokens == 0 {

@@ -205,6 +205,10 @@ pub struct Graph {
     /// beside the plan's text tokens (`seq`, or `context` when serving): the language model and
     /// its KV cache run over both (0: the model takes no images).
     pub image_tokens: u64,
+    /// How the parameters and buffers came onto the device, when that is not one allocation
+    /// each in their final form: the caching allocator's replay starts with this stream
+    /// instead ([`super::model_init`]).
+    pub init: Option<super::model_init::TorchtuneLlama>,
 }
 
 impl Graph {
@@ -225,6 +229,7 @@ impl Graph {
             active_params: None,
             ep: 1,
             image_tokens: 0,
+            init: None,
         }
     }
 

@@ -439,7 +439,12 @@ impl<'t, 'g> Replay<'t, 'g> {
     /// the step (the loss) are dropped by `del loss` before the next one.
     fn loop_trace(&mut self, one: StepOne<'_>) -> AllocTrace {
         self.close_step();
-        self.stream.two_steps(one, &self.resident, &self.state)
+        let mut start = AllocTrace::default();
+        if let Some(init) = &self.tape.g.init {
+            init.replay(&mut start, self.reduce_device);
+        }
+        self.stream
+            .two_steps(one, start, &self.resident, &self.state)
     }
 
     /// One step: `zero_grad`, the forward, then (training) the backward and, with `optimizer`,
@@ -497,7 +502,11 @@ impl<'t, 'g> Replay<'t, 'g> {
                 self.alive[s] = true;
                 self.cat_of[s] = kind_category(st.kind);
                 self.live.add(self.cat_of[s], Bytes(tape.sbytes[s]));
-                if tape.sbytes[s] > 0 {
+                // A model initialised by its own stream leaves its weights where that stream put
+                // them (`Graph::init`).
+                let by_init =
+                    g.init.is_some() && matches!(st.kind, StorageKind::Param | StorageKind::Buffer);
+                if tape.sbytes[s] > 0 && !by_init {
                     self.resident.push(tape.sbytes[s]);
                 }
             }

@@ -78,12 +78,18 @@ impl StepStream {
         }
     }
 
-    /// The whole loop's stream: `resident` blocks (parameters, buffers, the batch) allocated
-    /// before it, then two steps of which this stream is the steady one. `state` is the
-    /// optimizer state the first step creates, in the order `_init_group` creates it; `one`
-    /// says how step one differs.
-    pub fn two_steps(&self, one: StepOne<'_>, resident: &[u64], state: &[u64]) -> AllocTrace {
-        let mut t = AllocTrace::default();
+    /// The whole loop's stream: `start` (what came before the loop, e.g. the model's
+    /// initialisation), then the `resident` blocks (parameters, buffers, the batch), then two
+    /// steps of which this stream is the steady one. `state` is the optimizer state the first
+    /// step creates, in the order `_init_group` creates it; `one` says how step one differs.
+    pub fn two_steps(
+        &self,
+        one: StepOne<'_>,
+        start: AllocTrace,
+        resident: &[u64],
+        state: &[u64],
+    ) -> AllocTrace {
+        let mut t = start;
         for &b in resident {
             t.alloc(b);
         }
@@ -166,7 +172,12 @@ mod tests {
         s.optimizer_starts();
         let tmp = s.alloc(4 << 20);
         s.free(tmp);
-        let t = s.two_steps(StepOne::Same, &[4 << 20], &[4 << 20, 4 << 20]);
+        let t = s.two_steps(
+            StepOne::Same,
+            AllocTrace::default(),
+            &[4 << 20],
+            &[4 << 20, 4 << 20],
+        );
         let r = replay(&t, &[], AllocatorSettings::default(), None);
         assert_eq!(r.max_reserved.0, (20 << 20) + (30 << 20));
         // The parameter; the first step with its two state blocks; `.grad` set to None; the
@@ -180,6 +191,8 @@ mod tests {
         assert_eq!(s.alloc(0), NO_BLOCK);
         s.free(NO_BLOCK);
         s.keep_as_grad(NO_BLOCK);
-        assert!(s.two_steps(StepOne::Same, &[], &[]).is_empty());
+        assert!(s
+            .two_steps(StepOne::Same, AllocTrace::default(), &[], &[])
+            .is_empty());
     }
 }

@@ -233,6 +233,32 @@ impl LoraSpec {
     }
 }
 
+/// Whose code builds the model and runs the fine-tuning step. The library's own layers decide
+/// what a step allocates, and the way it builds the model decides what the caching allocator has
+/// reserved before the first step.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Recipe {
+    /// transformers' model (`from_pretrained`: each weight allocated once, in its final form),
+    /// peft's LoRA and bitsandbytes' NF4.
+    #[default]
+    Transformers,
+    /// torchtune 0.1's `lora_finetune_single_device` (torchtune 0.1.1, torchao 0.1): the model
+    /// built on the device one layer at a time by deep copies, QLoRA's NF4 weights torchao's
+    /// `NF4Tensor` (see [`crate::estimator::model_init`] and [`crate::estimator::torchao_nf4`]).
+    Torchtune,
+}
+
+impl Recipe {
+    /// The name a plan gives it.
+    pub fn key(self) -> &'static str {
+        match self {
+            Recipe::Transformers => "transformers",
+            Recipe::Torchtune => "torchtune",
+        }
+    }
+}
+
 /// Weight format of the blocks' linear layers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -352,6 +378,8 @@ pub struct TuneCtx {
     pub infer: Option<InferStep>,
     /// `bnb_4bit_compute_dtype` of NF4 layers: bf16, or fp16 under an fp16 plan.
     pub nf4_compute: DType,
+    /// Whose layers run the step (torchtune's NF4 weights are torchao's).
+    pub recipe: Recipe,
 }
 
 /// bitsandbytes' NF4 block size (`Linear4bit` default `blocksize=64`).
@@ -382,6 +410,7 @@ impl Default for TuneCtx {
             frozen: None,
             infer: None,
             nf4_compute: DType::BF16,
+            recipe: Recipe::Transformers,
         }
     }
 }

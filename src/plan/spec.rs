@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
     AttnImpl, CausalMask, Checkpointing, Device, ExpertsImpl, Frozen, KvDtype, LoraConfig, Mode,
-    OptimizerImpl, OptimizerKind, Precision, Quantization, Setup, Sparsity, ZeroGrad,
+    OptimizerImpl, OptimizerKind, Precision, Quantization, Recipe, Setup, Sparsity, ZeroGrad,
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
@@ -147,6 +147,15 @@ pub struct Plan {
     /// allocator keeps what it grew for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validation_batch: Option<u64>,
+    /// Whose fine-tuning loop runs: `"transformers"` (the default: transformers' model, peft,
+    /// bitsandbytes) or `"torchtune"` (torchtune 0.1's single-device LoRA/QLoRA recipe, whose
+    /// model construction on the device and torchao NF4 weights decide the reserved memory).
+    #[serde(default, skip_serializing_if = "is_default_recipe")]
+    pub recipe: Recipe,
+}
+
+fn is_default_recipe(r: &Recipe) -> bool {
+    *r == Recipe::Transformers
 }
 
 fn is_default_zero_grad(z: &ZeroGrad) -> bool {
@@ -189,6 +198,7 @@ impl Default for Plan {
             dispatch_mode: false,
             zero_grad: ZeroGrad::SetToNone,
             validation_batch: None,
+            recipe: Recipe::Transformers,
             parallel: None,
             offload: None,
         }
@@ -275,6 +285,7 @@ impl Plan {
             dispatch_mode: self.dispatch_mode,
             zero_grad: self.zero_grad,
             validation_batch: self.validation_batch,
+            recipe: self.recipe,
         }
     }
 }

@@ -15,6 +15,7 @@ use super::mla::{Mla, MlaCache};
 use super::modernbert::ModernBert;
 use super::moe::{Moe, MoeKind};
 use super::text::{self, Activation, Arch, QkNorm, Sliding, TextConfig, Variant};
+use super::torchtune;
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
@@ -1022,7 +1023,9 @@ pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateE
         text::check_variant(&tc, ctx)?;
         return generate::llama_step(&tc, ctx);
     }
-    text::build(&tc, ctx)
+    let mut g = text::build(&tc, ctx)?;
+    torchtune::attach(&mut g, &tc, ctx)?;
+    Ok(g)
 }
 
 #[cfg(test)]

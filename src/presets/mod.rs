@@ -16,5 +16,6 @@ pub mod modernbert;
 pub mod moe;
 pub mod rnn;
 pub mod text;
+pub mod torchtune;
 pub mod vision;
 pub mod vit;

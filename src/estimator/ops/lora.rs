@@ -65,4 +65,34 @@ impl Graph {
             self.cast(sum, res_dt)
         }
     }
+
+    /// torchtune 0.1's `LoRALinear.forward` (`modules/peft/lora.py`): the adapters are built in
+    /// the model's dtype (under `set_default_dtype(bf16)`), and nothing is cast:
+    /// `out + (alpha / rank) * lora_b(lora_a(dropout(x)))`.
+    pub(super) fn torchtune_lora_branch(
+        &mut self,
+        x: TensorId,
+        result: TensorId,
+        fin: u64,
+        fout: u64,
+        l: &LoraSpec,
+        cpu: bool,
+    ) -> R {
+        let dt = self.dtype(x);
+        let a_w = self.scoped("lora_a", |g| g.adapter_param(vec![l.rank, fin], dt))?;
+        let b_w = self.scoped("lora_b", |g| g.adapter_param(vec![fout, l.rank], dt))?;
+        let xa = self.scoped("dropout", |g| g.dropout_on(x, l.dropout, cpu))?;
+        let a = self.scoped("lora_a", |g| g.linear_with(xa, a_w, None))?;
+        let b = self.scoped("lora_b", |g| g.linear_with(a, b_w, None))?;
+        let s = self.pointwise(
+            "mul",
+            b,
+            dt,
+            Pw {
+                flops: 1.0,
+                ..Pw::default()
+            },
+        )?;
+        self.add(result, s, false)
+    }
 }

@@ -5,8 +5,10 @@
 //! transformers' `integrations/finegrained_fp8.py` (`FP8Linear`, `FP8Expert.linear`).
 
 use super::R;
+use crate::estimator::config::Recipe;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
+use crate::estimator::torchao_nf4;
 use crate::estimator::tune::{
     fp8_scale_shape, nf4_storages, Quantization, Sparsity, Target, TuneCtx, FP8_BLOCK,
 };
@@ -63,6 +65,9 @@ impl Graph {
                 self.quantized_linear(x, fin, fout, bias, tune)?
             };
             match &tune.lora {
+                Some(l) if l.wraps(target) && tune.recipe == Recipe::Torchtune => {
+                    self.torchtune_lora_branch(x, y, fin, fout, l, cpu)
+                }
                 Some(l) if l.wraps(target) => {
                     self.lora_branch(x, y, fin, fout, l, tune.quant == Quantization::Nf4, cpu)
                 }
@@ -120,6 +125,9 @@ impl Graph {
     /// (`dequantize_4bit(B, state)`: the fp32 absmax when nested, the weight in the compute dtype)
     /// to form the input gradient.
     fn linear_nf4(&mut self, x: TensorId, fin: u64, fout: u64, bias: bool, tune: &TuneCtx) -> R {
+        if tune.recipe == Recipe::Torchtune {
+            return self.linear_torchao_nf4(x, fin, fout, bias);
+        }
         let s = self.shape(x);
         if s.last() != Some(&fin) {
             return Err(self.bad_shape(format!("linear expects last dim {fin}, got {s:?}")));
@@ -171,6 +179,60 @@ impl Graph {
         op.bwd_scratch = Bytes(w_dq + absmax_dq);
         self.record(op);
         self.cast(y, in_dt)
+    }
+
+    /// torchtune 0.1's quantized `LoRALinear` base: `linear_nf4(x, weight)` (torchao 0.1
+    /// `LinearNF4`), an autograd function that saves only the `NF4Tensor` and computes
+    /// `F.linear(x, weight.to(x.dtype))` forward and `grad @ weight.to(grad.dtype)` backward,
+    /// each `to` a whole [`torchao_nf4::dequantize`]: 14 bytes per weight element at its peak,
+    /// before the product, then the bf16 weight (2 bytes per element) during it. torchtune
+    /// quantizes no bias (`LoRALinear` refuses one under `quantize_base`).
+    fn linear_torchao_nf4(&mut self, x: TensorId, fin: u64, fout: u64, bias: bool) -> R {
+        let s = self.shape(x);
+        if s.last() != Some(&fin) {
+            return Err(self.bad_shape(format!("linear expects last dim {fin}, got {s:?}")));
+        }
+        if bias {
+            return Err(self.bad_shape(
+                "torchtune's quantized LoRALinear has no bias (NotImplementedError in LoRALinear)",
+            ));
+        }
+        let n = fout.checked_mul(fin).ok_or(EstimateError::TooLarge)?;
+        if !n.is_multiple_of(torchao_nf4::BLOCK * torchao_nf4::SCALER_BLOCK) {
+            return Err(self.bad_shape(format!(
+                "torchao's NF4 needs a weight of a multiple of {} elements; [{fout}, {fin}] is not",
+                torchao_nf4::BLOCK * torchao_nf4::SCALER_BLOCK
+            )));
+        }
+        let [table, mean, factor, scalers, data] = torchao_nf4::storages(n);
+        let w = self.param_of(vec![fout, fin], data.1)?;
+        self.tensors[w].requires_grad = false;
+        let mut consts = Vec::new();
+        for (e, dt) in [table, mean, factor, scalers] {
+            consts.push(self.weight_constant(vec![e], dt)?);
+        }
+        let dt = self.dtype(x);
+        let mut out_shape = s.clone();
+        *out_shape.last_mut().unwrap_or(&mut 0) = fout;
+        let rg = self.requires_grad(&[x]);
+        let y = self.alloc(out_shape, dt, StorageKind::Activation, rg)?;
+        let rows: u64 = s[..s.len() - 1].iter().product();
+        let (y_bytes, x_bytes) = (self.bytes(y).0, self.bytes(x).0);
+        // The dequantization's temporaries are gone before the product's output (or input
+        // gradient) exists; the bf16 weight is live beside it.
+        let weight = 2 * n;
+        let peak = torchao_nf4::dequantize_peak(n);
+        let mut op = self.op("linear_nf4", "");
+        op.flops = 2.0 * rows as f64 * n as f64;
+        op.inputs = vec![x, w];
+        op.inputs.extend(consts);
+        op.outputs = vec![y];
+        op.saved = vec![w];
+        op.grads = self.grads_alloc(&[x]);
+        op.fwd_scratch = Bytes(peak.saturating_sub(y_bytes).max(weight));
+        op.bwd_scratch = Bytes(peak.saturating_sub(x_bytes).max(weight));
+        self.record(op);
+        Ok(y)
     }
 
     /// Inference weights other than NF4 (see [`crate::estimator::tune`] for each format): INT8 weight-only,
@@ -325,7 +387,9 @@ impl Graph {
     /// The 256-entry fp32 dynamic map all double-quantized NF4 weights share
     /// (`name2qmap["dynamic"]` of `quantize_blockwise`), once per model.
     pub fn nf4_shared_constants(&mut self, tune: &TuneCtx) -> Result<(), EstimateError> {
-        if tune.quant == Quantization::Nf4 && tune.double_quant {
+        // torchao's `NF4Tensor` keeps no shared map.
+        if tune.quant == Quantization::Nf4 && tune.double_quant && tune.recipe != Recipe::Torchtune
+        {
             self.weight_constant(vec![256], DType::F32)?;
         }
         Ok(())
