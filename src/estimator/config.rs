@@ -165,6 +165,22 @@ pub struct Setup {
     pub validation_batch: Option<u64>,
     /// Whose training loop builds the model and runs the step.
     pub recipe: Recipe,
+    /// The task head on the model.
+    pub head: Head,
+    /// Labels of a sequence-classification head (`None`: 2).
+    pub num_labels: Option<u64>,
+}
+
+/// The task head a script puts on an encoder (which `AutoModelFor...` class it loads).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Head {
+    /// The family's language-modelling head (`BertForMaskedLM`, `*ForCausalLM`, ...).
+    #[default]
+    Lm,
+    /// `BertForSequenceClassification` / `RobertaForSequenceClassification`: a classifier on the
+    /// first token's hidden state, `num_labels` logits (`PretrainedConfig` default 2).
+    SequenceClassification,
 }
 
 /// What the training loop's `zero_grad()` does to the parameters' gradients before the next
@@ -281,6 +297,12 @@ pub struct BuildCtx {
     pub expert_capacity: Option<Capacity>,
     /// Images per sample of a vision-language model.
     pub images: u64,
+    /// PyTorch before 1.11: `softmax` and `log_softmax` save their input beside their output
+    /// ([`super::torch_version::TorchVersion::softmax_saves_input`]).
+    pub softmax_saves_input: bool,
+    /// The task head, and its labels for sequence classification.
+    pub head: Head,
+    pub num_labels: u64,
 }
 
 impl BuildCtx {
@@ -305,6 +327,9 @@ impl BuildCtx {
             experts_impl: ExpertsImpl::Eager,
             expert_capacity: None,
             images: 1,
+            softmax_saves_input: false,
+            head: Head::Lm,
+            num_labels: 2,
         }
     }
 
@@ -474,6 +499,7 @@ impl Graph {
     ///
     pub fn for_build(ctx: &BuildCtx) -> Self {
         let mut g = Graph::new(ctx.precision);
+        g.softmax_saves_input = ctx.softmax_saves_input;
         g.inference = ctx.tune.mode == Mode::Infer;
         g.ep = ctx.ep.max(1);
         if ctx.tune.lora.is_some() {

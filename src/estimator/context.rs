@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use super::torch_version::TorchVersion;
 use super::units::Bytes;
 
 const MIB: u64 = 1 << 20;
@@ -86,16 +87,19 @@ impl<'de> Deserialize<'de> for CudaVersion {
     }
 }
 
-/// The software stack of a run, as far as it sets the context: the CUDA toolkit PyTorch was
-/// built with and `CUDA_MODULE_LOADING` (absent: lazy from CUDA 11.7 on, as PyTorch sets it).
-/// Checked when made ([`Stack::new`], and so when a plan is read): lazy loading before CUDA 11.7
-/// does not exist.
+/// The software stack of a run, as far as it changes memory: the CUDA toolkit PyTorch was
+/// built with and `CUDA_MODULE_LOADING` (absent: lazy from CUDA 11.7 on, as PyTorch sets it),
+/// which set the context, and the PyTorch release (absent: a current one), which changes what
+/// autograd keeps ([`TorchVersion`]). Checked when made ([`Stack::new`], and so when a plan is
+/// read): lazy loading before CUDA 11.7 does not exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "StackFields")]
 pub struct Stack {
     cuda: CudaVersion,
     #[serde(skip_serializing_if = "Option::is_none")]
     module_loading: Option<ModuleLoading>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    torch: Option<TorchVersion>,
 }
 
 /// A stack as a plan writes it, before it is checked.
@@ -105,12 +109,14 @@ struct StackFields {
     cuda: CudaVersion,
     #[serde(default)]
     module_loading: Option<ModuleLoading>,
+    #[serde(default)]
+    torch: Option<TorchVersion>,
 }
 
 impl TryFrom<StackFields> for Stack {
     type Error = StackError;
     fn try_from(f: StackFields) -> Result<Stack, StackError> {
-        Stack::new(f.cuda, f.module_loading)
+        Ok(Stack::new(f.cuda, f.module_loading)?.with_torch(f.torch))
     }
 }
 
@@ -123,6 +129,7 @@ impl Default for Stack {
                 minor: 8,
             },
             module_loading: None,
+            torch: None,
         }
     }
 }
@@ -138,7 +145,17 @@ impl Stack {
         Ok(Stack {
             cuda,
             module_loading,
+            torch: None,
         })
+    }
+
+    /// The same stack on the PyTorch release `torch` (`None`: a current one).
+    pub fn with_torch(self, torch: Option<TorchVersion>) -> Stack {
+        Stack { torch, ..self }
+    }
+
+    pub fn torch(&self) -> Option<TorchVersion> {
+        self.torch
     }
 
     pub fn cuda(&self) -> CudaVersion {

@@ -209,6 +209,8 @@ pub struct Graph {
     /// each in their final form: the caching allocator's replay starts with this stream
     /// instead ([`super::model_init`]).
     pub init: Option<super::model_init::TorchtuneLlama>,
+    /// PyTorch before 1.11 kept `softmax`'s and `log_softmax`'s input for backward as well.
+    pub softmax_saves_input: bool,
 }
 
 impl Graph {
@@ -230,6 +232,7 @@ impl Graph {
             ep: 1,
             image_tokens: 0,
             init: None,
+            softmax_saves_input: false,
         }
     }
 
@@ -424,6 +427,16 @@ impl Graph {
             op.saved.clear();
             op.bwd_scratch = Bytes::ZERO;
             op.bwd_reductions.clear();
+        }
+        if self.softmax_saves_input
+            && !op.grads.is_empty()
+            && matches!(op.kind, "softmax" | "log_softmax")
+        {
+            if let Some(&x) = op.inputs.first() {
+                if !op.saved.contains(&x) {
+                    op.saved.push(x);
+                }
+            }
         }
         op.segment = self.current_segment;
         self.ops.push(op);

@@ -25,6 +25,7 @@ pub mod parallel;
 pub mod simulate;
 pub mod step_stream;
 pub mod timeline;
+pub mod torch_version;
 pub mod torchao_nf4;
 pub mod tune;
 pub mod units;

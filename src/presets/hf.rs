@@ -1021,6 +1021,7 @@ pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateE
     if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
         text::check_positions(&tc, ctx)?;
         text::check_variant(&tc, ctx)?;
+        text::check_head(&tc, ctx)?;
         return generate::llama_step(&tc, ctx);
     }
     let mut g = text::build(&tc, ctx)?;

@@ -13,10 +13,10 @@
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
 use crate::estimator::checkpoint;
-use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
+use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Head, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
-use crate::estimator::ops::{EagerOpts, MatmulCopies, QueryOrder};
+use crate::estimator::ops::{Act, EagerOpts, MatmulCopies, QueryOrder};
 use crate::estimator::tune::{Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
@@ -293,6 +293,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     }
     check_lora(cfg, ctx)?;
     check_variant(cfg, ctx)?;
+    check_head(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
@@ -486,6 +487,18 @@ fn check_moe_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError>
                 Some(None) => "q, kv_a, kv_b, o",
                 None => "q, k, v, o",
             }
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a head the model's builder does not have: sequence classification is BERT's and
+/// RoBERTa's.
+pub fn check_head(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    if ctx.head == Head::SequenceClassification && !matches!(cfg.arch, Arch::Bert | Arch::Roberta) {
+        return Err(EstimateError::Unsupported(format!(
+            "\"head\": \"sequence_classification\" is modelled for BERT and RoBERTa, not {}",
+            cfg.model_type
         )));
     }
     Ok(())
@@ -745,6 +758,9 @@ fn bert(
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
+    if ctx.head == Head::SequenceClassification {
+        return sequence_classification(g, cfg, ctx, e, roberta);
+    }
     // BERT: `cls.predictions.transform.{dense, LayerNorm}`, `cls.predictions.decoder`;
     // RoBERTa: `lm_head.{dense, layer_norm, decoder}`.
     let (head, transform, norm, act) = if roberta {
@@ -782,6 +798,52 @@ fn bert(
     let scores = g.view(scores, vec![b * s, cfg.vocab])?;
     let labels = g.view(ids, vec![b * s])?;
     g.scoped("loss", |g| g.cross_entropy(scores, labels))?;
+    Ok(())
+}
+
+/// The sequence-classification heads on the encoder's output `e` `[B, S, H]`, with
+/// `CrossEntropyLoss` over `num_labels` logits (`problem_type` "single_label_classification":
+/// more than one label and integer labels). `BertForSequenceClassification`
+/// (`models/bert/modeling_bert.py`): `BertPooler` (`dense` on the first token's state, `tanh`),
+/// `dropout`, `classifier`. `RobertaForSequenceClassification` (`models/roberta/modeling_roberta.py`,
+/// no pooler): `RobertaClassificationHead` — the first token's state, `dropout`, `dense`, `tanh`,
+/// `dropout`, `out_proj`. The first token is a view (`hidden_states[:, 0]`): the linear reads it
+/// in place and saves the view, which keeps the encoder's output alive, as autograd does.
+fn sequence_classification(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    ctx: &BuildCtx,
+    e: TensorId,
+    roberta: bool,
+) -> Result<(), EstimateError> {
+    let cpu = ctx.device == Device::Cpu;
+    let (b, h) = (ctx.batch, cfg.hidden);
+    let labels = ctx.num_labels;
+    let first = g.select(e, vec![b, h])?;
+    let logits = if roberta {
+        g.scoped("classifier", |g| {
+            let x = g.dropout_on(first, cfg.resid_dropout, cpu)?;
+            let x = g.linear("dense", x, h, h, true)?;
+            let x = g.act(x, Act::Tanh, false)?;
+            let x = g.dropout_on(x, cfg.resid_dropout, cpu)?;
+            g.linear("out_proj", x, h, labels, true)
+        })?
+    } else {
+        let pooled = g.scoped("bert", |g| {
+            g.scoped("pooler", |g| {
+                let x = g.linear("dense", first, h, h, true)?;
+                g.act(x, Act::Tanh, false)
+            })
+        })?;
+        let x = g.dropout_on(pooled, cfg.resid_dropout, cpu)?;
+        g.linear("classifier", x, h, labels, true)?
+    };
+    if g.inference {
+        g.keep(logits);
+        return Ok(());
+    }
+    let target = g.input(vec![b], DType::I64)?;
+    g.scoped("loss", |g| g.cross_entropy(logits, target))?;
     Ok(())
 }
 
