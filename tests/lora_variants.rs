@@ -8,6 +8,7 @@
 mod common;
 
 use serde_json::json;
+use vram_planner::plan::lazy::lora_menu;
 use vram_planner::plan::{build_graph, Plan};
 
 #[test]
@@ -132,9 +133,75 @@ fn llava_refuses_all_linear_and_4_bit_weights() {
     p.quantization = vram_planner::estimator::config::Quantization::Nf4;
     let e = build_graph(&p).err().unwrap().to_string();
     assert!(e.contains("llava"), "{e}");
+    // The refusal of a target LLaVA lacks offers only what it takes: `all` is refused above.
     let e = build_graph(&llava(json!({"rank": 8, "targets": ["qkv"]})))
         .err()
         .unwrap()
         .to_string();
-    assert!(e.contains("q, k, v, o, gate, up, down"), "{e}");
+    assert!(
+        e.ends_with("names no llama module: target q, k, v, o, gate, up, down"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_mixture_of_experts_offers_only_its_attention() {
+    let e = build_graph(&plan("mixtral", json!({"rank": 8, "targets": ["qkv"]})))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.ends_with("names no mixtral module: target q, k, v, o"),
+        "{e}"
+    );
+}
+
+fn small_deepseek(q_lora_rank: serde_json::Value) -> Plan {
+    serde_json::from_value(json!({
+        "model": "custom", "mode": "finetune", "batch": 1, "seq": 32, "dtype": "bf16",
+        "hf_config": {"model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128,
+                      "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                      "num_key_value_heads": 4, "q_lora_rank": q_lora_rank, "kv_lora_rank": 16,
+                      "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+                      "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                      "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "vocab_size": 256},
+        "lora": {"rank": 4}
+    }))
+    .unwrap()
+}
+
+/// The page's targets menu offers nothing the builder refuses: every choice of every family
+/// builds, and each wraps more than the one before it.
+#[test]
+fn every_choice_of_the_targets_menu_builds() {
+    let mut plans: Vec<Plan> = [
+        "llama",
+        "phi3",
+        "bert",
+        "roberta",
+        "modernbert",
+        "mixtral",
+        "qwen3_moe",
+    ]
+    .iter()
+    .map(|mt| plan(mt, json!({"rank": 4})))
+    .collect();
+    plans.extend([
+        llava(json!({"rank": 4})),
+        small_deepseek(json!(24)),
+        small_deepseek(serde_json::Value::Null),
+    ]);
+    for mut p in plans {
+        let mt = p.hf_config.as_ref().unwrap()["model_type"].clone();
+        let menu = lora_menu(&p.model, p.hf_config.as_ref());
+        assert!(!menu.is_empty(), "{mt}");
+        let mut last = 0;
+        for c in menu {
+            p.lora.as_mut().unwrap().targets = c.targets.iter().map(|s| s.to_string()).collect();
+            let n = adapters(&p).len();
+            assert!(n > last, "{mt} {}: {n} adapter tensors", c.key);
+            last = n;
+        }
+    }
+    assert!(lora_menu("custom", Some(&json!({"model_type": "gpt2"}))).is_empty());
 }

@@ -208,6 +208,21 @@ impl Target {
     }
 }
 
+/// Whether two lists of LoRA targets wrap the same projections (`q_proj, v_proj` is `q, v`, in
+/// any order); false when either names something [`Target::parse`] refuses.
+pub fn same_targets<A: AsRef<str>, B: AsRef<str>>(a: &[A], b: &[B]) -> bool {
+    fn set<S: AsRef<str>>(l: &[S]) -> Option<Vec<Target>> {
+        let mut v = Vec::new();
+        for s in l {
+            v.extend(Target::parse(s.as_ref()).ok()?);
+        }
+        v.sort_by_key(|t| *t as u8);
+        v.dedup();
+        Some(v)
+    }
+    matches!((set(a), set(b)), (Some(x), Some(y)) if x == y)
+}
+
 /// Validated LoRA settings.
 #[derive(Clone, Debug, PartialEq)]
 pub struct LoraSpec {

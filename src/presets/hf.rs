@@ -1011,6 +1011,17 @@ fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> 
     })
 }
 
+/// The page's LoRA targets menu for the model a `config.json` defines ([`text::lora_menu`]);
+/// empty where LoRA is not modelled or the config is not one this reader takes (the plan's
+/// estimate then says why).
+pub fn lora_menu(cfg: &Value) -> Vec<text::LoraChoice> {
+    match parse_model(cfg) {
+        Ok(HfModel::Text(tc)) => text::lora_menu(&tc, text::LoraFamily::of(&tc)),
+        Ok(HfModel::Llava(m)) => text::lora_menu(&m.text, llava::lora_family(&m)),
+        Err(_) => Vec::new(),
+    }
+}
+
 /// Builds the step of the model a `config.json` defines: training, or serving (a LLaMA-family
 /// model generates with its KV cache, [`generate`]; the others run the prompt's forward).
 pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateError> {

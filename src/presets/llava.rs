@@ -122,6 +122,11 @@ impl Llava {
     }
 }
 
+/// How LoRA targets name the modules of `m`'s language model ([`text::LoraFamily`]).
+pub fn lora_family(m: &Llava) -> Option<text::LoraFamily> {
+    text::LoraFamily::of(&m.text).map(text::LoraFamily::in_llava)
+}
+
 /// Builds the training step of `m` at `ctx` (`ctx.seq`: the text tokens per sample), or one
 /// forward of its generation when `ctx.tune.infer` asks for one (`serve`).
 pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
@@ -179,7 +184,7 @@ pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
         seq: tokens,
         ..ctx.clone()
     };
-    text::check_lora(&m.text, &text_ctx)?;
+    text::check_lora(&m.text, lora_family(m), &text_ctx)?;
     text::check_variant(&m.text, &text_ctx)?;
     let mut g = Graph::for_build(ctx);
     let (ids, pixels) = batch(&mut g, m, (ctx.batch, n), tokens, image_tokens)?;

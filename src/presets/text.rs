@@ -291,7 +291,7 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     if cfg.arch != Arch::Llama && !ctx.tune.dense_linears() {
         return Err(EstimateError::Unsupported(format!("quantized weights are modelled for LLaMA-family decoders (llama, mistral, qwen2, phi3, ...), not {}: keep its model dtype", cfg.model_type)));
     }
-    check_lora(cfg, ctx)?;
+    check_lora(cfg, LoraFamily::of(cfg), ctx)?;
     check_variant(cfg, ctx)?;
     check_head(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
@@ -317,54 +317,246 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     Ok(g)
 }
 
-/// Refuses LoRA targets the model has no module for, as peft does (`inject_adapter` raises when a
-/// target matches nothing). The names are what each model calls its `nn.Linear`s: LLaMA's seven
+/// How a language model names the linear layers LoRA can wrap: what peft's LoRA matches by
+/// name in each family (`inject_adapter` raises when a target matches nothing). LLaMA's seven
 /// projections; Phi-3's and ModernBERT's fused `qkv_proj`/`Wqkv` and `gate_up_proj`/`Wi`, each
 /// one `nn.Linear` and so one adapter whose `lora_B` spans the fused width; BERT's and RoBERTa's
-/// `query`, `key`, `value` (peft's default for them, `TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING`
-/// in `peft/utils/constants.py`, is `query`, `value`, the plan's default `q`, `v`). peft 0.21 has
-/// no default for phi3 or modernbert: their plans name the modules. DeepSeek-V3's latent attention
-/// (`DeepseekV3Attention.__init__`) has `q_a_proj`, `q_b_proj` (one `q_proj` without
-/// `q_lora_rank`), `kv_a_proj_with_mqa`, `kv_b_proj` and `o_proj`; peft 0.21 has no default for
-/// deepseek_v3 either. Its `gate_proj`, `up_proj`, `down_proj` (the shared experts' and the dense
-/// layers') are `check_moe_lora`'s to refuse. An encoder's `all` is refused:
-/// peft's `all-linear` also wraps the MLM head's `dense`, which is not modelled.
-pub fn check_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+/// `query`, `key`, `value`; DeepSeek-V3's latent attention (`DeepseekV3Attention.__init__`):
+/// `q_a_proj`, `q_b_proj` (one `q_proj` without `q_lora_rank`), `kv_a_proj_with_mqa`,
+/// `kv_b_proj` and `o_proj`. The same table gives [`check_lora`]'s refusals and the page's menu
+/// ([`lora_menu`]), so the menu offers nothing the builder refuses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoraFamily {
+    /// A LLaMA-family decoder with separate projections.
+    Separate,
+    /// A mixture of experts with separate attention projections: its experts are refused
+    /// ([`check_moe_lora`]), so only the attention is offered.
+    Moe,
+    /// LLaVA's language model: `all` would also wrap the vision tower and the projector, which
+    /// `llava::build` refuses.
+    Llava,
+    /// Phi-3's fused `qkv_proj` and `gate_up_proj`.
+    Fused,
+    /// BERT and RoBERTa: `query`, `key`, `value` (their MLP's `dense` layers are not modelled
+    /// as targets, and `all` would also wrap the MLM head's `dense`).
+    Encoder,
+    /// ModernBERT's `Wqkv`, `attn.Wo`, `Wi`, `mlp.Wo`.
+    ModernBert,
+    /// DeepSeek-V3's latent attention with a `q_lora_rank`: `q_a_proj` and `q_b_proj`.
+    Mla,
+    /// Latent attention whose `q_lora_rank` is null: one `q_proj`.
+    MlaOneQ,
+}
+
+impl LoraFamily {
+    /// The family of `cfg`; `None` where LoRA is not modelled (GPT-2). A mixture of experts
+    /// with latent attention is [`LoraFamily::Mla`]: its targets are the attention's already.
+    pub fn of(cfg: &TextConfig) -> Option<LoraFamily> {
+        Some(match (cfg.arch, &cfg.variant) {
+            (Arch::Gpt2, _) => return None,
+            (Arch::Bert | Arch::Roberta, _) => LoraFamily::Encoder,
+            (Arch::ModernBert, _) => LoraFamily::ModernBert,
+            (Arch::Llama, v) => match (&v.mla, &v.moe) {
+                (Some(m), _) if m.q_lora_rank.is_some() => LoraFamily::Mla,
+                (Some(_), _) => LoraFamily::MlaOneQ,
+                (None, Some(_)) => LoraFamily::Moe,
+                (None, None) if v.fused => LoraFamily::Fused,
+                (None, None) => LoraFamily::Separate,
+            },
+        })
+    }
+
+    /// The same model as LLaVA's language model.
+    pub fn in_llava(self) -> LoraFamily {
+        match self {
+            LoraFamily::Separate => LoraFamily::Llava,
+            f => f,
+        }
+    }
+
+    /// The projections the model has. A mixture of experts keeps its `gate`, `up`, `down` here
+    /// (DeepSeek-V3's shared experts and dense layers are `nn.Linear`s) so that
+    /// [`check_moe_lora`] refuses them with its reason.
+    fn has(self) -> &'static [Target] {
+        use Target::*;
+        match self {
+            LoraFamily::Separate | LoraFamily::Moe | LoraFamily::Llava => {
+                &[Q, K, V, O, Gate, Up, Down]
+            }
+            LoraFamily::Fused | LoraFamily::ModernBert => &[Qkv, O, GateUp, Down],
+            LoraFamily::Encoder => &[Q, K, V],
+            LoraFamily::Mla => &[QA, QB, KvA, KvB, O, Gate, Up, Down],
+            LoraFamily::MlaOneQ => &[Q, KvA, KvB, O, Gate, Up, Down],
+        }
+    }
+
+    /// What a refusal offers instead: only targets the model accepts (no `all` where it is
+    /// refused, no expert projections in a mixture of experts).
+    pub fn names(self) -> &'static str {
+        match self {
+            LoraFamily::Separate => "q, k, v, o, gate, up, down or all",
+            LoraFamily::Moe => "q, k, v, o",
+            LoraFamily::Llava => "q, k, v, o, gate, up, down",
+            LoraFamily::Fused => "qkv (qkv_proj), o, gate_up (gate_up_proj), down or all",
+            LoraFamily::Encoder => "q, k, v (query, key, value)",
+            LoraFamily::ModernBert => "qkv (Wqkv), o (attn.Wo), gate_up (Wi), down (mlp.Wo)",
+            LoraFamily::Mla => {
+                "q_a (q_a_proj), q_b (q_b_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o"
+            }
+            LoraFamily::MlaOneQ => "q (q_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o",
+        }
+    }
+}
+
+/// What the page's menu adds to a choice's module names, in the page's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoraNote {
+    None,
+    /// peft's own targets for the model type (used when `target_modules` is not given).
+    PeftDefault,
+    /// peft's `all-linear`.
+    AllLinear,
+}
+
+/// One choice of the page's LoRA targets menu.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LoraChoice {
+    /// The select's value (and the option's test id): unique within a model's menu.
+    pub key: &'static str,
+    /// The plan's `lora.targets`.
+    pub targets: &'static [&'static str],
+    /// The modules peft wraps, as the model names them (the same in every language); empty
+    /// where the note says it all.
+    pub modules: &'static str,
+    pub note: LoraNote,
+}
+
+const fn choice(
+    key: &'static str,
+    targets: &'static [&'static str],
+    modules: &'static str,
+) -> LoraChoice {
+    LoraChoice {
+        key,
+        targets,
+        modules,
+        note: LoraNote::None,
+    }
+}
+
+const QV: LoraChoice = choice("qv", &["q", "v"], "q_proj, v_proj");
+const QKVO: LoraChoice = choice(
+    "qkvo",
+    &["q", "k", "v", "o"],
+    "q_proj, k_proj, v_proj, o_proj",
+);
+const ALL: LoraChoice = LoraChoice {
+    note: LoraNote::AllLinear,
+    ..choice("all", &["all"], "")
+};
+
+/// Whether peft 0.21.2 has default targets for `model_type`
+/// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING` in `peft/utils/constants.py`: `q_proj`,
+/// `v_proj` for these decoders, `query`, `value` for BERT and RoBERTa); it has none for phi3,
+/// olmo2, qwen2_moe, qwen3_moe, gpt_oss, deepseek_v3, modernbert or llava.
+fn peft_has_default(model_type: &str) -> bool {
+    matches!(
+        model_type,
+        "llama"
+            | "mistral"
+            | "mixtral"
+            | "gemma2"
+            | "gemma3_text"
+            | "qwen2"
+            | "qwen3"
+            | "bert"
+            | "roberta"
+    )
+}
+
+/// The page's LoRA targets menu for `cfg` as `family` (LLaVA's language model is
+/// [`LoraFamily::in_llava`]): peft's default where it has one, the attention's projections and
+/// every linear layer of the blocks, each in the model's own module names, and only what
+/// [`check_lora`] and [`check_variant`] accept. Empty where LoRA is not modelled.
+pub fn lora_menu(cfg: &TextConfig, family: Option<LoraFamily>) -> Vec<LoraChoice> {
+    let Some(family) = family else {
+        return Vec::new();
+    };
+    let peft = |c: LoraChoice| LoraChoice {
+        note: if family != LoraFamily::Llava && peft_has_default(&cfg.model_type) {
+            LoraNote::PeftDefault
+        } else {
+            LoraNote::None
+        },
+        ..c
+    };
+    match family {
+        LoraFamily::Separate => vec![peft(QV), QKVO, ALL],
+        LoraFamily::Moe => vec![peft(QV), QKVO],
+        LoraFamily::Llava => vec![
+            QV,
+            QKVO,
+            choice(
+                "qkvo-mlp",
+                &["q", "k", "v", "o", "gate", "up", "down"],
+                "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+            ),
+        ],
+        LoraFamily::Fused => vec![
+            choice("qkv", &["qkv"], "qkv_proj"),
+            choice("qkv-o", &["qkv", "o"], "qkv_proj, o_proj"),
+            ALL,
+        ],
+        LoraFamily::Encoder => vec![
+            peft(choice("qv", &["q", "v"], "query, value")),
+            choice("qkv", &["q", "k", "v"], "query, key, value"),
+        ],
+        LoraFamily::ModernBert => vec![
+            choice("qkv", &["qkv"], "Wqkv"),
+            choice("qkv-o", &["qkv", "o"], "Wqkv, attn.Wo"),
+            choice(
+                "qkv-o-mlp",
+                &["qkv", "o", "gate_up", "down"],
+                "Wqkv, Wo, Wi",
+            ),
+        ],
+        LoraFamily::Mla => vec![choice(
+            "qkvo",
+            &["q_a", "q_b", "kv_a", "kv_b", "o"],
+            "q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
+        )],
+        LoraFamily::MlaOneQ => vec![choice(
+            "qkvo",
+            &["q", "kv_a", "kv_b", "o"],
+            "q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
+        )],
+    }
+}
+
+/// Refuses LoRA targets the model has no module for, as peft does (`inject_adapter` raises when a
+/// target matches nothing), naming only what the model accepts ([`LoraFamily`]); LLaVA's
+/// language model is checked as [`LoraFamily::in_llava`]. peft's default for BERT and RoBERTa
+/// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING` in `peft/utils/constants.py`) is
+/// `query`, `value`, the plan's default `q`, `v`; peft 0.21 has no default for phi3, modernbert
+/// or deepseek_v3: their plans name the modules. DeepSeek-V3's `gate_proj`, `up_proj`,
+/// `down_proj` (the shared experts' and the dense layers') are `check_moe_lora`'s to refuse. An
+/// encoder's `all` is refused: peft's `all-linear` also wraps the MLM head's `dense`, which is
+/// not modelled.
+pub fn check_lora(
+    cfg: &TextConfig,
+    family: Option<LoraFamily>,
+    ctx: &BuildCtx,
+) -> Result<(), EstimateError> {
     let Some(l) = &ctx.tune.lora else {
         return Ok(());
     };
     let mla = cfg.variant.mla.as_ref();
-    let (has, names): (&[Target], &str) = match cfg.arch {
-        Arch::Llama if mla.is_some_and(|m| m.q_lora_rank.is_some()) => (
-            &[Target::QA, Target::QB, Target::KvA, Target::KvB, Target::O, Target::Gate, Target::Up, Target::Down],
-            "q_a (q_a_proj), q_b (q_b_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o",
-        ),
-        Arch::Llama if mla.is_some() => (
-            &[Target::Q, Target::KvA, Target::KvB, Target::O, Target::Gate, Target::Up, Target::Down],
-            "q (q_proj), kv_a (kv_a_proj_with_mqa), kv_b (kv_b_proj), o",
-        ),
-        Arch::Llama if cfg.variant.fused => (
-            &[Target::Qkv, Target::O, Target::GateUp, Target::Down],
-            "qkv (qkv_proj), o, gate_up (gate_up_proj), down or all",
-        ),
-        Arch::Llama => (
-            &[Target::Q, Target::K, Target::V, Target::O, Target::Gate, Target::Up, Target::Down],
-            "q, k, v, o, gate, up, down or all",
-        ),
-        Arch::Bert | Arch::Roberta => (
-            &[Target::Q, Target::K, Target::V],
-            "q, k, v (query, key, value)",
-        ),
-        Arch::ModernBert => (
-            &[Target::Qkv, Target::O, Target::GateUp, Target::Down],
-            "qkv (Wqkv), o (attn.Wo), gate_up (Wi), down (mlp.Wo)",
-        ),
-        Arch::Gpt2 => {
-            return Err(EstimateError::Unsupported(
-                "LoRA is not modelled for gpt2 (its projections are `Conv1D`, which peft wraps with `fan_in_fan_out`): use full fine-tuning or \"frozen\"".into(),
-            ))
-        }
+    let Some(family) = family else {
+        return Err(EstimateError::Unsupported(
+            "LoRA is not modelled for gpt2 (its projections are `Conv1D`, which peft wraps with `fan_in_fan_out`): use full fine-tuning or \"frozen\"".into(),
+        ));
     };
+    let (has, names) = (family.has(), family.names());
     let mut targets = Vec::new();
     for name in &l.targets {
         targets.extend(Target::parse(name)?);

@@ -317,8 +317,7 @@ messages! {
     LoraRank => "LoRA rank (empty: full fine-tuning)", "LoRA 秩（留空：全参数微调）";
     PlaceholderNone => "none", "无";
     LoraTargets => "LoRA targets", "LoRA 目标模块";
-    LoraQv => "q, v (peft default)", "q、v（peft 默认）";
-    LoraQkvo => "q, k, v, o", "q、k、v、o";
+    LoraPeftDefault => "peft default", "peft 默认";
     LoraAll => "all linear layers", "全部线性层";
     Weights => "Weights", "权重";
     QuantNoneTrain => "None (model dtype)", "不量化（模型原精度）";

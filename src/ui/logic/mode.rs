@@ -8,6 +8,7 @@
 use super::i18n::{category_label, fmt_bytes, inference, Label, Lang, Msg, Units};
 use crate::estimator::config::{KvDtype, LoraConfig, Mode, Quantization, Sparsity};
 use crate::estimator::timeline::Category;
+use crate::estimator::tune::same_targets;
 use crate::estimator::units::Bytes;
 use crate::estimator::Estimate;
 use crate::plan::fit;
@@ -15,6 +16,7 @@ use crate::plan::sweep::Point;
 use crate::plan::Plan;
 use crate::plots::{Marker, StackedChart};
 use crate::presets::models;
+use crate::presets::text::{LoraChoice, LoraNote};
 
 /// The mode switch: (value, label).
 pub const MODE_OPTIONS: [(&str, Label); 3] = [
@@ -91,7 +93,7 @@ pub fn quantization_value(plan: &Plan) -> &'static str {
     plan.quantization.key()
 }
 
-/// Sets the weight format. NF4 fine-tuning is QLoRA: it adds peft's default adapters when the
+/// Sets the weight format. NF4 fine-tuning is QLoRA: it adds adapters ([`new_lora`]) when the
 /// plan has none, and double quantization as QLoRA uses it.
 pub fn set_quantization(plan: &mut Plan, value: &str) {
     let q = match value {
@@ -108,7 +110,7 @@ pub fn set_quantization(plan: &mut Plan, value: &str) {
     plan.double_quant = q == Quantization::Nf4 && plan.mode == Mode::Finetune;
     plan.group_size = None;
     if q == Quantization::Nf4 && plan.mode == Mode::Finetune && plan.lora.is_none() {
-        plan.lora = Some(LoraConfig::default());
+        plan.lora = Some(new_lora(plan));
     }
     if !matches!(
         q,
@@ -126,13 +128,24 @@ pub fn lora_rank_text(plan: &Plan) -> String {
         .unwrap_or_default()
 }
 
+/// New adapters for the plan's model: peft's defaults, on the first targets its menu offers
+/// (peft's default targets where it has them), so that turning LoRA on never starts from
+/// targets the model refuses (Phi-3 has no `q_proj`).
+fn new_lora(plan: &Plan) -> LoraConfig {
+    let mut l = LoraConfig::default();
+    if let Some(c) = lora_menu(plan).first() {
+        l.targets = c.targets.iter().map(|s| s.to_string()).collect();
+    }
+    l
+}
+
 /// Sets the LoRA rank; `None` (an empty box) removes the adapters. A rank of 0 is kept for the
 /// estimator to refuse with its message. The alpha follows the rank (peft's default ratio 1).
 pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
     match rank {
         None => plan.lora = None,
         Some(r) => {
-            let mut l = plan.lora.clone().unwrap_or_default();
+            let mut l = plan.lora.clone().unwrap_or_else(|| new_lora(plan));
             l.alpha = r as f64;
             l.rank = r;
             plan.lora = Some(l);
@@ -140,31 +153,41 @@ pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
     }
 }
 
-/// The LoRA targets select: (value, label, targets).
-pub const LORA_TARGETS: [(&str, Label, &[&str]); 3] = [
-    ("qv", Label::T(Msg::LoraQv), &["q", "v"]),
-    ("qkvo", Label::T(Msg::LoraQkvo), &["q", "k", "v", "o"]),
-    ("all", Label::T(Msg::LoraAll), &["all"]),
-];
-
-pub fn lora_targets_value(plan: &Plan) -> &'static str {
-    let t: Vec<&str> = plan
-        .lora
-        .as_ref()
-        .map(|l| l.targets.iter().map(String::as_str).collect())
-        .unwrap_or_default();
-    LORA_TARGETS
-        .iter()
-        .find(|o| o.2 == t.as_slice())
-        .map_or("qv", |o| o.0)
+/// The LoRA targets the plan's model takes, as its targets select offers them
+/// ([`crate::presets::text::lora_menu`]); empty where LoRA is not modelled.
+pub fn lora_menu(plan: &Plan) -> Vec<LoraChoice> {
+    crate::plan::lazy::lora_menu(&plan.model, plan.hf_config.as_ref())
 }
 
-pub fn set_lora_targets(plan: &mut Plan, value: &str) {
-    if let (Some(l), Some(o)) = (
-        plan.lora.as_mut(),
-        LORA_TARGETS.iter().find(|o| o.0 == value),
-    ) {
-        l.targets = o.2.iter().map(|s| s.to_string()).collect();
+/// A choice's label in `lang`: the model's module names, with what peft calls them.
+pub fn lora_choice_label(c: &LoraChoice, lang: Lang) -> String {
+    let note = match c.note {
+        LoraNote::None => return c.modules.to_string(),
+        LoraNote::PeftDefault => Msg::LoraPeftDefault.t(lang),
+        LoraNote::AllLinear => Msg::LoraAll.t(lang),
+    };
+    match (c.modules, lang) {
+        ("", _) => note.to_string(),
+        (m, Lang::Zh) => format!("{m}（{note}）"),
+        (m, Lang::En) => format!("{m} ({note})"),
+    }
+}
+
+/// The key of the choice in `menu` that wraps what the plan's adapters wrap (a link may spell
+/// them `q_proj` or `q`); "" when none does (targets written in JSON, the CLI or a link).
+pub fn lora_targets_value(plan: &Plan, menu: &[LoraChoice]) -> &'static str {
+    let Some(l) = &plan.lora else {
+        return "";
+    };
+    menu.iter()
+        .find(|c| same_targets(&l.targets, c.targets))
+        .map_or("", |c| c.key)
+}
+
+/// Sets the adapters' targets to the choice `key` of `menu` (an unknown key changes nothing).
+pub fn set_lora_targets(plan: &mut Plan, menu: &[LoraChoice], key: &str) {
+    if let (Some(l), Some(c)) = (plan.lora.as_mut(), menu.iter().find(|c| c.key == key)) {
+        l.targets = c.targets.iter().map(|s| s.to_string()).collect();
     }
 }
 
@@ -373,9 +396,10 @@ mod tests {
         set_mode(&mut p, "finetune");
         assert_eq!(lora_rank_text(&p), "");
         set_lora_rank(&mut p, Some(16));
-        set_lora_targets(&mut p, "qkvo");
+        let menu = lora_menu(&p);
+        set_lora_targets(&mut p, &menu, "qkvo");
         assert_eq!(
-            (lora_rank_text(&p).as_str(), lora_targets_value(&p)),
+            (lora_rank_text(&p).as_str(), lora_targets_value(&p, &menu)),
             ("16", "qkvo")
         );
         let a = estimate(&p).unwrap();
@@ -385,6 +409,155 @@ mod tests {
         assert!(estimate(&p).is_err(), "rank 0 is the estimator's message");
         set_lora_rank(&mut p, None);
         assert!(p.lora.is_none());
+    }
+
+    /// Each family's menu in its own module names: (preset, keys, first label, its targets).
+    #[test]
+    fn lora_menus_follow_the_model() {
+        let cases: [(&str, &[&str], &str, &[&str]); 12] = [
+            (
+                "llama-small",
+                &["qv", "qkvo", "all"],
+                "q_proj, v_proj (peft default)",
+                &["q", "v"],
+            ),
+            (
+                "mistral-7b",
+                &["qv", "qkvo", "all"],
+                "q_proj, v_proj (peft default)",
+                &["q", "v"],
+            ),
+            ("phi-3-mini", &["qkv", "qkv-o", "all"], "qkv_proj", &["qkv"]),
+            (
+                "modernbert-base",
+                &["qkv", "qkv-o", "qkv-o-mlp"],
+                "Wqkv",
+                &["qkv"],
+            ),
+            (
+                "bert-base",
+                &["qv", "qkv"],
+                "query, value (peft default)",
+                &["q", "v"],
+            ),
+            (
+                "roberta-base",
+                &["qv", "qkv"],
+                "query, value (peft default)",
+                &["q", "v"],
+            ),
+            (
+                "mixtral-8x7b",
+                &["qv", "qkvo"],
+                "q_proj, v_proj (peft default)",
+                &["q", "v"],
+            ),
+            // peft 0.21.2 has no default targets for these.
+            (
+                "qwen3-30b-a3b",
+                &["qv", "qkvo"],
+                "q_proj, v_proj",
+                &["q", "v"],
+            ),
+            (
+                "gpt-oss-20b",
+                &["qv", "qkvo"],
+                "q_proj, v_proj",
+                &["q", "v"],
+            ),
+            (
+                "llava-1.5-7b",
+                &["qv", "qkvo", "qkvo-mlp"],
+                "q_proj, v_proj",
+                &["q", "v"],
+            ),
+            (
+                "deepseek-v3",
+                &["qkvo"],
+                "q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
+                &["q_a", "q_b", "kv_a", "kv_b", "o"],
+            ),
+            (
+                "gemma-2-9b",
+                &["qv", "qkvo", "all"],
+                "q_proj, v_proj (peft default)",
+                &["q", "v"],
+            ),
+        ];
+        for (id, keys, label, targets) in cases {
+            let menu = lora_menu(&Plan::new(id));
+            let got: Vec<&str> = menu.iter().map(|c| c.key).collect();
+            assert_eq!(got, keys, "{id}");
+            assert_eq!(lora_choice_label(&menu[0], Lang::En), label, "{id}");
+            assert_eq!(menu[0].targets, targets, "{id}");
+            // Turning LoRA on starts from the menu's first choice.
+            let mut p = Plan::new(id);
+            set_mode(&mut p, "finetune");
+            set_lora_rank(&mut p, Some(8));
+            assert_eq!(lora_targets_value(&p, &menu), keys[0], "{id}");
+        }
+        // LoRA is refused on GPT-2 and on models that are not language models: no menu.
+        for id in ["gpt2", "resnet50", "vit_b_16", "lstm-lm", "no-such-model"] {
+            assert!(lora_menu(&Plan::new(id)).is_empty(), "{id}");
+        }
+        let all = lora_menu(&Plan::new("llama-small"))[2];
+        assert_eq!(lora_choice_label(&all, Lang::En), "all linear layers");
+        let qv = lora_menu(&Plan::new("bert-base"))[0];
+        assert_eq!(lora_choice_label(&qv, Lang::Zh).chars().last(), Some('）'));
+    }
+
+    #[test]
+    fn a_pasted_config_gets_its_own_menu() {
+        let deepseek = |q_lora_rank: serde_json::Value| Plan {
+            hf_config: Some(serde_json::json!({
+                "model_type": "deepseek_v3", "hidden_size": 64, "intermediate_size": 128,
+                "moe_intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 4, "q_lora_rank": q_lora_rank, "kv_lora_rank": 16,
+                "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 12,
+                "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2,
+                "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1, "vocab_size": 256
+            })),
+            ..Plan::new("custom")
+        };
+        let one_q = lora_menu(&deepseek(serde_json::Value::Null));
+        assert_eq!(one_q.len(), 1);
+        assert_eq!(one_q[0].targets, ["q", "kv_a", "kv_b", "o"]);
+        assert_eq!(lora_menu(&deepseek(24.into()))[0].targets[0], "q_a");
+        let broken = Plan {
+            hf_config: Some(serde_json::json!({"model_type": "t5"})),
+            ..Plan::new("custom")
+        };
+        assert!(lora_menu(&broken).is_empty(), "the estimate says why");
+    }
+
+    #[test]
+    fn the_select_shows_the_choice_the_targets_mean() {
+        let mut p = llama();
+        set_mode(&mut p, "finetune");
+        set_lora_rank(&mut p, Some(8));
+        let menu = lora_menu(&p);
+        // A link or the CLI may spell the modules peft's way, in any order.
+        p.lora.as_mut().unwrap().targets = vec!["v_proj".into(), "q_proj".into()];
+        assert_eq!(lora_targets_value(&p, &menu), "qv");
+        p.lora.as_mut().unwrap().targets = vec!["all-linear".into()];
+        assert_eq!(lora_targets_value(&p, &menu), "all");
+        // Targets no choice wraps select nothing (and are kept).
+        p.lora.as_mut().unwrap().targets = vec!["q".into(), "k".into()];
+        assert_eq!(lora_targets_value(&p, &menu), "");
+        set_lora_targets(&mut p, &menu, "no-such-key");
+        assert_eq!(p.lora.as_ref().unwrap().targets, ["q", "k"]);
+        // ModernBERT's `Wo` is both output projections: peft's three names are its blocks' all.
+        let mut mb = Plan::new("modernbert-base");
+        set_mode(&mut mb, "finetune");
+        set_lora_rank(&mut mb, Some(8));
+        let menu = lora_menu(&mb);
+        mb.lora.as_mut().unwrap().targets = vec!["Wqkv".into(), "Wo".into(), "Wi".into()];
+        assert_eq!(lora_targets_value(&mb, &menu), "qkv-o-mlp");
+        // QLoRA on Phi-3 adds adapters it takes.
+        let mut phi = Plan::new("phi-3-mini");
+        set_mode(&mut phi, "finetune");
+        set_quantization(&mut phi, "nf4");
+        assert_eq!(phi.lora.as_ref().unwrap().targets, ["qkv"]);
     }
 
     #[test]

@@ -580,6 +580,44 @@ mod tests {
         assert_eq!(&back.view, view, "{q}");
     }
 
+    /// The targets travel in `x` as the plan's own list, whatever the model calls them: the
+    /// menu's choices of each family round-trip, and a link written before the menu followed
+    /// the model (`q`, `k`, `v`, `o`) still opens on its choice.
+    #[test]
+    fn lora_targets_round_trip_for_every_family() {
+        use crate::ui::logic::mode::{
+            lora_menu, lora_targets_value, set_lora_rank, set_lora_targets, set_mode,
+        };
+        for id in [
+            "llama-3-8b",
+            "phi-3-mini",
+            "modernbert-base",
+            "roberta-base",
+            "deepseek-v3",
+            "llava-1.5-7b",
+        ] {
+            let mut plan = Plan {
+                gpu: Some("h100-80".into()),
+                ..Plan::new(id)
+            };
+            set_mode(&mut plan, "finetune");
+            set_lora_rank(&mut plan, Some(16));
+            let menu = lora_menu(&plan);
+            for c in &menu {
+                set_lora_targets(&mut plan, &menu, c.key);
+                round_trip(&plan, &View::default());
+                let back = parse_query(&to_query(&plan, &View::default()).unwrap());
+                assert_eq!(lora_targets_value(&back.plan, &menu), c.key, "{id}");
+            }
+        }
+        let old = parse_query(
+            "model=llama-2-7b&x=%7B%22mode%22%3A%22finetune%22%2C%22lora%22%3A%7B%22rank%22%3A16%2C%22targets%22%3A%5B%22q%22%2C%22k%22%2C%22v%22%2C%22o%22%5D%7D%7D",
+        );
+        assert!(!old.has_problems(), "{:?}", old.rejected);
+        let menu = lora_menu(&old.plan);
+        assert_eq!(lora_targets_value(&old.plan, &menu), "qkvo");
+    }
+
     /// Found by fuzzing `url_query` (`model=gpt2&lang=en`): the view round-trips as a link
     /// keeps it, English left to the reader, Chinese written.
     #[test]

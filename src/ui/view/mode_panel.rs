@@ -5,12 +5,15 @@
 
 use leptos::prelude::*;
 
-use super::dom::{effect, h, memo, memo_always, El};
+use std::rc::Rc;
+
+use super::dom::{effect, h, label, memo, memo_always, value_of, El};
 use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
 use crate::estimator::config::Mode;
 use crate::plan::estimate;
 use crate::plan::Plan;
 use crate::plots::draw_stacked_chart;
+use crate::presets::text::LoraChoice;
 use crate::ui::logic::i18n::{option_texts, prefixed, Label, Msg};
 use crate::ui::logic::mode as ml;
 use crate::ui::logic::parallel::gpu_of;
@@ -31,9 +34,49 @@ fn set_rank(p: &mut Plan, s: &str) -> bool {
         .is_some()
 }
 
+/// The LoRA targets select: the choices the plan's model takes ([`ml::lora_menu`]), each option
+/// with the test id `lora-targets-<key>`; no option is selected when the plan's targets are none
+/// of them (written in JSON or a link).
+fn lora_targets(plan: RwSignal<Plan>, cx: Prefs, menu: Vec<LoraChoice>) -> El {
+    let id = "x-lora-targets";
+    let menu = Rc::new(menu);
+    let (m1, m2) = (menu.clone(), menu.clone());
+    h("div")
+        .cls("field")
+        .child(label(id, cx.text(Msg::LoraTargets)))
+        .child(
+            h("select")
+                .id(id)
+                .testid("lora-targets")
+                .dyn_children(move || {
+                    let lang = cx.lang.get();
+                    let current = untrack(|| plan.with(|p| ml::lora_targets_value(p, &m1)));
+                    m1.iter()
+                        .map(|c| {
+                            let o = h("option")
+                                .attr("value", c.key)
+                                .testid(&format!("lora-targets-{}", c.key))
+                                .text(&ml::lora_choice_label(c, lang));
+                            if c.key == current {
+                                let _ = o.0.set_attribute("selected", "");
+                            }
+                            o
+                        })
+                        .collect()
+                })
+                .dyn_value(move || plan.with(|p| ml::lora_targets_value(p, &m2)).to_string())
+                .on("change", move |ev| {
+                    plan.update(|p| ml::set_lora_targets(p, &menu, &value_of(&ev)))
+                }),
+        )
+}
+
 pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let mode = memo(move || plan.with(|p| p.mode));
     let has_lora = memo(move || plan.with(|p| p.lora.is_some()));
+    // The targets menu depends on the model alone: other edits do not parse its config again.
+    let model = memo(move || plan.with(|p| (p.model.clone(), p.hf_config.clone())));
+    let menu = memo(move || model.with(|(m, cfg)| crate::plan::lazy::lora_menu(m, cfg.as_ref())));
     // Only serving plans need their own estimate here (the page shows the others').
     let infer_est =
         memo_always(move || plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))));
@@ -93,19 +136,11 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
                 set_rank,
             ),
             group().dyn_children(move || {
-                if !has_lora.get() {
+                let menu = menu.get();
+                if !has_lora.get() || menu.is_empty() {
                     return Vec::new();
                 }
-                let targets = |l| ml::LORA_TARGETS.iter().map(|o| (o.0, o.1.t(l))).collect();
-                vec![plan_select(
-                    plan,
-                    cx,
-                    Msg::LoraTargets,
-                    "lora-targets",
-                    targets,
-                    |p| ml::lora_targets_value(p).into(),
-                    ml::set_lora_targets,
-                )]
+                vec![lora_targets(plan, cx, menu)]
             }),
         ]
     });
