@@ -172,6 +172,16 @@ async fn infer_mode_shows_the_kv_cache_and_the_context_chart() {
     type_in(&host, "lora-rank", "16");
     settle().await;
     assert_eq!(plan.get_untracked().lora.map(|l| l.rank), Some(16));
+    // The targets select offers the model's choices, each option with its own test id.
+    for key in ["qv", "qkvo", "all"] {
+        by_test_id(&host, &format!("lora-targets-{key}"));
+    }
+    pick(&host, "lora-targets", "qkvo");
+    settle().await;
+    assert_eq!(
+        plan.get_untracked().lora.map(|l| l.targets),
+        Some(vec!["q".into(), "k".into(), "v".into(), "o".into()])
+    );
     assert!(host
         .query_selector("[data-testid='kv-dtype']")
         .unwrap()

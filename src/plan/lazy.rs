@@ -89,7 +89,7 @@ pub enum Request<'a> {
 pub enum Answer {
     Graph(Result<Graph, EstimateError>),
     Estimate(Result<Estimate, EstimateError>),
-    Menu(Vec<LoraChoice>),
+    Menu(&'static [LoraChoice]),
 }
 
 fn run_op(r: Request<'_>) -> Answer {
@@ -99,11 +99,9 @@ fn run_op(r: Request<'_>) -> Answer {
             Answer::Estimate(estimator::estimate_validated(m, setup, gpu))
         }
         Request::LoraMenu(LazyModel::Config(cfg)) => Answer::Menu(hf::lora_menu(cfg)),
-        Request::LoraMenu(LazyModel::Preset(p)) => Answer::Menu(
-            models::text_config(p.id)
-                .map(|cfg| hf::lora_menu(&cfg))
-                .unwrap_or_default(),
-        ),
+        Request::LoraMenu(LazyModel::Preset(p)) => {
+            Answer::Menu(models::text_config(p.id).map_or(&[], |cfg| hf::lora_menu(&cfg)))
+        }
     }
 }
 
@@ -132,15 +130,15 @@ pub fn estimate_validated(
 /// preset): [`hf::lora_menu`]. Empty for models LoRA is not modelled on (the estimate says
 /// why), and while the builders have not been fetched (the page fetches them before it holds
 /// such a model).
-pub fn lora_menu(model: &str, hf_config: Option<&serde_json::Value>) -> Vec<LoraChoice> {
+pub fn lora_menu(model: &str, hf_config: Option<&serde_json::Value>) -> &'static [LoraChoice] {
     let m = match (hf_config, models::find(model)) {
         (Some(cfg), _) => LazyModel::Config(cfg),
         (None, Some(p)) if p.family == Family::Language => LazyModel::Preset(p),
-        _ => return Vec::new(),
+        _ => return &[],
     };
     match call(Request::LoraMenu(m)) {
         Ok(Answer::Menu(menu)) => menu,
-        _ => Vec::new(),
+        _ => &[],
     }
 }
 

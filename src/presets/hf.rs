@@ -1014,11 +1014,11 @@ fn moe_config(cfg: &Value, mt: &str, layers: u64) -> Result<Moe, EstimateError> 
 /// The page's LoRA targets menu for the model a `config.json` defines ([`text::lora_menu`]);
 /// empty where LoRA is not modelled or the config is not one this reader takes (the plan's
 /// estimate then says why).
-pub fn lora_menu(cfg: &Value) -> Vec<text::LoraChoice> {
+pub fn lora_menu(cfg: &Value) -> &'static [text::LoraChoice] {
     match parse_model(cfg) {
         Ok(HfModel::Text(tc)) => text::lora_menu(&tc, text::LoraFamily::of(&tc)),
         Ok(HfModel::Llava(m)) => text::lora_menu(&m.text, llava::lora_family(&m)),
-        Err(_) => Vec::new(),
+        Err(_) => &[],
     }
 }
 

@@ -445,6 +445,10 @@ const fn choice(
 }
 
 const QV: LoraChoice = choice("qv", &["q", "v"], "q_proj, v_proj");
+const QV_PEFT: LoraChoice = LoraChoice {
+    note: LoraNote::PeftDefault,
+    ..QV
+};
 const QKVO: LoraChoice = choice(
     "qkvo",
     &["q", "k", "v", "o"],
@@ -454,6 +458,50 @@ const ALL: LoraChoice = LoraChoice {
     note: LoraNote::AllLinear,
     ..choice("all", &["all"], "")
 };
+const SEPARATE_PEFT: &[LoraChoice] = &[QV_PEFT, QKVO, ALL];
+const SEPARATE: &[LoraChoice] = &[QV, QKVO, ALL];
+const MOE_PEFT: &[LoraChoice] = &[QV_PEFT, QKVO];
+const MOE: &[LoraChoice] = &[QV, QKVO];
+const LLAVA: &[LoraChoice] = &[
+    QV,
+    QKVO,
+    choice(
+        "qkvo-mlp",
+        &["q", "k", "v", "o", "gate", "up", "down"],
+        "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
+    ),
+];
+const FUSED: &[LoraChoice] = &[
+    choice("qkv", &["qkv"], "qkv_proj"),
+    choice("qkv-o", &["qkv", "o"], "qkv_proj, o_proj"),
+    ALL,
+];
+const ENCODER: &[LoraChoice] = &[
+    LoraChoice {
+        note: LoraNote::PeftDefault,
+        ..choice("qv", &["q", "v"], "query, value")
+    },
+    choice("qkv", &["q", "k", "v"], "query, key, value"),
+];
+const MODERNBERT: &[LoraChoice] = &[
+    choice("qkv", &["qkv"], "Wqkv"),
+    choice("qkv-o", &["qkv", "o"], "Wqkv, attn.Wo"),
+    choice(
+        "qkv-o-mlp",
+        &["qkv", "o", "gate_up", "down"],
+        "Wqkv, Wo, Wi",
+    ),
+];
+const MLA: &[LoraChoice] = &[choice(
+    "qkvo",
+    &["q_a", "q_b", "kv_a", "kv_b", "o"],
+    "q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
+)];
+const MLA_ONE_Q: &[LoraChoice] = &[choice(
+    "qkvo",
+    &["q", "kv_a", "kv_b", "o"],
+    "q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
+)];
 
 /// Whether peft 0.21.2 has default targets for `model_type`
 /// (`TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING` in `peft/utils/constants.py`: `q_proj`,
@@ -478,58 +526,22 @@ fn peft_has_default(model_type: &str) -> bool {
 /// [`LoraFamily::in_llava`]): peft's default where it has one, the attention's projections and
 /// every linear layer of the blocks, each in the model's own module names, and only what
 /// [`check_lora`] and [`check_variant`] accept. Empty where LoRA is not modelled.
-pub fn lora_menu(cfg: &TextConfig, family: Option<LoraFamily>) -> Vec<LoraChoice> {
+pub fn lora_menu(cfg: &TextConfig, family: Option<LoraFamily>) -> &'static [LoraChoice] {
+    let peft = peft_has_default(&cfg.model_type);
     let Some(family) = family else {
-        return Vec::new();
-    };
-    let peft = |c: LoraChoice| LoraChoice {
-        note: if family != LoraFamily::Llava && peft_has_default(&cfg.model_type) {
-            LoraNote::PeftDefault
-        } else {
-            LoraNote::None
-        },
-        ..c
+        return &[];
     };
     match family {
-        LoraFamily::Separate => vec![peft(QV), QKVO, ALL],
-        LoraFamily::Moe => vec![peft(QV), QKVO],
-        LoraFamily::Llava => vec![
-            QV,
-            QKVO,
-            choice(
-                "qkvo-mlp",
-                &["q", "k", "v", "o", "gate", "up", "down"],
-                "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj",
-            ),
-        ],
-        LoraFamily::Fused => vec![
-            choice("qkv", &["qkv"], "qkv_proj"),
-            choice("qkv-o", &["qkv", "o"], "qkv_proj, o_proj"),
-            ALL,
-        ],
-        LoraFamily::Encoder => vec![
-            peft(choice("qv", &["q", "v"], "query, value")),
-            choice("qkv", &["q", "k", "v"], "query, key, value"),
-        ],
-        LoraFamily::ModernBert => vec![
-            choice("qkv", &["qkv"], "Wqkv"),
-            choice("qkv-o", &["qkv", "o"], "Wqkv, attn.Wo"),
-            choice(
-                "qkv-o-mlp",
-                &["qkv", "o", "gate_up", "down"],
-                "Wqkv, Wo, Wi",
-            ),
-        ],
-        LoraFamily::Mla => vec![choice(
-            "qkvo",
-            &["q_a", "q_b", "kv_a", "kv_b", "o"],
-            "q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
-        )],
-        LoraFamily::MlaOneQ => vec![choice(
-            "qkvo",
-            &["q", "kv_a", "kv_b", "o"],
-            "q_proj, kv_a_proj_with_mqa, kv_b_proj, o_proj",
-        )],
+        LoraFamily::Separate if peft => SEPARATE_PEFT,
+        LoraFamily::Separate => SEPARATE,
+        LoraFamily::Moe if peft => MOE_PEFT,
+        LoraFamily::Moe => MOE,
+        LoraFamily::Llava => LLAVA,
+        LoraFamily::Fused => FUSED,
+        LoraFamily::Encoder => ENCODER,
+        LoraFamily::ModernBert => MODERNBERT,
+        LoraFamily::Mla => MLA,
+        LoraFamily::MlaOneQ => MLA_ONE_Q,
     }
 }
 

@@ -155,7 +155,7 @@ pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
 
 /// The LoRA targets the plan's model takes, as its targets select offers them
 /// ([`crate::presets::text::lora_menu`]); empty where LoRA is not modelled.
-pub fn lora_menu(plan: &Plan) -> Vec<LoraChoice> {
+pub fn lora_menu(plan: &Plan) -> &'static [LoraChoice] {
     crate::plan::lazy::lora_menu(&plan.model, plan.hf_config.as_ref())
 }
 
@@ -397,9 +397,9 @@ mod tests {
         assert_eq!(lora_rank_text(&p), "");
         set_lora_rank(&mut p, Some(16));
         let menu = lora_menu(&p);
-        set_lora_targets(&mut p, &menu, "qkvo");
+        set_lora_targets(&mut p, menu, "qkvo");
         assert_eq!(
-            (lora_rank_text(&p).as_str(), lora_targets_value(&p, &menu)),
+            (lora_rank_text(&p).as_str(), lora_targets_value(&p, menu)),
             ("16", "qkvo")
         );
         let a = estimate(&p).unwrap();
@@ -494,7 +494,7 @@ mod tests {
             let mut p = Plan::new(id);
             set_mode(&mut p, "finetune");
             set_lora_rank(&mut p, Some(8));
-            assert_eq!(lora_targets_value(&p, &menu), keys[0], "{id}");
+            assert_eq!(lora_targets_value(&p, menu), keys[0], "{id}");
         }
         // LoRA is refused on GPT-2 and on models that are not language models: no menu.
         for id in ["gpt2", "resnet50", "vit_b_16", "lstm-lm", "no-such-model"] {
@@ -538,13 +538,13 @@ mod tests {
         let menu = lora_menu(&p);
         // A link or the CLI may spell the modules peft's way, in any order.
         p.lora.as_mut().unwrap().targets = vec!["v_proj".into(), "q_proj".into()];
-        assert_eq!(lora_targets_value(&p, &menu), "qv");
+        assert_eq!(lora_targets_value(&p, menu), "qv");
         p.lora.as_mut().unwrap().targets = vec!["all-linear".into()];
-        assert_eq!(lora_targets_value(&p, &menu), "all");
+        assert_eq!(lora_targets_value(&p, menu), "all");
         // Targets no choice wraps select nothing (and are kept).
         p.lora.as_mut().unwrap().targets = vec!["q".into(), "k".into()];
-        assert_eq!(lora_targets_value(&p, &menu), "");
-        set_lora_targets(&mut p, &menu, "no-such-key");
+        assert_eq!(lora_targets_value(&p, menu), "");
+        set_lora_targets(&mut p, menu, "no-such-key");
         assert_eq!(p.lora.as_ref().unwrap().targets, ["q", "k"]);
         // ModernBERT's `Wo` is both output projections: peft's three names are its blocks' all.
         let mut mb = Plan::new("modernbert-base");
@@ -552,7 +552,7 @@ mod tests {
         set_lora_rank(&mut mb, Some(8));
         let menu = lora_menu(&mb);
         mb.lora.as_mut().unwrap().targets = vec!["Wqkv".into(), "Wo".into(), "Wi".into()];
-        assert_eq!(lora_targets_value(&mb, &menu), "qkv-o-mlp");
+        assert_eq!(lora_targets_value(&mb, menu), "qkv-o-mlp");
         // QLoRA on Phi-3 adds adapters it takes.
         let mut phi = Plan::new("phi-3-mini");
         set_mode(&mut phi, "finetune");

@@ -603,11 +603,11 @@ mod tests {
             set_mode(&mut plan, "finetune");
             set_lora_rank(&mut plan, Some(16));
             let menu = lora_menu(&plan);
-            for c in &menu {
-                set_lora_targets(&mut plan, &menu, c.key);
+            for c in menu {
+                set_lora_targets(&mut plan, menu, c.key);
                 round_trip(&plan, &View::default());
                 let back = parse_query(&to_query(&plan, &View::default()).unwrap());
-                assert_eq!(lora_targets_value(&back.plan, &menu), c.key, "{id}");
+                assert_eq!(lora_targets_value(&back.plan, menu), c.key, "{id}");
             }
         }
         let old = parse_query(
@@ -615,7 +615,7 @@ mod tests {
         );
         assert!(!old.has_problems(), "{:?}", old.rejected);
         let menu = lora_menu(&old.plan);
-        assert_eq!(lora_targets_value(&old.plan, &menu), "qkvo");
+        assert_eq!(lora_targets_value(&old.plan, menu), "qkvo");
     }
 
     /// Found by fuzzing `url_query` (`model=gpt2&lang=en`): the view round-trips as a link

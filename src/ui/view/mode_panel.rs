@@ -5,8 +5,6 @@
 
 use leptos::prelude::*;
 
-use std::rc::Rc;
-
 use super::dom::{effect, h, label, memo, memo_always, value_of, El};
 use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
 use crate::estimator::config::Mode;
@@ -37,10 +35,8 @@ fn set_rank(p: &mut Plan, s: &str) -> bool {
 /// The LoRA targets select: the choices the plan's model takes ([`ml::lora_menu`]), each option
 /// with the test id `lora-targets-<key>`; no option is selected when the plan's targets are none
 /// of them (written in JSON or a link).
-fn lora_targets(plan: RwSignal<Plan>, cx: Prefs, menu: Vec<LoraChoice>) -> El {
+fn lora_targets(plan: RwSignal<Plan>, cx: Prefs, menu: &'static [LoraChoice]) -> El {
     let id = "x-lora-targets";
-    let menu = Rc::new(menu);
-    let (m1, m2) = (menu.clone(), menu.clone());
     h("div")
         .cls("field")
         .child(label(id, cx.text(Msg::LoraTargets)))
@@ -50,8 +46,8 @@ fn lora_targets(plan: RwSignal<Plan>, cx: Prefs, menu: Vec<LoraChoice>) -> El {
                 .testid("lora-targets")
                 .dyn_children(move || {
                     let lang = cx.lang.get();
-                    let current = untrack(|| plan.with(|p| ml::lora_targets_value(p, &m1)));
-                    m1.iter()
+                    let current = untrack(|| plan.with(|p| ml::lora_targets_value(p, menu)));
+                    menu.iter()
                         .map(|c| {
                             let o = h("option")
                                 .attr("value", c.key)
@@ -64,9 +60,9 @@ fn lora_targets(plan: RwSignal<Plan>, cx: Prefs, menu: Vec<LoraChoice>) -> El {
                         })
                         .collect()
                 })
-                .dyn_value(move || plan.with(|p| ml::lora_targets_value(p, &m2)).to_string())
+                .dyn_value(move || plan.with(|p| ml::lora_targets_value(p, menu)).to_string())
                 .on("change", move |ev| {
-                    plan.update(|p| ml::set_lora_targets(p, &menu, &value_of(&ev)))
+                    plan.update(|p| ml::set_lora_targets(p, menu, &value_of(&ev)))
                 }),
         )
 }
