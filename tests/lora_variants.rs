@@ -8,7 +8,7 @@
 mod common;
 
 use serde_json::json;
-use vram_planner::plan::lazy::lora_menu;
+use vram_planner::plan::resolve::lora_menu;
 use vram_planner::plan::{build_graph, Plan};
 
 #[test]

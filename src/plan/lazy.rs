@@ -16,7 +16,6 @@ use crate::estimator::hardware::Gpu;
 use crate::estimator::model::ModelSpec;
 use crate::estimator::{self, Estimate};
 use crate::presets::models::{self, Family};
-use crate::presets::text::LoraChoice;
 use crate::presets::{cnn, hf, rnn, vit};
 use crate::split::NotLoaded;
 
@@ -80,16 +79,12 @@ pub enum Request<'a> {
     /// A training step with its validation pass ([`estimator::estimate_validated`]): rare, so
     /// its code waits with the builders instead of weighing on the first load.
     Validated(&'a ModelSpec, &'a Setup, Option<&'a Gpu>),
-    /// The LoRA targets menu of a model ([`hf::lora_menu`]): it parses the model's config, so
-    /// the page's first load carries none of it.
-    LoraMenu(LazyModel<'a>),
 }
 
 /// The answer to a [`Request`] of the same kind.
 pub enum Answer {
     Graph(Result<Graph, EstimateError>),
     Estimate(Result<Estimate, EstimateError>),
-    Menu(&'static [LoraChoice]),
 }
 
 fn run_op(r: Request<'_>) -> Answer {
@@ -98,10 +93,6 @@ fn run_op(r: Request<'_>) -> Answer {
         Request::Validated(m, setup, gpu) => {
             Answer::Estimate(estimator::estimate_validated(m, setup, gpu))
         }
-        Request::LoraMenu(LazyModel::Config(cfg)) => Answer::Menu(hf::lora_menu(cfg)),
-        Request::LoraMenu(LazyModel::Preset(p)) => {
-            Answer::Menu(models::text_config(p.id).map_or(&[], |cfg| hf::lora_menu(&cfg)))
-        }
     }
 }
 
@@ -109,7 +100,7 @@ fn run_op(r: Request<'_>) -> Answer {
 pub fn build(m: LazyModel<'_>, ctx: &BuildCtx) -> Result<Result<Graph, EstimateError>, NotLoaded> {
     match call(Request::Build(m, ctx))? {
         Answer::Graph(g) => Ok(g),
-        _ => Err(NotLoaded),
+        Answer::Estimate(_) => Err(NotLoaded),
     }
 }
 
@@ -122,23 +113,7 @@ pub fn estimate_validated(
 ) -> Result<Result<Estimate, EstimateError>, NotLoaded> {
     match call(Request::Validated(m, setup, gpu))? {
         Answer::Estimate(e) => Ok(e),
-        _ => Err(NotLoaded),
-    }
-}
-
-/// The LoRA targets the page offers for a plan's model (its pasted `config.json`, else its
-/// preset): [`hf::lora_menu`]. Empty for models LoRA is not modelled on (the estimate says
-/// why), and while the builders have not been fetched (the page fetches them before it holds
-/// such a model).
-pub fn lora_menu(model: &str, hf_config: Option<&serde_json::Value>) -> &'static [LoraChoice] {
-    let m = match (hf_config, models::find(model)) {
-        (Some(cfg), _) => LazyModel::Config(cfg),
-        (None, Some(p)) if p.family == Family::Language => LazyModel::Preset(p),
-        _ => return &[],
-    };
-    match call(Request::LoraMenu(m)) {
-        Ok(Answer::Menu(menu)) => menu,
-        _ => &[],
+        Answer::Graph(_) => Err(NotLoaded),
     }
 }
 

@@ -11,7 +11,8 @@ use crate::estimator::hardware::Gpu;
 use crate::estimator::model::{Capabilities, InputKind, ModelSpec};
 use crate::estimator::parallel::Links;
 use crate::presets::models::{self, Family, ModelPreset};
-use crate::presets::{gpus, links};
+use crate::presets::text::LoraChoice;
+use crate::presets::{gpus, hf, links};
 
 /// The sequence length a pasted `config.json` is estimated at when the plan gives none.
 pub const CONFIG_DEFAULT_SEQ: u64 = 512;
@@ -67,6 +68,21 @@ pub fn preset_spec(preset: &'static ModelPreset) -> ModelSpec {
             Some(build) => Rc::new(build),
             None => Rc::new(move |ctx| deferred_build(LazyModel::Preset(preset), ctx)),
         },
+    }
+}
+
+/// The LoRA targets the page offers for a plan's model (its pasted `config.json`, else its
+/// preset): [`hf::lora_menu`]; empty for models LoRA is not modelled on (the estimate says why)
+/// and for configs the reader refuses. It reads the config with the builders' code, past the
+/// lazy seam: only the page's panels call it, a chunk fetched after the builders', so the code
+/// it reaches stays out of the first load (in a chunk the two share).
+pub fn lora_menu(model: &str, hf_config: Option<&serde_json::Value>) -> &'static [LoraChoice] {
+    match (hf_config, models::find(model)) {
+        (Some(cfg), _) => hf::lora_menu(cfg),
+        (None, Some(p)) if p.family == Family::Language => {
+            models::text_config(p.id).map_or(&[], |cfg| hf::lora_menu(&cfg))
+        }
+        _ => &[],
     }
 }
 

@@ -156,7 +156,7 @@ pub fn set_lora_rank(plan: &mut Plan, rank: Option<u64>) {
 /// The LoRA targets the plan's model takes, as its targets select offers them
 /// ([`crate::presets::text::lora_menu`]); empty where LoRA is not modelled.
 pub fn lora_menu(plan: &Plan) -> &'static [LoraChoice] {
-    crate::plan::lazy::lora_menu(&plan.model, plan.hf_config.as_ref())
+    crate::plan::resolve::lora_menu(&plan.model, plan.hf_config.as_ref())
 }
 
 /// A choice's label in `lang`: the model's module names, with what peft calls them.

@@ -72,7 +72,8 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let has_lora = memo(move || plan.with(|p| p.lora.is_some()));
     // The targets menu depends on the model alone: other edits do not parse its config again.
     let model = memo(move || plan.with(|p| (p.model.clone(), p.hf_config.clone())));
-    let menu = memo(move || model.with(|(m, cfg)| crate::plan::lazy::lora_menu(m, cfg.as_ref())));
+    let menu =
+        memo(move || model.with(|(m, cfg)| crate::plan::resolve::lora_menu(m, cfg.as_ref())));
     // Only serving plans need their own estimate here (the page shows the others').
     let infer_est =
         memo_always(move || plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))));
