@@ -7,8 +7,9 @@ use vram_planner::plan::{estimate, parse_json};
 
 fn forward_peak(stack: &str) -> u64 {
     let json = format!(
-        r#"{{"model": "bert-base", "batch": 2, "seq": 128, "dtype": "fp32", "opt": "sgd", "attn": "eager",
-            "head": "sequence_classification", "stack": {{"cuda": "11.2"{stack}}}}}"#
+        r#"{{"model": "bert-base-cls", "batch": 2, "seq": 128, "dtype": "fp32", "opt": "sgd", "attn": "eager",
+            "hf_config": {{"model_type": "bert", "architectures": ["BertForSequenceClassification"]}},
+            "stack": {{"cuda": "11.2"{stack}}}}}"#
     );
     estimate(&parse_json(&json).expect("a plan"))
         .expect("estimates")

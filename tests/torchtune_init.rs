@@ -175,7 +175,7 @@ fn graph_keeps_what_the_initialisation_keeps() {
             .filter(|s| matches!(s.kind, StorageKind::Param | StorageKind::Buffer))
             .map(|s| s.bytes.0)
             .sum();
-        let kept: u64 = init.kept_blocks().iter().sum();
+        let kept: u64 = init.model.kept_blocks().iter().sum();
         assert_eq!(graph, kept + 2 * 64 * 2, "{json}");
     }
 }

@@ -165,22 +165,6 @@ pub struct Setup {
     pub validation_batch: Option<u64>,
     /// Whose training loop builds the model and runs the step.
     pub recipe: Recipe,
-    /// The task head on the model.
-    pub head: Head,
-    /// Labels of a sequence-classification head (`None`: 2).
-    pub num_labels: Option<u64>,
-}
-
-/// The task head a script puts on an encoder (which `AutoModelFor...` class it loads).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Head {
-    /// The family's language-modelling head (`BertForMaskedLM`, `*ForCausalLM`, ...).
-    #[default]
-    Lm,
-    /// `BertForSequenceClassification` / `RobertaForSequenceClassification`: a classifier on the
-    /// first token's hidden state, `num_labels` logits (`PretrainedConfig` default 2).
-    SequenceClassification,
 }
 
 /// What the training loop's `zero_grad()` does to the parameters' gradients before the next
@@ -300,9 +284,6 @@ pub struct BuildCtx {
     /// PyTorch before 1.11: `softmax` and `log_softmax` save their input beside their output
     /// ([`super::torch_version::TorchVersion::softmax_saves_input`]).
     pub softmax_saves_input: bool,
-    /// The task head, and its labels for sequence classification.
-    pub head: Head,
-    pub num_labels: u64,
 }
 
 impl BuildCtx {
@@ -328,8 +309,6 @@ impl BuildCtx {
             expert_capacity: None,
             images: 1,
             softmax_saves_input: false,
-            head: Head::Lm,
-            num_labels: 2,
         }
     }
 
@@ -351,11 +330,6 @@ impl TuneCtx {
     pub fn from_plan(plan: &Setup) -> Result<TuneCtx, EstimateError> {
         let mode = plan.mode;
         let name = mode.key();
-        if plan.recipe == Recipe::Torchtune && mode != Mode::Finetune {
-            return Err(unsupported(format!(
-                "\"recipe\": \"torchtune\" is torchtune's LoRA/QLoRA fine-tuning recipe: set \"mode\": \"finetune\" with \"lora\" (the plan's mode is {name})"
-            )));
-        }
         if plan.lora.is_some() && mode != Mode::Finetune {
             return Err(unsupported(format!(
                 "\"lora\" needs \"mode\": \"finetune\" (the plan's mode is {name})"

@@ -25,8 +25,6 @@ pub const MAX_RES: u64 = 16_384;
 pub const MAX_SEQ: u64 = 1 << 24;
 pub const MAX_ACCUMULATION: u32 = 1 << 16;
 pub const MAX_IMAGES: u64 = 1 << 10;
-/// Labels a sequence-classification head may have (a million classes is more than any benchmark).
-pub const MAX_LABELS: u64 = 1 << 20;
 
 /// One row of the breakdown at the peak.
 #[derive(Clone, Debug, Serialize, PartialEq)]
@@ -237,21 +235,7 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
         expert_capacity: None,
         images: setup.images.unwrap_or(1),
         softmax_saves_input: setup.stack.torch().is_some_and(|v| v.softmax_saves_input()),
-        head: setup.head,
-        num_labels: setup.num_labels.unwrap_or(2),
     };
-    if setup.num_labels.is_some() && setup.head != config::Head::SequenceClassification {
-        return Err(EstimateError::Unsupported(
-            "\"num_labels\" is the size of a sequence-classification head: add \"head\": \"sequence_classification\"".into(),
-        ));
-    }
-    check_range("num_labels", ctx.num_labels, 1, MAX_LABELS)?;
-    if setup.head != config::Head::Lm && !model.caps.language_model {
-        return Err(EstimateError::Unsupported(format!(
-            "\"head\": \"sequence_classification\" is modelled for the BERT and RoBERTa encoders; {} has its own head",
-            model.label
-        )));
-    }
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;
         ctx.sequence_parallel = par.sequence_parallel && par.tp > 1;
@@ -338,10 +322,9 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
     }
     // Only the builders that model torchtune's own model attach its initialisation.
     if setup.recipe == config::Recipe::Torchtune && g.init.is_none() {
-        return Err(EstimateError::Unsupported(format!(
-            "\"recipe\": \"torchtune\" is modelled for the LLaMA decoders of torchtune 0.1's LoRA/QLoRA recipe, not {}",
-            model.label
-        )));
+        return Err(EstimateError::Unsupported(
+            "\"recipe\": \"torchtune\" is torchtune 0.1's LoRA/QLoRA fine-tuning of the plain LLaMA decoders".into(),
+        ));
     }
     if setup.images.is_some() && g.image_tokens == 0 {
         return Err(EstimateError::Unsupported(format!(

@@ -208,7 +208,7 @@ pub struct Graph {
     /// How the parameters and buffers came onto the device, when that is not one allocation
     /// each in their final form: the caching allocator's replay starts with this stream
     /// instead ([`super::model_init`]).
-    pub init: Option<super::model_init::TorchtuneLlama>,
+    pub init: Option<super::model_init::ModelInit>,
     /// PyTorch before 1.11 kept `softmax`'s and `log_softmax`'s input for backward as well.
     pub softmax_saves_input: bool,
 }

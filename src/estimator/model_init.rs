@@ -28,6 +28,25 @@ use super::allocator::{AllocTrace, Handle};
 use super::device::ReduceDevice;
 use super::torchao_nf4::{self as nf4, Kept};
 
+/// A model's initialisation as the graph carries it: the model and the function that replays
+/// its stream. The function is a pointer set by the builder that makes the model, so a page
+/// that never builds one never loads the replay's code (it sits in the lazily fetched models
+/// chunk with the builder).
+#[derive(Clone, Debug)]
+pub struct ModelInit {
+    pub model: TorchtuneLlama,
+    pub replay: fn(&TorchtuneLlama, &mut AllocTrace, Option<ReduceDevice>),
+}
+
+impl ModelInit {
+    pub fn of(model: TorchtuneLlama) -> ModelInit {
+        ModelInit {
+            model,
+            replay: TorchtuneLlama::replay,
+        }
+    }
+}
+
 /// torchtune 0.1's Llama-2 family as `lora_llama2` builds it, with what its weights are.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TorchtuneLlama {

@@ -441,7 +441,7 @@ impl<'t, 'g> Replay<'t, 'g> {
         self.close_step();
         let mut start = AllocTrace::default();
         if let Some(init) = &self.tape.g.init {
-            init.replay(&mut start, self.reduce_device);
+            (init.replay)(&init.model, &mut start, self.reduce_device);
         }
         self.stream
             .two_steps(one, start, &self.resident, &self.state)

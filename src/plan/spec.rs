@@ -9,8 +9,8 @@ use crate::estimator::context::Stack;
 use serde::{Deserialize, Serialize};
 
 use crate::estimator::config::{
-    AttnImpl, CausalMask, Checkpointing, Device, ExpertsImpl, Frozen, Head, KvDtype, LoraConfig,
-    Mode, OptimizerImpl, OptimizerKind, Precision, Quantization, Recipe, Setup, Sparsity, ZeroGrad,
+    AttnImpl, CausalMask, Checkpointing, Device, ExpertsImpl, Frozen, KvDtype, LoraConfig, Mode,
+    OptimizerImpl, OptimizerKind, Precision, Quantization, Recipe, Setup, Sparsity, ZeroGrad,
 };
 use crate::estimator::parallel::{Offload, Parallel};
 
@@ -152,17 +152,6 @@ pub struct Plan {
     /// model construction on the device and torchao NF4 weights decide the reserved memory).
     #[serde(default, skip_serializing_if = "is_default_recipe")]
     pub recipe: Recipe,
-    /// The task head: `"lm"` (the default: each family's language-modelling head) or
-    /// `"sequence_classification"` (`BertForSequenceClassification`,
-    /// `RobertaForSequenceClassification`), with `"num_labels"` (default 2).
-    #[serde(default, skip_serializing_if = "is_default_head")]
-    pub head: Head,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub num_labels: Option<u64>,
-}
-
-fn is_default_head(h: &Head) -> bool {
-    *h == Head::Lm
 }
 
 fn is_default_recipe(r: &Recipe) -> bool {
@@ -210,8 +199,6 @@ impl Default for Plan {
             zero_grad: ZeroGrad::SetToNone,
             validation_batch: None,
             recipe: Recipe::Transformers,
-            head: Head::Lm,
-            num_labels: None,
             parallel: None,
             offload: None,
         }
@@ -299,8 +286,6 @@ impl Plan {
             zero_grad: self.zero_grad,
             validation_batch: self.validation_batch,
             recipe: self.recipe,
-            head: self.head,
-            num_labels: self.num_labels,
         }
     }
 }

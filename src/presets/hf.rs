@@ -2,8 +2,9 @@
 //! (LLaMA, Mistral, Qwen2, Qwen3, Phi-3, OLMo 2, Gemma 2, Gemma 3 text, and the mixtures of
 //! experts Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3 and gpt-oss), read
 //! with the defaults and attribute aliases of their transformers 5.24 config classes
-//! (`models/*/configuration_*.py`). The task head is always the language-modelling one
-//! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), whatever `architectures` lists.
+//! (`models/*/configuration_*.py`). The task head is the language-modelling one
+//! (`GPT2LMHeadModel`, `BertForMaskedLM`, `*ForCausalLM`), but for BERT's and RoBERTa's
+//! sequence classification (`architectures`: `*ForSequenceClassification`).
 //! Anything the builder cannot model is refused with a message naming the field, never guessed.
 
 use serde_json::Value;
@@ -25,6 +26,8 @@ use crate::estimator::graph::Graph;
 const MAX_LAYERS: u64 = 2048;
 const MAX_DIM: u64 = 1 << 22;
 const MAX_VOCAB: u64 = 1 << 24;
+/// Labels of a sequence-classification head (a million classes is beyond any benchmark).
+const MAX_LABELS: u64 = 1 << 20;
 /// Most expert blocks (routed experts × sparse layers) a step may run. The transformers loop
 /// runs each expert as ops of its own, so the op tape grows with this product, and the simulation
 /// with it: DeepSeek-V3's 256 experts in 58 sparse layers (14,848) estimate in about 0.6 s
@@ -150,6 +153,11 @@ pub fn parse(cfg: &Value) -> Result<TextConfig, EstimateError> {
             )))
         }
     };
+    if classifies(cfg) && !matches!(mt, "bert" | "roberta") {
+        return Err(bad(format!(
+            "a sequence-classification head is modelled for bert and roberta, not {mt}: remove 'architectures' for the language-modelling head"
+        )));
+    }
     match mt {
         "gpt2" => gpt2(cfg),
         "bert" | "roberta" => bert(cfg, mt),
@@ -284,8 +292,36 @@ fn bert(cfg: &Value, mt: &str) -> Result<TextConfig, EstimateError> {
         embd_dropout: hidden_dropout,
         attn_dropout: prob(cfg, "attention_probs_dropout_prob", 0.1)?,
         resid_dropout: hidden_dropout,
-        variant: Variant::default(),
+        variant: Variant {
+            classifier: sequence_classifier(cfg)?,
+            ..Variant::default()
+        },
     })
+}
+
+/// The labels of a sequence-classification head, when `architectures` names one
+/// (`BertForSequenceClassification`, `RobertaForSequenceClassification`): `num_labels`, else
+/// the length of `id2label`, else `PretrainedConfig`'s default 2.
+fn sequence_classifier(cfg: &Value) -> Result<Option<u64>, EstimateError> {
+    if !classifies(cfg) {
+        return Ok(None);
+    }
+    let labels = match cfg.get("id2label") {
+        Some(Value::Object(m)) if !m.is_empty() => m.len() as u64,
+        _ => 2,
+    };
+    uint(cfg, &["num_labels"], Some(labels), MAX_LABELS).map(Some)
+}
+
+/// Whether `architectures` names a sequence-classification model (`*ForSequenceClassification`).
+fn classifies(cfg: &Value) -> bool {
+    match cfg.get("architectures") {
+        Some(Value::Array(a)) => a
+            .first()
+            .and_then(Value::as_str)
+            .is_some_and(|s| s.ends_with("ForSequenceClassification")),
+        _ => false,
+    }
 }
 
 /// `ModernBertConfig` (`models/modernbert/configuration_modernbert.py`, transformers 5.24.0):
@@ -1032,7 +1068,6 @@ pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateE
     if ctx.tune.infer.is_some() && tc.arch == Arch::Llama {
         text::check_positions(&tc, ctx)?;
         text::check_variant(&tc, ctx)?;
-        text::check_head(&tc, ctx)?;
         return generate::llama_step(&tc, ctx);
     }
     let mut g = text::build(&tc, ctx)?;

@@ -13,7 +13,7 @@
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
 use crate::estimator::checkpoint;
-use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Head, Routing};
+use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, EagerOpts, MatmulCopies, QueryOrder};
@@ -110,6 +110,10 @@ pub struct Variant {
     pub mla: Option<Mla>,
     /// gpt-oss ([`super::gpt_oss`]): attention sinks, its rotation and norms.
     pub sinks: bool,
+    /// BERT's and RoBERTa's sequence-classification head in place of the masked-LM one
+    /// (`architectures` `BertForSequenceClassification`, `RobertaForSequenceClassification`), with
+    /// this many labels.
+    pub classifier: Option<u64>,
 }
 
 /// The sliding-window layers of a decoder.
@@ -158,7 +162,11 @@ impl TextConfig {
                 let p = self.max_positions.unwrap_or(0);
                 let emb = v * h + p * h + self.type_vocab * h + 2 * h;
                 let layer = 4 * (h * h + h) + 2 * 2 * h + (h * i + i) + (i * h + h);
-                let head = (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h);
+                let head = match self.variant.classifier {
+                    // BERT: pooler and classifier; RoBERTa: `dense` and `out_proj`.
+                    Some(n) => (h * h + h) + (h * n + n),
+                    None => (h * h + h) + 2 * h + v + b(!self.tie_embeddings, v * h),
+                };
                 emb + l * layer + head
             }
             Arch::ModernBert => match &self.variant.modernbert {
@@ -293,7 +301,6 @@ pub fn build(cfg: &TextConfig, ctx: &BuildCtx) -> Built {
     }
     check_lora(cfg, LoraFamily::of(cfg), ctx)?;
     check_variant(cfg, ctx)?;
-    check_head(cfg, ctx)?;
     let mut g = Graph::for_build(ctx);
     g.set_tensor_parallel(ctx);
     freeze_layers(&mut g, cfg, ctx)?;
@@ -696,18 +703,6 @@ fn check_moe_lora(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError>
     Ok(())
 }
 
-/// Refuses a head the model's builder does not have: sequence classification is BERT's and
-/// RoBERTa's.
-pub fn check_head(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
-    if ctx.head == Head::SequenceClassification && !matches!(cfg.arch, Arch::Bert | Arch::Roberta) {
-        return Err(EstimateError::Unsupported(format!(
-            "\"head\": \"sequence_classification\" is modelled for BERT and RoBERTa, not {}",
-            cfg.model_type
-        )));
-    }
-    Ok(())
-}
-
 /// Refuses a sequence longer than the model's learned positions (for RoBERTa the table's rows
 /// past its offset).
 pub fn check_positions(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
@@ -962,8 +957,8 @@ fn bert(
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
-    if ctx.head == Head::SequenceClassification {
-        return sequence_classification(g, cfg, ctx, e, roberta);
+    if let Some(labels) = cfg.variant.classifier {
+        return sequence_classification(g, cfg, ctx, e, roberta, labels);
     }
     // BERT: `cls.predictions.transform.{dense, LayerNorm}`, `cls.predictions.decoder`;
     // RoBERTa: `lm_head.{dense, layer_norm, decoder}`.
@@ -1019,10 +1014,10 @@ fn sequence_classification(
     ctx: &BuildCtx,
     e: TensorId,
     roberta: bool,
+    labels: u64,
 ) -> Result<(), EstimateError> {
     let cpu = ctx.device == Device::Cpu;
     let (b, h) = (ctx.batch, cfg.hidden);
-    let labels = ctx.num_labels;
     let first = g.select(e, vec![b, h])?;
     let logits = if roberta {
         g.scoped("classifier", |g| {

@@ -11,7 +11,7 @@ use super::text::{Arch, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, Precision};
-use crate::estimator::model_init::{Proj, TorchtuneLlama};
+use crate::estimator::model_init::{ModelInit, Proj, TorchtuneLlama};
 use crate::estimator::tune::{Quantization, Recipe, Target};
 use crate::estimator::units::DType;
 
@@ -98,6 +98,6 @@ pub fn attach(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), Est
         g.buffer(vec![half], DType::F32)?;
         g.buffer(vec![m.max_seq_len, half, 2], DType::F32)?;
     }
-    g.init = Some(m);
+    g.init = Some(ModelInit::of(m));
     Ok(())
 }
