@@ -102,6 +102,15 @@ pub fn prepare_reusing(
     )?)
 }
 
+/// `plan`'s model built for `layout` before it is cut into pieces
+/// ([`parallel::layout_graph`]), with the model's label.
+pub fn layout_graph(plan: &Plan, layout: &Layout) -> Result<(String, Graph), PlanError> {
+    let model = resolve::model(plan)?;
+    ensure_loaded(plan)?;
+    let g = parallel::layout_graph(&model, &plan.setup(), layout)?;
+    Ok((model.label.clone(), g))
+}
+
 /// Estimates `plan` on its multi-GPU layout (its `parallel` and `offload` keys).
 pub fn estimate_parallel(plan: &Plan) -> Result<ParallelEstimate, PlanError> {
     let model = resolve::model(plan)?;

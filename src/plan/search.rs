@@ -9,10 +9,12 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::{prepare_reusing, resolve, Plan, PlanError};
+use super::{layout_graph, resolve, Plan, PlanError};
 use crate::estimator::error::EstimateError;
+use crate::estimator::graph::Graph;
 use crate::estimator::parallel::{
-    evaluate, surely_over, Layout, Offload, ParallelEstimate, Prepared,
+    evaluate, floor_over, prepare_built, surely_over, Layout, Offload, ParallelEstimate, Prepared,
+    SavedFloor,
 };
 use crate::presets::gpus::Gpu;
 
@@ -133,6 +135,16 @@ fn candidate(
 
 /// The cheapest layouts of `plan` that fit its GPU (`plan.gpu` is required).
 pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanError> {
+    search_with(plan, opts, true).map(|(found, _)| found)
+}
+
+/// [`search`], passing over the layouts [`floor_over`] rules out before preparing them when
+/// `floor`, and how many layouts it prepared.
+fn search_with(
+    plan: &Plan,
+    opts: &SearchOptions,
+    floor: bool,
+) -> Result<(Vec<Candidate>, usize), PlanError> {
     let gpu = resolve::gpu(plan)?.ok_or_else(|| {
         EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
     })?;
@@ -161,6 +173,8 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
         global: plan.batch.saturating_mul(base_m),
         cache: HashMap::new(),
         overheads: HashMap::new(),
+        built: HashMap::new(),
+        floor,
     };
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
@@ -201,7 +215,7 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
         found.extend(here);
     }
     found.truncate(opts.top);
-    Ok(found)
+    Ok((found, layouts.cache.len()))
 }
 
 /// The search's fixed inputs and the simulations its layouts share.
@@ -220,6 +234,19 @@ struct Layouts<'a> {
     /// The allocator overhead of each unsharded step, which the pipeline's depth does not
     /// change: keyed as the cache without `pp`.
     overheads: HashMap<(u64, u64, u64, bool), u64>,
+    /// The model built for each tensor- and expert-parallel degree and micro-batch (`None`: the
+    /// build refuses them), which every pipeline depth cuts, and the floor of what its pieces
+    /// save: a layout over the GPU by that floor is passed over before its pieces are simulated.
+    built: HashMap<(u64, u64, u64), Option<Built>>,
+    /// Whether that floor is asked (always, but in the test that it changes no answer).
+    floor: bool,
+}
+
+/// A model built for a layout's degrees and micro-batch, and what its pieces surely save.
+struct Built {
+    label: String,
+    g: Graph,
+    floor: SavedFloor,
 }
 
 impl Layouts<'_> {
@@ -279,15 +306,42 @@ impl Layouts<'_> {
         let setup = p.setup();
         let layout = Layout::resolve(&setup, links).ok()?;
         let step = (shape.tp, shape.ep, b, m > 1);
-        let known = self.overheads.get(&step).copied();
-        let prep = self
-            .cache
-            .entry((shape.tp, shape.pp, shape.ep, b, m > 1))
-            .or_insert_with(|| prepare_reusing(&p, &layout, known).ok());
-        if let Some(prep) = prep.as_ref() {
-            self.overheads.entry(step).or_insert(prep.overhead);
+        let key = (shape.tp, shape.pp, shape.ep, b, m > 1);
+        if !self.cache.contains_key(&key) {
+            // A build that fails fails every layout of these degrees, as its prepare would.
+            let built = self
+                .built
+                .entry((shape.tp, shape.ep, b))
+                .or_insert_with(|| {
+                    layout_graph(&p, &layout).ok().map(|(label, g)| Built {
+                        floor: SavedFloor::of(&g),
+                        label,
+                        g,
+                    })
+                })
+                .as_ref();
+            let prep = match built {
+                Some(built) => {
+                    let chunks = layout.pp * layout.interleave;
+                    if self.floor
+                        && built
+                            .floor
+                            .pieces(chunks)
+                            .is_some_and(|f| floor_over(&setup, &layout, &f, self.gpu))
+                    {
+                        return None;
+                    }
+                    let known = self.overheads.get(&step).copied();
+                    prepare_built(&built.label, &setup, &layout, &built.g, known).ok()
+                }
+                None => None,
+            };
+            if let Some(prep) = prep.as_ref() {
+                self.overheads.entry(step).or_insert(prep.overhead);
+            }
+            self.cache.insert(key, prep);
         }
-        let prep = prep.as_ref()?;
+        let prep = self.cache.get(&key)?.as_ref()?;
         if surely_over(&setup, &layout, prep, self.gpu) {
             return None;
         }
@@ -407,5 +461,54 @@ mod layouts {
         assert!(found
             .iter()
             .all(|c| c.micro_batch * c.micro_batches * c.dp == 12));
+    }
+}
+
+#[cfg(test)]
+mod floor {
+    use super::*;
+
+    /// The floor that passes over layouts before their pieces are simulated changes no answer:
+    /// the same layouts, estimates and plans with it as without, while it prepares fewer.
+    /// Cases: a mixture of experts whose every expert on one GPU is far too large (the floor's
+    /// reason to be), and a dense decoder with a batch that only a deep pipeline holds.
+    #[test]
+    fn the_floor_changes_no_answer() {
+        let mut moe = Plan::new("custom");
+        moe.hf_config = Some(
+            serde_json::json!({"model_type": "qwen3_moe", "hidden_size": 64,
+            "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "vocab_size": 256, "head_dim": 16, "num_experts": 16,
+            "num_experts_per_tok": 4, "moe_intermediate_size": 256}),
+        );
+        moe.batch = 8;
+        moe.seq = Some(256);
+        moe.gpu = Some("custom:0.56".into());
+        let mut dense = Plan::new("gpt2");
+        dense.batch = 16;
+        dense.seq = Some(1024);
+        dense.gpu = Some("custom:6".into());
+        for plan in [moe, dense] {
+            let opts = SearchOptions {
+                max_gpus: 16,
+                top: 40,
+                offload: true,
+                ..Default::default()
+            };
+            let (with, prepared_with) = search_with(&plan, &opts, true).unwrap();
+            let (without, prepared_without) = search_with(&plan, &opts, false).unwrap();
+            assert!(!with.is_empty(), "{}", plan.model);
+            assert_eq!(
+                serde_json::to_string(&with).unwrap(),
+                serde_json::to_string(&without).unwrap(),
+                "{}",
+                plan.model
+            );
+            assert!(
+                prepared_with < prepared_without,
+                "{}: {prepared_with} of {prepared_without}",
+                plan.model
+            );
+        }
     }
 }

@@ -134,6 +134,37 @@ pub fn surely_over(plan: &Setup, layout: &Layout, prep: &Prepared, gpu: &Gpu) ->
     })
 }
 
+/// Whether `layout` surely does not fit `gpu`, told before its pieces are prepared, from
+/// [`super::SavedFloor::pieces`] (`floors`, one per chunk): what [`surely_over`] would tell at
+/// most. For each chunk `c` of a rank, [`surely_over`]'s floor is `max_unsharded(c) + extra +
+/// others + overhead + workspaces + context`, with `extra = (in flight - 1) × mean in_flight`
+/// over the rank's chunks; `max_unsharded(c)` and `in_flight(c)` are each at least
+/// `floors[c]` (see [`super::SavedFloor`]), and `others` and the allocator overhead at least 0.
+/// So a layout over here is over there too, and skipping it changes no answer. `false` under
+/// activation offload (the floor does not hold there).
+pub fn floor_over(plan: &Setup, layout: &Layout, floors: &[u64], gpu: &Gpu) -> bool {
+    if layout.offload.activations {
+        return false;
+    }
+    let overhead = DeviceOverhead::of(Some(gpu), &plan.stack);
+    let fixed = overhead.workspaces.0 + overhead.context.0;
+    let m = layout.micro_batches as u64;
+    let (pp, v) = (layout.pp, layout.interleave);
+    (0..pp).any(|i| {
+        let chunks: Vec<usize> = (0..v)
+            .map(|j| (i + j * pp) as usize)
+            .filter(|&c| c < floors.len())
+            .collect();
+        let mean = chunks.iter().map(|&c| floors[c]).sum::<u64>() / chunks.len().max(1) as u64;
+        let extra = pipeline::in_flight(i, pp, m, v)
+            .saturating_sub(1)
+            .saturating_mul(mean);
+        chunks
+            .iter()
+            .any(|&c| floors[c].saturating_add(extra).saturating_add(fixed) > gpu.memory.0)
+    })
+}
+
 /// Per-rank memory, communication and time of `layout` over prepared pieces.
 /// `baseline_peak`: the peak allocated of the same layout without offload, to report what
 /// offload saves (`None`: not computed, reported as 0).

@@ -41,8 +41,13 @@ pub mod traffic;
 pub mod zero;
 
 pub use comm::{CommItem, Traffic};
-pub use evaluate::{estimate_parallel_with, evaluate, single_gpu_step_seconds, surely_over};
+pub use evaluate::{
+    estimate_parallel_with, evaluate, floor_over, single_gpu_step_seconds, surely_over,
+};
 pub use layout::{Layout, Links, Scheme};
-pub use piece::{prepare, prepare_graph, prepare_reusing, Piece, Prepared};
+pub use piece::{
+    layout_graph, prepare, prepare_built, prepare_graph, prepare_reusing, Piece, Prepared,
+    SavedFloor,
+};
 pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport};
 pub use settings::{MixedPrecision, MpDtype, Offload, Parallel};

@@ -2,6 +2,7 @@
 //! chunks, each chunk simulated once ([`Piece`]); [`Prepared`] is what every layout with the
 //! same model-parallel degrees shares.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use super::layout::{bad, Layout};
@@ -162,6 +163,89 @@ fn tp_check(model: &ModelSpec, g: &Graph, tp: u64) -> Result<(), EstimateError> 
     )))
 }
 
+/// A floor under what each piece of a pipeline cut of a graph keeps saved for its backward,
+/// read off the whole graph without simulating it. A layout search builds one per
+/// model-parallel degree and micro-batch and asks it ([`super::evaluate::floor_over`]) before
+/// preparing a layout's pieces: simulating each piece is most of a search's time, and most
+/// layouts a search tries are far too large (a 128-expert model with every expert on each GPU).
+///
+/// Why it is a floor. The simulator's forward (`Replay::forward` in `estimator/simulate.rs`)
+/// allocates an activation storage at the first op that outputs it and frees it there only when
+/// no backward node holds it; the end of autocast frees only casts nothing holds. An activation
+/// storage saved by an op outside a checkpointed segment is held (`Tape::pin_saved`), so it is
+/// live, counted as `Activations`, from its birth to the end of the forward: at the last forward
+/// event, and once in `StepResult::saved_after_forward`. A pipeline piece
+/// ([`pipeline::slice_with`]) keeps whole blocks' ops with their saved tensors and segments, and
+/// a storage born inside it stays an activation; counting a storage only when its birth and its
+/// first such saver fall in one block puts it wholly in one piece of every cut. So a piece's
+/// floor is at most its [`Piece::max_unsharded`] (the last forward event less parameters,
+/// gradients and optimizer state) and its [`Piece::in_flight`] (the saved bytes plus inputs and
+/// outputs). Activation offload moves saved tensors to the host
+/// (`offload::offload_activations`): there the floor is not asked.
+pub struct SavedFloor {
+    /// Parameter elements first used in each block (what stages balance, as [`prepare`] cuts).
+    weights: Vec<u64>,
+    /// The floor of what each block keeps saved after the forward.
+    saved: Vec<u64>,
+}
+
+impl SavedFloor {
+    pub fn of(g: &Graph) -> SavedFloor {
+        let bl = pipeline::blocks(g);
+        let mut block_of = vec![0usize; g.ops.len()];
+        for (k, b) in bl.iter().enumerate() {
+            block_of[b.ops.clone()].fill(k);
+        }
+        let none = usize::MAX;
+        let mut born = vec![none; g.storages.len()];
+        let mut saver = vec![none; g.storages.len()];
+        for (i, op) in g.ops.iter().enumerate() {
+            for &t in &op.outputs {
+                let s = g.tensors[t].storage;
+                if born[s] == none {
+                    born[s] = i;
+                }
+            }
+            if op.segment.is_none() {
+                for &t in &op.saved {
+                    let s = g.tensors[t].storage;
+                    if saver[s] == none {
+                        saver[s] = i;
+                    }
+                }
+            }
+        }
+        let mut saved = vec![0u64; bl.len()];
+        for (s, st) in g.storages.iter().enumerate() {
+            if st.kind == StorageKind::Activation
+                && born[s] != none
+                && saver[s] != none
+                && block_of[born[s]] == block_of[saver[s]]
+            {
+                saved[block_of[saver[s]]] += st.bytes.allocator_block().0;
+            }
+        }
+        SavedFloor {
+            weights: bl.iter().map(|b| b.param_elems).collect(),
+            saved,
+        }
+    }
+
+    /// The floor of each of `chunks` pieces, cut as [`prepare`] cuts them (`None`: more chunks
+    /// than blocks, which [`prepare`] refuses).
+    pub fn pieces(&self, chunks: u64) -> Option<Vec<u64>> {
+        if chunks == 0 || chunks > self.weights.len() as u64 {
+            return None;
+        }
+        Some(
+            pipeline::partition(&self.weights, chunks as usize)
+                .into_iter()
+                .map(|r| self.saved[r].iter().sum())
+                .collect(),
+        )
+    }
+}
+
 /// Everything that depends only on the model and the model-parallel degrees (tp, pp, chunks),
 /// shared by layouts that differ in dp, ZeRO stage or links.
 pub struct Prepared {
@@ -191,6 +275,19 @@ pub fn prepare_reusing(
     layout: &Layout,
     overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
+    let g = layout_graph(model, plan, layout)?;
+    prepare_with(&model.label, plan, layout, Cow::Owned(g), overhead)
+}
+
+/// The whole model as [`prepare`] builds it for `layout` before cutting it: with the layout's
+/// tensor-parallel degree and compute precision, at the plan's micro-batch. It does not depend
+/// on the pipeline, the data-parallel degree, the ZeRO stage or offload, so a search builds it
+/// once for all of those ([`SavedFloor`], [`prepare_built`]).
+pub fn layout_graph(
+    model: &ModelSpec,
+    plan: &Setup,
+    layout: &Layout,
+) -> Result<Graph, EstimateError> {
     let mut bp = plan.clone();
     let mut par = bp.parallel.clone().unwrap_or_default();
     par.tp = layout.tp;
@@ -202,7 +299,20 @@ pub fn prepare_reusing(
     bp.dtype = layout.compute_precision(plan);
     let g = crate::estimator::estimate::build_graph(model, &bp)?;
     tp_check(model, &g, layout.tp)?;
-    prepare_with(&model.label, plan, layout, g, overhead)
+    Ok(g)
+}
+
+/// [`prepare_reusing`] for the graph [`layout_graph`] built for `layout` (or a layout that
+/// differs from it only in what that graph does not depend on), borrowed: a pipeline's pieces
+/// are slices of it, so only a one-chunk layout copies it.
+pub fn prepare_built(
+    label: &str,
+    plan: &Setup,
+    layout: &Layout,
+    g: &Graph,
+    overhead: Option<u64>,
+) -> Result<Prepared, EstimateError> {
+    prepare_with(label, plan, layout, Cow::Borrowed(g), overhead)
 }
 
 /// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
@@ -212,14 +322,14 @@ pub fn prepare_graph(
     layout: &Layout,
     g: Graph,
 ) -> Result<Prepared, EstimateError> {
-    prepare_with(label, plan, layout, g, None)
+    prepare_with(label, plan, layout, Cow::Owned(g), None)
 }
 
 fn prepare_with(
     label: &str,
     plan: &Setup,
     layout: &Layout,
-    g: Graph,
+    g: Cow<'_, Graph>,
     known_overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
@@ -262,7 +372,7 @@ fn prepare_with(
     let trace = known_overhead.is_none();
     let mut pieces: Vec<Piece> = if chunks == 1 {
         vec![Piece::new(
-            g,
+            g.into_owned(),
             &opts,
             layout.offload.activations,
             true,
