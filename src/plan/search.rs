@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use super::{layout_graph, resolve, Plan, PlanError};
+use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 use crate::estimator::parallel::{
@@ -230,7 +231,7 @@ struct Layouts<'a> {
     /// `StepOptions::accumulation`), so layouts of every world size share it: keyed by
     /// micro-batch count, a 70B search re-simulated the same stages for each world and took half
     /// a minute.
-    cache: HashMap<(u64, u64, u64, u64, bool), Option<Prepared>>,
+    cache: HashMap<Key, Option<Prepared>>,
     /// The allocator overhead of each unsharded step, which the pipeline's depth does not
     /// change: keyed as the cache without `pp`.
     overheads: HashMap<(u64, u64, u64, bool), u64>,
@@ -242,11 +243,31 @@ struct Layouts<'a> {
     floor: bool,
 }
 
-/// A model built for a layout's degrees and micro-batch, and what its pieces surely save.
+/// What a prepared layout is keyed by: tensor-, pipeline- and expert-parallel degrees,
+/// micro-batch and whether gradients accumulate.
+type Key = (u64, u64, u64, u64, bool);
+
+/// A model built for a layout's degrees and micro-batch (`g`: `None` once dropped), and what
+/// its pieces surely save.
 struct Built {
     label: String,
-    g: Graph,
+    g: Option<Graph>,
     floor: SavedFloor,
+}
+
+/// A layout's prepared pieces (`None`: it cannot be built or cut), or its floor over the GPU.
+enum Prepare {
+    Done(Option<Prepared>),
+    Over,
+}
+
+impl Prepare {
+    fn as_ref(&self) -> Option<&Prepared> {
+        match self {
+            Prepare::Done(p) => p.as_ref(),
+            Prepare::Over => None,
+        }
+    }
 }
 
 impl Layouts<'_> {
@@ -308,38 +329,14 @@ impl Layouts<'_> {
         let step = (shape.tp, shape.ep, b, m > 1);
         let key = (shape.tp, shape.pp, shape.ep, b, m > 1);
         if !self.cache.contains_key(&key) {
-            // A build that fails fails every layout of these degrees, as its prepare would.
-            let built = self
-                .built
-                .entry((shape.tp, shape.ep, b))
-                .or_insert_with(|| {
-                    layout_graph(&p, &layout).ok().map(|(label, g)| Built {
-                        floor: SavedFloor::of(&g),
-                        label,
-                        g,
-                    })
-                })
-                .as_ref();
-            let prep = match built {
-                Some(built) => {
-                    let chunks = layout.pp * layout.interleave;
-                    if self.floor
-                        && built
-                            .floor
-                            .pieces(chunks)
-                            .is_some_and(|f| floor_over(&setup, &layout, &f, self.gpu))
-                    {
-                        return None;
-                    }
-                    let known = self.overheads.get(&step).copied();
-                    prepare_built(&built.label, &setup, &layout, &built.g, known).ok()
-                }
-                None => None,
-            };
+            let prep = self.prepare(&p, &setup, &layout, key);
             if let Some(prep) = prep.as_ref() {
                 self.overheads.entry(step).or_insert(prep.overhead);
             }
-            self.cache.insert(key, prep);
+            match prep {
+                Prepare::Over => return None,
+                Prepare::Done(prep) => self.cache.insert(key, prep),
+            };
         }
         let prep = self.cache.get(&key)?.as_ref()?;
         if surely_over(&setup, &layout, prep, self.gpu) {
@@ -347,6 +344,44 @@ impl Layouts<'_> {
         }
         let e = evaluate(&setup, &layout, prep, Some(self.gpu), None);
         Some((e, p))
+    }
+
+    /// Prepares `layout` (of the plan `p`, cache key `key`) unless its floor is over the GPU.
+    /// The model is built once per tensor- and expert-parallel degree and micro-batch; a build
+    /// whose first layout is over is dropped (its floor kept) and built again if a later one
+    /// needs its pieces: a 128-expert model with every expert on one GPU is over at every
+    /// micro-batch, and holding each of those builds doubled the search's memory.
+    fn prepare(&mut self, p: &Plan, setup: &Setup, layout: &Layout, key: Key) -> Prepare {
+        let (tp, _, ep, b, more) = key;
+        let built = self.built.entry((tp, ep, b)).or_insert_with(|| {
+            layout_graph(p, layout).ok().map(|(label, g)| Built {
+                floor: SavedFloor::of(&g),
+                label,
+                g: Some(g),
+            })
+        });
+        // A build that fails fails every layout of these degrees, as its prepare would.
+        let Some(built) = built.as_mut() else {
+            return Prepare::Done(None);
+        };
+        let chunks = layout.pp * layout.interleave;
+        if self.floor
+            && built
+                .floor
+                .pieces(chunks)
+                .is_some_and(|f| floor_over(setup, layout, &f, self.gpu))
+        {
+            built.g = None;
+            return Prepare::Over;
+        }
+        if built.g.is_none() {
+            built.g = layout_graph(p, layout).ok().map(|(_, g)| g);
+        }
+        let Some(g) = built.g.as_ref() else {
+            return Prepare::Done(None);
+        };
+        let known = self.overheads.get(&(tp, ep, b, more)).copied();
+        Prepare::Done(prepare_built(&built.label, setup, layout, g, known).ok())
     }
 
     /// [`Layouts::at`] when the layout fits the GPU.

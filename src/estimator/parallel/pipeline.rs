@@ -79,16 +79,36 @@ pub fn op_params(g: &Graph) -> Vec<Vec<TensorId>> {
         .collect()
 }
 
-/// Splits the tape into blocks.
+/// Splits the tape into blocks. [`blocks_with`] without a list of each op's parameters: a
+/// search cuts a graph of tens of thousands of ops once per model-parallel degree, and a list
+/// per op was most of that.
 pub fn blocks(g: &Graph) -> Vec<Block> {
-    blocks_with(g, &op_params(g))
+    let mut cast_of: Vec<Option<TensorId>> = vec![None; g.tensors.len()];
+    for &(p, c) in &g.cast_cache {
+        cast_of[c] = Some(p);
+    }
+    let mut seen = vec![false; g.tensors.len()];
+    group_blocks(g, |i| {
+        let mut elems = 0u64;
+        for &t in &g.ops[i].inputs {
+            let p = if g.tensors[t].is_param {
+                Some(t)
+            } else {
+                cast_of[t]
+            };
+            if let Some(p) = p.filter(|&p| !seen[p]) {
+                seen[p] = true;
+                elems += g.tensors[p].numel();
+            }
+        }
+        elems
+    })
 }
 
 /// [`blocks`] given the graph's [`op_params`].
 pub fn blocks_with(g: &Graph, params: &[Vec<TensorId>]) -> Vec<Block> {
     let mut seen = vec![false; g.tensors.len()];
-    let mut out: Vec<Block> = Vec::new();
-    for (i, op) in g.ops.iter().enumerate() {
+    group_blocks(g, |i| {
         let mut elems = 0u64;
         for &p in &params[i] {
             if !seen[p] {
@@ -96,6 +116,16 @@ pub fn blocks_with(g: &Graph, params: &[Vec<TensorId>]) -> Vec<Block> {
                 elems += g.tensors[p].numel();
             }
         }
+        elems
+    })
+}
+
+/// The blocks of `g`, given the elements of the parameters each op uses first (`first_elems`,
+/// called once per op in order).
+fn group_blocks(g: &Graph, mut first_elems: impl FnMut(usize) -> u64) -> Vec<Block> {
+    let mut out: Vec<Block> = Vec::new();
+    for (i, op) in g.ops.iter().enumerate() {
+        let elems = first_elems(i);
         // An unnamed op joins the block before it.
         let (key, numbered) = block_key(&op.name);
         match out.last_mut() {
