@@ -171,22 +171,25 @@ fn tp_check(model: &ModelSpec, g: &Graph, tp: u64) -> Result<(), EstimateError> 
 ///
 /// Why it is a floor. The simulator's forward (`Replay::forward` in `estimator/simulate.rs`)
 /// allocates an activation storage at the first op that outputs it and frees it there only when
-/// no backward node holds it; the end of autocast frees only casts nothing holds. An activation
-/// storage saved by an op outside a checkpointed segment is held (`Tape::pin_saved`), so it is
-/// live, counted as `Activations`, from its birth to the end of the forward: at the last forward
-/// event, and once in `StepResult::saved_after_forward`. A pipeline piece
-/// ([`pipeline::slice_with`]) keeps whole blocks' ops with their saved tensors and segments, and
-/// a storage born inside it stays an activation; counting a storage only when its birth and its
-/// first such saver fall in one block puts it wholly in one piece of every cut. So a piece's
-/// floor is at most its [`Piece::max_unsharded`] (the last forward event less parameters,
+/// nothing holds it for backward; the end of autocast frees only casts nothing holds. Holders
+/// are the ops outside checkpointed segments that save it (`Tape::pin_saved`) and the segments
+/// that read it from before their first op (`Tape::pin_segment_inputs`: non-reentrant
+/// checkpointing keeps a segment's inputs). A held activation is live, counted as
+/// `Activations`, from its birth to the end of the forward: at the last forward event, and
+/// once in `StepResult::saved_after_forward`. A pipeline piece ([`pipeline::slice_with`]) is a
+/// run of whole blocks whose ops keep their saved tensors and segments, and a storage born
+/// inside it stays an activation; so a storage counts for a piece when its birth and one of
+/// its holders (the saving op, or the whole segment) lie in the piece. A piece's floor is
+/// therefore at most its [`Piece::max_unsharded`] (the last forward event less parameters,
 /// gradients and optimizer state) and its [`Piece::in_flight`] (the saved bytes plus inputs and
 /// outputs). Activation offload moves saved tensors to the host
 /// (`offload::offload_activations`): there the floor is not asked.
 pub struct SavedFloor {
     /// Parameter elements first used in each block (what stages balance, as [`prepare`] cuts).
     weights: Vec<u64>,
-    /// The floor of what each block keeps saved after the forward.
-    saved: Vec<u64>,
+    /// Held activation bytes by the block of their birth and the block of their earliest
+    /// holder's end (a piece holding both holds them).
+    held: Vec<(usize, usize, u64)>,
 }
 
 impl SavedFloor {
@@ -197,37 +200,54 @@ impl SavedFloor {
             block_of[b.ops.clone()].fill(k);
         }
         let none = usize::MAX;
+        let activation = |s: usize| g.storages[s].kind == StorageKind::Activation;
         let mut born = vec![none; g.storages.len()];
-        let mut saver = vec![none; g.storages.len()];
+        // The earliest op by which some holder of each storage has ended.
+        let mut held_by = vec![none; g.storages.len()];
+        let mut seg_first = vec![none; g.segments];
+        let mut seg_last = vec![0usize; g.segments];
         for (i, op) in g.ops.iter().enumerate() {
             for &t in &op.outputs {
                 let s = g.tensors[t].storage;
-                if born[s] == none {
+                if born[s] == none && activation(s) {
                     born[s] = i;
                 }
             }
-            if op.segment.is_none() {
-                for &t in &op.saved {
+            match op.segment {
+                None => {
+                    for &t in &op.saved {
+                        let s = g.tensors[t].storage;
+                        held_by[s] = held_by[s].min(i);
+                    }
+                }
+                Some(seg) => {
+                    seg_first[seg] = seg_first[seg].min(i);
+                    seg_last[seg] = seg_last[seg].max(i);
+                }
+            }
+        }
+        for seg in (0..g.segments).filter(|&k| seg_first[k] != none) {
+            let first = seg_first[seg];
+            for op in &g.ops[first..=seg_last[seg]] {
+                for &t in &op.inputs {
                     let s = g.tensors[t].storage;
-                    if saver[s] == none {
-                        saver[s] = i;
+                    if born[s] != none && born[s] < first {
+                        held_by[s] = held_by[s].min(seg_last[seg]);
                     }
                 }
             }
         }
-        let mut saved = vec![0u64; bl.len()];
+        let mut by_blocks: std::collections::BTreeMap<(usize, usize), u64> = Default::default();
         for (s, st) in g.storages.iter().enumerate() {
-            if st.kind == StorageKind::Activation
-                && born[s] != none
-                && saver[s] != none
-                && block_of[born[s]] == block_of[saver[s]]
-            {
-                saved[block_of[saver[s]]] += st.bytes.allocator_block().0;
+            if born[s] != none && held_by[s] != none {
+                let (lo, hi) = (born[s].min(held_by[s]), born[s].max(held_by[s]));
+                *by_blocks.entry((block_of[lo], block_of[hi])).or_default() +=
+                    st.bytes.allocator_block().0;
             }
         }
         SavedFloor {
             weights: bl.iter().map(|b| b.param_elems).collect(),
-            saved,
+            held: by_blocks.into_iter().map(|((a, b), n)| (a, b, n)).collect(),
         }
     }
 
@@ -237,12 +257,20 @@ impl SavedFloor {
         if chunks == 0 || chunks > self.weights.len() as u64 {
             return None;
         }
-        Some(
-            pipeline::partition(&self.weights, chunks as usize)
-                .into_iter()
-                .map(|r| self.saved[r].iter().sum())
-                .collect(),
-        )
+        let mut piece_of = vec![0usize; self.weights.len()];
+        for (k, r) in pipeline::partition(&self.weights, chunks as usize)
+            .into_iter()
+            .enumerate()
+        {
+            piece_of[r].fill(k);
+        }
+        let mut out = vec![0u64; chunks as usize];
+        for &(lo, hi, n) in &self.held {
+            if piece_of[lo] == piece_of[hi] {
+                out[piece_of[lo]] += n;
+            }
+        }
+        Some(out)
     }
 }
 
