@@ -2,8 +2,11 @@
 //! step. The training job is held fixed: the plan's global batch (`batch` × its micro-batches)
 //! is split over the data-parallel replicas and then into micro-batches, the fewest that fit (the
 //! largest micro-batch keeps the GPU busiest), at least `pp` of them under pipeline parallelism.
-//! Every layout is estimated in full ([`super::evaluate`]); the graph and the stage simulations
-//! are shared by layouts with the same model-parallel degrees and micro-batch.
+//! Every layout that may fit is estimated in full ([`super::evaluate`]); the graph and the stage
+//! simulations are shared by layouts with the same model-parallel degrees and micro-batch. A
+//! layout whose saved activations alone overflow the GPU ([`SavedFloor`], [`floor_over`]) is
+//! passed over before its pieces are simulated, and one whose simulated pieces surely overflow
+//! it ([`surely_over`]) before its timelines are walked: neither changes an answer.
 
 use std::collections::HashMap;
 
