@@ -261,11 +261,14 @@ pub fn sparse_block(
             router_logits: logits,
         });
     }
+    let tp_moe = tp_shard(g, moe, hv)?;
+    let moe = &tp_moe;
     // Qwen2-MoE runs its shared expert first.
     let first = g.ops.len();
     let shared = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::Qwen2, Some(si)) => {
-            Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?)
+            let y = g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?;
+            Some(tp_all_reduce(g, y))
         }
         _ => None,
     };
@@ -283,6 +286,7 @@ pub fn sparse_block(
     let out = g.scoped("experts", |g| {
         experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)
     })?;
+    let out = tp_all_reduce(g, out);
     g.tag_moe(first, MoePart::Experts, &DISPATCH_KINDS);
     let first = g.ops.len();
     let out = match shared {
@@ -321,6 +325,50 @@ pub fn sparse_block(
         out,
         router_logits: logits,
     })
+}
+
+/// One tensor-parallel rank's block under transformers' tensor-parallel plan for the mixtures
+/// (`Qwen3MoeConfig.base_model_tp_plan` in `models/qwen3_moe/configuration_qwen3_moe.py`,
+/// transformers commit 008e574; Mixtral's and Qwen2-MoE's alike): the router (`mlp.gate`, not in
+/// the plan) replicated, every rank routing all its tokens; each routed expert's `gate_up_proj`
+/// split by columns (`packed_colwise`: matching gate and up halves) and its `down_proj` by rows
+/// (`rowwise`), so a rank runs every expert it holds at `moe_intermediate_size / tp` and
+/// the experts' summed output is all-reduced (`moe_tp_experts`); the shared expert is a
+/// column/row-parallel MLP with its own all-reduce (`shared_expert.{gate,up}_proj`: `colwise`,
+/// `down_proj`: `rowwise`), its scalar gate replicated. This is Megatron-Core's expert tensor
+/// parallelism with `expert_tensor_parallel_size = tp` (`megatron/core/transformer/moe/experts.py`,
+/// `TEGroupedMLP`: `linear_fc1` / `linear_fc2` over the `expt_tp` group) without sequence
+/// parallelism, which Megatron-Core refuses in training for performance only
+/// (`moe_layer.py`, `MoELayer.forward`) and transformers runs. With expert parallelism each
+/// rank's all-to-all exchanges the tokens it holds with the ranks of the same tensor-parallel
+/// index. Records the all-reduce of the block input's gradient (the column-parallel layers'
+/// `f`) and returns the block's per-rank widths (the full ones on one GPU).
+fn tp_shard(g: &mut Graph, moe: &Moe, x: TensorId) -> Result<Moe, EstimateError> {
+    let t = g.tp_size();
+    if t == 1 {
+        return Ok(moe.clone());
+    }
+    let mut local = moe.clone();
+    local.expert_intermediate = g.tp_local(moe.expert_intermediate, "expert intermediate size")?;
+    if let Some(si) = moe.shared_intermediate {
+        local.shared_intermediate = Some(g.tp_local(si, "shared expert intermediate size")?);
+    }
+    if g.t(x).requires_grad && !g.tp.f_inputs.contains(&x) {
+        g.tp.f_inputs.push(x);
+        let b = g.bytes(x).0;
+        g.tp_comm(true, Collective::AllReduce, b);
+    }
+    Ok(local)
+}
+
+/// The all-reduce (in place, identity in backward) of a tensor-parallel partial sum: the routed
+/// experts' combined output, the shared expert's `down_proj` output.
+fn tp_all_reduce(g: &mut Graph, y: TensorId) -> TensorId {
+    if g.tp_size() > 1 {
+        let b = g.bytes(y).0;
+        g.tp_comm(false, Collective::AllReduce, b);
+    }
+    y
 }
 
 /// `topk` of `[T, ·]` scores: values (with a gradient when the scores have one) and int64

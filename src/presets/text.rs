@@ -91,7 +91,11 @@ pub struct TextConfig {
 pub struct Variant {
     pub qk_norm: QkNorm,
     /// Phi-3 (`models/phi3/modeling_phi3.py`): one `qkv_proj` whose output is sliced into the
-    /// query, key and value, and one `gate_up_proj` chunked into gate and up.
+    /// query, key and value, and one `gate_up_proj` chunked into gate and up. Under tensor
+    /// parallelism both are column-parallel with each rank holding its own heads' (its own
+    /// columns') rows of every part, as Megatron-Core's fused `linear_qkv` and gated `linear_fc1`
+    /// ([`check_variant_tp`]); transformers' own plan (`Phi3Config.base_model_tp_plan`,
+    /// `colwise_gather_output`) instead gathers their outputs, which is not modelled.
     pub fused: bool,
     /// OLMo 2 (`models/olmo2/modeling_olmo2.py`): no norm before attention and MLP;
     /// `post_attention_layernorm` and `post_feedforward_layernorm` normalise their outputs
@@ -142,6 +146,8 @@ pub enum QkNorm {
     /// weight over each head.
     PerHead,
     /// OLMo 2 (`Olmo2Attention`: `q_norm(q_proj(x))`): a weight over the whole projection.
+    /// Under tensor parallelism the projections' outputs are gathered and the norms and the
+    /// attention run over every head on every rank (transformers' `Olmo2Config.base_model_tp_plan`).
     Full,
 }
 
@@ -605,9 +611,8 @@ pub fn check_lora(
     }
 }
 
-/// Refuses the settings a variant's layer is not modelled under: tensor parallelism where the
-/// layer has a fused projection, a norm over the whole projection or experts (their sharding is
-/// not the column/row split of the plain layer), LoRA on what peft cannot wrap in a mixture of
+/// Refuses the settings a variant's layer is not modelled under: the tensor-parallel layouts of
+/// [`check_variant_tp`], LoRA on what peft cannot wrap in a mixture of
 /// experts ([`check_moe_lora`]), and weight formats other than the checkpoints' own on experts
 /// (bitsandbytes swaps `nn.Linear`s, and the experts are one batched parameter; FP8 converts
 /// every linear and `FP8Expert` the bias-free experts; MXFP4 exists for
@@ -627,21 +632,8 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
             "FP8 experts (`FP8Expert`) carry no biases, and gpt-oss's do: serve gpt-oss in mxfp4 or its model dtype".into(),
         ));
     }
-    let what = if v.moe.is_some() {
-        "mixture-of-experts layers"
-    } else if v.fused {
-        "fused qkv and gate-up projections"
-    } else if v.qk_norm == QkNorm::Full {
-        "query/key norms over the whole projection"
-    } else {
-        return Ok(());
-    };
-    if ctx.tp > 1 {
-        return Err(EstimateError::Unsupported(format!(
-            "tensor parallelism is not modelled for {} ({what}): use tp = 1 with data parallelism or ZeRO",
-            cfg.model_type
-        )));
-    }
+    check_variant_tp(cfg, ctx)?;
+    let what = "mixture-of-experts layers";
     let own_format = matches!(quant, Quantization::Fp8 | Quantization::Mxfp4)
         && ctx.tune.sparsity == Sparsity::None;
     if v.moe.is_some() {
@@ -659,6 +651,83 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
         )));
     }
     Ok(())
+}
+
+/// Refuses the tensor-parallel layouts a variant's layer is not modelled under, with the reason.
+///
+/// * Fused projections (Phi-3): the fused `qkv_proj` is sharded as Megatron-Core's fused
+///   column-parallel `linear_qkv` (`megatron/core/transformer/attention.py`, `SelfAttention`:
+///   each rank holds `num_query_groups / tp` groups' query, key and value rows), so the degree
+///   must divide the key/value heads (Megatron replicates a key/value head past that, which a
+///   single fused weight cannot express); the fused `gate_up_proj` as the gated `linear_fc1`
+///   (`megatron/core/transformer/mlp.py`, `apply_swiglu_sharded_factory`: each rank holds
+///   matching gate and up rows), so the degree must divide the intermediate size.
+/// * Mixtures of experts: gpt-oss's biased, interleaved experts and DeepSeek-V3's latent
+///   attention are not sharded; nor is a mixture under sequence parallelism (Megatron-Core's
+///   token dispatchers then gather the sequence shards over the tensor-parallel group before
+///   routing, `megatron/core/transformer/moe/token_dispatcher.py`, which is not modelled).
+fn check_variant_tp(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
+    let (v, t) = (&cfg.variant, ctx.tp);
+    if t <= 1 {
+        return Ok(());
+    }
+    let model = &cfg.model_type;
+    if v.fused {
+        if !cfg.kv_heads.is_multiple_of(t) {
+            return Err(EstimateError::BadLayout(format!(
+                "tensor parallelism tp = {t} does not divide the {} key/value heads of {model}'s fused qkv_proj (each rank holds its heads' query, key and value rows): use tp among {}",
+                cfg.kv_heads,
+                divisors_of(cfg.kv_heads)
+            )));
+        }
+        if !cfg.intermediate.is_multiple_of(t) {
+            return Err(EstimateError::BadLayout(format!(
+                "tensor parallelism tp = {t} does not divide the intermediate size {} of {model}'s fused gate_up_proj (each rank holds matching gate and up rows): use tp among {}",
+                cfg.intermediate,
+                divisors_of(cfg.intermediate)
+            )));
+        }
+    }
+    let Some(moe) = &v.moe else {
+        return Ok(());
+    };
+    if v.mla.is_some() {
+        return Err(EstimateError::Unsupported(format!(
+            "tensor parallelism is not modelled for {model}'s multi-head latent attention: use tp = 1 with expert parallelism (ep), data parallelism or ZeRO"
+        )));
+    }
+    if moe.kind == MoeKind::GptOss {
+        return Err(EstimateError::Unsupported(format!(
+            "tensor parallelism is not modelled for {model}'s experts (biased, with gate and up interleaved): use tp = 1 with expert parallelism (ep), data parallelism or ZeRO"
+        )));
+    }
+    if ctx.sequence_parallel {
+        return Err(EstimateError::Unsupported(format!(
+            "sequence parallelism is not modelled for {model}'s mixture-of-experts layers (the token dispatcher would gather the sequence shards over the tensor-parallel group before routing): turn sequence_parallel off, or use tp = 1 with expert parallelism (ep)"
+        )));
+    }
+    let check = |dim: u64, what: &str| {
+        if dim.is_multiple_of(t) {
+            return Ok(());
+        }
+        Err(EstimateError::BadLayout(format!(
+            "tensor parallelism tp = {t} does not divide {model}'s {what} ({dim}): each expert's gate and up are split by columns and its down by rows over the tp ranks; use tp among {}",
+            divisors_of(dim)
+        )))
+    };
+    check(moe.expert_intermediate, "expert intermediate size")?;
+    if let Some(si) = moe.shared_intermediate {
+        check(si, "shared expert intermediate size")?;
+    }
+    Ok(())
+}
+
+fn divisors_of(n: u64) -> String {
+    (1..=n)
+        .filter(|d| n.is_multiple_of(*d))
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Refuses the LoRA targets peft cannot wrap in a mixture of experts. In transformers 5.24 the
@@ -1493,6 +1562,18 @@ impl LlamaLayer<'_> {
             };
             return self.finish_layer(g, h, o, index, hold, router_logits);
         }
+        // OLMo 2's q/k norms over the whole projection under tensor parallelism (below).
+        let replicated = var.qk_norm == QkNorm::Full && g.tp_size() > 1;
+        // One rank's key/value rows: its `kv_heads / t` heads, or the one head it shares with
+        // other ranks when the degree exceeds them (Megatron-Core's `SelfAttention`,
+        // `num_query_groups < world_size`: each rank produces one key/value head); the
+        // column-parallel layers take the width summed over ranks. OLMo 2's gathered
+        // projections split plain columns.
+        let kv_out = if replicated {
+            nkv * d
+        } else {
+            self.heads.1 * d * g.tp_size()
+        };
         let (o, weights) = g.scoped("self_attn", |g| {
             let (q, k, v) = if var.fused {
                 let qkv = g.block_linear(
@@ -1505,13 +1586,16 @@ impl LlamaLayer<'_> {
                     tune,
                     self.cpu,
                 )?;
-                let s = g.shape(a);
+                // One rank's rows are its heads' queries, keys and values ([`check_variant`]
+                // makes the degree divide the key/value heads), so the slices are its own.
+                let s = g.shape(qkv);
+                let (nhl, nkvl) = self.heads;
                 let parts = g.split(
                     qkv,
                     vec![
-                        vec![s[0], s[1], nh * d],
-                        vec![s[0], s[1], nkv * d],
-                        vec![s[0], s[1], nkv * d],
+                        vec![s[0], s[1], nhl * d],
+                        vec![s[0], s[1], nkvl * d],
+                        vec![s[0], s[1], nkvl * d],
                     ],
                 )?;
                 (parts[0], parts[1], parts[2])
@@ -1530,7 +1614,7 @@ impl LlamaLayer<'_> {
                     "k_proj",
                     a,
                     h_dim,
-                    nkv * d,
+                    kv_out,
                     cfg.qkv_bias,
                     Target::K,
                     tune,
@@ -1540,7 +1624,7 @@ impl LlamaLayer<'_> {
                     "v_proj",
                     a,
                     h_dim,
-                    nkv * d,
+                    kv_out,
                     cfg.qkv_bias,
                     Target::V,
                     tune,
@@ -1548,6 +1632,22 @@ impl LlamaLayer<'_> {
                 )?;
                 (q, k, v)
             };
+            // OLMo 2's norms span the whole projection: transformers' plan
+            // (`Olmo2Config.base_model_tp_plan`, `models/olmo2/configuration_olmo2.py`,
+            // transformers commit 008e574) gathers the column-parallel q, k and v outputs
+            // (`colwise_gather_output`, "we need to replicate here due to the added norm on q
+            // and k"): every rank norms and attends over all heads, and `o_proj` takes its
+            // columns of the replicated output (`rowwise_split_input`).
+            let (q, k, v) = if replicated {
+                (
+                    g.tp_gather_output(q)?,
+                    g.tp_gather_output(k)?,
+                    g.tp_gather_output(v)?,
+                )
+            } else {
+                (q, k, v)
+            };
+            let heads = if replicated { (nh, nkv) } else { self.heads };
             let (q, k) = match var.qk_norm {
                 QkNorm::None => (q, k),
                 QkNorm::Full => (self.norm(g, "q_norm", q)?, self.norm(g, "k_norm", k)?),
@@ -1563,9 +1663,9 @@ impl LlamaLayer<'_> {
                     )
                 }
             };
-            let q = heads_view(g, q, self.heads.0, d)?;
-            let k = heads_view(g, k, self.heads.1, d)?;
-            let v = heads_view(g, v, self.heads.1, d)?;
+            let q = heads_view(g, q, heads.0, d)?;
+            let k = heads_view(g, k, heads.1, d)?;
+            let v = heads_view(g, v, heads.1, d)?;
             let sinks = if var.sinks {
                 Some(g.scoped("sinks", |g| g.param(vec![self.heads.0]))?)
             } else {
@@ -1603,7 +1703,7 @@ impl LlamaLayer<'_> {
                         v,
                         mask,
                         sinks,
-                        nh / nkv,
+                        heads.0 / heads.1,
                         cfg.attn_dropout,
                         self.cpu,
                     )?
@@ -1628,7 +1728,7 @@ impl LlamaLayer<'_> {
                         v_all,
                         mask,
                         sinks,
-                        nh / nkv,
+                        heads.0 / heads.1,
                         0.0,
                         false,
                     )?;
@@ -1639,7 +1739,10 @@ impl LlamaLayer<'_> {
                     // With a mask present, `sdpa_attention_forward` cannot use `enable_gqa` and
                     // repeats k/v (`use_gqa_in_sdpa`); eager always repeats.
                     let (k, v) = if mask.is_some() {
-                        (g.repeat_kv(k, nh / nkv)?, g.repeat_kv(v, nh / nkv)?)
+                        (
+                            g.repeat_kv(k, heads.0 / heads.1)?,
+                            g.repeat_kv(v, heads.0 / heads.1)?,
+                        )
                     } else {
                         (k, v)
                     };
@@ -1684,8 +1787,8 @@ impl LlamaLayer<'_> {
                         // cache's `torch.cat`, or `repeat_kv`'s `reshape`), so `torch.matmul`
                         // folds `[B, H]` as views; the rotated query keeps the projection's
                         // `[B, S, H, D]` strides, which fold only for one sequence or one token.
-                        let k_all = g.repeat_kv(k_all, nh / nkv)?;
-                        let v_all = g.repeat_kv(v_all, nh / nkv)?;
+                        let k_all = g.repeat_kv(k_all, heads.0 / heads.1)?;
+                        let v_all = g.repeat_kv(v_all, heads.0 / heads.1)?;
                         let qs = g.shape(q);
                         let copies = MatmulCopies {
                             q: qs[0] > 1 && qs[2] > 1,
@@ -1712,6 +1815,7 @@ impl LlamaLayer<'_> {
                     }
                 }
             };
+            let o = if replicated { g.tp_split_input(o)? } else { o };
             let o = g.block_linear(
                 "o_proj",
                 o,
@@ -1781,8 +1885,14 @@ impl LlamaLayer<'_> {
                     tune,
                     self.cpu,
                 )?;
-                let s = g.shape(m);
-                let half = vec![s[0], s[1], cfg.intermediate];
+                // Each rank holds matching gate and up rows, so its output chunks into its
+                // own gate and up halves.
+                let s = g.shape(gu);
+                let half = vec![
+                    s[0],
+                    s[1],
+                    g.tp_local(cfg.intermediate, "intermediate size")?,
+                ];
                 let parts = g.split(gu, vec![half.clone(), half])?;
                 let gt = activation(g, parts[0], cfg.act, self.cpu)?;
                 // `up_states * self.activation_fn(gate)`

@@ -57,7 +57,8 @@ impl Graph {
         self.tp.sequence_parallel && self.tp_size() > 1
     }
 
-    fn tp_comm(&mut self, backward: bool, collective: Collective, bytes: u64) {
+    /// Records a tensor-parallel collective of `bytes` per rank, belonging to the last op.
+    pub(crate) fn tp_comm(&mut self, backward: bool, collective: Collective, bytes: u64) {
         let op = self.ops.len().saturating_sub(1);
         self.tp.comm.push(CommRecord {
             group: CommGroup::Tp,
@@ -154,6 +155,49 @@ impl Graph {
         let b = self.bytes(x).0;
         self.tp_comm(false, Collective::ReduceScatter, b);
         self.tp_comm(true, Collective::AllGather, b);
+        Ok(y)
+    }
+
+    /// Gathers a column-parallel output `[.., n/t]` into the whole `[.., n]` on every rank
+    /// (transformers' `colwise_gather_output`, Megatron's `gather_output=True`: an all-gather
+    /// along the last dimension); the backward keeps the rank's own columns of the gradient, a
+    /// new shard-sized tensor, without communication (`_GatherFromModelParallelRegion.backward`
+    /// is `_split_along_last_dim` in `megatron/core/tensor_parallel/mappings.py`).
+    pub fn tp_gather_output(&mut self, x: TensorId) -> R {
+        if self.tp_size() == 1 {
+            return Ok(x);
+        }
+        let mut shape = self.shape(x);
+        if let Some(last) = shape.last_mut() {
+            *last *= self.tp_size();
+        }
+        let rg = self.t(x).requires_grad;
+        let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
+        self.record_simple("tp_gather_output", vec![x], vec![y], vec![], 0.0);
+        let b = self.bytes(y).0;
+        self.tp_comm(false, Collective::AllGather, b);
+        Ok(y)
+    }
+
+    /// Keeps a rank's `[.., n/t]` columns of a replicated `[.., n]` input of a row-parallel
+    /// linear (transformers' `rowwise_split_input`, Megatron's `input_is_parallel=False`:
+    /// `scatter_to_tensor_model_parallel_region`), a new contiguous tensor; the backward
+    /// all-gathers the gradient back to the whole width.
+    pub fn tp_split_input(&mut self, x: TensorId) -> R {
+        if self.tp_size() == 1 {
+            return Ok(x);
+        }
+        let mut shape = self.shape(x);
+        if let Some(last) = shape.last_mut() {
+            *last = self.tp_local(*last, "input width of a row-parallel linear")?;
+        }
+        let rg = self.t(x).requires_grad;
+        let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
+        self.record_simple("tp_split_input", vec![x], vec![y], vec![], 0.0);
+        if rg {
+            let b = self.bytes(x).0;
+            self.tp_comm(true, Collective::AllGather, b);
+        }
         Ok(y)
     }
 
