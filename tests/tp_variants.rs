@@ -1,8 +1,9 @@
 //! Tensor parallelism for the LLaMA-family variants whose layers are not the plain column/row
 //! split: Phi-3's fused projections (Megatron-Core's fused `linear_qkv` and gated `linear_fc1`),
 //! OLMo 2's query/key norms over the whole projection (transformers' `colwise_gather_output`),
-//! and the mixtures of experts (each expert split over tp, the router replicated, the experts'
-//! output all-reduced), alone and with expert parallelism; what stays refused and why.
+//! the mixtures of experts (each expert split over tp, the router replicated, the experts'
+//! output all-reduced), alone and with expert parallelism, and DeepSeek-V3's latent attention
+//! (Megatron-Core's `MLASelfAttention`); what stays refused and why.
 
 mod common;
 
@@ -261,6 +262,69 @@ fn the_all_to_alls_carry_the_tokens_a_rank_holds() {
         assert_eq!(c.calls, 2 * L);
     }
     assert_eq!(tp_calls(&e, Collective::AllReduce, false, BSH), 2 * L + 1);
+}
+
+fn small_deepseek() -> serde_json::Value {
+    json!({
+        "model_type": "deepseek_v3", "hidden_size": H, "intermediate_size": 128,
+        "moe_intermediate_size": 32, "num_hidden_layers": L, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "q_lora_rank": 24, "kv_lora_rank": 16, "qk_nope_head_dim": 16,
+        "qk_rope_head_dim": 8, "v_head_dim": 12, "n_routed_experts": 8, "n_shared_experts": 1,
+        "num_experts_per_tok": 2, "n_group": 4, "topk_group": 2, "first_k_dense_replace": 1,
+        "vocab_size": V, "tie_word_embeddings": false
+    })
+}
+
+/// DeepSeek-V3 at tp = 2 as Megatron-Core shards it: the latent down projections (`q_a_proj`,
+/// `kv_a_proj_with_mqa`) and their norms replicated, the up projections (`q_b_proj`, `kv_b_proj`)
+/// column-parallel by heads, `o_proj` row-parallel; the dense first layer, the routed experts
+/// and the shared expert split over tp. Every byte of the rank's weights, exactly; the
+/// attention's input gradient is all-reduced at the latents (`[B, S, q_lora_rank]`,
+/// `[B, S, kv_lora_rank]`), not at the hidden states.
+#[test]
+fn deepseek_latent_attention_splits_its_up_projections_by_heads() {
+    let (qr, r, qk, vd, i, mi) = (24, 16, 16 + 8, 12, 128, 32);
+    let attn = |t: u64| {
+        w(qr * H)
+            + w(qr)
+            + w(4 * qk / t * qr)
+            + w((r + 8) * H)
+            + w(r)
+            + w(4 * (16 + vd) / t * r)
+            + w(H * 4 * vd / t)
+            + 2 * w(H)
+    };
+    let dense = |t: u64| 3 * w(i * H / t);
+    let sparse = |t: u64| w(8 * H) + w(8 * 2 * mi / t * H) + w(8 * H * mi / t) + 3 * w(mi * H / t);
+    for t in [1, 2] {
+        let e = run(small_deepseek(), 1, t, 1);
+        let total = 2 * attn(t) + dense(t) + sparse(t) + outside_layers(t);
+        assert_eq!(e.per_gpu.params_bytes, total, "tp = {t}");
+    }
+    let e = run(small_deepseek(), 1, 2, 1);
+    // o_proj per layer, the dense down_proj, the routed experts and the shared expert, the
+    // embedding.
+    assert_eq!(
+        tp_calls(&e, Collective::AllReduce, false, BSH),
+        2 + 1 + 2 + 1
+    );
+    // The MLP inputs (dense and sparse) and the LM head's.
+    assert_eq!(tp_calls(&e, Collective::AllReduce, true, BSH), 3);
+    assert_eq!(
+        tp_calls(&e, Collective::AllReduce, true, B * S * qr * F32),
+        L
+    );
+    assert_eq!(
+        tp_calls(&e, Collective::AllReduce, true, B * S * r * F32),
+        L
+    );
+    // With expert parallelism too: 4 experts a rank, each split over tp.
+    let e = run(small_deepseek(), 2, 2, 2);
+    let sparse_ep = w(8 * H) + w(4 * 2 * mi / 2 * H) + w(4 * H * mi / 2) + 3 * w(mi * H / 2);
+    assert_eq!(
+        e.per_gpu.params_bytes,
+        2 * attn(2) + dense(2) + sparse_ep + outside_layers(2)
+    );
 }
 
 #[test]

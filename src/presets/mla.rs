@@ -21,7 +21,7 @@ use crate::estimator::config::AttnImpl;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{GradFlow, Graph, StorageKind, TensorId};
 use crate::estimator::ops::EagerOpts;
-use crate::estimator::tune::{Target, TuneCtx};
+use crate::estimator::tune::{Sparsity, Target, TuneCtx};
 
 use super::gpt_oss::rotate_halves;
 
@@ -143,20 +143,23 @@ pub(crate) fn attention(
     let cpu = match kv {
         MlaKv::Masked { cpu, .. } | MlaKv::Cached { cpu, .. } => cpu,
     };
+    // One tensor-parallel rank's heads (the caller checked that the degree divides them).
+    let nhl = nh / g.tp_size();
     // Every projection is an `nn.Linear` (`DeepseekV3Attention.__init__`), which peft wraps
     // when a target names it.
     let q = match mla.q_lora_rank {
         Some(qr) => {
-            let qa = g.block_linear("q_a_proj", x, hd, qr, mla.bias, Target::QA, tune, cpu)?;
+            let qa = down_proj(g, "q_a_proj", x, hd, qr, mla.bias, Target::QA, tune, cpu)?;
             let qa = g.rms_norm("q_a_layernorm", qa)?;
             g.block_linear("q_b_proj", qa, qr, nh * qk, false, Target::QB, tune, cpu)?
         }
         None => g.block_linear("q_proj", x, hd, nh * qk, false, Target::Q, tune, cpu)?,
     };
     // `view(B, S, -1, qk).transpose(1, 2)` and `split([nope, rope])`: views.
-    let q = g.view(q, vec![b, nh, sq, qk])?;
-    let qp = g.split(q, vec![vec![b, nh, sq, nope], vec![b, nh, sq, rope]])?;
-    let ckv = g.block_linear(
+    let q = g.view(q, vec![b, nhl, sq, qk])?;
+    let qp = g.split(q, vec![vec![b, nhl, sq, nope], vec![b, nhl, sq, rope]])?;
+    let ckv = down_proj(
+        g,
         "kv_a_proj_with_mqa",
         x,
         hd,
@@ -253,6 +256,36 @@ pub(crate) fn attention(
     Ok(o)
 }
 
+/// A down projection of the latent attention (`q_a_proj`, `kv_a_proj_with_mqa`): under tensor
+/// parallelism replicated on every rank, as Megatron-Core builds `linear_q_down_proj` and
+/// `linear_kv_down_proj` (`parallel_mode='duplicated'` in `MLASelfAttention.__init__`,
+/// `megatron/core/transformer/multi_latent_attention.py`), so the up projections
+/// (`q_b_proj`, `kv_b_proj`, column-parallel by heads) all-reduce their inputs' gradients (the
+/// latents'), and `o_proj` is row-parallel; [`Graph::block_linear`] on one GPU.
+#[allow(clippy::too_many_arguments)]
+fn down_proj(
+    g: &mut Graph,
+    leaf: &str,
+    x: TensorId,
+    fin: u64,
+    fout: u64,
+    bias: bool,
+    target: Target,
+    tune: &TuneCtx,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
+    if g.tp_size() == 1 {
+        return g.block_linear(leaf, x, fin, fout, bias, target, tune, cpu);
+    }
+    let dense = tune.quant.keeps_linears_dense() && tune.sparsity == Sparsity::None;
+    if !dense || tune.lora.as_ref().is_some_and(|l| l.wraps(target)) {
+        return Err(EstimateError::Unsupported(
+            "LoRA adapters and quantized weights are not modelled with tensor parallelism: use tp = 1".into(),
+        ));
+    }
+    g.linear(leaf, x, fin, fout, bias)
+}
+
 /// `expand_kv`: `kv_b_proj(latent)` (`[B, 1, T, heads·(nope + v)]`) viewed per head and split
 /// into the key part and the values (views), the rotary key expanded to every head (a view,
 /// its gradient summed back), and the keys assembled in `new_empty` by two `copy_` into its slices. Backward of those
@@ -269,6 +302,7 @@ fn expand_kv(
 ) -> Result<(TensorId, TensorId), EstimateError> {
     let s = g.shape(latent);
     let (b, t) = (s[0], s[2]);
+    let nhl = nh / g.tp_size();
     let (nope, rope, vd, r) = (
         mla.qk_nope_head_dim,
         mla.qk_rope_head_dim,
@@ -285,11 +319,11 @@ fn expand_kv(
         tune,
         cpu,
     )?;
-    let kv = g.view(kv, vec![b, nh, t, nope + vd])?;
-    let parts = g.split(kv, vec![vec![b, nh, t, nope], vec![b, nh, t, vd]])?;
+    let kv = g.view(kv, vec![b, nhl, t, nope + vd])?;
+    let parts = g.split(kv, vec![vec![b, nhl, t, nope], vec![b, nhl, t, vd]])?;
     let rg = g.requires_grad(&[parts[0], k_rot]);
     let key = g.alloc(
-        vec![b, nh, t, nope + rope],
+        vec![b, nhl, t, nope + rope],
         g.dtype(parts[0]),
         StorageKind::Activation,
         rg,

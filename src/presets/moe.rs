@@ -316,6 +316,7 @@ pub fn sparse_block(
         (MoeKind::DeepseekV3 { .. }, Some(si)) => {
             let first = g.ops.len();
             let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu, tune))?;
+            let y = tp_all_reduce(g, y);
             g.tag_moe(first, MoePart::Shared, &[]);
             g.add(out, y, false)?
         }

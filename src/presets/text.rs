@@ -662,8 +662,8 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
 ///   single fused weight cannot express); the fused `gate_up_proj` as the gated `linear_fc1`
 ///   (`megatron/core/transformer/mlp.py`, `apply_swiglu_sharded_factory`: each rank holds
 ///   matching gate and up rows), so the degree must divide the intermediate size.
-/// * Mixtures of experts: gpt-oss's biased, interleaved experts and DeepSeek-V3's latent
-///   attention are not sharded; nor is a mixture under sequence parallelism (Megatron-Core's
+/// * Mixtures of experts: gpt-oss's biased, interleaved experts are not sharded; nor is a
+///   mixture under sequence parallelism (Megatron-Core's
 ///   token dispatchers then gather the sequence shards over the tensor-parallel group before
 ///   routing, `megatron/core/transformer/moe/token_dispatcher.py`, which is not modelled).
 fn check_variant_tp(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
@@ -691,11 +691,6 @@ fn check_variant_tp(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErro
     let Some(moe) = &v.moe else {
         return Ok(());
     };
-    if v.mla.is_some() {
-        return Err(EstimateError::Unsupported(format!(
-            "tensor parallelism is not modelled for {model}'s multi-head latent attention: use tp = 1 with expert parallelism (ep), data parallelism or ZeRO"
-        )));
-    }
     if moe.kind == MoeKind::GptOss {
         return Err(EstimateError::Unsupported(format!(
             "tensor parallelism is not modelled for {model}'s experts (biased, with gate and up interleaved): use tp = 1 with expert parallelism (ep), data parallelism or ZeRO"
