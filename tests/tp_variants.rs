@@ -264,6 +264,68 @@ fn the_all_to_alls_carry_the_tokens_a_rank_holds() {
     assert_eq!(tp_calls(&e, Collective::AllReduce, false, BSH), 2 * L + 1);
 }
 
+fn sp(dp: u64, tp: u64) -> Parallel {
+    Parallel {
+        sequence_parallel: true,
+        ..layout(dp, tp, 1)
+    }
+}
+
+/// Calls per step of the tensor-parallel collective `c` of `bytes` in forward.
+fn fwd(e: &ParallelEstimate, c: Collective, bytes: u64) -> u64 {
+    tp_calls(e, c, false, bytes)
+}
+
+/// Under sequence parallelism the block is Megatron-Core's all-gather dispatcher: the rank routes
+/// its `T/t` tokens, gathers every rank's tokens (`[B, S, H]`) with their routing weights
+/// (`[T, k]` fp32) and choices (`[T, k]` int64), runs its expert shards on all `T`, and
+/// reduce-scatters the output back; no all-reduce is left. Per layer: one gather and one
+/// reduce-scatter for the attention, one each for the experts, and Qwen2-MoE's shared expert
+/// one more of each through its own column/row-parallel layers.
+#[test]
+fn under_sequence_parallelism_the_tokens_are_gathered_before_the_experts() {
+    let e = estimate_parallel(&plan(qwen3_moe(), sp(1, 2))).unwrap();
+    let tk = B * S * TOP_K;
+    assert_eq!(
+        fwd(&e, Collective::AllGather, BSH),
+        2 * L + 1,
+        "+ the LM head's"
+    );
+    assert_eq!(
+        fwd(&e, Collective::ReduceScatter, BSH),
+        2 * L + 1,
+        "+ the embedding's"
+    );
+    assert_eq!(fwd(&e, Collective::AllGather, tk * F32), L);
+    assert_eq!(fwd(&e, Collective::AllGather, tk * 8), L);
+    assert_eq!(fwd(&e, Collective::AllReduce, BSH), 0);
+    // The choices carry no gradient: only the tokens' and the weights' gathers reduce-scatter
+    // back.
+    assert_eq!(tp_calls(&e, Collective::ReduceScatter, true, tk * F32), L);
+    assert_eq!(tp_calls(&e, Collective::ReduceScatter, true, tk * 8), 0);
+    // The same weights as without sequence parallelism, fewer activations (the norms,
+    // residuals and router inputs are sequence shards; the experts' are not).
+    let plain = run(qwen3_moe(), 1, 2, 1);
+    assert_eq!(e.per_gpu.params_bytes, plain.per_gpu.params_bytes);
+    let acts = |par: Parallel| {
+        let mut p = plan(qwen3_moe(), par);
+        // A step whose peak is in backward, not in Adam's update.
+        p.opt = OptimizerKind::Sgd;
+        p.batch = 32;
+        estimate_parallel(&p).unwrap().per_gpu.activations_bytes
+    };
+    let (with, without) = (acts(sp(1, 2)), acts(layout(1, 2, 1)));
+    assert!(with < without, "{with} vs {without}");
+    let qwen2 = small(
+        "qwen2_moe",
+        json!({"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+               "shared_expert_intermediate_size": 48}),
+    );
+    let e = estimate_parallel(&plan(qwen2, sp(1, 2))).unwrap();
+    assert_eq!(fwd(&e, Collective::AllGather, BSH), 3 * L + 1);
+    assert_eq!(fwd(&e, Collective::ReduceScatter, BSH), 3 * L + 1);
+}
+
 fn small_deepseek() -> serde_json::Value {
     json!({
         "model_type": "deepseek_v3", "hidden_size": H, "intermediate_size": 128,
@@ -333,10 +395,17 @@ fn mixtures_refuse_what_is_not_split() {
     assert!(e.contains("expert intermediate size (514)"), "{e}");
     let e = refusal(common::small_qwen3_moe(512), layout(2, 2, 3));
     assert!(e.contains("ep"), "{e}");
-    let mut sp = layout(1, 2, 1);
+    let mut sp = layout(2, 2, 2);
     sp.sequence_parallel = true;
     let e = refusal(qwen3_moe(), sp);
-    assert!(e.contains("sequence parallelism is not modelled"), "{e}");
+    assert!(
+        e.contains("sequence parallelism with expert parallelism is not modelled"),
+        "{e}"
+    );
+    let mut sp = layout(1, 2, 1);
+    sp.sequence_parallel = true;
+    let e = refusal(small_deepseek(), sp);
+    assert!(e.contains("latent attention"), "{e}");
     let gpt_oss = json!({"model_type": "gpt_oss", "hidden_size": 64, "intermediate_size": 64,
         "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
         "head_dim": 16, "vocab_size": 256, "num_local_experts": 4, "num_experts_per_tok": 2,

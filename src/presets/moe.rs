@@ -168,6 +168,26 @@ fn gated_mlp(
     g.weight_linear("down_proj", y, inter, hidden, false, tune)
 }
 
+/// [`gated_mlp`] under tensor parallelism on `x` (`[B, S, H]`, a sequence shard under sequence
+/// parallelism): `gate_proj` and `up_proj` column-parallel, `down_proj` row-parallel, as
+/// transformers' plans (`shared_expert.{gate,up}_proj`: `colwise`, `down_proj`: `rowwise`) and
+/// Megatron-Core's `SharedExpertMLP` (an `MLP`: `linear_fc1` column-parallel, `linear_fc2`
+/// row-parallel) split a shared expert; `inter` is the whole width.
+fn tp_gated_mlp(
+    g: &mut Graph,
+    x: TensorId,
+    hidden: u64,
+    inter: u64,
+    act: Activation,
+    cpu: bool,
+) -> Result<TensorId, EstimateError> {
+    let gt = g.column_parallel_linear("gate_proj", x, hidden, inter, false)?;
+    let gt = activation(g, gt, act, cpu)?;
+    let up = g.column_parallel_linear("up_proj", x, hidden, inter, false)?;
+    let y = g.mul_bc(gt, up)?;
+    g.row_parallel_linear("down_proj", y, inter, hidden, false)
+}
+
 /// `tensor[index]` along the first dimension (advanced indexing, `aten::index`): a new tensor of
 /// the selected rows; saves the indices, and its backward scatters into a zero tensor of the
 /// source's size (`index_backward`: `new_zeros(self.sizes()).index_put_`).
@@ -261,14 +281,18 @@ pub fn sparse_block(
             router_logits: logits,
         });
     }
-    let tp_moe = tp_shard(g, moe, hv)?;
+    let tp_moe = tp_shard(g, moe, x)?;
     let moe = &tp_moe;
+    let (tp, sp) = (g.tp_size() > 1, g.sp());
     // Qwen2-MoE runs its shared expert first.
     let first = g.ops.len();
     let shared = match (moe.kind, moe.shared_intermediate) {
+        (MoeKind::Qwen2, Some(si)) if tp => {
+            let y = g.scoped("shared_expert", |g| tp_gated_mlp(g, x, h, si, act, cpu))?;
+            Some(g.view(y, vec![t, h])?)
+        }
         (MoeKind::Qwen2, Some(si)) => {
-            let y = g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?;
-            Some(tp_all_reduce(g, y))
+            Some(g.scoped("shared_expert", |g| gated_mlp(g, hv, h, si, act, cpu, tune))?)
         }
         _ => None,
     };
@@ -284,9 +308,26 @@ pub fn sparse_block(
     g.tag_moe(first, MoePart::Router, &[]);
     let first = g.ops.len();
     let out = g.scoped("experts", |g| {
-        experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)
+        // Under sequence parallelism the rank routes its own tokens, then gathers every rank's
+        // tokens with their routing (Megatron-Core's `MoEAllGatherTokenDispatcher.token_dispatch`)
+        // and runs its expert shards on all of them.
+        let (hv, rw, sel) = if sp {
+            let xg = g.sp_all_gather(x)?;
+            let hv = g.view(xg, vec![t * g.tp_size(), h])?;
+            (hv, g.sp_all_gather_rows(rw)?, g.sp_all_gather_rows(sel)?)
+        } else {
+            (hv, rw, sel)
+        };
+        let out = experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)?;
+        if sp {
+            // `token_combine`: the partial sums reduce-scattered back to the rank's tokens.
+            let out = g.view(out, vec![b, seq * g.tp_size(), h])?;
+            let out = g.sp_reduce_scatter(out)?;
+            g.view(out, vec![t, h])
+        } else {
+            Ok(tp_all_reduce(g, out))
+        }
     })?;
-    let out = tp_all_reduce(g, out);
     g.tag_moe(first, MoePart::Experts, &DISPATCH_KINDS);
     let first = g.ops.len();
     let out = match shared {
@@ -315,8 +356,11 @@ pub fn sparse_block(
     let out = match (moe.kind, moe.shared_intermediate) {
         (MoeKind::DeepseekV3 { .. }, Some(si)) => {
             let first = g.ops.len();
-            let y = g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu, tune))?;
-            let y = tp_all_reduce(g, y);
+            let y = if tp {
+                g.scoped("shared_experts", |g| tp_gated_mlp(g, x, h, si, act, cpu))?
+            } else {
+                g.scoped("shared_experts", |g| gated_mlp(g, x, h, si, act, cpu, tune))?
+            };
             g.tag_moe(first, MoePart::Shared, &[]);
             g.add(out, y, false)?
         }
@@ -338,12 +382,20 @@ pub fn sparse_block(
 /// column/row-parallel MLP with its own all-reduce (`shared_expert.{gate,up}_proj`: `colwise`,
 /// `down_proj`: `rowwise`), its scalar gate replicated. This is Megatron-Core's expert tensor
 /// parallelism with `expert_tensor_parallel_size = tp` (`megatron/core/transformer/moe/experts.py`,
-/// `TEGroupedMLP`: `linear_fc1` / `linear_fc2` over the `expt_tp` group) without sequence
-/// parallelism, which Megatron-Core refuses in training for performance only
-/// (`moe_layer.py`, `MoELayer.forward`) and transformers runs. With expert parallelism each
-/// rank's all-to-all exchanges the tokens it holds with the ranks of the same tensor-parallel
-/// index. Records the all-reduce of the block input's gradient (the column-parallel layers'
-/// `f`) and returns the block's per-rank widths (the full ones on one GPU).
+/// `TEGroupedMLP`: `linear_fc1` / `linear_fc2` over the `expt_tp` group). Without sequence
+/// parallelism (which Megatron-Core refuses in training for performance only, `moe_layer.py`,
+/// `MoELayer.forward`, and transformers runs) every rank holds all the tokens, and with expert
+/// parallelism its all-to-all exchanges them with the ranks of the same tensor-parallel index.
+/// With sequence parallelism (expert parallelism 1) the block is Megatron-Core's
+/// `MoEAllGatherTokenDispatcher` (`megatron/core/transformer/moe/token_dispatcher.py`): the
+/// router runs on the rank's sequence shard, the tokens and their routing are all-gathered over
+/// the tensor-parallel group (`token_dispatch`), the expert shards run on all of them, and the
+/// partial outputs are reduce-scattered back (`token_combine`); the shared expert gathers and
+/// reduce-scatters through its own column/row-parallel layers (`SharedExpertMLP`). What is
+/// gathered are this builder's routing tensors (weights and int64 choices `[T, k]`), where
+/// Megatron-Core gathers its `[T, E]` probabilities and boolean routing map. Without sequence
+/// parallelism records the all-reduce of the block input's gradient (the column-parallel
+/// layers' `f`); returns the block with one rank's expert width (the whole on one GPU).
 fn tp_shard(g: &mut Graph, moe: &Moe, x: TensorId) -> Result<Moe, EstimateError> {
     let t = g.tp_size();
     if t == 1 {
@@ -352,9 +404,9 @@ fn tp_shard(g: &mut Graph, moe: &Moe, x: TensorId) -> Result<Moe, EstimateError>
     let mut local = moe.clone();
     local.expert_intermediate = g.tp_local(moe.expert_intermediate, "expert intermediate size")?;
     if let Some(si) = moe.shared_intermediate {
-        local.shared_intermediate = Some(g.tp_local(si, "shared expert intermediate size")?);
+        g.tp_local(si, "shared expert intermediate size")?;
     }
-    if g.t(x).requires_grad && !g.tp.f_inputs.contains(&x) {
+    if !g.sp() && g.t(x).requires_grad && !g.tp.f_inputs.contains(&x) {
         g.tp.f_inputs.push(x);
         let b = g.bytes(x).0;
         g.tp_comm(true, Collective::AllReduce, b);
@@ -362,8 +414,8 @@ fn tp_shard(g: &mut Graph, moe: &Moe, x: TensorId) -> Result<Moe, EstimateError>
     Ok(local)
 }
 
-/// The all-reduce (in place, identity in backward) of a tensor-parallel partial sum: the routed
-/// experts' combined output, the shared expert's `down_proj` output.
+/// The all-reduce (in place, identity in backward) of the routed experts' combined partial
+/// sums (`moe_tp_experts`).
 fn tp_all_reduce(g: &mut Graph, y: TensorId) -> TensorId {
     if g.tp_size() > 1 {
         let b = g.bytes(y).0;

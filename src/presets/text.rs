@@ -662,10 +662,12 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
 ///   single fused weight cannot express); the fused `gate_up_proj` as the gated `linear_fc1`
 ///   (`megatron/core/transformer/mlp.py`, `apply_swiglu_sharded_factory`: each rank holds
 ///   matching gate and up rows), so the degree must divide the intermediate size.
-/// * Mixtures of experts: gpt-oss's biased, interleaved experts are not sharded; nor is a
-///   mixture under sequence parallelism (Megatron-Core's
-///   token dispatchers then gather the sequence shards over the tensor-parallel group before
-///   routing, `megatron/core/transformer/moe/token_dispatcher.py`, which is not modelled).
+/// * Mixtures of experts: gpt-oss's biased, interleaved experts are not sharded. Under sequence
+///   parallelism the block is Megatron-Core's all-gather dispatcher ([`moe::sparse_block`]); not
+///   modelled with expert parallelism (the all-to-all dispatcher then gathers each expert's
+///   received tokens over the tensor-parallel group,
+///   `megatron/core/transformer/moe/token_dispatcher.py`) nor with DeepSeek-V3's latent
+///   attention (Megatron-Core gathers its latents and shared rotary key).
 fn check_variant_tp(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
     let (v, t) = (&cfg.variant, ctx.tp);
     if t <= 1 {
@@ -696,9 +698,14 @@ fn check_variant_tp(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErro
             "tensor parallelism is not modelled for {model}'s experts (biased, with gate and up interleaved): use tp = 1 with expert parallelism (ep), data parallelism or ZeRO"
         )));
     }
-    if ctx.sequence_parallel {
+    if ctx.sequence_parallel && v.mla.is_some() {
         return Err(EstimateError::Unsupported(format!(
-            "sequence parallelism is not modelled for {model}'s mixture-of-experts layers (the token dispatcher would gather the sequence shards over the tensor-parallel group before routing): turn sequence_parallel off, or use tp = 1 with expert parallelism (ep)"
+            "sequence parallelism is not modelled for {model}'s multi-head latent attention (its latents and shared rotary key would be gathered over the tensor-parallel group): turn sequence_parallel off"
+        )));
+    }
+    if ctx.sequence_parallel && ctx.ep > 1 {
+        return Err(EstimateError::Unsupported(format!(
+            "sequence parallelism with expert parallelism is not modelled for {model} (Megatron-Core's all-to-all dispatcher would gather each expert's received tokens over the tensor-parallel group): turn sequence_parallel off, or use ep = 1"
         )));
     }
     let check = |dim: u64, what: &str| {

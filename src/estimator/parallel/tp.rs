@@ -53,7 +53,8 @@ impl Graph {
         self.tp.size.max(1)
     }
 
-    fn sp(&self) -> bool {
+    /// Whether sequence parallelism shards the non-tensor-parallel regions.
+    pub fn sp(&self) -> bool {
         self.tp.sequence_parallel && self.tp_size() > 1
     }
 
@@ -127,12 +128,30 @@ impl Graph {
     /// backward reduce-scatters its gradient into a new shard-sized tensor.
     pub fn sp_all_gather(&mut self, x: TensorId) -> R {
         let shape = self.gathered_shape(x);
+        self.all_gather_to(x, shape, true)
+    }
+
+    /// [`Graph::sp_all_gather`] along the first dimension: a token-major `[T/t, ·]` tensor
+    /// (a mixture's routing weights and choices) gathered to `[T, ·]`.
+    pub fn sp_all_gather_rows(&mut self, x: TensorId) -> R {
+        let mut shape = self.shape(x);
+        if let Some(rows) = shape.first_mut() {
+            *rows *= self.tp_size();
+        }
+        let rg = self.t(x).requires_grad;
+        self.all_gather_to(x, shape, rg)
+    }
+
+    /// The gather of `x` into `shape`; `backward`: record the gradient's reduce-scatter.
+    fn all_gather_to(&mut self, x: TensorId, shape: Vec<u64>, backward: bool) -> R {
         let rg = self.t(x).requires_grad;
         let y = self.alloc(shape, self.dtype(x), StorageKind::Activation, rg)?;
         self.record_simple("sp_all_gather", vec![x], vec![y], vec![], 0.0);
         let b = self.bytes(y).0;
         self.tp_comm(false, Collective::AllGather, b);
-        self.tp_comm(true, Collective::ReduceScatter, b);
+        if backward {
+            self.tp_comm(true, Collective::ReduceScatter, b);
+        }
         Ok(y)
     }
 
