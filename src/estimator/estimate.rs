@@ -323,7 +323,7 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
     // Only the builders that model torchtune's own model attach its initialisation.
     if setup.recipe == config::Recipe::Torchtune && g.init.is_none() {
         return Err(EstimateError::Unsupported(
-            "\"recipe\": \"torchtune\" is torchtune 0.1's LoRA/QLoRA fine-tuning of the plain LLaMA decoders".into(),
+            "\"recipe\": \"torchtune\" is its LoRA/QLoRA of plain LLaMA decoders".into(),
         ));
     }
     if setup.images.is_some() && g.image_tokens == 0 {

@@ -428,16 +428,6 @@ impl Graph {
             op.bwd_scratch = Bytes::ZERO;
             op.bwd_reductions.clear();
         }
-        if self.softmax_saves_input
-            && !op.grads.is_empty()
-            && matches!(op.kind, "softmax" | "log_softmax")
-        {
-            if let Some(&x) = op.inputs.first() {
-                if !op.saved.contains(&x) {
-                    op.saved.push(x);
-                }
-            }
-        }
         op.segment = self.current_segment;
         self.ops.push(op);
     }

@@ -165,7 +165,13 @@ impl Graph {
     pub fn softmax(&mut self, x: TensorId) -> R {
         let xc = self.fp32(x)?;
         let y = self.out_like(self.shape(xc), self.dtype(xc), &[xc])?;
-        self.record_unary("softmax", xc, y, vec![y], 5.0 * self.numel(x) as f64);
+        // Before PyTorch 1.11 the input was saved too (`Graph::softmax_saves_input`).
+        let saved = if self.softmax_saves_input {
+            vec![y, xc]
+        } else {
+            vec![y]
+        };
+        self.record_unary("softmax", xc, y, saved, 5.0 * self.numel(x) as f64);
         Ok(y)
     }
 
@@ -183,6 +189,9 @@ impl Graph {
         op.inputs = vec![x];
         op.outputs = vec![y];
         op.saved = vec![y];
+        if self.softmax_saves_input {
+            op.saved.push(x);
+        }
         let xdt = self.dtype(x);
         if xdt != out_dtype && !(xdt == DType::F16 && out_dtype == DType::F32) {
             op.fwd_scratch = self.bytes(y);

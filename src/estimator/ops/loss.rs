@@ -26,6 +26,9 @@ impl Graph {
         op.inputs = vec![x];
         op.outputs = vec![ls];
         op.saved = vec![ls];
+        if self.softmax_saves_input {
+            op.saved.push(x);
+        }
         op.grads = self.grads_alloc(&[x]);
         self.record(op);
         let lsc = self.fp32(ls)?;
