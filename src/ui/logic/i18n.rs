@@ -219,7 +219,7 @@ messages! {
     HubFetching => "Fetching the config.json…", "正在获取 config.json…";
     HubUnavailable => "The Hub cannot be reached (offline?): paste the config.json below.", "无法连接 Hub（是否离线？）：请在下方粘贴 config.json。";
     PasteConfig => "Or paste its config.json", "或粘贴其 config.json";
-    PasteHint => "A Hugging Face config.json of a GPT-2, BERT, LLaMA, Mistral or Qwen2 model.", "GPT-2、BERT、LLaMA、Mistral 或 Qwen2 模型的 Hugging Face config.json。";
+    PasteHint => "A model's config.json from Hugging Face.", "Hugging Face 上模型的 config.json。";
     UseConfig => "Use this config", "使用此配置";
     CustomConfig => "Custom config.json", "自定义 config.json";
     ConfigNotJson => "This is not a JSON object.", "这不是一个 JSON 对象。";
@@ -307,7 +307,7 @@ messages! {
     ModelCodeLoading => "Fetching this model family's code (once)…", "正在获取该模型系列的代码（仅一次）…";
     ModelCodeUnavailable => "This model's code could not be fetched: check the connection and pick it again.", "无法获取该模型的代码：请检查网络连接后重新选择。";
     PanelsLoading => "Loading this section…", "正在加载此部分…";
-    ChunkUnavailable => "This section could not be loaded (it is fetched the first time it opens): check the connection, then close and reopen it.", "无法加载此部分（首次打开时才下载）：请检查网络连接，然后关闭并重新打开。";
+    ChunkUnavailable => "This section could not be fetched: check the connection, then close and reopen it.", "无法下载此部分：请检查网络连接，然后关闭并重新打开。";
     // The mode panel.
     ModeHeading => "Mode", "模式";
     ModeWhat => "What the GPU does", "GPU 的任务";
