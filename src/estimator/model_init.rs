@@ -160,8 +160,16 @@ impl TorchtuneLlama {
         self.quantize && self.adapted(p)
     }
 
+    /// A projection's `lora_a` and `lora_b` (`[r, in]`, `[out, r]`, bf16), made or cloned in
+    /// that order, when it carries adapters.
+    fn adapters(&self, t: &mut AllocTrace, p: Proj) -> Option<(Handle, Handle)> {
+        let (fin, fout) = self.shape(p);
+        self.adapted(p)
+            .then(|| (t.alloc(2 * self.rank * fin), t.alloc(2 * fout * self.rank)))
+    }
+
     /// `LoRALinear(...)` or `nn.Linear(...)` built on the device: the bf16 weight (quantized and
-    /// dropped under `quantize_base`), then `lora_a` and `lora_b` (`[r, in]`, `[out, r]`).
+    /// dropped under `quantize_base`), then the adapters.
     fn new_linear(&self, t: &mut AllocTrace, p: Proj, dev: Option<ReduceDevice>) -> Linear {
         let (fin, fout) = self.shape(p);
         let n = fin * fout;
@@ -173,10 +181,10 @@ impl TorchtuneLlama {
         } else {
             Weight::Dense(w)
         };
-        let lora = self
-            .adapted(p)
-            .then(|| (t.alloc(2 * self.rank * fin), t.alloc(2 * fout * self.rank)));
-        Linear { weight, lora }
+        Linear {
+            weight,
+            lora: self.adapters(t, p),
+        }
     }
 
     /// `copy.deepcopy` of a projection: a bf16 tensor is cloned; an `NF4Tensor` is dequantized and
@@ -194,10 +202,10 @@ impl TorchtuneLlama {
         } else {
             Weight::Dense(t.alloc(2 * n))
         };
-        let lora = self
-            .adapted(p)
-            .then(|| (t.alloc(2 * self.rank * fin), t.alloc(2 * fout * self.rank)));
-        Linear { weight, lora }
+        Linear {
+            weight,
+            lora: self.adapters(t, p),
+        }
     }
 
     /// `RotaryPositionalEmbeddings._rope_init` (`modules/position_embeddings.py`): `theta` from
