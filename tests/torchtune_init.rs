@@ -196,6 +196,10 @@ fn torchtune_refuses_what_it_does_not_run() {
             "torchtune",
         ),
         (q.replace("\"nf4\"", "\"int8\""), "int8"),
+        (
+            q.replace("\"seq\": 512", "\"seq\": 8192"),
+            "max_seq_len = 4096",
+        ),
     ] {
         let err = vram_planner::plan::estimate(&plan(&json))
             .err()

@@ -1071,7 +1071,11 @@ pub fn build_from_config(cfg: &Value, ctx: &BuildCtx) -> Result<Graph, EstimateE
         return generate::llama_step(&tc, ctx);
     }
     let mut g = text::build(&tc, ctx)?;
-    torchtune::attach(&mut g, &tc, ctx)?;
+    if ctx.tune.recipe == crate::estimator::tune::Recipe::Torchtune {
+        // `LlamaConfig`'s default; torchtune's builders pass the checkpoint's own.
+        let positions = uint(cfg, &["max_position_embeddings"], Some(2048), MAX_DIM)?;
+        torchtune::attach(&mut g, &tc, positions, ctx)?;
+    }
     Ok(g)
 }
 

@@ -12,15 +12,20 @@ use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, Precision};
 use crate::estimator::model_init::{ModelInit, Proj, TorchtuneLlama};
-use crate::estimator::tune::{Quantization, Recipe, Target};
+use crate::estimator::tune::{Quantization, Target};
 use crate::estimator::units::DType;
 
 fn refuse(why: impl std::fmt::Display) -> EstimateError {
     EstimateError::Unsupported(format!("\"recipe\": \"torchtune\" {why}"))
 }
 
-/// The torchtune model of `cfg` under `ctx`, or why the recipe cannot run it.
-pub fn model(cfg: &TextConfig, ctx: &BuildCtx) -> Result<TorchtuneLlama, EstimateError> {
+/// The torchtune model of `cfg` (whose `config.json` gives `positions` as
+/// `max_position_embeddings`) under `ctx`, or why the recipe cannot run it.
+pub fn model(
+    cfg: &TextConfig,
+    positions: u64,
+    ctx: &BuildCtx,
+) -> Result<TorchtuneLlama, EstimateError> {
     let plain = cfg.arch == Arch::Llama
         && cfg.variant == Variant::default()
         && cfg.act == Activation::Silu
@@ -70,7 +75,15 @@ pub fn model(cfg: &TextConfig, ctx: &BuildCtx) -> Result<TorchtuneLlama, Estimat
             "adapts the MLP as a whole (apply_lora_to_mlp): target gate, up and down together or none of them",
         ));
     }
-    let max_seq_len = cfg.max_positions.unwrap_or(ctx.seq).max(ctx.seq);
+    // `RotaryPositionalEmbeddings` caches `max_seq_len` rows (the builders pass the model's
+    // `max_position_embeddings`) and slices the cache by the sequence: a longer one fails.
+    let max_seq_len = positions;
+    if ctx.seq > max_seq_len {
+        return Err(refuse(format!(
+            "builds its rotary cache for max_seq_len = {max_seq_len} positions; a sequence of {} does not fit it",
+            ctx.seq
+        )));
+    }
     Ok(TorchtuneLlama {
         layers: cfg.layers,
         dim: cfg.hidden,
@@ -88,11 +101,13 @@ pub fn model(cfg: &TextConfig, ctx: &BuildCtx) -> Result<TorchtuneLlama, Estimat
 
 /// Attaches torchtune's initialisation to a built LLaMA graph, with the rotary buffers each of
 /// its attention modules keeps (`theta` `[d/2]` and `cache` `[max_seq_len, d/2, 2]`, fp32).
-pub fn attach(g: &mut Graph, cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateError> {
-    if ctx.tune.recipe != Recipe::Torchtune {
-        return Ok(());
-    }
-    let m = model(cfg, ctx)?;
+pub fn attach(
+    g: &mut Graph,
+    cfg: &TextConfig,
+    positions: u64,
+    ctx: &BuildCtx,
+) -> Result<(), EstimateError> {
+    let m = model(cfg, positions, ctx)?;
     let half = m.head_dim / 2;
     for _ in 0..m.layers {
         g.buffer(vec![half], DType::F32)?;
