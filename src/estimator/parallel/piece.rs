@@ -237,17 +237,31 @@ impl SavedFloor {
                 }
             }
         }
-        let mut by_blocks: std::collections::BTreeMap<(usize, usize), u64> = Default::default();
+        // Storages come mostly in the order of their blocks: runs of one block pair are summed
+        // as they come, then the runs sorted and merged (a map entry per storage was a fifth of
+        // this floor on a 128-expert model).
+        let mut held: Vec<(usize, usize, u64)> = Vec::new();
         for (s, st) in g.storages.iter().enumerate() {
             if born[s] != none && held_by[s] != none {
                 let (lo, hi) = (born[s].min(held_by[s]), born[s].max(held_by[s]));
-                *by_blocks.entry((block_of[lo], block_of[hi])).or_default() +=
-                    st.bytes.allocator_block().0;
+                let (a, b, n) = (block_of[lo], block_of[hi], st.bytes.allocator_block().0);
+                match held.last_mut() {
+                    Some(last) if (last.0, last.1) == (a, b) => last.2 += n,
+                    _ => held.push((a, b, n)),
+                }
             }
         }
+        held.sort_unstable();
+        held.dedup_by(|next, kept| {
+            let same = (next.0, next.1) == (kept.0, kept.1);
+            if same {
+                kept.2 += next.2;
+            }
+            same
+        });
         SavedFloor {
             weights: bl.iter().map(|b| b.param_elems).collect(),
-            held: by_blocks.into_iter().map(|((a, b), n)| (a, b, n)).collect(),
+            held,
         }
     }
 

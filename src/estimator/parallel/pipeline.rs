@@ -126,10 +126,22 @@ fn group_blocks(g: &Graph, mut first_elems: impl FnMut(usize) -> u64) -> Vec<Blo
     let mut out: Vec<Block> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {
         let elems = first_elems(i);
-        // An unnamed op joins the block before it.
+        // An unnamed op joins the block before it, and so does an op inside the numbered block
+        // before it: a numbered block's name ends at the first index component of its ops' names,
+        // so a name that extends it by a component has that same first index and key
+        // ([`block_key`] on each of the tens of thousands of ops of a mixture of experts was a
+        // twentieth of a layout search).
+        if let Some(b) = out
+            .last_mut()
+            .filter(|b| op.name.is_empty() || extends(b, &op.name))
+        {
+            b.ops.end = i + 1;
+            b.param_elems += elems;
+            continue;
+        }
         let (key, numbered) = block_key(&op.name);
         match out.last_mut() {
-            Some(b) if op.name.is_empty() || b.name == key => {
+            Some(b) if b.name == key => {
                 b.ops.end = i + 1;
                 b.param_elems += elems;
             }
@@ -142,6 +154,15 @@ fn group_blocks(g: &Graph, mut first_elems: impl FnMut(usize) -> u64) -> Vec<Blo
         }
     }
     out
+}
+
+/// Whether `name` is the numbered block `b`'s name or extends it by whole components, and so
+/// has `b`'s key.
+fn extends(b: &Block, name: &str) -> bool {
+    b.numbered
+        && name
+            .strip_prefix(b.name.as_str())
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
 /// Splits `weights` into `k` contiguous non-empty runs minimising the largest sum (the classic
@@ -475,6 +496,56 @@ pub fn in_flight(i: u64, p: u64, m: u64, v: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Grouping ops into blocks with the shortcut for ops inside the numbered block before them
+    /// gives the blocks [`block_key`] gives for every op.
+    #[test]
+    fn blocks_are_those_of_every_op_key() {
+        let names = [
+            "embed",
+            "model.layers.0",
+            "model.layers.0.mlp",
+            "",
+            "model.layers.0.mlp.experts.3.up",
+            "model.layers.01.x",
+            "model.layers.1",
+            "model.layers.10.attn",
+            "model.layers.1.attn",
+            "model.layers.1x",
+            "conv1",
+            "conv1.0",
+            "layer1.0.conv1",
+            "layer1.0",
+            "layer1.01",
+            "encoder.layers.encoder_layer_3.mlp",
+            "encoder.layers.encoder_layer_3",
+            "encoder.layers.encoder_layer_30",
+            "fc",
+            "fc.weight",
+            "loss",
+        ];
+        let mut keyed: Vec<(String, bool)> = Vec::new();
+        for name in names {
+            let (k, n) = block_key(name);
+            match keyed.last() {
+                Some((last, _)) if name.is_empty() || last == k => {}
+                _ => keyed.push((k.to_string(), n)),
+            }
+        }
+        let mut g = Graph::new(crate::estimator::graph::Precision::Fp32);
+        let x = g
+            .input(vec![4], crate::estimator::units::DType::F32)
+            .unwrap();
+        for name in names {
+            g.record_simple("relu", vec![x], vec![x], vec![], 0.0);
+            g.ops.last_mut().unwrap().name = name.into();
+        }
+        let got: Vec<(String, bool)> = blocks(&g)
+            .into_iter()
+            .map(|b| (b.name, b.numbered))
+            .collect();
+        assert_eq!(got, keyed);
+    }
 
     #[test]
     fn block_keys() {
