@@ -44,7 +44,7 @@ fn published_figures_per_metric() {
     // metric: cases, median, p90, max |relative error|, under-estimates.
     for (metric, n, med, p90, max, under) in [
         ("max_memory_allocated", 4, 0.0481, 0.3806, 0.3806, 3),
-        ("max_memory_reserved", 9, 0.0868, 0.1140, 0.1571, 7),
+        ("max_memory_reserved", 9, 0.0868, 0.1140, 0.1571, 8),
         ("nvidia_smi_total", 7, 0.0105, 0.0126, 0.0781, 1),
     ] {
         let m = &s[metric];

@@ -121,8 +121,9 @@ fn lora_plan() -> String {
 /// NF4 linears and torchtune's bf16 adapters. Not modelled: torchtune's `TransformerDecoder`
 /// returns `output(h).float()`, fp32 logits the loop holds through backward (131 MB here), and its
 /// RMSNorm keeps an fp32 temporary; and each dequantization is one scratch block to the
-/// allocator, not its seven. QLoRA's allocated peak is 3.3 % under, its reserved 1.9 % over; so:
-/// allocated within 4 %, reserved within 2.5 %.
+/// allocator, not its seven. QLoRA's reserved bytes come out equal to the measured ones, its
+/// allocated peak 2.2 % under step 2's; LoRA's both 0.9 % under. So: allocated within 2.5 %,
+/// reserved within 1 %.
 #[test]
 fn torchtune_steps_within_tolerance() {
     let recs = records();
@@ -138,12 +139,12 @@ fn torchtune_steps_within_tolerance() {
         let ea = e.peak_allocated.0 as f64 / alloc - 1.0;
         let er = e.reserved.0 as f64 / reserved - 1.0;
         assert!(
-            ea.abs() < 0.04,
+            ea.abs() < 0.025,
             "{id}: allocated {} vs {alloc} ({ea:+.4})",
             e.peak_allocated.0
         );
         assert!(
-            er.abs() < 0.025,
+            er.abs() < 0.01,
             "{id}: reserved {} vs {reserved} ({er:+.4})",
             e.reserved.0
         );

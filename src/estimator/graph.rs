@@ -186,11 +186,8 @@ pub struct Graph {
     /// Tensor parallelism the builder applies and the collectives it recorded
     /// (`estimator::parallel::tp`); size 1 unless a builder opts in.
     pub tp: TpState,
-    /// Name prefix of the module being built, its components joined by `.` (joined once per
-    /// push: a 128-expert model names tens of thousands of ops), and where each component
-    /// starts, less its separator, for [`Graph::pop`].
-    prefix: String,
-    prefix_ends: Vec<usize>,
+    /// Name prefix of the module being built.
+    prefix: Vec<String>,
     /// `model.eval()` under `torch.no_grad()`: parameters need no gradient, nothing is saved,
     /// dropout is the identity, no loss is taken (the caller keeps the logits) and the step
     /// ends after the forward.
@@ -228,8 +225,7 @@ impl Graph {
             cast_cache: Vec::new(),
             kept: Vec::new(),
             tp: Default::default(),
-            prefix: String::new(),
-            prefix_ends: Vec::new(),
+            prefix: Vec::new(),
             inference: false,
             frozen: Vec::new(),
             active_params: None,
@@ -272,18 +268,10 @@ impl Graph {
 
     /// Enters a named submodule for op names (`layer1`, `0`, `conv1` → `layer1.0.conv1`).
     pub fn push(&mut self, name: impl Into<String>) {
-        if !self.prefix_ends.is_empty() {
-            self.prefix_ends.push(self.prefix.len());
-            self.prefix.push('.');
-        } else {
-            self.prefix_ends.push(0);
-        }
-        self.prefix.push_str(&name.into());
+        self.prefix.push(name.into());
     }
     pub fn pop(&mut self) {
-        if let Some(end) = self.prefix_ends.pop() {
-            self.prefix.truncate(end);
-        }
+        self.prefix.pop();
     }
     pub fn scoped<R>(&mut self, name: impl Into<String>, f: impl FnOnce(&mut Graph) -> R) -> R {
         self.push(name);
@@ -292,7 +280,7 @@ impl Graph {
         r
     }
     pub fn name(&self, leaf: &str) -> String {
-        let mut s = self.prefix.clone();
+        let mut s = self.prefix.join(".");
         if !leaf.is_empty() {
             if !s.is_empty() {
                 s.push('.');
@@ -570,38 +558,5 @@ impl Default for TpState {
             f_inputs: Vec::new(),
             gathered: Vec::new(),
         }
-    }
-}
-
-#[cfg(test)]
-mod names {
-    use super::*;
-
-    /// Op names are the module path joined by `.` as `Vec::join` joins it, empty components
-    /// included, and a pop restores the prefix before the push.
-    #[test]
-    fn names_join_the_module_path() {
-        let mut g = Graph::new(Precision::Fp32);
-        assert_eq!(g.name("fc"), "fc");
-        assert_eq!(g.name(""), "");
-        let mut path: Vec<String> = Vec::new();
-        for c in ["model", "", "layers", "12", "", "mlp"] {
-            g.push(c);
-            path.push(c.into());
-            assert_eq!(g.name(""), path.join("."));
-            let leaf = if path.join(".").is_empty() {
-                "up".to_string()
-            } else {
-                format!("{}.up", path.join("."))
-            };
-            assert_eq!(g.name("up"), leaf);
-        }
-        for _ in 0..6 {
-            g.pop();
-            path.pop();
-            assert_eq!(g.name(""), path.join("."));
-        }
-        g.pop();
-        assert_eq!(g.name("x"), "x");
     }
 }
