@@ -735,7 +735,7 @@ test('the slowest plans a link can ask for never freeze the page', async () => {
     const wasm = () => planner.page.evaluate(() => window.wasmMemory.buffer.byteLength);
     // The first 15 s hold the background jobs' working set (one large model's sweeps: 96 to
     // 164 MiB measured, depending on how far they got before the numbers were read); the next
-    // 15 s must add next to nothing, or cached results are piling up.
+    // 15 s must add at most 128 MiB more (a runaway cache once filled the 4 GiB).
     const wasmReached = await wasm();
     await planner.page.waitForTimeout(15_000);
     const wasmLater = await wasm();
@@ -745,7 +745,7 @@ test('the slowest plans a link can ask for never freeze the page', async () => {
     console.log(`    ${query}: longest main-thread task ${longest.toFixed(0)} ms; a typed batch reached the numbers in ${reached} ms; wasm memory ${mib(wasmReached)}, ${mib(wasmLater)} 15 s later, ${mib(wasmLatest)} 30 s later`);
     if (blockLimit !== null) check(longest < blockLimit, `${query}: the main thread was blocked for ${longest.toFixed(0)} ms`);
     check(wasmLater - wasmReached <= 256 * 2 ** 20, `${query}: the wasm memory grew from ${mib(wasmReached)} to ${mib(wasmLater)} in 15 s of background work`);
-    check(wasmLatest - wasmLater <= 64 * 2 ** 20, `${query}: the wasm memory kept growing, from ${mib(wasmLater)} to ${mib(wasmLatest)} in the next 15 s`);
+    check(wasmLatest - wasmLater <= 128 * 2 ** 20, `${query}: the wasm memory kept growing, from ${mib(wasmLater)} to ${mib(wasmLatest)} in the next 15 s`);
   }
 });
 
