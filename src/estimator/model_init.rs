@@ -154,7 +154,8 @@ impl TorchtuneLlama {
         }
     }
     fn adapted(&self, p: Proj) -> bool {
-        self.adapted[Proj::ALL.iter().position(|&x| x == p).unwrap_or(0)]
+        // `Proj`'s variants are declared in `Proj::ALL`'s order.
+        self.adapted[p as usize]
     }
     fn quantized(&self, p: Proj) -> bool {
         self.quantize && self.adapted(p)
