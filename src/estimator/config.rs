@@ -281,9 +281,9 @@ pub struct BuildCtx {
     pub expert_capacity: Option<Capacity>,
     /// Images per sample of a vision-language model.
     pub images: u64,
-    /// PyTorch before 1.11: `softmax` and `log_softmax` save their input beside their output
-    /// ([`super::torch_version::TorchVersion::softmax_saves_input`]).
-    pub softmax_saves_input: bool,
+    /// What an older PyTorch release keeps differently
+    /// ([`super::torch_version::TorchVersion::rules`]).
+    pub rules: super::torch_version::AutogradRules,
 }
 
 impl BuildCtx {
@@ -308,7 +308,7 @@ impl BuildCtx {
             experts_impl: ExpertsImpl::Eager,
             expert_capacity: None,
             images: 1,
-            softmax_saves_input: false,
+            rules: Default::default(),
         }
     }
 
@@ -473,7 +473,7 @@ impl Graph {
     ///
     pub fn for_build(ctx: &BuildCtx) -> Self {
         let mut g = Graph::new(ctx.precision);
-        g.softmax_saves_input = ctx.softmax_saves_input;
+        g.rules = ctx.rules;
         g.inference = ctx.tune.mode == Mode::Infer;
         g.ep = ctx.ep.max(1);
         if ctx.tune.lora.is_some() {

@@ -209,8 +209,8 @@ pub struct Graph {
     /// each in their final form: the caching allocator's replay starts with this stream
     /// instead ([`super::model_init`]).
     pub init: Option<super::model_init::ModelInit>,
-    /// PyTorch before 1.11 kept `softmax`'s and `log_softmax`'s input for backward as well.
-    pub softmax_saves_input: bool,
+    /// What autograd keeps where an older PyTorch release differs from a current one.
+    pub rules: super::torch_version::AutogradRules,
 }
 
 impl Graph {
@@ -232,7 +232,7 @@ impl Graph {
             ep: 1,
             image_tokens: 0,
             init: None,
-            softmax_saves_input: false,
+            rules: Default::default(),
         }
     }
 

@@ -33,6 +33,16 @@ impl TorchVersion {
         minor: 11,
     };
 
+    /// The first release whose in-place `hardtanh_` (so `ReLU6(inplace=True)`) differentiates
+    /// through its input: 1.9.1's generated `HardtanhBackward1` (the in-place entry) holds
+    /// `result_`, 1.10.2 has only `HardtanhBackward0` holding `self_`, so the in-place op first
+    /// clones its input (pytorch/pytorch#62329 made the formula read `self`; #95432 reports the
+    /// memory lost from 1.10 on).
+    pub const HARDTANH_INPLACE_CLONES: TorchVersion = TorchVersion {
+        major: 1,
+        minor: 10,
+    };
+
     pub fn parse(text: &str) -> Result<TorchVersion, TorchVersionError> {
         let bad = || TorchVersionError::NotAVersion(text.to_string());
         let (ma, mi) = text.trim().split_once('.').ok_or_else(bad)?;
@@ -51,10 +61,23 @@ impl TorchVersion {
         Ok(v)
     }
 
-    /// Whether `softmax` and `log_softmax` save their input beside their output.
-    pub fn softmax_saves_input(self) -> bool {
-        self < Self::SOFTMAX_KEEPS_OUTPUT_ONLY
+    /// What autograd keeps on this release where it differs from a current one.
+    pub fn rules(self) -> AutogradRules {
+        AutogradRules {
+            softmax_saves_input: self < Self::SOFTMAX_KEEPS_OUTPUT_ONLY,
+            hardtanh_saves_result: self < Self::HARDTANH_INPLACE_CLONES,
+        }
     }
+}
+
+/// The differences in what autograd saves between the PyTorch releases modelled, as facts a
+/// builder reads (the default: a current release).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AutogradRules {
+    /// Before 1.11 `softmax` and `log_softmax` kept their input beside their output.
+    pub softmax_saves_input: bool,
+    /// Before 1.10 the in-place `hardtanh_` kept its result, with no clone of its input.
+    pub hardtanh_saves_result: bool,
 }
 
 impl std::fmt::Display for TorchVersion {
@@ -81,12 +104,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn softmax_saves_its_input_before_1_11() {
-        let v = |s| TorchVersion::parse(s).unwrap();
-        assert!(v("1.10").softmax_saves_input());
-        assert!(v("1.5").softmax_saves_input());
-        assert!(!v("1.11").softmax_saves_input());
-        assert!(!v("2.5").softmax_saves_input());
+    fn rules_change_at_their_releases() {
+        let v = |s| TorchVersion::parse(s).unwrap().rules();
+        assert!(v("1.10").softmax_saves_input);
+        assert!(v("1.5").softmax_saves_input);
+        assert!(!v("1.11").softmax_saves_input);
+        assert!(!v("2.5").softmax_saves_input);
+        assert!(v("1.9").hardtanh_saves_result);
+        assert!(v("1.5").hardtanh_saves_result);
+        assert!(!v("1.10").hardtanh_saves_result);
+        assert_eq!(v("2.5"), AutogradRules::default());
         assert!(TorchVersion::parse("1").is_err());
         assert!(TorchVersion::parse("3.0").is_err());
         assert!(TorchVersion::parse("1.x").is_err());

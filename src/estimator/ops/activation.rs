@@ -47,8 +47,7 @@ impl Act {
 impl Graph {
     /// An activation, in place (`inplace=True` modules) or not.
     pub fn act(&mut self, x: TensorId, a: Act, inplace: bool) -> R {
-        // In place, an activation whose backward reads its input first saves a clone of it.
-        if inplace && !a.saves_output() && self.t(x).requires_grad {
+        if inplace && self.clones_in_place(a) && self.t(x).requires_grad {
             return self.act_inplace(x, a);
         }
         let s = self.shape(x);
@@ -62,10 +61,16 @@ impl Graph {
             a.kind(),
             vec![x],
             vec![y],
-            vec![if a.saves_output() { y } else { x }],
+            vec![if a.saves_output() || inplace { y } else { x }],
             self.numel(x) as f64,
         );
         Ok(y)
+    }
+
+    /// Whether `a` in place first clones its input: its backward reads the input, which the
+    /// op overwrites.
+    fn clones_in_place(&self, a: Act) -> bool {
+        !(a.saves_output() || a == Act::Relu6 && self.rules.hardtanh_saves_result)
     }
 
     /// An activation module with `inplace=True` (`Conv2dNormActivation`'s default).
@@ -76,13 +81,11 @@ impl Graph {
     /// `hardtanh_backward(grad, self, ..)`), Hardswish, SiLU, GELU and Hardsigmoid differentiate
     /// through their input: the autograd kernel of an in-place op whose formula reads the
     /// original `self` first saves `self.clone()` (seen as `aten::clone` before `aten::hardtanh_`
-    /// / `aten::hardswish_` in the trace), then overwrites the input's storage.
+    /// / `aten::hardswish_` in the trace), then overwrites the input's storage. Before PyTorch
+    /// 1.10 `hardtanh_` had its own entry reading `result`
+    /// ([`super::super::torch_version::TorchVersion::HARDTANH_INPLACE_CLONES`]): no clone.
     pub fn act_inplace(&mut self, x: TensorId, a: Act) -> R {
-        let needs_original = matches!(
-            a,
-            Act::Relu6 | Act::Hardswish | Act::Silu | Act::Gelu | Act::Hardsigmoid
-        );
-        if !needs_original || !self.t(x).requires_grad {
+        if !self.clones_in_place(a) || !self.t(x).requires_grad {
             return self.act(x, a, true);
         }
         let s = self.shape(x);
@@ -165,8 +168,8 @@ impl Graph {
     pub fn softmax(&mut self, x: TensorId) -> R {
         let xc = self.fp32(x)?;
         let y = self.out_like(self.shape(xc), self.dtype(xc), &[xc])?;
-        // Before PyTorch 1.11 the input was saved too (`Graph::softmax_saves_input`).
-        let saved = if self.softmax_saves_input {
+        // Before PyTorch 1.11 the input was saved too (`AutogradRules::softmax_saves_input`).
+        let saved = if self.rules.softmax_saves_input {
             vec![y, xc]
         } else {
             vec![y]
@@ -189,7 +192,7 @@ impl Graph {
         op.inputs = vec![x];
         op.outputs = vec![y];
         op.saved = vec![y];
-        if self.softmax_saves_input {
+        if self.rules.softmax_saves_input {
             op.saved.push(x);
         }
         let xdt = self.dtype(x);

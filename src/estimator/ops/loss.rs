@@ -26,7 +26,7 @@ impl Graph {
         op.inputs = vec![x];
         op.outputs = vec![ls];
         op.saved = vec![ls];
-        if self.softmax_saves_input {
+        if self.rules.softmax_saves_input {
             op.saved.push(x);
         }
         op.grads = self.grads_alloc(&[x]);
