@@ -182,6 +182,19 @@ async fn infer_mode_shows_the_kv_cache_and_the_context_chart() {
         plan.get_untracked().lora.map(|l| l.targets),
         Some(vec!["q".into(), "k".into(), "v".into(), "o".into()])
     );
+    // Another model (Phi-3 fuses q, k and v) moves the adapters to a choice it offers.
+    plan.update(|p| p.model = "phi-3-mini".into());
+    settle().await;
+    let select: HtmlSelectElement = by_test_id(&host, "lora-targets").unchecked_into();
+    let key = select.value();
+    assert!(!key.is_empty(), "a choice is selected");
+    by_test_id(&host, &format!("lora-targets-{key}"));
+    let targets = plan
+        .get_untracked()
+        .lora
+        .map(|l| l.targets)
+        .unwrap_or_default();
+    assert!(!targets.iter().any(|t| t == "q"), "{targets:?}");
     assert!(host
         .query_selector("[data-testid='kv-dtype']")
         .unwrap()

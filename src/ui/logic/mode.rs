@@ -191,6 +191,16 @@ pub fn set_lora_targets(plan: &mut Plan, menu: &[LoraChoice], key: &str) {
     }
 }
 
+/// When the model has changed under adapters chosen for the previous one: their new targets,
+/// the first choice of the model's `menu` (peft's defaults where it has them, as turning LoRA on
+/// gives), unless the menu offers the current ones. Phi-3 has no `q_proj`, so LLaMA's `q, v`
+/// would only be refused. `None`: nothing to change.
+pub fn retargeted_lora(plan: &Plan, menu: &[LoraChoice]) -> Option<Vec<String>> {
+    let (l, first) = (plan.lora.as_ref()?, menu.first()?);
+    (!menu.iter().any(|c| same_targets(&l.targets, c.targets)))
+        .then(|| first.targets.iter().map(|s| s.to_string()).collect())
+}
+
 /// The KV-cache dtype select: (value, label); "" = the activations' dtype.
 pub const KV_OPTIONS: [(&str, Label); 6] = [
     ("", Label::T(Msg::KvActivationDtype)),
@@ -388,6 +398,40 @@ mod tests {
         p.parallel = Some(Default::default());
         set_mode(&mut p, "infer");
         assert!(p.parallel.is_none());
+    }
+
+    #[test]
+    fn adapters_follow_a_new_model_to_targets_it_has() {
+        let mut p = Plan {
+            mode: Mode::Finetune,
+            lora: Some(LoraConfig {
+                targets: vec!["q".into(), "k".into(), "v".into(), "o".into()],
+                ..LoraConfig::default()
+            }),
+            ..Plan::new("llama-3-8b")
+        };
+        // Attention only is on Mixtral's menu too: kept.
+        p.model = "mixtral-8x7b".into();
+        assert_eq!(retargeted_lora(&p, lora_menu(&p)), None);
+        // Phi-3 fuses q, k and v, DeepSeek-V3 projects through latent attention: their first
+        // choices, which estimate.
+        for m in ["phi-3-mini", "deepseek-v3"] {
+            p.model = m.into();
+            let menu = lora_menu(&p);
+            let t = retargeted_lora(&p, menu).expect("new targets");
+            assert!(same_targets(&t, menu[0].targets), "{m}: {t:?}");
+            let mut q = p.clone();
+            q.lora.as_mut().unwrap().targets = t;
+            q.seq = Some(128);
+            assert!(crate::plan::estimate(&q).is_ok(), "{m}");
+            assert!(crate::plan::estimate(&p).is_err(), "{m} refuses q, k, v, o");
+        }
+        // No adapters, or a model without a menu: nothing.
+        p.model = "resnet50".into();
+        assert_eq!(retargeted_lora(&p, lora_menu(&p)), None);
+        p.model = "phi-3-mini".into();
+        p.lora = None;
+        assert_eq!(retargeted_lora(&p, lora_menu(&p)), None);
     }
 
     #[test]

@@ -74,6 +74,16 @@ pub fn mode_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let model = memo(move || plan.with(|p| (p.model.clone(), p.hf_config.clone())));
     let menu =
         memo(move || model.with(|(m, cfg)| crate::plan::resolve::lora_menu(m, cfg.as_ref())));
+    // A model picked under adapters chosen for another moves them to targets it has (not at
+    // mount: a link's own targets stay).
+    Effect::new(move |mounted: Option<()>| {
+        let menu = menu.get();
+        if mounted.is_some() {
+            if let Some(t) = plan.with_untracked(|p| ml::retargeted_lora(p, menu)) {
+                plan.update(|p| p.lora.iter_mut().for_each(|l| l.targets = t.clone()));
+            }
+        }
+    });
     // Only serving plans need their own estimate here (the page shows the others').
     let infer_est =
         memo_always(move || plan.with(|p| (p.mode == Mode::Infer).then(|| estimate(p))));
