@@ -1311,6 +1311,9 @@ fn llama(
     let (x, embed) = llama_embed(g, cfg, ids)?;
     let mut router_logits = Vec::new();
     let h = llama_decoder(g, cfg, ctx, x, &mut router_logits)?;
+    if ctx.tune.recipe == crate::estimator::tune::Recipe::Torchtune {
+        return super::torchtune::head(g, cfg, h, ids);
+    }
     llama_head(g, cfg, h, embed, ids, &router_logits)
 }
 
