@@ -282,8 +282,8 @@ pub struct BuildCtx {
     /// Images per sample of a vision-language model.
     pub images: u64,
     /// What an older PyTorch release keeps differently
-    /// ([`super::torch_version::TorchVersion::rules`]).
-    pub rules: super::torch_version::AutogradRules,
+    /// ([`super::releases::TorchVersion::rules`]).
+    pub rules: super::releases::StackRules,
 }
 
 impl BuildCtx {

@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::torch_version::TorchVersion;
+use super::releases::{major_minor, TorchVersion, TransformersVersion};
 use super::units::Bytes;
 
 const MIB: u64 = 1 << 20;
@@ -50,18 +50,10 @@ impl CudaVersion {
     };
 
     pub fn parse(text: &str) -> Result<CudaVersion, StackError> {
-        let bad = || StackError::NotAVersion(text.to_string());
-        let (ma, mi) = text.trim().split_once('.').ok_or_else(bad)?;
-        let num = |s: &str| {
-            (!s.is_empty() && s.len() <= 3 && s.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| s.parse::<u32>().ok())
-                .flatten()
-        };
-        let v = CudaVersion {
-            major: num(ma).ok_or_else(bad)?,
-            minor: num(mi).ok_or_else(bad)?,
-        };
-        if !(10..=13).contains(&v.major) {
+        let (major, minor) =
+            major_minor(text).ok_or_else(|| StackError::NotAVersion(text.to_string()))?;
+        let v = CudaVersion { major, minor };
+        if !(10..=13).contains(&major) {
             return Err(StackError::OutOfRange(v.to_string()));
         }
         Ok(v)
@@ -89,8 +81,8 @@ impl<'de> Deserialize<'de> for CudaVersion {
 
 /// The software stack of a run, as far as it changes memory: the CUDA toolkit PyTorch was
 /// built with and `CUDA_MODULE_LOADING` (absent: lazy from CUDA 11.7 on, as PyTorch sets it),
-/// which set the context, and the PyTorch release (absent: a current one), which changes what
-/// autograd keeps ([`TorchVersion`]). Checked when made ([`Stack::new`], and so when a plan is
+/// which set the context, and the PyTorch and transformers releases (absent: current ones), which
+/// change what a step holds ([`super::releases::StackRules`]). Checked when made ([`Stack::new`], and so when a plan is
 /// read): lazy loading before CUDA 11.7 does not exist.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "StackFields")]
@@ -100,6 +92,8 @@ pub struct Stack {
     module_loading: Option<ModuleLoading>,
     #[serde(skip_serializing_if = "Option::is_none")]
     torch: Option<TorchVersion>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transformers: Option<TransformersVersion>,
 }
 
 /// A stack as a plan writes it, before it is checked.
@@ -111,12 +105,18 @@ struct StackFields {
     module_loading: Option<ModuleLoading>,
     #[serde(default)]
     torch: Option<TorchVersion>,
+    #[serde(default)]
+    transformers: Option<TransformersVersion>,
 }
 
 impl TryFrom<StackFields> for Stack {
     type Error = StackError;
     fn try_from(f: StackFields) -> Result<Stack, StackError> {
-        Ok(Stack::new(f.cuda, f.module_loading)?.with_torch(f.torch))
+        Ok(Stack {
+            torch: f.torch,
+            transformers: f.transformers,
+            ..Stack::new(f.cuda, f.module_loading)?
+        })
     }
 }
 
@@ -130,6 +130,7 @@ impl Default for Stack {
             },
             module_loading: None,
             torch: None,
+            transformers: None,
         }
     }
 }
@@ -146,16 +147,13 @@ impl Stack {
             cuda,
             module_loading,
             torch: None,
+            transformers: None,
         })
     }
 
-    /// The same stack on the PyTorch release `torch` (`None`: a current one).
-    pub fn with_torch(self, torch: Option<TorchVersion>) -> Stack {
-        Stack { torch, ..self }
-    }
-
-    pub fn torch(&self) -> Option<TorchVersion> {
-        self.torch
+    /// What the stack's PyTorch and transformers releases change in a step.
+    pub fn rules(&self) -> super::releases::StackRules {
+        super::releases::StackRules::of(self.torch, self.transformers)
     }
 
     pub fn cuda(&self) -> CudaVersion {

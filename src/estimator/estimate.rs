@@ -234,7 +234,7 @@ fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Grap
         experts_impl: setup.experts_impl.unwrap_or_default(),
         expert_capacity: None,
         images: setup.images.unwrap_or(1),
-        rules: setup.stack.torch().map(|v| v.rules()).unwrap_or_default(),
+        rules: setup.stack.rules(),
     };
     if let Some(par) = &setup.parallel {
         ctx.tp = par.tp;

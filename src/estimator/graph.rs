@@ -210,7 +210,7 @@ pub struct Graph {
     /// instead ([`super::model_init`]).
     pub init: Option<super::model_init::ModelInit>,
     /// What autograd keeps where an older PyTorch release differs from a current one.
-    pub rules: super::torch_version::AutogradRules,
+    pub rules: super::releases::StackRules,
 }
 
 impl Graph {

@@ -930,6 +930,28 @@ pub(crate) fn adapted_linear(
     }
 }
 
+/// transformers 4.x's `BertModel.forward` without an `attention_mask`
+/// ([`crate::estimator::releases::StackRules::encoder_mask_always`]): `torch.ones((B, S))`
+/// (fp32, the default dtype), then `get_extended_attention_mask`'s
+/// `(1.0 - mask[:, None, None, :].to(self.dtype)) * min` in the parameters' dtype `pdt`.
+/// Returns the ones and the `[B, 1, 1, S]` extended mask.
+fn extended_mask(
+    g: &mut Graph,
+    b: u64,
+    s: u64,
+    pdt: DType,
+) -> Result<(TensorId, TensorId), EstimateError> {
+    let shape = vec![b, 1, 1, s];
+    let ones = g.no_grad_op("ones", &[], vec![b, s], DType::F32, Bytes::ZERO)?;
+    let mut m = g.view(ones, shape.clone())?;
+    if pdt != DType::F32 {
+        m = g.no_grad_op("_to_copy", &[m], shape.clone(), pdt, Bytes::ZERO)?;
+    }
+    let inv = g.no_grad_op("rsub", &[m], shape.clone(), pdt, Bytes::ZERO)?;
+    let m = g.no_grad_op("mul", &[inv], shape, pdt, Bytes::ZERO)?;
+    Ok((ones, m))
+}
+
 /// `BertForMaskedLM.forward` (`models/bert/modeling_bert.py`): embeddings (word + token type +
 /// position, LayerNorm, dropout), post-LN encoder layers, the MLM head (dense, activation,
 /// LayerNorm, decoder tied to the word embeddings plus its own bias) and `CrossEntropyLoss` on
@@ -954,6 +976,11 @@ fn bert(
     let pos_buf = g.buffer(vec![1, p], DType::I64)?;
     let tt_buf = g.buffer(vec![1, p], DType::I64)?;
     let roberta = cfg.arch == Arch::Roberta;
+    let mask = if ctx.rules.encoder_mask_always && ctx.attn == AttnImpl::Eager {
+        Some(extended_mask(g, b, s, ctx.precision.param_dtype())?)
+    } else {
+        None
+    };
     let (mut e, word) = g.scoped("embeddings", |g| {
         let pos = if roberta {
             roberta_position_ids(g, ids)?
@@ -1000,7 +1027,7 @@ fn bert(
                         q,
                         k,
                         v,
-                        None,
+                        mask.map(|(_, m)| m),
                         EagerOpts {
                             dropout: cfg.attn_dropout,
                             fp32_softmax: false,
@@ -1028,6 +1055,10 @@ fn bert(
             g.layer_norm("LayerNorm", o, true)
         })
     })?;
+    // `BertModel.forward`'s locals, alive until it returns.
+    if let Some((ones, m)) = mask {
+        g.hold(&[ones, m]);
+    }
     if let Some(labels) = cfg.variant.classifier {
         return sequence_classification(g, cfg, ctx, e, roberta, labels);
     }

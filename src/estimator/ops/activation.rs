@@ -83,7 +83,7 @@ impl Graph {
     /// original `self` first saves `self.clone()` (seen as `aten::clone` before `aten::hardtanh_`
     /// / `aten::hardswish_` in the trace), then overwrites the input's storage. Before PyTorch
     /// 1.10 `hardtanh_` had its own entry reading `result`
-    /// ([`super::super::torch_version::TorchVersion::HARDTANH_INPLACE_CLONES`]): no clone.
+    /// ([`super::super::releases::TorchVersion::HARDTANH_INPLACE_CLONES`]): no clone.
     pub fn act_inplace(&mut self, x: TensorId, a: Act) -> R {
         if !self.clones_in_place(a) || !self.t(x).requires_grad {
             return self.act(x, a, true);
@@ -168,7 +168,7 @@ impl Graph {
     pub fn softmax(&mut self, x: TensorId) -> R {
         let xc = self.fp32(x)?;
         let y = self.out_like(self.shape(xc), self.dtype(xc), &[xc])?;
-        // Before PyTorch 1.11 the input was saved too (`AutogradRules::softmax_saves_input`).
+        // Before PyTorch 1.11 the input was saved too (`StackRules::softmax_saves_input`).
         let saved = if self.rules.softmax_saves_input {
             vec![y, xc]
         } else {

@@ -3,7 +3,9 @@
 //! 1.10.2's generated `Functions.h`, `result_` alone in 1.11.0's), so an eager attention keeps
 //! one more score tensor per layer until backward. Before 1.10 the in-place `hardtanh_`
 //! (`ReLU6(inplace=True)`) kept its result (1.9.1's `HardtanhBackward1` holds `result_`), where
-//! later releases clone its input first.
+//! later releases clone its input first. transformers 4.x's BERT adds an extended attention
+//! mask in the parameters' dtype even when none is passed, which under autocast promotes the
+//! eager attention's scores to fp32.
 
 use vram_planner::estimator::timeline::{Category, Phase};
 use vram_planner::plan::{estimate, parse_json};
@@ -106,4 +108,38 @@ fn expanded_per_sample() -> u64 {
         }
     }
     total
+}
+
+/// The activation bytes live at the end of a BERT-base forward under fp16 autocast with eager
+/// attention, on PyTorch 1.10 (whose softmax keeps its input) and `transformers`.
+fn bert_amp_saved(transformers: &str) -> u64 {
+    let json = format!(
+        r#"{{"model": "bert-base-cls", "batch": 2, "seq": 128, "dtype": "amp_fp16", "opt": "sgd", "attn": "eager",
+            "hf_config": {{"model_type": "bert", "architectures": ["BertForSequenceClassification"]}},
+            "stack": {{"cuda": "11.2", "torch": "1.10"{transformers}}}}}"#
+    );
+    let e = estimate(&parse_json(&json).expect("a plan")).expect("estimates");
+    e.timeline
+        .events
+        .iter()
+        .filter(|ev| ev.phase == Phase::Forward)
+        .map(|ev| ev.live.get(Category::Activations).0)
+        .next_back()
+        .unwrap_or(0)
+}
+
+#[test]
+fn transformers_4_keeps_bert_scores_in_fp32_under_autocast() {
+    let current = bert_amp_saved("");
+    let old = bert_amp_saved(r#", "transformers": "4.16""#);
+    // The scores plus the fp32 mask are fp32: the softmax input each of the 12 layers keeps
+    // (torch 1.10) is [2, 12, 128, 128] fp32 instead of fp16, 2 more bytes an element.
+    assert_eq!(old - current, 12 * (2 * 12 * 128 * 128 * 2));
+    assert_eq!(bert_amp_saved(r#", "transformers": "5.0""#), current);
+    let err =
+        parse_json(r#"{"model": "bert-base", "stack": {"cuda": "11.2", "transformers": "3.4"}}"#)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+    assert!(err.contains("transformers"), "{err}");
 }
