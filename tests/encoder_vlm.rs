@@ -300,22 +300,15 @@ fn llava_adds_the_image_tokens_and_trains_the_tower_up_to_its_feature_layer() {
 
 #[test]
 fn llava_refuses_what_it_does_not_model() {
-    use vram_planner::estimator::tune::{Frozen, LoraConfig, Mode, Quantization};
+    use vram_planner::estimator::tune::{Frozen, Mode, Quantization};
     let cfg = small_llava(json!({}));
     let mut serve = plan(cfg.clone(), 24);
     serve.mode = Mode::Infer;
     serve.quantization = Quantization::Int8;
-    // QLoRA: bitsandbytes would quantize the tower and the projector too (LoRA alone is
-    // modelled, `tests/lora_variants.rs`).
+    // NF4 serving (QLoRA fine-tuning is modelled, `tests/qlora_steps.rs`).
     let mut qlora = plan(cfg.clone(), 24);
-    qlora.mode = Mode::Finetune;
+    qlora.mode = Mode::Infer;
     qlora.quantization = Quantization::Nf4;
-    qlora.lora = Some(LoraConfig {
-        rank: 8,
-        alpha: 16.0,
-        targets: vec!["q".into()],
-        dropout: 0.0,
-    });
     let mut blocks = plan(cfg, 24);
     blocks.mode = Mode::Finetune;
     blocks.frozen = Some(Frozen::Layers(1));

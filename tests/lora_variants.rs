@@ -123,16 +123,31 @@ fn llava_targets_also_wrap_the_towers_projections_of_the_same_name() {
 }
 
 #[test]
-fn llava_refuses_all_linear_and_4_bit_weights() {
+fn llava_refuses_all_linear_and_quantizes_every_linear_but_the_head_under_qlora() {
     let e = build_graph(&llava(json!({"rank": 8, "targets": ["all"]})))
         .err()
         .unwrap()
         .to_string();
     assert!(e.contains("vision tower and the projector"), "{e}");
+    // QLoRA: transformers' `replace_with_bnb_linear` swaps every `nn.Linear` but `lm_head`: the
+    // tower's q, k, v, out_proj [32, 32] and fc1, fc2 (three layers), the projector's linear_1,
+    // linear_2 [64, 32], [64, 64], the language model's seven projections.
     let mut p = llava(json!({"rank": 8}));
     p.quantization = vram_planner::estimator::config::Quantization::Nf4;
-    let e = build_graph(&p).err().unwrap().to_string();
-    assert!(e.contains("llava"), "{e}");
+    let g = build_graph(&p).unwrap();
+    let mut nf4: Vec<[u64; 2]> = g
+        .tensors
+        .iter()
+        .filter(|t| t.is_param && t.dtype == vram_planner::estimator::units::DType::I4)
+        .map(|t| [t.shape[0], t.shape[1]])
+        .collect();
+    nf4.sort();
+    let mut want = [[32, 32], [32, 32], [32, 32], [32, 32], [64, 32], [32, 64]].repeat(3);
+    want.extend([[64, 32], [64, 64]]);
+    want.extend([[64, 64]; 4]);
+    want.extend([[128, 64], [128, 64], [64, 128]]);
+    want.sort();
+    assert_eq!(nf4, want);
     // The refusal of a target LLaVA lacks offers only what it takes: `all` is refused above.
     let e = build_graph(&llava(json!({"rank": 8, "targets": ["qkv"]})))
         .err()

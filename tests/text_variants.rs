@@ -302,15 +302,18 @@ fn moe_and_variants_serve_and_are_refused_where_not_modelled() {
         // Only the fp32 adapters train.
         assert!(lora.trainable_params > 0, "{mt}");
         assert_eq!(lora.grad_bytes.0, 4 * lora.trainable_params, "{mt}");
+        // QLoRA quantizes the attention only (`tests/qlora_steps.rs`); the same adapters train.
         p.quantization = vram_planner::estimator::tune::Quantization::Nf4;
+        let qlora = estimate(&p).unwrap_or_else(|e| panic!("{mt}: QLoRA: {e}"));
+        assert_eq!(qlora.trainable_params, lora.trainable_params, "{mt}");
+        p.mode = Mode::Infer;
+        p.lora = None;
+        p.quantization = vram_planner::estimator::tune::Quantization::Int8;
         match estimate(&p) {
             Err(PlanError::Estimate(EstimateError::Unsupported(m))) => {
-                assert!(
-                    m.contains("fused experts stay in the model dtype"),
-                    "{mt}: {m}"
-                )
+                assert!(m.contains("fine-tune it with QLoRA"), "{mt}: {m}")
             }
-            other => panic!("{mt}: QLoRA must be refused, got {other:?}"),
+            other => panic!("{mt}: int8 must be refused, got {other:?}"),
         }
     }
     // Qwen3's per-head norms take LoRA like LLaMA.

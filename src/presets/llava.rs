@@ -33,7 +33,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
 use crate::estimator::ops::{Conv, EagerOpts, MatmulCopies};
-use crate::estimator::tune::{Frozen, InferStep, Target, TuneCtx};
+use crate::estimator::tune::{Frozen, InferStep, Mode, Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::{activation, Activation};
@@ -127,20 +127,37 @@ pub fn lora_family(m: &Llava) -> Option<text::LoraFamily> {
     text::LoraFamily::of(&m.text).map(text::LoraFamily::in_llava)
 }
 
+/// Refuses the weight formats LLaVA is not modelled in. QLoRA is: transformers 5.24's
+/// `replace_with_bnb_linear` (`integrations/bitsandbytes.py`) swaps every `nn.Linear` outside
+/// `get_modules_to_not_convert` (`quantizers/base.py` `get_keys_to_not_convert`: the output head;
+/// `modeling_llava.py` sets no `_keep_in_fp32_modules`) for a `Linear4bit`, so the tower's
+/// `q_proj`, `k_proj`, `v_proj`, `out_proj`, `fc1`, `fc2`, the projector's `linear_1`,
+/// `linear_2` and the language model's projections are NF4, and the patch convolution, the
+/// embeddings, the norms and `lm_head` are dense (measured: `tests/data/lora-steps.jsonl`).
+/// NF4 serving and the other formats were not measured.
+fn check_weights(tune: &TuneCtx, serving: bool) -> Result<(), EstimateError> {
+    if tune.dense_linears() {
+        return Ok(());
+    }
+    let qlora = tune.quant == Quantization::Nf4
+        && tune.sparsity == Sparsity::None
+        && tune.mode == Mode::Finetune
+        && tune.lora.is_some();
+    if qlora {
+        return Ok(());
+    }
+    Err(EstimateError::Unsupported(if serving {
+        "quantized or sparse weights are not modelled for llava serving: serve it in its own dtype (\"quantization\": \"none\")".into()
+    } else {
+        "of the quantized and sparse formats only QLoRA is modelled for llava: fine-tune it with LoRA and \"quantization\": \"nf4\", or in its own dtype (\"quantization\": \"none\")".into()
+    }))
+}
+
 /// Builds the training step of `m` at `ctx` (`ctx.seq`: the text tokens per sample), or one
 /// forward of its generation when `ctx.tune.infer` asks for one (`serve`).
 pub fn build(m: &Llava, ctx: &BuildCtx) -> Result<Graph, EstimateError> {
     let serving = ctx.tune.infer.is_some();
-    if !ctx.tune.dense_linears() {
-        // QLoRA's `replace_with_bnb_linear` would quantize the tower's and the projector's
-        // `nn.Linear`s too: `modeling_llava.py` sets no `_keep_in_fp32_modules`, and
-        // `quantizers/base.py` `get_keys_to_not_convert` skips only the output head. Not measured.
-        return Err(EstimateError::Unsupported(if serving {
-            "quantized or sparse weights are not modelled for llava: serve it in its own dtype (\"quantization\": \"none\")".into()
-        } else {
-            "quantized or sparse weights are not modelled for llava: fine-tune it with LoRA in its own dtype (\"quantization\": \"none\")".into()
-        }));
-    }
+    check_weights(&ctx.tune, serving)?;
     if ctx.tune.lora.as_ref().is_some_and(|l| l.is_all()) {
         return Err(EstimateError::Unsupported(
             "LoRA on `all` is not modelled for llava (peft's all-linear also wraps every linear layer of the vision tower and the projector): list the language model's targets, e.g. [\"q\", \"k\", \"v\", \"o\", \"gate\", \"up\", \"down\"]".into(),
@@ -592,7 +609,7 @@ fn clip_layer(
                 (o, Some(p))
             }
         };
-        let o = g.linear("out_proj", o, d, d, true)?;
+        let o = g.weight_linear("out_proj", o, d, d, true, &ctx.tune)?;
         if g.inference {
             g.hold(&[a, q, k, vv]);
         }
@@ -601,9 +618,9 @@ fn clip_layer(
     let r = g.add(x, o, false)?;
     let m = g.layer_norm_on("layer_norm2", r, true, cpu)?;
     let y = g.scoped("mlp", |g| {
-        let y = g.linear("fc1", m, d, v.intermediate, true)?;
+        let y = g.weight_linear("fc1", m, d, v.intermediate, true, &ctx.tune)?;
         let y = activation(g, y, v.act, cpu)?;
-        g.linear("fc2", y, v.intermediate, d, true)
+        g.weight_linear("fc2", y, v.intermediate, d, true, &ctx.tune)
     })?;
     if g.inference {
         g.hold(&[m]);
@@ -648,16 +665,18 @@ fn projector(
     let din = m.projector_in();
     // `aten::linear` on a 3-D input that is not contiguous (the `[:, 1:]` slice of more than one
     // image) takes the `matmul` path, whose reshape copies it; autocast's cast to the
-    // low-precision dtype already makes a contiguous copy.
-    let y = if strided && b > 1 && g.precision.autocast().is_none() {
+    // low-precision dtype already makes a contiguous copy, and so does `Linear4bit`'s cast to its
+    // compute dtype.
+    let dense = ctx.tune.dense_linears();
+    let y = if strided && b > 1 && g.precision.autocast().is_none() && dense {
         let flat = g.copy(x, vec![b * t, din], false)?;
         let y = g.linear("linear_1", flat, din, h, m.projector_bias)?;
         g.view(y, vec![b, t, h])?
     } else {
-        g.linear("linear_1", x, din, h, m.projector_bias)?
+        g.weight_linear("linear_1", x, din, h, m.projector_bias, &ctx.tune)?
     };
     let y = activation(g, y, m.projector_act, cpu)?;
-    g.linear("linear_2", y, h, h, m.projector_bias)
+    g.weight_linear("linear_2", y, h, h, m.projector_bias, &ctx.tune)
 }
 
 /// Whether `tc` can be LLaVA's language model.

@@ -17,7 +17,7 @@ use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
 use crate::estimator::ops::{Act, EagerOpts, MatmulCopies, QueryOrder};
-use crate::estimator::tune::{Quantization, Sparsity, Target, TuneCtx};
+use crate::estimator::tune::{Mode, Quantization, Sparsity, Target, TuneCtx};
 use crate::estimator::units::{Bytes, DType};
 
 use super::activation::activation;
@@ -633,21 +633,53 @@ pub fn check_variant(cfg: &TextConfig, ctx: &BuildCtx) -> Result<(), EstimateErr
         ));
     }
     check_variant_tp(cfg, ctx)?;
-    let what = "mixture-of-experts layers";
     let own_format = matches!(quant, Quantization::Fp8 | Quantization::Mxfp4)
         && ctx.tune.sparsity == Sparsity::None;
     if v.moe.is_some() {
         check_moe_lora(cfg, ctx)?;
     }
-    // `integrations/bitsandbytes.py` `replace_with_bnb_linear` swaps only modules whose type is
-    // `nn.Linear`: the fused 3-D experts and the router's bare `weight` keep the model dtype.
-    // Training through `Linear4bit` was measured on the fake CUDA device, the mixtures of experts
-    // only on real CPU tensors, where bitsandbytes runs other kernels: QLoRA for them is not
-    // measured. (Phi-3's fused projections are `nn.Linear`s, quantized like any other.)
-    if v.moe.is_some() && !(ctx.tune.dense_linears() || own_format) {
+    if let Some(moe) = &v.moe {
+        check_moe_weights(cfg, moe, ctx, own_format)?;
+    }
+    Ok(())
+}
+
+/// Refuses the weight formats a mixture of experts is not modelled in. transformers 5.24's
+/// `replace_with_bnb_linear` (`integrations/bitsandbytes.py`) swaps for a `bnb.nn.Linear4bit`
+/// every module whose type is `nn.Linear`, outside `get_modules_to_not_convert`
+/// (`quantizers/base.py`: the output head, and `_keep_in_fp32_modules`, gpt-oss's norms). In
+/// Mixtral, Qwen3-MoE and gpt-oss that is the attention's `q_proj` ... `o_proj`; in Qwen2-MoE
+/// also the shared expert's `gate_proj`, `up_proj`, `down_proj` and its `shared_expert_gate`
+/// ([`Graph::weight_linear`]). The routers (`*TopKRouter`, a bare `weight` parameter) and the
+/// fused 3-D experts are no `nn.Linear` and stay dense, upcast to fp32 with every other
+/// parameter by `prepare_model_for_kbit_training`. QLoRA (NF4 with LoRA, fine-tuning) was
+/// measured for these four (`tests/data/qlora-moe-steps.jsonl`); NF4 serving, INT8/INT4 and
+/// DeepSeek-V3 (whose latent attention, shared experts and dense layers bitsandbytes would
+/// quantize) were not.
+fn check_moe_weights(
+    cfg: &TextConfig,
+    moe: &Moe,
+    ctx: &BuildCtx,
+    own_format: bool,
+) -> Result<(), EstimateError> {
+    let tune = &ctx.tune;
+    if tune.dense_linears() || own_format {
+        return Ok(());
+    }
+    let model = &cfg.model_type;
+    if tune.quant != Quantization::Nf4 || tune.sparsity != Sparsity::None {
         return Err(EstimateError::Unsupported(format!(
-            "int8/int4/nf4 weights are not modelled for {} ({what}): bitsandbytes quantizes only its nn.Linear attention projections, the fused experts stay in the model dtype, and this is not measured: use LoRA on the model dtype, fp8, or a dense model",
-            cfg.model_type
+            "int8/int4 weights and 2:4 sparsity are not modelled for {model} (mixture-of-experts layers; its fused experts are no nn.Linear): fine-tune it with QLoRA (\"quantization\": \"nf4\" with LoRA), serve it in fp8 or its model dtype"
+        )));
+    }
+    if matches!(moe.kind, MoeKind::DeepseekV3 { .. }) {
+        return Err(EstimateError::Unsupported(format!(
+            "NF4 weights are not modelled for {model} (bitsandbytes would also quantize its latent attention's, shared experts' and dense layers' nn.Linears; not measured): use LoRA in the model dtype or fp8"
+        )));
+    }
+    if tune.mode != Mode::Finetune || tune.lora.is_none() {
+        return Err(EstimateError::Unsupported(format!(
+            "NF4 weights are modelled for {model} in QLoRA fine-tuning only (\"mode\": \"finetune\" with \"lora\"): serve it in fp8 or its model dtype"
         )));
     }
     Ok(())
@@ -910,7 +942,8 @@ fn gpt2(
 }
 
 /// An encoder's `nn.Linear`: peft's `lora.Linear` around it when the plan's LoRA targets it
-/// ([`Graph::block_linear`], the same adapters as a decoder's), the plain layer otherwise.
+/// ([`Graph::block_linear`], the same adapters as a decoder's), the plain layer otherwise; under
+/// a quantized format the quantized layer either way (bitsandbytes swaps it before peft wraps it).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn adapted_linear(
     g: &mut Graph,
@@ -922,7 +955,8 @@ pub(crate) fn adapted_linear(
     target: Target,
     ctx: &BuildCtx,
 ) -> Result<TensorId, EstimateError> {
-    if ctx.tune.lora.as_ref().is_some_and(|l| l.wraps(target)) {
+    // Quantized weights replace the layer whether or not an adapter wraps it.
+    if ctx.tune.lora.as_ref().is_some_and(|l| l.wraps(target)) || !ctx.tune.dense_linears() {
         let cpu = ctx.device == Device::Cpu;
         g.block_linear(leaf, x, fin, fout, bias, target, &ctx.tune, cpu)
     } else {

@@ -85,9 +85,16 @@ pub const IMAGE_INFER: Measured = measured!("image-infer-steps.jsonl");
 /// ModernBERT (masked LM, published widths) on the fake CUDA device; records carry a `plan`.
 pub const LORA: Measured = measured!("lora-steps.jsonl");
 
+/// QLoRA (bitsandbytes NF4 with peft adapters) on the mixtures of experts, real CPU tensors with
+/// the CUDA backend's bitsandbytes allocations, balanced routing; records carry a `plan`.
+pub const QLORA_MOE: Measured = measured!("qlora-moe-steps.jsonl");
+
+/// QLoRA on LLaVA (tower, projector and language model NF4) on the fake CUDA device.
+pub const QLORA_LLAVA: Measured = measured!("qlora-llava-steps.jsonl");
+
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 23] = [
+pub const ALL: [Measured; 25] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -111,6 +118,8 @@ pub const ALL: [Measured; 23] = [
     IMAGE_INFER,
     MOE_LORA,
     LORA,
+    QLORA_MOE,
+    QLORA_LLAVA,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

@@ -23,7 +23,7 @@ that make bitsandbytes run on fake tensors (`bnb_on_fake_tensors`): its quantiza
 computed on real CPU tensors, and `gemm_4bit` performs the allocations of the CUDA backend's
 dequantize-and-`F.linear` path, which every case takes (more than 1536 rows).
 
-Usage: python lora_steps.py OUT.jsonl [MODEL-SUBSTRING]  (with the oracle venv's python, peft
+Usage: python lora_steps.py OUT.jsonl [MODEL-SUBSTRING [qlora]]  (with the oracle venv's python, peft
 0.21.2 and bitsandbytes 0.50.2 installed in it)."""
 import sys
 
@@ -108,12 +108,31 @@ def bnb_on_fake_tensors():
     torch.ops.bitsandbytes.gemm_4bit = Gemm4bit
 
 
+def bnb_linear_names(model):
+    """The modules transformers 5.24 swaps for `Linear4bit` (`nf4["whole_model"]`, the LLaVA
+    cases): `replace_with_bnb_linear` (`integrations/bitsandbytes.py`) converts every module
+    whose type is `nn.Linear` unless `should_convert_module` matches it against
+    `get_modules_to_not_convert` (`quantizers/base.py`: `get_keys_to_not_convert`, the output
+    head, plus `_keep_in_fp32_modules`). For LLaVA that is every `nn.Linear` of the vision tower,
+    the projector and the language model; only `lm_head` stays."""
+    from transformers import BitsAndBytesConfig
+    from transformers.quantizers.quantizer_bnb_4bit import Bnb4BitHfQuantizer
+    from transformers.quantizers.quantizers_utils import should_convert_module
+
+    q = Bnb4BitHfQuantizer(BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4"))
+    skip = q.get_modules_to_not_convert(model, None, model._keep_in_fp32_modules)
+    names = {n for n, m in model.named_modules() if type(m) is torch.nn.Linear and should_convert_module(n, skip)}
+    CURRENT["linear4bit_modules"] = sorted({__import__("re").sub(r"\.\d+\.", ".N.", n) for n in names})
+    return names
+
+
 def quantize_blocks(model, nf4):
     """What `from_pretrained(quantization_config=BitsAndBytesConfig(load_in_4bit=True,
     bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16, bnb_4bit_use_double_quant=dq))`
     leaves, then `prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)`.
-    Every `nn.Linear` of the blocks becomes a `bnb.nn.Linear4bit` (the output head is
-    transformers' `modules_to_not_convert`), quantized from its bf16 weight by
+    Every `nn.Linear` of the blocks (with `nf4["whole_model"]`: every one `bnb_linear_names`
+    lists) becomes a `bnb.nn.Linear4bit` (the output head is transformers'
+    `modules_to_not_convert`), quantized from its bf16 weight by
     `functional.quantize_4bit` (blocks of 64). `Params4bit` cannot wrap a fake tensor, so the
     module is built on the (real) meta device and given a plain frozen `Parameter` holding the packed
     weight with the `quant_state` and attributes `Linear4bit.forward` and peft's
@@ -127,31 +146,35 @@ def quantize_blocks(model, nf4):
 
     F.name2qmap.pop("dynamic", None)
     dq = nf4["double_quant"]
-    for layer in model.model.layers:
-        for parent in list(layer.modules()):
-            for name, lin in list(parent.named_children()):
-                if type(lin) is not torch.nn.Linear:
-                    continue
-                with torch.no_grad():
-                    packed, state = F.quantize_4bit(lin.weight.detach().to(torch.bfloat16), blocksize=64,
-                                                    compress_statistics=dq, quant_type="nf4")
-                with unset_fake_temporarily():
-                    new = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
-                                            compute_dtype=torch.bfloat16, compress_statistics=dq, quant_type="nf4",
-                                            device="meta")
-                w = torch.nn.Parameter(packed, requires_grad=False)
-                w.quant_state, w.compress_statistics, w.quant_type, w.blocksize = state, dq, "nf4", 64
-                new.weight = w
-                new.quant_state = state
-                if lin.bias is not None:
-                    new.bias = lin.bias
-                new.register_buffer("qs_absmax", state.absmax)
-                new.register_buffer("qs_code", state.code)
-                if dq:
-                    new.register_buffer("qs_absmax2", state.state2.absmax)
-                    new.register_buffer("qs_code2", state.state2.code)
-                    new.register_buffer("qs_offset", state.offset)
-                setattr(parent, name, new)
+    chosen = bnb_linear_names(model) if nf4.get("whole_model") else None
+    parents = list(model.named_modules()) if chosen is not None else \
+        [(None, m) for layer in model.model.layers for m in layer.modules()]
+    for pname, parent in parents:
+        for name, lin in list(parent.named_children()):
+            if type(lin) is not torch.nn.Linear:
+                continue
+            if chosen is not None and f"{pname}.{name}".lstrip(".") not in chosen:
+                continue
+            with torch.no_grad():
+                packed, state = F.quantize_4bit(lin.weight.detach().to(torch.bfloat16), blocksize=64,
+                                                compress_statistics=dq, quant_type="nf4")
+            with unset_fake_temporarily():
+                new = bnb.nn.Linear4bit(lin.in_features, lin.out_features, bias=lin.bias is not None,
+                                        compute_dtype=torch.bfloat16, compress_statistics=dq, quant_type="nf4",
+                                        device="meta")
+            w = torch.nn.Parameter(packed, requires_grad=False)
+            w.quant_state, w.compress_statistics, w.quant_type, w.blocksize = state, dq, "nf4", 64
+            new.weight = w
+            new.quant_state = state
+            if lin.bias is not None:
+                new.bias = lin.bias
+            new.register_buffer("qs_absmax", state.absmax)
+            new.register_buffer("qs_code", state.code)
+            if dq:
+                new.register_buffer("qs_absmax2", state.state2.absmax)
+                new.register_buffer("qs_code2", state.state2.code)
+                new.register_buffer("qs_offset", state.offset)
+            setattr(parent, name, new)
     if "dynamic" in F.name2qmap:
         model.register_buffer("bnb_dynamic_map", F.name2qmap["dynamic"])
     model.is_loaded_in_4bit = True
@@ -187,21 +210,28 @@ def cases():
         ("llava-1.5-7b-2l", 512, 1, "bf16", dict(rank=16, alpha=32, targets=["q", "v"], dropout=0.0), ["q_proj", "v_proj"]),
         ("llava-1.5-7b-2l", 512, 2, "amp_bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0),
          ["q_proj", "k_proj", "v_proj", "o_proj"]),
+        # QLoRA of LLaVA: the tower, the projector and the language model quantized (`whole_model`);
+        # batch 3 gives the tower 1731 rows and the projector 1728, past 1536.
+        ("llava-1.5-7b-2l", 512, 3, "bf16", dict(rank=16, alpha=32, targets=["q", "v"], dropout=0.0), ["q_proj", "v_proj"],
+         False, "whole_model"),
+        ("llava-1.5-7b-2l", 512, 3, "amp_bf16", dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0),
+         ["q_proj", "k_proj", "v_proj", "o_proj"], True, "whole_model"),
     ]
 
 
 def main(out):
     only = sys.argv[2] if len(sys.argv) > 2 else None
+    only_nf4 = len(sys.argv) > 3 and sys.argv[3] == "qlora"
     import bitsandbytes  # registers its ops, before the fake mode
 
     bnb_on_fake_tensors()
     for model, seq, batch, dtype, lora, modules, *nf4 in cases():
-        if only and only not in model:
+        if (only and only not in model) or (only_nf4 and not nf4):
             continue
         s = dict(model=model, seq=seq, batch=batch, dtype=dtype, opt="adamw", ckpt="none", attn="sdpa")
         CURRENT.clear()
         CURRENT["lora"] = dict(lora, modules=modules)
-        CURRENT["nf4"] = dict(double_quant=nf4[0]) if nf4 else None
+        CURRENT["nf4"] = dict(double_quant=nf4[0], whole_model=nf4[1:] == ["whole_model"]) if nf4 else None
 
         def finish(spec, rec, lora=lora, modules=modules, nf4=nf4):
             import peft
@@ -217,6 +247,8 @@ def main(out):
             kind = "lora"
             if nf4:
                 rec["plan"].update(quantization="nf4", double_quant=nf4[0])
+                if "linear4bit_modules" in CURRENT:
+                    rec["linear4bit_modules"] = CURRENT["linear4bit_modules"]
                 rec["versions"]["bitsandbytes"] = bitsandbytes.__version__
                 kind = "qlora-dq" if nf4[0] else "qlora"
             rec["case_id"] = f"{kind}-r{lora['rank']}-{'-'.join(modules)}/" + rec["case_id"]
