@@ -1,6 +1,6 @@
 //! QLoRA (bitsandbytes NF4 base weights, peft LoRA adapters) on the mixtures of experts and on
 //! LLaVA: the measured steps of `data/qlora-moe-steps.jsonl` (Qwen3-MoE, Mixtral, Qwen2-MoE,
-//! gpt-oss at two layers on real CPU tensors, balanced routing) and
+//! gpt-oss at two layers on real CPU tensors, balanced routing, in bf16 and under autocast) and
 //! `data/qlora-llava-steps.jsonl` (LLaVA-1.5-7B's widths at two layers of each stack, fake CUDA
 //! device), the modules each record says transformers swapped for `Linear4bit`, and the
 //! refusals that remain.
@@ -16,7 +16,7 @@ use vram_planner::plan::{build_graph, estimate, Plan};
 /// pixels, the planner the fp32 the upcast weights take).
 #[test]
 fn measured_qlora_steps_replay_within_half_a_percent() {
-    for (file, count) in [(&common::QLORA_MOE, 5), (&common::QLORA_LLAVA, 2)] {
+    for (file, count) in [(&common::QLORA_MOE, 7), (&common::QLORA_LLAVA, 2)] {
         common::assert_replays(file, count, 5e-3);
         for r in file.records() {
             let id = r["case_id"].as_str().unwrap();

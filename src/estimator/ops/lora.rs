@@ -18,7 +18,10 @@ impl Graph {
     /// product with the Python scalar `scaling` saves nothing. `lora_dropout` is an
     /// `nn.Dropout`: on the CPU its composite saves a noise tensor in the input's dtype, and only
     /// where the input needs a gradient (LoRA in the first layer sees inputs that need none:
-    /// the frozen embeddings and norms), see [`Graph::dropout_on`].
+    /// the frozen embeddings and norms), see [`Graph::dropout_on`]. The 4-bit layer asks
+    /// `torch.is_autocast_enabled()` without a device, which torch 2.x answers for CUDA alone:
+    /// under the CPU's autocast it casts as outside autocast (a bf16 input becomes an fp32 copy,
+    /// which `lora_A`'s autocast then casts to a saved bf16 copy of its own).
     #[allow(clippy::too_many_arguments)]
     pub(super) fn lora_branch(
         &mut self,
@@ -34,7 +37,7 @@ impl Graph {
         let a_w = self.scoped("lora_A", |g| g.adapter_param(vec![l.rank, fin], adt))?;
         let b_w = self.scoped("lora_B", |g| g.adapter_param(vec![fout, l.rank], adt))?;
         let res_dt = self.dtype(result);
-        let autocast = self.precision.autocast().is_some();
+        let autocast = self.precision.autocast().is_some() && !cpu;
         let result = if bnb {
             self.contiguous(result, self.shape(result))?
         } else {

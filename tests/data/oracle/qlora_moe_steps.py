@@ -28,7 +28,7 @@ and `absmax + offset`, then the weight in the input's dtype, then `F.linear`), `
 returns one `torch.empty(shape, dtype)`, `dequantize_blockwise` one `empty_like(A, dtype)`. The
 values they return are zeros: the routing is the balanced template, not the values.
 
-Usage: python qlora_moe_steps.py OUT.jsonl [MODEL-SUBSTRING]   (with the oracle venv's python)
+Usage: python qlora_moe_steps.py OUT.jsonl [MODEL-SUBSTRING [DTYPE]]   (with the oracle venv's python)
        python qlora_moe_steps.py --probe   (prints which modules become Linear4bit)"""
 import json
 import sys
@@ -168,22 +168,27 @@ def cases():
         ("mixtral-small-2l", 1024, 2, dict(rank=8, alpha=8, targets=["q", "v"], dropout=0.0), True),
         ("qwen2moe-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), True),
         ("gpt-oss-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), False),
+        # Under autocast: the fp32 experts' and routers' products run in bf16.
+        ("qwen3moe-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), True, "amp_bf16"),
+        ("mixtral-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.05), False, "amp_bf16"),
     ]
 
 
 def main(out):
     only = sys.argv[2] if len(sys.argv) > 2 else None
+    only_dtype = sys.argv[3] if len(sys.argv) > 3 else None
     import bitsandbytes
     import peft
 
     cuda_allocations()
     variant_steps.models.build = qlora_build
     with open(out, "a") as f:
-        for name, seq, batch, lora, dq in cases():
-            if only and only not in name:
+        for name, seq, batch, lora, dq, *amp in cases():
+            dtype = amp[0] if amp else "bf16"
+            if (only and only not in name) or (only_dtype and dtype != only_dtype):
                 continue
             attn = "eager" if name.startswith("gpt-oss") else "sdpa"
-            s = dict(model=name, seq=seq, batch=batch, dtype="bf16", opt="adamw", ckpt="none", attn=attn, mode="real",
+            s = dict(model=name, seq=seq, batch=batch, dtype=dtype, opt="adamw", ckpt="none", attn=attn, mode="real",
                      device="cpu", profile=False, lora=f"r{lora['rank']}-{'-'.join(lora['targets'])}-nf4{'-dq' if dq else ''}")
             variant_steps.TEMPLATES.clear()
             variant_steps.ROUTING.clear()
@@ -200,7 +205,7 @@ def main(out):
             CALLS.clear()
             rec = measure.run_case(s)
             plan = {"model": name, "hf_config": variant_steps.planner_config(name), "mode": "finetune", "seq": seq,
-                    "batch": batch, "dtype": "bf16", "opt": "adamw", "attn": attn, "device": "cpu",
+                    "batch": batch, "dtype": dtype, "opt": "adamw", "attn": attn, "device": "cpu",
                     "lora": {key: lora[key] for key in ("rank", "alpha", "targets", "dropout")},
                     "quantization": "nf4", "double_quant": dq}
             if attn == "sdpa":
