@@ -1,6 +1,7 @@
 //! QLoRA (bitsandbytes NF4 base weights, peft LoRA adapters) on the mixtures of experts and on
 //! LLaVA: the measured steps of `data/qlora-moe-steps.jsonl` (Qwen3-MoE, Mixtral, Qwen2-MoE,
-//! gpt-oss at two layers on real CPU tensors, balanced routing, in bf16 and under autocast) and
+//! gpt-oss at two layers on real CPU tensors, balanced routing, in bf16, under autocast and with
+//! checkpointed layers) and
 //! `data/qlora-llava-steps.jsonl` (LLaVA-1.5-7B's widths at two layers of each stack, fake CUDA
 //! device), the modules each record says transformers swapped for `Linear4bit`, and the
 //! refusals that remain.
@@ -12,11 +13,11 @@ use vram_planner::plan::{build_graph, estimate, Plan};
 
 /// Every step within 0.5 %, with the parameters, the gradients and the optimizer state (the
 /// fp32 adapters' alone) to the byte. Measured: the four MoE families to the byte but gpt-oss
-/// (−0.03 %), LLaVA under autocast to the byte and in bf16 +0.05 % (the harness feeds bf16
+/// (−0.03 %) and the checkpointed steps (−0.002 %), LLaVA under autocast to the byte and in bf16 +0.05 % (the harness feeds bf16
 /// pixels, the planner the fp32 the upcast weights take).
 #[test]
 fn measured_qlora_steps_replay_within_half_a_percent() {
-    for (file, count) in [(&common::QLORA_MOE, 7), (&common::QLORA_LLAVA, 2)] {
+    for (file, count) in [(&common::QLORA_MOE, 9), (&common::QLORA_LLAVA, 2)] {
         common::assert_replays(file, count, 5e-3);
         for r in file.records() {
             let id = r["case_id"].as_str().unwrap();
@@ -69,10 +70,12 @@ fn the_records_quantize_what_bitsandbytes_swaps() {
             want.sort();
         }
         assert_eq!(swapped(&r), want, "{model}");
-        // The CUDA backend's stand-ins ran: one `gemm_4bit` per quantized layer, block and step.
+        // The CUDA backend's stand-ins ran: one `gemm_4bit` per quantized layer, block and step,
+        // and again in the recomputation of a checkpointed block.
+        let forwards = if r["plan"]["ckpt"] == "layer" { 2 } else { 1 };
         assert_eq!(
             r["bnb_op_calls"]["gemm_4bit"].as_u64(),
-            Some(4 * want.len() as u64),
+            Some(4 * forwards * want.len() as u64),
             "{model}"
         );
     }

@@ -28,7 +28,7 @@ and `absmax + offset`, then the weight in the input's dtype, then `F.linear`), `
 returns one `torch.empty(shape, dtype)`, `dequantize_blockwise` one `empty_like(A, dtype)`. The
 values they return are zeros: the routing is the balanced template, not the values.
 
-Usage: python qlora_moe_steps.py OUT.jsonl [MODEL-SUBSTRING [DTYPE]]   (with the oracle venv's python)
+Usage: python qlora_moe_steps.py OUT.jsonl [MODEL-SUBSTRING [DTYPE [CKPT]]]   (with the oracle venv's python)
        python qlora_moe_steps.py --probe   (prints which modules become Linear4bit)"""
 import json
 import sys
@@ -154,6 +154,11 @@ def qlora_build(spec):
     moe_lora_steps.ORIG_CONVERT(wl.model, torch.bfloat16)
     c = CURRENT
     c["quantized"] = quantize(wl.model, c["dq"])
+    if spec["ckpt"] == "layer":
+        # `prepare_model_for_kbit_training(model, gradient_checkpointing_kwargs={"use_reentrant":
+        # False})`: every decoder layer checkpointed, and no `enable_input_require_grads` hook.
+        wl.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        wl.ckpt_desc = "HF gradient_checkpointing_enable(use_reentrant=False): every decoder layer"
     l = c["lora"]
     kw = dict(r=l["rank"], lora_alpha=l["alpha"], lora_dropout=l["dropout"], target_modules=[t + "_proj" for t in l["targets"]])
     wl.model = get_peft_model(wl.model, LoraConfig(**kw))
@@ -171,6 +176,9 @@ def cases():
         # Under autocast: the fp32 experts' and routers' products run in bf16.
         ("qwen3moe-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), True, "amp_bf16"),
         ("mixtral-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.05), False, "amp_bf16"),
+        # With every decoder layer checkpointed (non-reentrant).
+        ("qwen3moe-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), True, "bf16", "layer"),
+        ("mixtral-small-2l", 1024, 2, dict(rank=8, alpha=8, targets=["q", "v"], dropout=0.05), True, "amp_bf16", "layer"),
     ]
 
 
@@ -183,12 +191,15 @@ def main(out):
     cuda_allocations()
     variant_steps.models.build = qlora_build
     with open(out, "a") as f:
-        for name, seq, batch, lora, dq, *amp in cases():
-            dtype = amp[0] if amp else "bf16"
+        for name, seq, batch, lora, dq, *more in cases():
+            dtype = more[0] if more else "bf16"
+            ckpt = more[1] if len(more) > 1 else "none"
+            if len(sys.argv) > 4 and ckpt != sys.argv[4]:
+                continue
             if (only and only not in name) or (only_dtype and dtype != only_dtype):
                 continue
             attn = "eager" if name.startswith("gpt-oss") else "sdpa"
-            s = dict(model=name, seq=seq, batch=batch, dtype=dtype, opt="adamw", ckpt="none", attn=attn, mode="real",
+            s = dict(model=name, seq=seq, batch=batch, dtype=dtype, opt="adamw", ckpt=ckpt, attn=attn, mode="real",
                      device="cpu", profile=False, lora=f"r{lora['rank']}-{'-'.join(lora['targets'])}-nf4{'-dq' if dq else ''}")
             variant_steps.TEMPLATES.clear()
             variant_steps.ROUTING.clear()
@@ -205,7 +216,7 @@ def main(out):
             CALLS.clear()
             rec = measure.run_case(s)
             plan = {"model": name, "hf_config": variant_steps.planner_config(name), "mode": "finetune", "seq": seq,
-                    "batch": batch, "dtype": dtype, "opt": "adamw", "attn": attn, "device": "cpu",
+                    "batch": batch, "dtype": dtype, "opt": "adamw", "ckpt": ckpt, "attn": attn, "device": "cpu",
                     "lora": {key: lora[key] for key in ("rank", "alpha", "targets", "dropout")},
                     "quantization": "nf4", "double_quant": dq}
             if attn == "sdpa":
