@@ -36,7 +36,9 @@
 //!   are kept, plus 1 bit of metadata per dense element (`meta`: one int16 per 16 fp16/bf16
 //!   elements, one int32 per 32 int8 elements). Activations stay dense.
 //! - Quantization and sparsity apply to the linear layers of the transformer blocks (attention
-//!   and MLP projections); embeddings, norms and the output head stay in the model dtype, as
+//!   and MLP projections; in a mixture of experts only its `nn.Linear`s, not the fused experts
+//!   or the router; in LLaVA the vision tower's and the projector's too); embeddings, norms and
+//!   the output head stay in the model dtype, as
 //!   bitsandbytes (`llm_int8_skip_modules` = the output head), AWQ and GPTQ leave them.
 
 use serde::{Deserialize, Serialize};

@@ -19,7 +19,8 @@
 //!
 //! LoRA (`mode: finetune` with `lora`) is peft's `get_peft_model` on the whole model: every
 //! base weight frozen, the targets matched by name suffix, so the language model's `q`, `k`, `v`
-//! also wrap the tower's `q_proj`, `k_proj`, `v_proj` ([`clip_layer`]).
+//! also wrap the tower's `q_proj`, `k_proj`, `v_proj` ([`clip_layer`]). QLoRA (`quantization:
+//! nf4`) makes every `nn.Linear` of the three parts but `lm_head` a 4-bit layer ([`check_weights`]).
 //!
 //! Serving (`mode: infer`, `serve`) runs the forward calls of `GenerationMixin._sample`
 //! through [`super::generate`]'s language model: the prefill takes the pixels and the prompt
@@ -133,7 +134,7 @@ pub fn lora_family(m: &Llava) -> Option<text::LoraFamily> {
 /// `modeling_llava.py` sets no `_keep_in_fp32_modules`) for a `Linear4bit`, so the tower's
 /// `q_proj`, `k_proj`, `v_proj`, `out_proj`, `fc1`, `fc2`, the projector's `linear_1`,
 /// `linear_2` and the language model's projections are NF4, and the patch convolution, the
-/// embeddings, the norms and `lm_head` are dense (measured: `tests/data/lora-steps.jsonl`).
+/// embeddings, the norms and `lm_head` are dense (measured: `tests/data/qlora-llava-steps.jsonl`).
 /// NF4 serving and the other formats were not measured.
 fn check_weights(tune: &TuneCtx, serving: bool) -> Result<(), EstimateError> {
     if tune.dense_linears() {

@@ -955,7 +955,6 @@ pub(crate) fn adapted_linear(
     target: Target,
     ctx: &BuildCtx,
 ) -> Result<TensorId, EstimateError> {
-    // Quantized weights replace the layer whether or not an adapter wraps it.
     if ctx.tune.lora.as_ref().is_some_and(|l| l.wraps(target)) || !ctx.tune.dense_linears() {
         let cpu = ctx.device == Device::Cpu;
         g.block_linear(leaf, x, fin, fout, bias, target, &ctx.tune, cpu)
