@@ -7,10 +7,13 @@
 #     code that only split points share into chunk_<n>.wasm (fetched with any of them), leaving
 #     the main module and a loader (__wasm_split.js);
 #  2. wasm-bindgen processes the main module in place of Trunk's output (the same file names);
-#  3. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html) and
+#  3. the readable and writable stream adapters that wasm-streams (a dependency of Leptos's server
+#     functions, which the page never calls) exports through wasm-bindgen leave the main module
+#     and the glue: nothing on the page makes a stream, and exports are kept however dead;
+#  4. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html) and
 #     esbuild minifies the JavaScript (wasm-bindgen's glue, the loader, the service worker) and
 #     the stylesheet;
-#  4. the loader and the chunks get content-hashed names (the service worker caches by name), and
+#  5. the loader and the chunks get content-hashed names (the service worker caches by name), and
 #     index.html names them: the loader as a module preload (the main module imports it), each
 #     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
 #     the chunk for offline use in the background; the page's module script is made `async`.
@@ -30,7 +33,7 @@ trap 'rm -rf "$tmp"' EXIT
 # WASM_OPT_EXTRA=-g keeps function names, for a profile of the release build.
 opt() {
   if [ "$profile" = release ]; then
-    wasm-opt --flatten --rereloop -Oz --converge --merge-similar-functions --code-folding -Oz --strip-producers --strip-target-features ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+    wasm-opt "${@:2}" --flatten --rereloop -Oz --converge --merge-similar-functions --code-folding -Oz --strip-producers --strip-target-features ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
   fi
 }
@@ -45,6 +48,11 @@ minify() {
 
 wasm-split-cli --out-name "$name" "$raw" "$tmp" >/dev/null
 wasm-bindgen --target web --keep-lld-exports --no-demangle --out-dir "$tmp" --out-name "$name" "$tmp/$name.wasm"
+# wasm-streams' classes in the glue (each with its finalization registry, the byte source's type
+# enum): their wasm exports go in the main module's wasm-opt run below (a debug build, not
+# optimised, keeps them unused).
+perl -0pi -e 's/^export class IntoUnderlying\w+ \{\n.*?^\}\nif \(Symbol\.dispose\) IntoUnderlying\w+\.prototype\[Symbol\.dispose\] = [^\n]*\n//gms; s/^const IntoUnderlying\w+Finalization = .*?;\n//gms; s/^const __wbindgen_enum_ReadableStreamType = [^\n]*\n//gm' "$tmp/$name.js"
+! grep -qi 'intounderlying\|ReadableStreamType' "$tmp/$name.js" || { echo "split-wasm: wasm-streams' glue is still in $name.js" >&2; exit 1; }
 
 links=""
 for chunk in "$tmp"/split_*.wasm "$tmp"/chunk_*.wasm; do
@@ -64,7 +72,11 @@ mv "$tmp/__wasm_split.js" "$staging/$loader"
 sed -i "/^import /s|from \"\./__wasm_split\.js\"|from \"./$loader\"|" "$tmp/$name.js"
 grep -q "\"./$loader\"" "$tmp/$name.js" || { echo "split-wasm: $name.js does not import the loader" >&2; exit 1; }
 minify "$tmp/$name.js"
-opt "$tmp/${name}_bg.wasm"
+opt "$tmp/${name}_bg.wasm" --remove-exports --pass-arg='remove-exports@*intounderlying*'
+if [ "$profile" = release ] && grep -qa intounderlying "$tmp/${name}_bg.wasm"; then
+  echo "split-wasm: the main module still exports wasm-streams' adapters" >&2
+  exit 1
+fi
 for f in "$staging"/*.css "$staging/sw.js"; do
   [ -e "$f" ] && minify "$f"
 done
