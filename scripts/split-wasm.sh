@@ -30,10 +30,14 @@ trap 'rm -rf "$tmp"' EXIT
 # Flattening and re-looping the control flow before -Oz, then repeating -Oz until it converges,
 # gives about 1 % less gzip than -Oz alone (measured on the main module); merging functions that
 # differ only in constants and folding identical code tails then takes another 0.3 KB.
+# --low-memory-unused lets wasm-opt fold a constant added to an address into the load's or
+# store's offset (the two differ only for an address that wraps past 4 GiB into the lowest KiB):
+# Rust's wasm32 linker puts the 1 MiB stack first and the data above it, so nothing lives in that
+# KiB unless the stack has overflowed; 0.6 KB less gzip on the main module.
 # WASM_OPT_EXTRA=-g keeps function names, for a profile of the release build.
 opt() {
   if [ "$profile" = release ]; then
-    wasm-opt "${@:2}" --flatten --rereloop -Oz --converge --merge-similar-functions --code-folding -Oz --strip-producers --strip-target-features ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+    wasm-opt "${@:2}" --flatten --rereloop -Oz --converge --merge-similar-functions --code-folding -Oz --strip-producers --strip-target-features --low-memory-unused ${WASM_OPT_EXTRA:-} --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
       --enable-sign-ext --enable-multivalue --enable-mutable-globals "$1" -o "$1"
   fi
 }
