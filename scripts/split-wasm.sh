@@ -10,9 +10,10 @@
 #  3. the readable and writable stream adapters that wasm-streams (a dependency of Leptos's server
 #     functions, which the page never calls) exports through wasm-bindgen leave the main module
 #     and the glue: nothing on the page makes a stream, and exports are kept however dead;
-#  4. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html) and
-#     esbuild minifies the JavaScript (wasm-bindgen's glue, the loader, the service worker) and
-#     the stylesheet;
+#  4. in release, wasm-opt shrinks each module (Trunk's own wasm-opt is off in index.html), the
+#     main module's imports from wasm-bindgen's glue get short names on both sides
+#     (scripts/short-imports.mjs), and esbuild minifies the JavaScript (wasm-bindgen's glue, the
+#     loader, the service worker) and the stylesheet;
 #  5. the loader and the chunks get content-hashed names (the service worker caches by name), and
 #     index.html names them: the loader as a module preload (the main module imports it), each
 #     chunk as <link rel="vp-lazy"> — a rel browsers do not fetch, which public/sw.js reads to cache
@@ -75,12 +76,16 @@ loader="__wasm_split-$(hash "$tmp/__wasm_split.js").js"
 mv "$tmp/__wasm_split.js" "$staging/$loader"
 sed -i "/^import /s|from \"\./__wasm_split\.js\"|from \"./$loader\"|" "$tmp/$name.js"
 grep -q "\"./$loader\"" "$tmp/$name.js" || { echo "split-wasm: $name.js does not import the loader" >&2; exit 1; }
-minify "$tmp/$name.js"
 opt "$tmp/${name}_bg.wasm" --remove-exports --pass-arg='remove-exports@*intounderlying*'
-if [ "$profile" = release ] && grep -qa intounderlying "$tmp/${name}_bg.wasm"; then
-  echo "split-wasm: the main module still exports wasm-streams' adapters" >&2
-  exit 1
+if [ "$profile" = release ]; then
+  if grep -qa intounderlying "$tmp/${name}_bg.wasm"; then
+    echo "split-wasm: the main module still exports wasm-streams' adapters" >&2
+    exit 1
+  fi
+  # After wasm-opt, which may drop imports, and before esbuild, which keeps the keys as written.
+  node "$root/scripts/short-imports.mjs" "$tmp/${name}_bg.wasm" "$tmp/$name.js"
 fi
+minify "$tmp/$name.js"
 for f in "$staging"/*.css "$staging/sw.js"; do
   [ -e "$f" ] && minify "$f"
 done
