@@ -2,7 +2,9 @@
 // glue's import object alike: wasm-bindgen names each one after its JavaScript member and a hash
 // (`__wbg_addEventListener_847fd86b8c33ec43`), and each name is written twice, once in the wasm's
 // import section and once as the glue's key, where the hashes barely compress. Imports from any
-// other module (the split loader's) keep their names.
+// other module (the split loader's) keep their names. Likewise the exports that keep their mangled
+// Rust names (closure shims the glue calls as `wasm._ZN…E(`); the others (memory, the table, the
+// split loader's and wasm-bindgen's own) keep theirs.
 //
 //   node scripts/short-imports.mjs MODULE.wasm GLUE.js
 import fs from "node:fs";
@@ -45,21 +47,19 @@ const shortName = (i) => {
   return s;
 };
 
-// Walk to the import section (id 2).
-let at = 8;
-let start = -1, end = -1;
-while (at < wasm.length) {
-  const id = wasm[at];
-  const [size, body] = leb(at + 1);
-  if (id === 2) {
-    start = at;
-    end = body + size;
-    at = body;
-    break;
+// The byte range of section `want` (its id byte to its end) and where its body starts.
+function section(want) {
+  let at = 8;
+  while (at < wasm.length) {
+    const id = wasm[at];
+    const [size, body] = leb(at + 1);
+    if (id === want) return [at, body, body + size];
+    at = body + size;
   }
-  at = body + size;
+  fail(`${wasmPath} has no section ${want}`);
 }
-if (start < 0) fail(`${wasmPath} has no import section`);
+const [start, importBody, end] = section(2);
+let at = importBody;
 
 const [count, first] = leb(at);
 at = first;
@@ -101,8 +101,45 @@ for (let i = 0; i < count; i++) {
 if (at !== end) fail("the import section did not parse to its end");
 if (!renamed) fail(`${wasmPath} imports nothing from wasm-bindgen's glue`);
 
-const body = Buffer.concat([encodeLeb(count), ...entries]);
-const section = Buffer.concat([Buffer.from([2]), encodeLeb(body.length), body]);
-fs.writeFileSync(wasmPath, Buffer.concat([wasm.subarray(0, start), section, wasm.subarray(end)]));
+// The export section (id 7) comes after the import section: both are rebuilt from the bytes read.
+const [xStart, exportBody, xEnd] = section(7);
+const [xCount, xFirst] = leb(exportBody);
+at = xFirst;
+const exports = [];
+let shortened = 0;
+for (let i = 0; i < xCount; i++) {
+  const [nlen, n0] = leb(at);
+  const name = wasm.toString("utf8", n0, n0 + nlen);
+  const kind = wasm[n0 + nlen];
+  const indexEnd = leb(n0 + nlen + 1)[1];
+  const rest = wasm.subarray(n0 + nlen, indexEnd);
+  at = indexEnd;
+  if (kind === 0 && name.startsWith("_ZN")) {
+    const call = `wasm.${name}(`;
+    const found = js.split(call).length - 1;
+    if (found !== 1) fail(`${jsPath} calls ${name} ${found} times, not once`);
+    const short = shortName(shortened++);
+    js = js.replace(call, `wasm.${short}(`);
+    exports.push(Buffer.concat([str(short), rest]));
+  } else {
+    exports.push(Buffer.concat([str(name), rest]));
+  }
+}
+if (at !== xEnd) fail("the export section did not parse to its end");
+
+const rebuilt = (id, count, items) => {
+  const body = Buffer.concat([encodeLeb(count), ...items]);
+  return Buffer.concat([Buffer.from([id]), encodeLeb(body.length), body]);
+};
+fs.writeFileSync(
+  wasmPath,
+  Buffer.concat([
+    wasm.subarray(0, start),
+    rebuilt(2, count, entries),
+    wasm.subarray(end, xStart),
+    rebuilt(7, xCount, exports),
+    wasm.subarray(xEnd),
+  ]),
+);
 fs.writeFileSync(jsPath, js);
-console.log(`short-imports: ${renamed} imports renamed`);
+console.log(`short-imports: ${renamed} imports and ${shortened} exports renamed`);
