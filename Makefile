@@ -38,7 +38,7 @@ SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 # first visit really fetches, at five window sizes, against the same budget.
 SIZE_BUDGET_BYTES := 200000
 
-DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh scripts/seal.mjs $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
+DIST_INPUTS := index.html Trunk.toml Cargo.toml Cargo.lock scripts/split-wasm.sh scripts/short-imports.mjs scripts/seal.mjs $(shell find $(ROOT)/src $(ROOT)/style $(ROOT)/public -type f -not -name '*.py' 2>/dev/null)
 
 .PHONY: help serve test dist size fuzz fuzz-smoke cargo-fuzz tools browser wasm-target trunk wasm-bindgen wasm-split split-wasm node-tools fetch lint test-native test-wasm test-e2e
 
