@@ -142,6 +142,18 @@ fn absurd_sizes_are_reported_not_wrapped() {
     assert!(estimate(&p).unwrap_err().to_string().contains("batch"));
 }
 
+/// A step whose allocations sum past 64-bit addresses (gpt-oss-20b, 2,570 × 1,000,000 tokens:
+/// a 14.9 EiB peak, and more than 16 EiB of segments over the step) is refused before the
+/// caching allocator's replay, whose address counter would otherwise wrap.
+#[test]
+fn allocations_beyond_64_bit_addresses_are_refused() {
+    let mut p = Plan::new("gpt-oss-20b");
+    p.batch = 2570;
+    p.seq = Some(1_000_000);
+    let err = estimate(&p).unwrap_err().to_string();
+    assert!(err.contains("16 EiB"), "{err}");
+}
+
 /// The documented exception to "checkpointing saves memory": wrapping each child of VGG-16's
 /// `features` keeps every conv output and every (now out-of-place) ReLU output as segment inputs.
 #[test]

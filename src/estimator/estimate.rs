@@ -393,7 +393,7 @@ pub fn estimate(
         ));
     }
     let g = build_graph(model, setup)?;
-    let prefill = estimate_graph(&model.label, setup, &g, gpu);
+    let prefill = estimate_graph(&model.label, setup, &g, gpu)?;
     let InputKind::Tokens { default_seq, .. } = model.input else {
         return Ok(prefill);
     };
@@ -408,7 +408,7 @@ pub fn estimate(
     let prefill_peak = prefill.peak_allocated;
     let (mut best, decode_peak) = if new_tokens >= 2 {
         let dg = build_graph_step(model, setup, Pass::Decode)?;
-        let decode = estimate_graph(&model.label, setup, &dg, gpu);
+        let decode = estimate_graph(&model.label, setup, &dg, gpu)?;
         let dp = decode.peak_allocated;
         if dp > prefill_peak {
             (decode, Some(dp))
@@ -493,6 +493,9 @@ pub fn segments_at_peak(
     let g = build_graph(model, setup)?;
     let inputs = ReplayInputs::of(setup, gpu);
     let r = simulate(&g, &step_options(setup, &inputs));
+    if !r.alloc_trace.fits_address_space() {
+        return Err(EstimateError::TooLarge);
+    }
     Ok(allocator::segment_map(
         &r.alloc_trace,
         &[],
@@ -534,6 +537,9 @@ pub fn estimate_validated(
         .map_or(Bytes::ZERO, |e| {
             e.live.get(Category::Gradients) + e.live.get(Category::OptimizerState)
         });
+    if !r.alloc_trace.fits_address_space() {
+        return Err(EstimateError::TooLarge);
+    }
     let mut e = estimate_step(&model.label, setup, &g, gpu, inputs, r);
     e.validation_peak = Some(live.total() + held);
     Ok(e)
@@ -561,10 +567,18 @@ fn validation_graph(model: &ModelSpec, setup: &Setup) -> Result<Graph, EstimateE
 }
 
 /// Estimates a step of an already built graph.
-pub fn estimate_graph(label: &str, plan: &Setup, g: &Graph, gpu: Option<&Gpu>) -> Estimate {
+pub fn estimate_graph(
+    label: &str,
+    plan: &Setup,
+    g: &Graph,
+    gpu: Option<&Gpu>,
+) -> Result<Estimate, EstimateError> {
     let inputs = ReplayInputs::of(plan, gpu);
     let r = simulate(g, &step_options(plan, &inputs));
-    estimate_step(label, plan, g, gpu, inputs, r)
+    if !r.alloc_trace.fits_address_space() {
+        return Err(EstimateError::TooLarge);
+    }
+    Ok(estimate_step(label, plan, g, gpu, inputs, r))
 }
 
 /// The estimate from a simulated step `r` of `g`: its allocator stream replayed, its peak and

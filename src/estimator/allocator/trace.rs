@@ -27,6 +27,8 @@ enum Event {
 pub struct AllocTrace {
     events: Vec<Event>,
     allocs: u32,
+    /// The requests plus 20 MiB each, saturating ([`AllocTrace::fits_address_space`]).
+    bound: u64,
 }
 
 impl AllocTrace {
@@ -40,6 +42,9 @@ impl AllocTrace {
         }
         self.events.push(Event::Alloc { bytes, stream });
         self.allocs += 1;
+        self.bound = self
+            .bound
+            .saturating_add(bytes.saturating_add(super::sizes::LARGE_BUFFER));
         Handle(self.allocs - 1)
     }
     pub fn free(&mut self, h: Handle) {
@@ -49,6 +54,12 @@ impl AllocTrace {
     }
     pub fn len(&self) -> usize {
         self.events.len()
+    }
+    /// Whether every segment the replay could create fits 64-bit addresses: a segment is at
+    /// most its request rounded to 2 MiB, or the 20 MiB buffer of a mid-sized one, so the sum
+    /// of requests plus 20 MiB each bounds the address space the replay hands out.
+    pub fn fits_address_space(&self) -> bool {
+        self.bound < u64::MAX
     }
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
