@@ -1376,7 +1376,10 @@ fn llama(
     let mut router_logits = Vec::new();
     let h = llama_decoder(g, cfg, ctx, x, &mut router_logits)?;
     if ctx.tune.recipe == crate::estimator::tune::Recipe::Torchtune {
-        return super::torchtune::head(g, cfg, h, ids);
+        // torchtune's `TransformerDecoder` names its head `output` and returns
+        // `output(h).float()`, which the recipe's loop holds.
+        let logits = g.column_parallel_linear("output", h, cfg.hidden, cfg.vocab, false)?;
+        return g.held_fp32_logits_loss(logits, ids).map(|_| ());
     }
     llama_head(g, cfg, h, embed, ids, &router_logits)
 }

@@ -10,7 +10,7 @@ use super::activation::Activation;
 use super::text::{Arch, TextConfig, Variant};
 use crate::estimator::config::BuildCtx;
 use crate::estimator::error::EstimateError;
-use crate::estimator::graph::{Graph, Precision, TensorId};
+use crate::estimator::graph::{Graph, Precision};
 use crate::estimator::model_init::{ModelInit, Proj, TorchtuneLlama};
 use crate::estimator::tune::{Quantization, Target};
 use crate::estimator::units::DType;
@@ -114,29 +114,5 @@ pub fn attach(
         g.buffer(vec![m.max_seq_len, half, 2], DType::F32)?;
     }
     g.init = Some(ModelInit::of(m));
-    Ok(())
-}
-
-/// The end of torchtune's step: `TransformerDecoder.forward` returns `self.output(h).float()`
-/// (`modules/transformer.py`: the bf16 projection, then an fp32 copy) and the recipe computes
-/// `self._loss_fn(logits.transpose(1, 2), labels)` (`CrossEntropyLoss`; the transpose is a
-/// view). Unlike transformers' loss, whose fp32 copy dies once `log_softmax` has read it, the
-/// recipe's `logits` is a local of its training loop: the fp32 logits stay alive through the
-/// backward and the optimizer step.
-pub fn head(
-    g: &mut Graph,
-    cfg: &TextConfig,
-    h: TensorId,
-    ids: TensorId,
-) -> Result<(), EstimateError> {
-    let logits = g.column_parallel_linear("output", h, cfg.hidden, cfg.vocab, false)?;
-    let s = g.shape(logits);
-    let lf = g.cast(logits, DType::F32)?;
-    g.scoped("loss", |g| {
-        let l2 = g.view(lf, vec![s[0] * s[1], s[2]])?;
-        let y = g.view(ids, vec![s[0] * s[1]])?;
-        g.cross_entropy(l2, y)
-    })?;
-    g.keep(lf);
     Ok(())
 }

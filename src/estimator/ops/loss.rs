@@ -66,6 +66,27 @@ impl Graph {
         Ok(loss)
     }
 
+    /// A loop that takes fp32 logits from the model and keeps them: torchtune's
+    /// `TransformerDecoder.forward` returns `self.output(h).float()` (`modules/transformer.py`)
+    /// and its recipe computes `self._loss_fn(logits.transpose(1, 2), labels)`
+    /// (`CrossEntropyLoss`; the transpose is a view). Unlike transformers' loss, whose fp32 copy
+    /// dies once `log_softmax` has read it, the recipe's `logits` is a local of its training
+    /// loop: the fp32 logits stay alive through the backward and the optimizer step.
+    pub fn held_fp32_logits_loss(&mut self, logits: TensorId, labels: TensorId) -> R {
+        let s = self.shape(logits);
+        let [b, t, v] = s[..] else {
+            return Err(self.bad_shape(format!("logits must be [B, S, V], got {s:?}")));
+        };
+        let lf = self.cast(logits, DType::F32)?;
+        let loss = self.scoped("loss", |g| {
+            let l2 = g.view(lf, vec![b * t, v])?;
+            let y = g.view(labels, vec![b * t])?;
+            g.cross_entropy(l2, y)
+        })?;
+        self.keep(lf);
+        Ok(loss)
+    }
+
     /// `ForCausalLMLoss` (`transformers/loss/loss_utils.py`): `logits.float()` (a new fp32 copy
     /// unless already fp32), labels padded with -100 and shifted (`pad`, `[..., 1:].contiguous()`),
     /// then `cross_entropy` with mean reduction (`num_items_in_batch` is None). The logits stay
