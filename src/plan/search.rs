@@ -17,9 +17,10 @@ use crate::estimator::config::Setup;
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::Graph;
 use crate::estimator::parallel::{
-    evaluate, floor_over, prepare_built, surely_over, Layout, Offload, ParallelEstimate, Prepared,
-    SavedFloor,
+    evaluate, prepare_built, resident_over, surely_over, Layout, Offload, ParallelEstimate,
+    Prepared, ResidentFloor, SavedFloor,
 };
+use crate::estimator::tune::TuneCtx;
 use crate::presets::gpus::Gpu;
 
 /// The most GPUs a search may try: far beyond any single job's layout search, and the number
@@ -178,8 +179,11 @@ fn search_with(
         cache: HashMap::new(),
         overheads: HashMap::new(),
         built: HashMap::new(),
+        resident: HashMap::new(),
         floor,
+        alike: false,
     };
+    layouts.alike = layouts.builds_alike();
     let mut found: Vec<Candidate> = Vec::new();
     for w in worlds {
         if found.len() >= opts.top {
@@ -242,8 +246,16 @@ struct Layouts<'a> {
     /// build refuses them), which every pipeline depth cuts, and the floor of what its pieces
     /// save: a layout over the GPU by that floor is passed over before its pieces are simulated.
     built: HashMap<(u64, u64, u64), Option<Built>>,
-    /// Whether that floor is asked (always, but in the test that it changes no answer).
+    /// The floor of what a rank keeps resident, for each tensor- and expert-parallel degree
+    /// (`None`: the first build of those degrees failed): the parameters do not depend on the
+    /// micro-batch, so a layout over the GPU by its model state alone is passed over before
+    /// the graph of its micro-batch is built.
+    resident: HashMap<(u64, u64), Option<ResidentFloor>>,
+    /// Whether the floors are asked (always, but in the test that they change no answer).
     floor: bool,
+    /// Whether every stage's layout builds alike ([`Layouts::builds_alike`]): only then is a
+    /// layout passed over on its resident floor before its micro-batch's graph is built.
+    alike: bool,
 }
 
 /// What a prepared layout is keyed by: tensor-, pipeline- and expert-parallel degrees,
@@ -297,6 +309,32 @@ impl Layouts<'_> {
             }
         }
         stages
+    }
+
+    /// Whether the model builds (or is refused) alike for every stage the search tries. The
+    /// build refuses some optimizers at some stages (`TuneCtx::from_plan`: bitsandbytes under
+    /// ZeRO or FSDP), and the graph built for the first layout of a micro-batch serves the
+    /// later ones, whatever their stage: where stages differ, which layout asks first decides
+    /// what the later ones get, so no layout may be passed over before that build.
+    fn builds_alike(&self) -> bool {
+        let mut oks = [1, 2]
+            .into_iter()
+            .flat_map(|dp| self.stages(dp))
+            .map(|(z, oo, op)| {
+                let mut p = self.plan.clone();
+                let mut par = p.parallel.clone().unwrap_or_default();
+                par.zero = Some(z);
+                par.fsdp = false;
+                p.parallel = Some(par);
+                p.offload = (oo || op).then(|| Offload {
+                    optimizer: oo,
+                    params: op,
+                    ..self.plan.offload.clone().unwrap_or_default()
+                });
+                TuneCtx::from_plan(&p.setup()).is_ok()
+            });
+        let first = oks.next();
+        oks.all(|ok| Some(ok) == first)
     }
 
     /// The layout at `m` micro-batches and `stage`, estimated, with the plan that applies it
@@ -356,23 +394,58 @@ impl Layouts<'_> {
     /// micro-batch, and holding each of those builds doubled the search's memory.
     fn prepare(&mut self, p: &Plan, setup: &Setup, layout: &Layout, key: Key) -> Prepare {
         let (tp, _, ep, b, more) = key;
-        let built = self.built.entry((tp, ep, b)).or_insert_with(|| {
+        let build = || {
             layout_graph(p, layout).ok().map(|(label, g)| Built {
                 floor: SavedFloor::of(&g),
                 label,
                 g: Some(g),
             })
-        });
+        };
+        let chunks = layout.pp * layout.interleave;
+        let resident = if self.floor && self.alike {
+            // The first layout of these degrees builds its own micro-batch's graph for the
+            // resident floor (the build is kept for it).
+            if !self.resident.contains_key(&(tp, ep)) {
+                let built = self.built.entry((tp, ep, b)).or_insert_with(build);
+                let floor = built
+                    .as_ref()
+                    .and_then(|x| x.g.as_ref())
+                    .map(|g| ResidentFloor::of(g, setup));
+                self.resident.insert((tp, ep), floor);
+            }
+            self.resident
+                .get(&(tp, ep))
+                .and_then(Option::as_ref)
+                .and_then(|r| r.pieces(setup, layout))
+        } else {
+            None
+        };
+        if let Some(res) = resident.as_deref() {
+            let built = self.built.get_mut(&(tp, ep, b)).and_then(Option::as_mut);
+            let saved = built.as_ref().and_then(|x| x.floor.pieces(chunks));
+            if resident_over(setup, layout, res, saved.as_deref(), self.gpu) {
+                if let Some(built) = built {
+                    built.g = None;
+                }
+                return Prepare::Over;
+            }
+        }
+        let built = self.built.entry((tp, ep, b)).or_insert_with(build);
         // A build that fails fails every layout of these degrees, as its prepare would.
         let Some(built) = built.as_mut() else {
             return Prepare::Done(None);
         };
-        let chunks = layout.pp * layout.interleave;
+        let none = vec![0; chunks as usize];
         if self.floor
-            && built
-                .floor
-                .pieces(chunks)
-                .is_some_and(|f| floor_over(setup, layout, &f, self.gpu))
+            && built.floor.pieces(chunks).is_some_and(|f| {
+                resident_over(
+                    setup,
+                    layout,
+                    resident.as_deref().unwrap_or(&none),
+                    Some(&f),
+                    self.gpu,
+                )
+            })
         {
             built.g = None;
             return Prepare::Over;

@@ -35,6 +35,7 @@ pub mod offload;
 pub mod piece;
 pub mod pipeline;
 pub mod report;
+pub mod resident;
 pub mod settings;
 pub mod tp;
 pub mod traffic;
@@ -50,4 +51,5 @@ pub use piece::{
     SavedFloor,
 };
 pub use report::{single_gpu, OffloadReport, ParallelEstimate, PerGpu, RankReport};
+pub use resident::{resident_over, ResidentFloor};
 pub use settings::{MixedPrecision, MpDtype, Offload, Parallel};

@@ -157,6 +157,14 @@ pub const DDP_BUCKET_CAP: u64 = 25 << 20;
 /// `dist._DEFAULT_FIRST_BUCKET_BYTES` (1 MiB).
 pub const DDP_FIRST_BUCKET: u64 = 1 << 20;
 
+/// Bytes of one rank's shard of a parameter of `d0` rows of `row` elements of `bits` bits
+/// replicated over `replicas` ranks, as the allocator holds it: FSDP2 pads dim 0 to a multiple
+/// of the ranks ([`padded_shard_elems`]), so every rank holds `ceil(d0/replicas)` rows.
+pub(super) fn shard_bytes(d0: u64, row: u64, bits: u64, replicas: u64) -> u64 {
+    let rows = d0.div_ceil(replicas.max(1));
+    Bytes((rows * row * bits).div_ceil(8)).allocator_block().0
+}
+
 /// How one data-parallel rank holds the model states.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Sharding {
@@ -185,7 +193,7 @@ impl Sharding {
             offload_params: false,
         }
     }
-    fn params_sharded(&self) -> bool {
+    pub(super) fn params_sharded(&self) -> bool {
         self.zero >= 3 || (self.zero == 2 && self.fsdp)
     }
     /// Ranks a parameter is replicated over, which its states are sharded across: the
@@ -454,10 +462,9 @@ impl<'a> Sharded<'a> {
                 } else {
                     p.bits
                 };
-                let rows = p.d0.div_ceil(sh.replicas(p.expert));
                 ParamShard {
                     full: p.full,
-                    shard: Bytes((rows * p.row * bits).div_ceil(8)).allocator_block().0,
+                    shard: shard_bytes(p.d0, p.row, bits, sh.replicas(p.expert)),
                     trainable: p.trainable,
                     expert: p.expert,
                     unit: p.unit,
