@@ -4,9 +4,11 @@
 //! largest micro-batch keeps the GPU busiest), at least `pp` of them under pipeline parallelism.
 //! Every layout that may fit is estimated in full ([`super::evaluate`]); the graph and the stage
 //! simulations are shared by layouts with the same model-parallel degrees and micro-batch. A
-//! layout whose saved activations alone overflow the GPU ([`SavedFloor`], [`floor_over`]) is
-//! passed over before its pieces are simulated, and one whose simulated pieces surely overflow
-//! it ([`surely_over`]) before its timelines are walked: neither changes an answer.
+//! layout whose resident model state alone overflows the GPU ([`ResidentFloor`], known once per
+//! tensor- and expert-parallel degree) is passed over before the graph of its micro-batch is
+//! built, one whose resident state and saved activations together overflow it ([`SavedFloor`],
+//! [`resident_over`]) before its pieces are simulated, and one whose simulated pieces surely
+//! overflow it ([`surely_over`]) before its timelines are walked: none changes an answer.
 
 use std::collections::HashMap;
 
@@ -143,8 +145,19 @@ pub fn search(plan: &Plan, opts: &SearchOptions) -> Result<Vec<Candidate>, PlanE
     search_with(plan, opts, true).map(|(found, _)| found)
 }
 
-/// [`search`], passing over the layouts [`floor_over`] rules out before preparing them when
-/// `floor`, and how many layouts it prepared.
+/// [`search`] with the floors asked or not (`floors`), and how many layouts it prepared: the
+/// floors must change no answer, only the work (tests compare the two).
+#[doc(hidden)]
+pub fn search_counted(
+    plan: &Plan,
+    opts: &SearchOptions,
+    floors: bool,
+) -> Result<(Vec<Candidate>, usize), PlanError> {
+    search_with(plan, opts, floors)
+}
+
+/// [`search`], passing over the layouts [`resident_over`] rules out before building or
+/// preparing them when `floor`, and how many layouts it prepared.
 fn search_with(
     plan: &Plan,
     opts: &SearchOptions,
