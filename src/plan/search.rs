@@ -437,7 +437,14 @@ impl Layouts<'_> {
             let built = self.built.get_mut(&(tp, ep, b)).and_then(Option::as_mut);
             let saved = built.as_ref().and_then(|x| x.floor.pieces(chunks));
             if resident_over(setup, layout, res, saved.as_deref(), self.gpu) {
-                if let Some(built) = built {
+                // Dropped as the saved floor alone drops it below; a graph that floor keeps
+                // is kept, for the later stages and replicas its micro-batch fits (dropping it
+                // here rebuilt a 128-expert model a dozen times per search).
+                let none = vec![0; chunks as usize];
+                let saved_over = saved
+                    .as_deref()
+                    .is_some_and(|f| resident_over(setup, layout, &none, Some(f), self.gpu));
+                if let Some(built) = built.filter(|_| saved_over) {
                     built.g = None;
                 }
                 return Prepare::Over;
@@ -448,20 +455,22 @@ impl Layouts<'_> {
         let Some(built) = built.as_mut() else {
             return Prepare::Done(None);
         };
-        let none = vec![0; chunks as usize];
-        if self.floor
-            && built.floor.pieces(chunks).is_some_and(|f| {
-                resident_over(
-                    setup,
-                    layout,
-                    resident.as_deref().unwrap_or(&none),
-                    Some(&f),
-                    self.gpu,
-                )
-            })
-        {
-            built.g = None;
-            return Prepare::Over;
+        if let Some(f) = built.floor.pieces(chunks).filter(|_| self.floor) {
+            // Over on its saved activations alone, the layout drops the graph as before; over
+            // only with its resident state, it keeps it for the stages that hold less (with
+            // the resident floor dropping it too, a 128-expert model was rebuilt 7 times).
+            let none = vec![0; chunks as usize];
+            let saved_over = resident_over(setup, layout, &none, Some(&f), self.gpu);
+            if saved_over
+                || resident
+                    .as_deref()
+                    .is_some_and(|r| resident_over(setup, layout, r, Some(&f), self.gpu))
+            {
+                if saved_over {
+                    built.g = None;
+                }
+                return Prepare::Over;
+            }
         }
         if built.g.is_none() {
             built.g = layout_graph(p, layout).ok().map(|(_, g)| g);
