@@ -318,7 +318,15 @@ pub fn sparse_block(
         } else {
             (hv, rw, sel)
         };
-        let out = experts(g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing)?;
+        // gpt-oss's router logits stay bound to `_` in `GptOssMLP.forward` until it returns.
+        let outer: &[TensorId] = if moe.kind == MoeKind::GptOss {
+            &[logits]
+        } else {
+            &[]
+        };
+        let out = experts(
+            g, moe, hv, rw, sel, act, cpu, dt, tune.quant, routing, outer,
+        )?;
         if sp {
             // `token_combine`: the partial sums reduce-scattered back to the rank's tokens.
             let out = g.view(out, vec![b, seq * g.tp_size(), h])?;
@@ -622,27 +630,36 @@ fn gpt_oss_expert_params(
 /// `cur @ gate_up_proj[e] + gate_up_proj_bias[e]`, `_apply_gate` ([`gpt_oss_gate`]), then
 /// `@ down_proj[e] + down_proj_bias[e]`. Each weight and bias is a `select` view of its
 /// parameter.
+///
+/// `gated_output` is a local of the loop: the previous expert's (`prev_gated`) lives until this
+/// expert's replaces it. Returns the output and this expert's `gated_output`.
 fn gpt_oss_expert(
     g: &mut Graph,
     w: &[TensorId],
     cur: TensorId,
     inter: u64,
-) -> Result<TensorId, EstimateError> {
+    prev_gated: Option<TensorId>,
+) -> Result<(TensorId, TensorId), EstimateError> {
     let h = g.shape(cur)[1];
     let w1 = g.select(w[0], vec![h, 2 * inter])?;
     let gu = g.matmul(cur, w1)?;
     let b1 = g.select(w[1], vec![2 * inter])?;
     let gu = g.add(gu, b1, false)?;
     let y = gpt_oss_gate(g, gu, inter)?;
+    if let Some(p) = prev_gated {
+        g.hold(&[p]);
+    }
     let w2 = g.select(w[2], vec![inter, h])?;
     let out = g.matmul(y, w2)?;
     let b2 = g.select(w[3], vec![h])?;
-    g.add(out, b2, false)
+    Ok((g.add(out, b2, false)?, y))
 }
 
 /// `GptOssExperts._apply_gate` on an `[n, 2I]` projection: the strided gate and up halves, each
 /// clamped (`clamp` saves its input, so the projection stays alive), `gate * α`, `sigmoid`
-/// saving its output, the product saving both, `up + 1`, the final product saving both.
+/// saving its output, the product saving both, `up + 1`, the final product saving both. The
+/// clamped `up` is a local of `_apply_gate` (`up + 1` saves nothing): it lives until the
+/// function returns, after the final product.
 fn gpt_oss_gate(g: &mut Graph, gu: TensorId, inter: u64) -> Result<TensorId, EstimateError> {
     let n = g.shape(gu)[0];
     let dt = g.dtype(gu);
@@ -685,7 +702,9 @@ fn gpt_oss_gate(g: &mut Graph, gu: TensorId, inter: u64) -> Result<TensorId, Est
             ..Pw::default()
         },
     )?;
-    g.mul_bc(up1, glu)
+    let y = g.mul_bc(up1, glu)?;
+    g.hold(&[up]);
+    Ok(y)
 }
 
 /// A routed expert's weight: a parameter marked so that the layouts split it over the
@@ -768,7 +787,7 @@ fn expert_mlp(
     let (n, h) = (g.shape(cur)[0], g.shape(cur)[1]);
     let i = moe.expert_intermediate;
     if moe.kind == MoeKind::GptOss {
-        return gpt_oss_expert(g, weights, cur, i);
+        return Ok(gpt_oss_expert(g, weights, cur, i, None)?.0);
     }
     let w1 = g.select(weights[0], vec![2 * i, h])?;
     let gu = match scales.first() {
@@ -796,7 +815,8 @@ fn expert_mlp(
 /// is `FP8Expert.forward` (transformers `integrations/finegrained_fp8.py`): e4m3 weights with
 /// `*_scale_inv` tiles per expert, each projection through [`Graph::fp8_matmul`], and
 /// `one_hot` over the `E` experts only. Under expert parallelism the rank's `E/ep` experts run
-/// behind an all-to-all dispatch ([`dispatched_experts`]).
+/// behind an all-to-all dispatch ([`dispatched_experts`]). `outer`: what the caller's frame
+/// keeps referenced through gpt-oss's loop (its router logits).
 #[allow(clippy::too_many_arguments)]
 fn experts(
     g: &mut Graph,
@@ -809,6 +829,7 @@ fn experts(
     dt: DType,
     quant: Quantization,
     routing: Routing,
+    outer: &[TensorId],
 ) -> Result<TensorId, EstimateError> {
     let (t, h) = (g.shape(hv)[0], g.shape(hv)[1]);
     let (e_n, k, i) = (moe.experts, moe.top_k, moe.expert_intermediate);
@@ -880,6 +901,9 @@ fn experts(
     let hit = g.no_grad_op("sum", &[mask], vec![classes], DType::I64, z)?;
     let hit = g.no_grad_op("gt", &[hit], vec![classes], DType::Bool, z)?;
     let hit = g.no_grad_op("nonzero", &[hit], vec![e_n, 1], DType::I64, z)?;
+    // gpt-oss: the loop's locals (`GptOssExperts.forward`) and what the frames above hold.
+    let gpt_oss = moe.kind == MoeKind::GptOss;
+    let mut locals: Vec<TensorId> = Vec::new();
     for e in 0..e_n {
         let n = moe.tokens_of(t, e, skew)?;
         if n == 0 {
@@ -889,13 +913,38 @@ fn experts(
         let tok = g.alias(slots, vec![n], false);
         let pos = g.alias(slots, vec![n], false);
         let cur = index_rows(g, hv, &[tok], vec![n, h])?;
-        let y = expert_mlp(g, moe, &weights, &scales, cur, act, cpu)?;
+        let y = if gpt_oss {
+            // `current_state` and `gated_output` stay bound until the next expert rebinds them
+            // (with frozen experts neither is saved: the products save only the weights).
+            if let Some(&prev_cur) = locals.first() {
+                g.hold(&[prev_cur]);
+            }
+            let (y, gated) = gpt_oss_expert(g, &weights, cur, i, locals.get(1).copied())?;
+            locals = vec![cur, gated];
+            y
+        } else {
+            expert_mlp(g, moe, &weights, &scales, cur, act, cpu)?
+        };
         let w = index_rows(g, rw, &[tok, pos], vec![n, 1])?;
         let y = g.mul_bc(y, w)?;
         let y = g.cast(y, dt)?;
+        if gpt_oss {
+            // Non-reentrant checkpointing stops the recomputation at the last tensor the
+            // segment saves (`_StopRecomputationError` in `torch/utils/checkpoint.py`): the
+            // last expert's `index_add_`, which saves before it runs. Until then the frames
+            // hold `hidden_states`, `next_states` (the destination of every `index_add_`),
+            // `expert_mask`, `expert_hit`, the loop's locals and the caller's (`outer`: the
+            // router logits `GptOssMLP.forward` binds to `_`), so they are referenced here,
+            // before the `index_add_`.
+            let mut held = vec![hv, fin, mask, hit];
+            held.extend_from_slice(&locals);
+            held.extend_from_slice(outer);
+            g.hold(&held);
+        }
         fin = index_add_rows(g, fin, tok, y)?;
     }
-    g.hold(&[mask, hit]);
+    locals.extend_from_slice(&[mask, hit]);
+    g.hold(&locals);
     Ok(fin)
 }
 

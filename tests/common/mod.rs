@@ -92,9 +92,13 @@ pub const QLORA_MOE: Measured = measured!("qlora-moe-steps.jsonl");
 /// QLoRA on LLaVA (tower, projector and language model NF4) on the fake CUDA device.
 pub const QLORA_LLAVA: Measured = measured!("qlora-llava-steps.jsonl");
 
+/// gpt-oss with every decoder layer checkpointed (non-reentrant), full training and peft LoRA,
+/// real CPU tensors, balanced routing; records carry a `plan`.
+pub const GPT_OSS_CKPT: Measured = measured!("gpt-oss-ckpt-steps.jsonl");
+
 /// Every measured-step file; `reference::every_data_file_is_known_and_replays` checks that
 /// `tests/data` holds exactly these.
-pub const ALL: [Measured; 25] = [
+pub const ALL: [Measured; 26] = [
     REFERENCE_SET,
     AMP_FP16,
     CNN_EXTRA,
@@ -120,6 +124,7 @@ pub const ALL: [Measured; 25] = [
     LORA,
     QLORA_MOE,
     QLORA_LLAVA,
+    GPT_OSS_CKPT,
 ];
 
 /// One record replayed: the record as read and the estimate compared with its measurement.

@@ -179,6 +179,9 @@ def cases():
         # With every decoder layer checkpointed (non-reentrant).
         ("qwen3moe-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), True, "bf16", "layer"),
         ("mixtral-small-2l", 1024, 2, dict(rank=8, alpha=8, targets=["q", "v"], dropout=0.05), True, "amp_bf16", "layer"),
+        ("gpt-oss-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), False, "bf16", "layer"),
+        ("gpt-oss-small-2l", 1024, 2, dict(rank=16, alpha=32, targets=["q", "k", "v", "o"], dropout=0.0), False, "amp_bf16",
+         "layer"),
     ]
 
 
