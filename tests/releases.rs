@@ -49,13 +49,9 @@ fn torch_versions_are_checked() {
     }
 }
 
-/// The activation bytes live at the end of the forward: all it saves.
-fn mobilenet_v2_saved(torch: &str) -> u64 {
-    let json = format!(
-        r#"{{"model": "mobilenet_v2", "batch": 4, "res": 224, "dtype": "fp32", "opt": "sgd",
-            "stack": {{"cuda": "10.1"{torch}}}}}"#
-    );
-    let e = estimate(&parse_json(&json).expect("a plan")).expect("estimates");
+/// The activation bytes live at the end of the plan's forward: all it saves.
+fn saved_after_forward(json: &str) -> u64 {
+    let e = estimate(&parse_json(json).expect("a plan")).expect("estimates");
     e.timeline
         .events
         .iter()
@@ -63,6 +59,15 @@ fn mobilenet_v2_saved(torch: &str) -> u64 {
         .map(|ev| ev.live.get(Category::Activations).0)
         .next_back()
         .unwrap_or(0)
+}
+
+/// [`saved_after_forward`] of MobileNetV2 at batch 4 on PyTorch `torch`.
+fn mobilenet_v2_saved(torch: &str) -> u64 {
+    let json = format!(
+        r#"{{"model": "mobilenet_v2", "batch": 4, "res": 224, "dtype": "fp32", "opt": "sgd",
+            "stack": {{"cuda": "10.1"{torch}}}}}"#
+    );
+    saved_after_forward(&json)
 }
 
 #[test]
@@ -110,22 +115,15 @@ fn expanded_per_sample() -> u64 {
     total
 }
 
-/// The activation bytes live at the end of a BERT-base forward under fp16 autocast with eager
-/// attention, on PyTorch 1.10 (whose softmax keeps its input) and `transformers`.
+/// [`saved_after_forward`] of BERT-base under fp16 autocast with eager attention, on PyTorch
+/// 1.10 (whose softmax keeps its input) and `transformers`.
 fn bert_amp_saved(transformers: &str) -> u64 {
     let json = format!(
         r#"{{"model": "bert-base-cls", "batch": 2, "seq": 128, "dtype": "amp_fp16", "opt": "sgd", "attn": "eager",
             "hf_config": {{"model_type": "bert", "architectures": ["BertForSequenceClassification"]}},
             "stack": {{"cuda": "11.2", "torch": "1.10"{transformers}}}}}"#
     );
-    let e = estimate(&parse_json(&json).expect("a plan")).expect("estimates");
-    e.timeline
-        .events
-        .iter()
-        .filter(|ev| ev.phase == Phase::Forward)
-        .map(|ev| ev.live.get(Category::Activations).0)
-        .next_back()
-        .unwrap_or(0)
+    saved_after_forward(&json)
 }
 
 #[test]

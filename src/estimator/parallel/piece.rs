@@ -268,16 +268,7 @@ impl SavedFloor {
     /// The floor of each of `chunks` pieces, cut as [`prepare`] cuts them (`None`: more chunks
     /// than blocks, which [`prepare`] refuses).
     pub fn pieces(&self, chunks: u64) -> Option<Vec<u64>> {
-        if chunks == 0 || chunks > self.weights.len() as u64 {
-            return None;
-        }
-        let mut piece_of = vec![0usize; self.weights.len()];
-        for (k, r) in pipeline::partition(&self.weights, chunks as usize)
-            .into_iter()
-            .enumerate()
-        {
-            piece_of[r].fill(k);
-        }
+        let piece_of = pipeline::piece_of_blocks(&self.weights, chunks)?;
         let mut out = vec![0u64; chunks as usize];
         for &(lo, hi, n) in &self.held {
             if piece_of[lo] == piece_of[hi] {

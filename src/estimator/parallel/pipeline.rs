@@ -165,9 +165,6 @@ fn extends(b: &Block, name: &str) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-/// Splits `weights` into `k` contiguous non-empty runs minimising the largest sum (the classic
-/// linear partition, by dynamic programming); returns the run boundaries as index ranges.
-/// `k` must be between 1 and `weights.len()`.
 /// The first index in `lo..hi` where `pred` is false (`hi` if none), for a `pred` true on a
 /// prefix of the range.
 fn first_false(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> usize {
@@ -182,6 +179,22 @@ fn first_false(mut lo: usize, mut hi: usize, pred: impl Fn(usize) -> bool) -> us
     lo
 }
 
+/// Which of `chunks` pieces ([`partition`] of the blocks' `weights`) holds each block; `None`
+/// when there are no chunks or more chunks than blocks.
+pub fn piece_of_blocks(weights: &[u64], chunks: u64) -> Option<Vec<usize>> {
+    if chunks == 0 || chunks > weights.len() as u64 {
+        return None;
+    }
+    let mut piece_of = vec![0usize; weights.len()];
+    for (k, r) in partition(weights, chunks as usize).into_iter().enumerate() {
+        piece_of[r].fill(k);
+    }
+    Some(piece_of)
+}
+
+/// Splits `weights` into `k` contiguous non-empty runs minimising the largest sum (the classic
+/// linear partition, by dynamic programming); returns the run boundaries as index ranges.
+/// `k` must be between 1 and `weights.len()`.
 pub fn partition(weights: &[u64], k: usize) -> Vec<Range<usize>> {
     let n = weights.len();
     let k = k.clamp(1, n.max(1));

@@ -137,16 +137,7 @@ impl ResidentFloor {
     /// which `prepare` refuses). `plan`: the setup of the layout (its optimizer, `zero_grad`).
     pub fn pieces(&self, plan: &Setup, layout: &Layout) -> Option<Vec<u64>> {
         let chunks = layout.pp * layout.interleave;
-        if chunks == 0 || chunks > self.weights.len() as u64 {
-            return None;
-        }
-        let mut piece_of = vec![0usize; self.weights.len()];
-        for (k, r) in pipeline::partition(&self.weights, chunks as usize)
-            .into_iter()
-            .enumerate()
-        {
-            piece_of[r].fill(k);
-        }
+        let piece_of = pipeline::piece_of_blocks(&self.weights, chunks)?;
         let sh = layout.sharding();
         let states = plan.opt.states_per_param();
         // `StepOptions::grads_persist` of the pieces `prepare` simulates.
