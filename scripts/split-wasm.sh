@@ -22,7 +22,11 @@ set -euo pipefail
 staging="${TRUNK_STAGING_DIR:?runs as the post-build hook of Trunk}"
 profile="${TRUNK_PROFILE:-debug}"
 root="$(cd "$(dirname "$0")/.." && pwd)"
-raw="${CARGO_TARGET_DIR:-$root/target}/wasm32-unknown-unknown/$profile/vram-planner.wasm"
+# index.html's `data-cargo-profile-release` builds the release page with Cargo's `wasm-release`
+# profile (size-optimised; `release` is the command-line tool's, speed-optimised).
+cargo_profile="$profile"
+[ "$profile" = release ] && cargo_profile=wasm-release
+raw="${CARGO_TARGET_DIR:-$root/target}/wasm32-unknown-unknown/$cargo_profile/vram-planner.wasm"
 js="$(ls "$staging"/vram-planner-*.js)"
 name="$(basename "$js" .js)"
 tmp="$(mktemp -d)"
