@@ -31,7 +31,12 @@ fn time<F: FnMut()>(name: &str, reps: u32, mut f: F) {
     );
 }
 
+/// The command-line tool's heap ([`vram_planner::cli::heap`]), so the figures are the tool's.
+#[global_allocator]
+static HEAP: vram_planner::cli::heap::Heap = vram_planner::cli::heap::Heap {};
+
 fn main() {
+    vram_planner::cli::heap::keep_freed_pages();
     let mut cases: Vec<(&str, Plan)> = Vec::new();
     let mut llm = Plan::new("llama-3-70b");
     llm.seq = Some(8192);

@@ -73,7 +73,12 @@ fn llama_config(layers: u64, hidden: u64, vocab: u64) -> String {
     )
 }
 
+/// The command-line tool's heap ([`vram_planner::cli::heap`]), so the figures are the tool's.
+#[global_allocator]
+static HEAP: vram_planner::cli::heap::Heap = vram_planner::cli::heap::Heap {};
+
 fn main() {
+    vram_planner::cli::heap::keep_freed_pages();
     let big_search = search::SearchOptions {
         max_gpus: std::env::var("SEARCH_GPUS")
             .ok()

@@ -6,6 +6,11 @@ fn main() {
 }
 
 #[cfg(not(target_arch = "wasm32"))]
+#[global_allocator]
+static HEAP: vram_planner::cli::heap::Heap = vram_planner::cli::heap::Heap {};
+
+#[cfg(not(target_arch = "wasm32"))]
 fn main() {
+    vram_planner::cli::heap::keep_freed_pages();
     std::process::exit(vram_planner::cli::main());
 }

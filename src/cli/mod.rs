@@ -1,6 +1,7 @@
 //! The command-line tool on the same core: `estimate` a plan, replay the `reference`
 //! measurements, list `models` and `gpus`.
 
+pub mod heap;
 pub mod hub;
 pub mod reference;
 
