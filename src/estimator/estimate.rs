@@ -154,7 +154,7 @@ pub fn build_graph(model: &ModelSpec, setup: &Setup) -> Result<Graph, EstimateEr
 
 /// Which forward of a plan a graph is.
 #[derive(Clone, Copy, PartialEq)]
-enum Pass {
+pub(super) enum Pass {
     /// The plan's step (inference: the prefill).
     Step,
     /// Inference: the last decode step.
@@ -164,7 +164,7 @@ enum Pass {
 }
 
 /// The prompt tokens and generated tokens of an inference step.
-fn infer_lengths(setup: &Setup, default_seq: u64) -> Result<(u64, u64), EstimateError> {
+pub(super) fn infer_lengths(setup: &Setup, default_seq: u64) -> Result<(u64, u64), EstimateError> {
     let context = setup.context.or(setup.seq).unwrap_or(default_seq);
     check_range("context", context, 1, MAX_SEQ)?;
     let new_tokens = setup.new_tokens.unwrap_or(1);
@@ -174,7 +174,11 @@ fn infer_lengths(setup: &Setup, default_seq: u64) -> Result<(u64, u64), Estimate
 }
 
 /// Builds the graph of one of the plan's forwards.
-fn build_graph_step(model: &ModelSpec, setup: &Setup, pass: Pass) -> Result<Graph, EstimateError> {
+pub(super) fn build_graph_step(
+    model: &ModelSpec,
+    setup: &Setup,
+    pass: Pass,
+) -> Result<Graph, EstimateError> {
     check_range("batch", setup.batch, 1, MAX_BATCH)?;
     check_range(
         "accumulation",
@@ -377,60 +381,6 @@ fn set_infer_step(setup: &Setup, ctx: &mut BuildCtx, decode: bool) -> Result<(),
     Ok(())
 }
 
-/// Estimates one training step of `model` under `setup` on `gpu` (`None`: the default card, see
-/// [`hardware::DeviceOverhead`]); for inference, the prefill and the last decode step,
-/// reporting the larger peak.
-pub fn estimate(
-    model: &ModelSpec,
-    setup: &Setup,
-    gpu: Option<&Gpu>,
-) -> Result<Estimate, EstimateError> {
-    if setup.validation_batch.is_some() {
-        // The pass's code is apart (the page fetches it with the models' builders): the plan
-        // layer routes such a plan to `estimate_validated`.
-        return Err(EstimateError::Unsupported(
-            "a plan with \"validation_batch\" is estimated by estimate_validated".into(),
-        ));
-    }
-    let g = build_graph(model, setup)?;
-    let prefill = estimate_graph(&model.label, setup, &g, gpu)?;
-    let InputKind::Tokens { default_seq, .. } = model.input else {
-        return Ok(prefill);
-    };
-    if setup.mode != Mode::Infer {
-        return Ok(prefill);
-    }
-    let (context, new_tokens) = infer_lengths(setup, setup.seq.unwrap_or(default_seq))?;
-    // The prefill's cache holds the prompt's positions, image placeholders included.
-    let prompt = context.saturating_add(g.image_tokens);
-    let per_token =
-        Bytes(g.storage_bytes(StorageKind::KvCache).0 / setup.batch.saturating_mul(prompt));
-    let prefill_peak = prefill.peak_allocated;
-    let (mut best, decode_peak) = if new_tokens >= 2 {
-        let dg = build_graph_step(model, setup, Pass::Decode)?;
-        let decode = estimate_graph(&model.label, setup, &dg, gpu)?;
-        let dp = decode.peak_allocated;
-        if dp > prefill_peak {
-            (decode, Some(dp))
-        } else {
-            let mut p = prefill;
-            p.kv_cache_bytes = decode.kv_cache_bytes;
-            (p, Some(dp))
-        }
-    } else {
-        (prefill, None)
-    };
-    best.inference = Some(InferenceReport {
-        context,
-        image_tokens: g.image_tokens,
-        new_tokens,
-        prefill_peak,
-        decode_peak,
-        kv_bytes_per_token: per_token,
-    });
-    Ok(best)
-}
-
 /// The block an op belongs to, as the per-layer chart groups them: its module path up to the
 /// first indexed or numbered module (`h.3`, `features.12`, `enc.2`, `bn1`,
 /// `encoder.layers.encoder_layer_3`), a numbered module taking the index that follows it
@@ -457,15 +407,15 @@ fn block_of(name: &str) -> &str {
 /// options, and on a known card what the CUDA
 /// context leaves it, so that it frees its cache and retries before it gives up, as PyTorch
 /// does; past that the replay goes on so that the figures say what the step would need.
-struct ReplayInputs {
+pub(super) struct ReplayInputs {
     gemm_workspace: u64,
     reduce_device: Option<ReduceDevice>,
-    settings: AllocatorSettings,
-    capacity: Option<allocator::Capacity>,
+    pub(super) settings: AllocatorSettings,
+    pub(super) capacity: Option<allocator::Capacity>,
 }
 
 impl ReplayInputs {
-    fn of(setup: &Setup, gpu: Option<&Gpu>) -> ReplayInputs {
+    pub(super) fn of(setup: &Setup, gpu: Option<&Gpu>) -> ReplayInputs {
         let o = DeviceOverhead::of(gpu, &setup.stack);
         ReplayInputs {
             capacity: gpu.map(|g| allocator::Capacity {
@@ -504,7 +454,7 @@ pub fn segments_at_peak(
     ))
 }
 
-fn step_options(setup: &Setup, inputs: &ReplayInputs) -> StepOptions {
+pub(super) fn step_options(setup: &Setup, inputs: &ReplayInputs) -> StepOptions {
     StepOptions {
         gemm_workspace: inputs.gemm_workspace,
         reduce_device: inputs.reduce_device,
@@ -540,7 +490,8 @@ pub fn estimate_validated(
     if !r.alloc_trace.fits_address_space() {
         return Err(EstimateError::TooLarge);
     }
-    let mut e = estimate_step(&model.label, setup, &g, gpu, inputs, r);
+    let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
+    let mut e = estimate_step(&model.label, setup, &g, gpu, report, r);
     e.validation_peak = Some(live.total() + held);
     Ok(e)
 }
@@ -578,17 +529,18 @@ pub fn estimate_graph(
     if !r.alloc_trace.fits_address_space() {
         return Err(EstimateError::TooLarge);
     }
-    Ok(estimate_step(label, plan, g, gpu, inputs, r))
+    let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
+    Ok(estimate_step(label, plan, g, gpu, report, r))
 }
 
 /// The estimate from a simulated step `r` of `g`: its allocator stream replayed, its peak and
 /// breakdown read off its timeline.
-fn estimate_step(
+pub(super) fn estimate_step(
     label: &str,
     plan: &Setup,
     g: &Graph,
     gpu: Option<&Gpu>,
-    inputs: ReplayInputs,
+    report: allocator::AllocatorReport,
     r: StepResult,
 ) -> Estimate {
     let peak = r.timeline.peak().cloned();
@@ -648,7 +600,6 @@ fn estimate_step(
         context,
         ..
     } = DeviceOverhead::of(gpu, &plan.stack);
-    let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
     let reserved = report.max_reserved;
     let mut layers: Vec<LayerActivation> = Vec::new();
     for (i, op) in g.ops.iter().enumerate() {

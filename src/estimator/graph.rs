@@ -186,8 +186,11 @@ pub struct Graph {
     /// Tensor parallelism the builder applies and the collectives it recorded
     /// (`estimator::parallel::tp`); size 1 unless a builder opts in.
     pub tp: TpState,
-    /// Name prefix of the module being built.
-    prefix: Vec<String>,
+    /// Module path of the module being built (`layers.3.mlp`), and its length before each of
+    /// its parts: kept joined, as every op's name starts with it (joining the parts for each
+    /// op was a tenth of building a 128-expert model).
+    path: String,
+    path_lens: Vec<usize>,
     /// `model.eval()` under `torch.no_grad()`: parameters need no gradient, nothing is saved,
     /// dropout is the identity, no loss is taken (the caller keeps the logits) and the step
     /// ends after the forward.
@@ -225,7 +228,8 @@ impl Graph {
             cast_cache: Vec::new(),
             kept: Vec::new(),
             tp: Default::default(),
-            prefix: Vec::new(),
+            path: String::new(),
+            path_lens: Vec::new(),
             inference: false,
             frozen: Vec::new(),
             active_params: None,
@@ -268,10 +272,16 @@ impl Graph {
 
     /// Enters a named submodule for op names (`layer1`, `0`, `conv1` → `layer1.0.conv1`).
     pub fn push(&mut self, name: impl Into<String>) {
-        self.prefix.push(name.into());
+        self.path_lens.push(self.path.len());
+        if self.path_lens.len() > 1 {
+            self.path.push('.');
+        }
+        self.path.push_str(&name.into());
     }
     pub fn pop(&mut self) {
-        self.prefix.pop();
+        if let Some(n) = self.path_lens.pop() {
+            self.path.truncate(n);
+        }
     }
     pub fn scoped<R>(&mut self, name: impl Into<String>, f: impl FnOnce(&mut Graph) -> R) -> R {
         self.push(name);
@@ -280,7 +290,8 @@ impl Graph {
         r
     }
     pub fn name(&self, leaf: &str) -> String {
-        let mut s = self.prefix.join(".");
+        let mut s = String::with_capacity(self.path.len() + 1 + leaf.len());
+        s.push_str(&self.path);
         if !leaf.is_empty() {
             if !s.is_empty() {
                 s.push('.');

@@ -25,12 +25,14 @@ pub mod parallel;
 pub mod releases;
 pub mod simulate;
 pub mod step_stream;
+pub mod stepwise;
 pub mod timeline;
 pub mod torchao_nf4;
 pub mod tune;
 pub mod units;
 
 pub use estimate::{
-    build_graph, estimate, estimate_graph, estimate_validated, segments_at_peak, Estimate,
-    InferenceReport, LayerActivation, Row, MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
+    build_graph, estimate_graph, estimate_validated, segments_at_peak, Estimate, InferenceReport,
+    LayerActivation, Row, MAX_ACCUMULATION, MAX_BATCH, MAX_RES, MAX_SEQ,
 };
+pub use stepwise::estimate;

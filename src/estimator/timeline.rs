@@ -107,10 +107,16 @@ impl Live {
     pub fn add(&mut self, c: Category, b: Bytes) {
         self.0[c.index()] = self.0[c.index()].saturating_add(b.0);
     }
-    /// One block of `b` bytes is freed.
+    /// One block of `b` bytes is freed. A total that saturated stays saturated: past 16 EiB the
+    /// frees can no longer be matched against it, and such a step is refused as too large
+    /// once simulated (its allocator stream overflows the address space too).
     pub fn sub(&mut self, c: Category, b: Bytes) {
-        debug_assert!(self.0[c.index()] >= b.0, "freeing more {:?} than live", c);
-        self.0[c.index()] = self.0[c.index()].saturating_sub(b.0);
+        let v = &mut self.0[c.index()];
+        if *v == u64::MAX {
+            return;
+        }
+        debug_assert!(*v >= b.0, "freeing more {:?} than live", c);
+        *v = v.saturating_sub(b.0);
     }
 }
 

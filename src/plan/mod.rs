@@ -73,6 +73,51 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
     Ok(crate::estimator::estimate(&model, &setup, gpu.as_ref())?)
 }
 
+/// [`estimate`] a slice of work at a time ([`crate::estimator::stepwise`]): the planner page's
+/// background work runs a slice per task. A plan whose names do not resolve, or with a
+/// validation pass, is estimated whole in its one slice.
+pub struct EstimateSteps(Steps);
+
+enum Steps {
+    Slices(Box<crate::estimator::stepwise::Stepwise>),
+    Whole(Box<Plan>),
+    Done,
+}
+
+impl EstimateSteps {
+    pub fn new(plan: &Plan) -> EstimateSteps {
+        let sliced = || -> Result<_, PlanError> {
+            let model = resolve::model(plan)?;
+            ensure_loaded(plan)?;
+            let gpu = resolve::gpu(plan)?;
+            Ok(Box::new(crate::estimator::stepwise::Stepwise::new(
+                &model,
+                &plan.setup(),
+                gpu.as_ref(),
+            )))
+        };
+        EstimateSteps(match sliced() {
+            Ok(s) if plan.validation_batch.is_none() => Steps::Slices(s),
+            _ => Steps::Whole(Box::new(plan.clone())),
+        })
+    }
+
+    /// Runs the next slice; the estimate once the last one has run (then `None`).
+    pub fn step(&mut self) -> Option<Result<Estimate, PlanError>> {
+        match std::mem::replace(&mut self.0, Steps::Done) {
+            Steps::Slices(mut s) => {
+                let r = s.step();
+                if r.is_none() {
+                    self.0 = Steps::Slices(s);
+                }
+                r.map(|r| r.map_err(PlanError::from))
+            }
+            Steps::Whole(plan) => Some(estimate(&plan)),
+            Steps::Done => None,
+        }
+    }
+}
+
 /// The plan's multi-GPU layout, validated, its GPU and links resolved.
 pub fn layout(plan: &Plan) -> Result<Layout, PlanError> {
     let gpu = resolve::gpu(plan)?;

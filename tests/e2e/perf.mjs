@@ -138,6 +138,10 @@ export function recordInputs(page) {
   return page.evaluate(() => {
     window.vpInputs = [];
     window.vpEventTiming = [];
+    window.vpLongTasks = [];
+    new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) window.vpLongTasks.push(e.duration);
+    }).observe({ type: 'longtask' });
     new PerformanceObserver((list) => {
       for (const e of list.getEntries()) if (e.name === 'input') window.vpEventTiming.push({ start: e.startTime, duration: e.duration });
     }).observe({ type: 'event', durationThreshold: 16 });
@@ -167,6 +171,19 @@ export function recordInputs(page) {
       },
       true,
     );
+  });
+}
+
+/**
+ * The main thread's tasks of 50 ms or more (Long Tasks API) since the last call: what an input
+ * arriving meanwhile would wait for, whoever ran them (the page's background simulations, its
+ * charts, the browser's own work on the main thread).
+ */
+export async function takeLongTasks(page) {
+  return page.evaluate(() => {
+    const out = window.vpLongTasks;
+    window.vpLongTasks = [];
+    return out;
   });
 }
 

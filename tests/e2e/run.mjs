@@ -10,7 +10,7 @@ import { gzipSync } from 'node:zlib';
 import { chromium } from 'playwright-core';
 import { check, run, test, until } from './harness.mjs';
 import { CHARTS, PlannerPage } from './planner.page.mjs';
-import { dragFrames, dragSlider, fmt, inputLatency, mib, interactiveTime, onScreenTime, recordInputs, stats, sweepPositions, takeInputs, typeKeys } from './perf.mjs';
+import { dragFrames, dragSlider, fmt, inputLatency, mib, interactiveTime, onScreenTime, recordInputs, stats, sweepPositions, takeInputs, takeLongTasks, typeKeys } from './perf.mjs';
 import { createHash } from 'node:crypto';
 import { serve, servePage } from './server.mjs';
 import { variant } from './variant.mjs';
@@ -511,6 +511,9 @@ test('speed: real key presses and slider drags, each to the frame that shows its
       // while the page does not yet meet it (see the README's speed figures).
       if (k.p95 > INPUT_FAIL_MS || d.p95 > INPUT_FAIL_MS) failures.push(`${model} at ${rate}×: p95 ${k.p95.toFixed(1)} ms typed, ${d.p95.toFixed(1)} ms dragged (budget ${budget} ms; fails beyond ${INPUT_FAIL_MS} ms)`);
       await planner.idle(120_000);
+      // Through the typing, the drags and the background work they set off, until idle.
+      const long = await takeLongTasks(planner.page);
+      console.log(`    ${model}, CPU ${rate}×: main-thread tasks of 50 ms or more: ${long.length}, longest ${long.length ? Math.max(...long).toFixed(0) : 0} ms`);
     }
     await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 });
   }

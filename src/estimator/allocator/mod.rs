@@ -24,4 +24,4 @@ mod tests;
 
 pub use caching::{BlockView, CachingAllocator, Capacity, OutOfMemory, SegmentView};
 pub use settings::{AllocConf, AllocatorSettings, SettingsError};
-pub use trace::{packed_peak, replay, segment_map, AllocTrace, AllocatorReport, Handle};
+pub use trace::{packed_peak, replay, segment_map, AllocTrace, AllocatorReport, Handle, Replay};

@@ -106,42 +106,99 @@ fn run(
     capacity: Option<Capacity>,
     stop_at: Option<usize>,
 ) -> (CachingAllocator, AllocatorReport) {
-    let mut a = CachingAllocator::new(settings, capacity);
-    let mut report = AllocatorReport::default();
-    let malloc = |a: &mut CachingAllocator, report: &mut AllocatorReport, b: u64, s: u32| {
-        a.malloc(b, s).unwrap_or_else(|oom| {
-            report.out_of_memory.get_or_insert(oom);
-            a.unbounded = true;
+    let mut r = Replay::new(trace, resident, settings, capacity);
+    r.advance(trace, usize::MAX, stop_at);
+    r.finish()
+}
+
+/// A replay of a trace under way: the allocator's state, the blocks handed out so far and the
+/// moment allocated bytes peaked. A caller that must answer input between slices of work (the
+/// page) replays a long stream a slice of events at a time; [`replay`] runs it in one go.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    a: CachingAllocator,
+    report: AllocatorReport,
+    ids: Vec<u32>,
+    /// Allocated and reserved bytes when allocated bytes peaked, and the event.
+    peak: (u64, u64, usize),
+    /// The next event to replay.
+    next: usize,
+}
+
+impl Replay {
+    /// The allocator after the `resident` allocations (made before the step and kept: library
+    /// workspaces), before the trace's first event.
+    pub fn new(
+        trace: &AllocTrace,
+        resident: &[u64],
+        settings: AllocatorSettings,
+        capacity: Option<Capacity>,
+    ) -> Replay {
+        let mut r = Replay {
+            a: CachingAllocator::new(settings, capacity),
+            report: AllocatorReport::default(),
+            ids: Vec::with_capacity(trace.allocs as usize),
+            peak: (0, 0, 0),
+            next: 0,
+        };
+        for &b in resident {
+            r.malloc(b, 0);
+        }
+        r.peak = (r.a.allocated(), r.a.reserved(), 0);
+        r
+    }
+
+    fn malloc(&mut self, bytes: u64, stream: u32) -> u32 {
+        self.a.malloc(bytes, stream).unwrap_or_else(|oom| {
+            self.report.out_of_memory.get_or_insert(oom);
+            self.a.unbounded = true;
             // An unbounded device always has room (and the error's Debug text would weigh on
             // the page).
-            a.malloc(b, s).unwrap_or_else(|_| unreachable!())
+            self.a
+                .malloc(bytes, stream)
+                .unwrap_or_else(|_| unreachable!())
         })
-    };
-    for &b in resident {
-        malloc(&mut a, &mut report, b, 0);
     }
-    let mut ids: Vec<u32> = Vec::with_capacity(trace.allocs as usize);
-    let mut peak = (a.allocated(), a.reserved(), 0usize);
-    for (k, e) in trace.events.iter().enumerate() {
-        match *e {
-            Event::Alloc { bytes, stream } => {
-                ids.push(malloc(&mut a, &mut report, bytes, stream));
-                if a.allocated() > peak.0 {
-                    peak = (a.allocated(), a.reserved(), k);
+
+    /// Replays up to `events` more events of `trace` (the one it was made for), stopping after
+    /// event `stop_at`; whether the trace is done.
+    pub fn advance(&mut self, trace: &AllocTrace, events: usize, stop_at: Option<usize>) -> bool {
+        let end = self.next.saturating_add(events).min(trace.events.len());
+        for k in self.next..end {
+            match trace.events[k] {
+                Event::Alloc { bytes, stream } => {
+                    let id = self.malloc(bytes, stream);
+                    self.ids.push(id);
+                    if self.a.allocated() > self.peak.0 {
+                        self.peak = (self.a.allocated(), self.a.reserved(), k);
+                    }
                 }
+                Event::Free(h) => self.a.free(self.ids[h as usize]),
             }
-            Event::Free(h) => a.free(ids[h as usize]),
+            if stop_at == Some(k) {
+                self.next = trace.events.len();
+                return true;
+            }
         }
-        if stop_at == Some(k) {
-            break;
-        }
+        self.next = end;
+        end == trace.events.len()
     }
-    report.max_reserved = Bytes(a.peak_reserved());
-    report.max_allocated = Bytes(a.peak_allocated());
-    report.fragmentation_at_peak = Bytes(peak.1 - peak.0);
-    report.peak_event = peak.2;
-    report.retries = a.retries;
-    (a, report)
+
+    /// The allocator's state and what it did, once [`Replay::advance`] says the trace is done.
+    pub fn finish(self) -> (CachingAllocator, AllocatorReport) {
+        let Replay {
+            a,
+            mut report,
+            peak,
+            ..
+        } = self;
+        report.max_reserved = Bytes(a.peak_reserved());
+        report.max_allocated = Bytes(a.peak_allocated());
+        report.fragmentation_at_peak = Bytes(peak.1 - peak.0);
+        report.peak_event = peak.2;
+        report.retries = a.retries;
+        (a, report)
+    }
 }
 
 /// The segments the trace's live blocks would need at its worst moment if each pool packed them

@@ -7,8 +7,10 @@
 //! and its GPU (the GPU only changes the fixed workspaces and CUDA context, added back in
 //! [`BatchModel::at`]), and cached in a [`Workbench`], which also lists the work the page still
 //! wants done ([`Workbench::next_job`]): each chart's sweep points, the suggestions' variants, the
-//! exact estimate and the largest batch. The page runs one job per task after the frame is
-//! drawn, so input stays responsive while charts fill in.
+//! exact estimate and the largest batch. A job runs a slice of simulation at a time (the graph's
+//! build, the step's simulation, a few thousand allocator events: [`EstimateSteps`]), and the
+//! page runs slices between inputs after the frame is drawn, so input stays responsive while
+//! charts fill in.
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -24,10 +26,10 @@ use crate::estimator::moe_parts::MoeParts;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
-use crate::plan::estimate;
 use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point, LINE_B1};
 use crate::plan::Plan;
 use crate::plan::PlanError;
+use crate::plan::{estimate, EstimateSteps};
 use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
@@ -302,6 +304,65 @@ impl BatchModel {
     }
 }
 
+/// A model's two estimates under way, a slice of work per job ([`EstimateSteps`]): at batch
+/// [`LINE_B1`], then at [`B2`] (8 if that overflows), as [`BatchModel::new`] makes them.
+struct ModelBuild {
+    base: Plan,
+    first: Option<Estimate>,
+    /// The second batch under way (the first of [`SECOND_BATCHES`] to answer is taken).
+    second: usize,
+    steps: EstimateSteps,
+}
+
+/// The second batches a model is simulated at, in the order [`BatchModel::finish`] tries them.
+const SECOND_BATCHES: [u64; 2] = [B2, 8];
+
+impl ModelBuild {
+    fn new(plan: &Plan) -> ModelBuild {
+        let base = model_plan(plan);
+        ModelBuild {
+            steps: EstimateSteps::new(&Plan {
+                batch: LINE_B1,
+                ..base.clone()
+            }),
+            base,
+            first: None,
+            second: 0,
+        }
+    }
+
+    /// Runs the next slice; the model once its second estimate has answered.
+    fn step(&mut self) -> Option<Result<BatchModel, PlanError>> {
+        let r = self.steps.step()?;
+        let at = |b| Plan {
+            batch: b,
+            ..self.base.clone()
+        };
+        match (&self.first, r) {
+            (None, Ok(e1)) => {
+                self.first = Some(e1);
+                self.steps = EstimateSteps::new(&at(SECOND_BATCHES[0]));
+                None
+            }
+            (None, Err(e)) => Some(Err(e)),
+            (Some(e1), Ok(e2)) => Some(BatchModel::from_estimates(
+                e1,
+                &e2,
+                SECOND_BATCHES[self.second],
+                self.base.stack(),
+            )),
+            (Some(_), Err(e)) => match SECOND_BATCHES.get(self.second + 1) {
+                Some(&b2) => {
+                    self.second += 1;
+                    self.steps = EstimateSteps::new(&at(b2));
+                    None
+                }
+                None => Some(Err(e)),
+            },
+        }
+    }
+}
+
 /// One unit of background work.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Job {
@@ -324,8 +385,8 @@ pub struct Wants {
     pub suggestions_code: bool,
 }
 
-/// Models whose op tape (at batch 1) is longer than this are simulated a half per background job,
-/// never inside an input's task: one simulation of Qwen3-30B-A3B at 8192 tokens (48 layers of
+/// Models whose op tape (at batch 1) is longer than this are simulated in the background, a slice
+/// per job, never inside an input's task: one simulation of Qwen3-30B-A3B at 8192 tokens (48 layers of
 /// 128 experts, some 60,000 ops) takes about half a second in the page, and the two a model needs
 /// would block input for a second. A dense 70B model has about 2,500 ops.
 pub const HEAVY_OPS: usize = 20_000;
@@ -362,8 +423,10 @@ pub struct Workbench {
     searching: Option<((ModelKey, Option<String>), MaxBatchSearch)>,
     exact: Option<(Plan, Result<Estimate, PlanError>)>,
     ckpt: HashMap<ModelKey, CkptInfo>,
-    /// The first half of a heavy model under way.
-    half: Option<(ModelKey, Estimate)>,
+    /// A model under way, a slice of work per job.
+    building: Option<(ModelKey, ModelBuild)>,
+    /// The exact estimate under way.
+    exacting: Option<(Plan, EstimateSteps)>,
     /// [`HEAVY_OPS`], lower in tests.
     heavy_ops: Option<usize>,
     /// Simulations run so far (for tests and the page's diagnostics).
@@ -403,19 +466,19 @@ impl Workbench {
         self.ckpt_info(plan).ops > self.heavy_ops.unwrap_or(HEAVY_OPS)
     }
 
-    /// One half of a heavy model: its first simulation, or, when that is done, the second.
-    fn model_half(&mut self, plan: &Plan) {
+    /// One slice of the plan's model under way (begun if another was).
+    fn model_slice(&mut self, plan: &Plan) {
         let key = model_key(plan);
-        self.simulations += 1;
-        match self.half.take() {
-            Some((k, e1)) if k == key => {
-                let m = Rc::new(BatchModel::finish(plan, e1));
-                self.insert(key, m);
+        let mut b = match self.building.take() {
+            Some((k, b)) if k == key => b,
+            _ => ModelBuild::new(plan),
+        };
+        match b.step() {
+            Some(m) => {
+                self.simulations += 2;
+                self.insert(key, Rc::new(m));
             }
-            _ => match BatchModel::first(plan) {
-                Ok(e1) => self.half = Some((key, e1)),
-                Err(e) => self.insert(key, Rc::new(Err(e))),
-            },
+            None => self.building = Some((key, b)),
         }
     }
 
@@ -503,20 +566,28 @@ impl Workbench {
             .map(|p| Job::Model(model_plan(p)))
     }
 
-    /// Runs one job.
+    /// Runs a slice of a job: a model and the exact estimate take several, a slice of simulation
+    /// each ([`EstimateSteps`]), the job staying first in line ([`Workbench::next_job`]) until
+    /// it answers; a step of the largest-batch search is one whole estimate.
     pub fn run(&mut self, job: Job) {
         match job {
             Job::Model(p) => {
-                if self.heavy(&p) && self.cached(&p).is_none() {
-                    self.model_half(&p);
-                } else {
-                    self.model(&p);
+                if self.cached(&p).is_none() {
+                    self.model_slice(&p);
                 }
             }
             Job::Exact(p) => {
-                let e = estimate(&p);
-                self.simulations += 1;
-                self.exact = Some((p, e));
+                let mut steps = match self.exacting.take() {
+                    Some((q, s)) if q == p => s,
+                    _ => EstimateSteps::new(&p),
+                };
+                match steps.step() {
+                    Some(e) => {
+                        self.simulations += 1;
+                        self.exact = Some((p, e));
+                    }
+                    None => self.exacting = Some((p, steps)),
+                }
             }
             Job::MaxBatch(p) => {
                 let key = max_batch_key(&p);
@@ -537,7 +608,7 @@ impl Workbench {
         }
     }
 
-    /// Runs every job the plan wants (tests; the page runs them one per task).
+    /// Runs every job the plan wants (tests; the page runs slices of them between inputs).
     pub fn run_all(&mut self, plan: &Plan, wants: &Wants) {
         while let Some(j) = self.next_job(plan, wants) {
             self.run(j);
@@ -566,9 +637,11 @@ mod tests {
     }
 
     /// A heavy model is never simulated inside the caller's task: it reads as simulating, and
-    /// the background jobs build it a simulation per job, to the same numbers as in one go.
+    /// the background jobs build it a slice of simulation per job (the graph's build, the
+    /// step's simulation, a slice of the allocator's replay, the figures: some per estimate,
+    /// two estimates), to the same numbers as in one go; the exact estimate is sliced alike.
     #[test]
-    fn a_heavy_model_is_built_a_simulation_per_job() {
+    fn a_heavy_model_is_built_a_slice_per_job() {
         let plan = Plan {
             res: Some(64),
             batch: 24,
@@ -581,19 +654,39 @@ mod tests {
         };
         assert!(matches!(*w.model(&plan), Err(PlanError::Simulating)));
         assert_eq!(w.simulations, 0);
-        let wants = Wants::default();
-        assert_eq!(
-            w.next_job(&plan, &wants),
-            Some(Job::Model(model_plan(&plan)))
-        );
-        w.run(Job::Model(model_plan(&plan)));
-        assert_eq!(w.simulations, 1);
-        assert!(matches!(*w.model(&plan), Err(PlanError::Simulating)));
-        w.run(Job::Model(model_plan(&plan)));
+        let wants = Wants {
+            exact: true,
+            ..Wants::default()
+        };
+        let mut jobs = 0;
+        while w.cached(&plan).is_none() {
+            let job = w.next_job(&plan, &wants);
+            assert_eq!(job, Some(Job::Model(model_plan(&plan))));
+            assert!(matches!(*w.model(&plan), Err(PlanError::Simulating)));
+            w.run(job.unwrap());
+            jobs += 1;
+            assert!(jobs < 100, "the model never finishes");
+        }
+        // Build, simulate, replay with the figures: three slices per estimate at least.
+        assert!(jobs >= 6, "{jobs} jobs");
         assert_eq!(w.simulations, 2);
         let whole = BatchModel::new(&plan).unwrap();
         let gpu = gpus::find("a100-80");
         assert_eq!(w.numbers(&plan), Some(whole.at(24, gpu.as_ref())));
+        let mut exact_jobs = 0;
+        while w.exact(&plan).is_none() {
+            assert_eq!(w.next_job(&plan, &wants), Some(Job::Exact(plan.clone())));
+            w.run(Job::Exact(plan.clone()));
+            exact_jobs += 1;
+        }
+        assert!(exact_jobs >= 3, "{exact_jobs} jobs");
+        let exact = w.exact(&plan).unwrap().as_ref().unwrap();
+        let whole = estimate(&plan).unwrap();
+        assert_eq!(
+            (exact.peak_allocated, exact.reserved, exact.device_total),
+            (whole.peak_allocated, whole.reserved, whole.device_total)
+        );
+        assert_eq!(exact.timeline.events.len(), whole.timeline.events.len());
         // Not heavy below the limit: simulated at once, as before.
         let mut light = Workbench::new();
         assert!(light.model(&plan).is_ok());
@@ -733,11 +826,12 @@ mod tests {
             models,
             ..Default::default()
         };
+        // A model is a few slices of work (two estimates of a small model: six).
         let mut jobs = 0;
         while let Some(j) = wb.next_job(&plan, &wants) {
             wb.run(j);
             jobs += 1;
-            assert!(jobs <= WANTED_MODELS + 1, "the jobs never end");
+            assert!(jobs <= 6 * (WANTED_MODELS + 1), "the jobs never end");
         }
         assert!(wants.models[..WANTED_MODELS]
             .iter()

@@ -360,6 +360,28 @@ pub fn when_idle_after(delay_ms: f64, f: Box<dyn FnOnce()>) {
     }
 }
 
+/// Whether an input event (continuous ones too: pointer moves of a drag) waits for the main
+/// thread, where the browser can say (`navigator.scheduling.isInputPending`, Chromium); `None`
+/// where it cannot.
+pub fn input_pending() -> Option<bool> {
+    thread_local! {
+        // Looked up once: background work asks between every two slices.
+        static IIP: Option<(js_sys::Function, wasm_bindgen::JsValue, js_sys::Object)> = {
+            let scheduling = js_sys::Reflect::get(&window().navigator(), &"scheduling".into()).ok().filter(|s| s.is_object());
+            scheduling.and_then(|s| {
+                let f = js_sys::Reflect::get(&s, &"isInputPending".into()).ok()?.dyn_into::<js_sys::Function>().ok()?;
+                let opts = js_sys::Object::new();
+                let _ = js_sys::Reflect::set(&opts, &"includeContinuous".into(), &true.into());
+                Some((f, s, opts))
+            })
+        };
+    }
+    IIP.with(|iip| {
+        iip.as_ref()
+            .map(|(f, s, opts)| f.call1(s, opts).is_ok_and(|v| v.is_truthy()))
+    })
+}
+
 /// How long secondary work may wait for an idle moment. A safety net only: browsers grant idle
 /// time after each frame they draw. Once it expires the callback is an ordinary task, which can
 /// run ahead of a waiting input: at 50 ms that happened to 9–19 % of the e2e run's slider

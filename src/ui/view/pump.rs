@@ -23,6 +23,17 @@ thread_local! {
     static OWNER: Cell<u64> = const { Cell::new(0) };
 }
 
+/// How long one task of background work runs before it gives the thread back to input: jobs
+/// come in slices of simulation (`Workbench::run`), each a few milliseconds, and an input that
+/// arrives meanwhile waits for the task to end. Where the browser says whether input is waiting
+/// ([`super::dom::input_pending`]) the task stops as soon as some is, and may run for a longer
+/// idle period ([`TASK_BUDGET_ASKING_MS`]): a 60,000-op mixture of experts then fills its charts
+/// in as fast as in one task per simulation.
+pub const TASK_BUDGET_MS: f64 = 5.0;
+/// [`TASK_BUDGET_MS`] where the browser says whether input is waiting: within a frame's idle
+/// time, which `requestIdleCallback` grants up to 50 ms of.
+pub const TASK_BUDGET_ASKING_MS: f64 = 40.0;
+
 /// How long the plan must stay unchanged before the exact estimate runs (so dragging a slider
 /// never waits for a full simulation).
 pub const SETTLE_MS: f64 = 150.0;
@@ -117,8 +128,8 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     }
 }
 
-/// One job, then the next one in a later task; when only the exact estimate is left and input
-/// has not settled, waits for it to settle.
+/// Slices of jobs for up to [`TASK_BUDGET_MS`], then more in a later task; when only the exact
+/// estimate is left and input has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
     if !owns(p) {
         return;
@@ -129,17 +140,36 @@ fn run_pump(p: Planner) {
     };
     let quiet = now() - LAST_CHANGE.with(|c| c.get());
     let exact = quiet >= SETTLE_MS;
-    let (job, suggestions_code) = wb(|w| {
+    let start = now();
+    let (wants, job) = wb(|w| {
         let wants = wanted(w, &plan, p.embed, exact);
-        (w.next_job(&plan, &wants), wants.suggestions_code)
+        let job = w.next_job(&plan, &wants);
+        (wants, job)
     });
-    if suggestions_code {
+    if wants.suggestions_code {
         fetch_suggestions(p);
     }
     match job {
         Some(job) => {
-            wb(|w| w.run(job));
-            p.version.update(|v| *v += 1);
+            // What reads the workbench reads it again only once a job has answered, not after
+            // each slice.
+            let answered = wb(|w| loop {
+                w.run(job.clone());
+                if w.next_job(&plan, &wants).as_ref() != Some(&job) {
+                    break true;
+                }
+                let spent = now() - start;
+                let over = match super::dom::input_pending() {
+                    Some(waiting) => waiting || spent >= TASK_BUDGET_ASKING_MS,
+                    None => spent >= TASK_BUDGET_MS,
+                };
+                if over {
+                    break false;
+                }
+            });
+            if answered {
+                p.version.update(|v| *v += 1);
+            }
             schedule_pump(p, 0.0);
         }
         None if !exact => schedule_pump(p, SETTLE_MS - quiet),
