@@ -1,7 +1,7 @@
 //! Sweeps for the charts (memory against batch, resolution, sequence length, checkpoint
 //! segments) and the solver for the largest batch that fits a memory budget.
 
-use super::{estimate, Plan, PlanError};
+use super::{estimate, EstimateSteps, Plan, PlanError};
 use crate::estimator::config::Checkpointing;
 use crate::estimator::error::EstimateError;
 use crate::estimator::timeline::{column_ranges, Category, Live, Phase};
@@ -428,7 +428,8 @@ pub fn max_batch(plan: &Plan, capacity: Bytes) -> Result<Option<u64>, PlanError>
 }
 
 /// [`max_batch`] a step at a time, for a page that answers input between steps: each
-/// [`MaxBatchSearch::step`] makes at most one new estimate (the lines' two take a step each).
+/// [`MaxBatchSearch::step`] runs one slice of a new estimate ([`EstimateSteps`]; the lines' two
+/// estimates take a step each).
 /// A step replays the search from the start with the answers it already has, which costs no
 /// estimate, until it reaches a question it has not asked; it asks that one and stops there.
 pub struct MaxBatchSearch {
@@ -438,6 +439,8 @@ pub struct MaxBatchSearch {
     /// The lines' first estimate, once made and until the second is.
     first: Option<Result<Estimate, PlanError>>,
     known: Vec<(u64, Result<bool, PlanError>)>,
+    /// The question under way: its batch and its estimate's remaining slices.
+    asking: Option<(u64, EstimateSteps)>,
 }
 
 impl MaxBatchSearch {
@@ -448,6 +451,7 @@ impl MaxBatchSearch {
             lines: None,
             first: None,
             known: Vec::new(),
+            asking: None,
         }
     }
 
@@ -469,8 +473,9 @@ impl MaxBatchSearch {
         let known = RefCell::new(std::mem::take(&mut self.known));
         let lines = RefCell::new(self.lines.take());
         let first = RefCell::new(self.first.take());
-        // A question past the step's one estimate gets a stand-in answer; the step's result is
-        // then thrown away (`paused`), and the next step asks it for real.
+        let asking = RefCell::new(self.asking.take());
+        // A question past the step's one slice of estimate gets a stand-in answer; the step's
+        // result is then thrown away (`paused`), and a later step goes on with it.
         let fits = |b: u64| -> Result<bool, PlanError> {
             if let Some((_, r)) = known.borrow().iter().find(|(x, _)| *x == b) {
                 return r.clone();
@@ -478,7 +483,16 @@ impl MaxBatchSearch {
             if !spend() {
                 return Ok(false);
             }
-            let r = fits_at(plan, Axis::Batch, b, capacity);
+            let mut steps = match asking.borrow_mut().take() {
+                Some((x, steps)) if x == b => steps,
+                _ => EstimateSteps::new(&with(plan, Axis::Batch, b)),
+            };
+            let Some(e) = steps.step() else {
+                *asking.borrow_mut() = Some((b, steps));
+                paused.set(true);
+                return Ok(false);
+            };
+            let r = fits_of(e, capacity);
             known.borrow_mut().push((b, r.clone()));
             r
         };
@@ -512,6 +526,7 @@ impl MaxBatchSearch {
         self.known = known.into_inner();
         self.lines = lines.into_inner();
         self.first = first.into_inner();
+        self.asking = asking.into_inner();
         (!paused.get()).then_some(answer)
     }
 }
@@ -559,7 +574,12 @@ fn bracket(
 
 /// Whether `plan` with `axis` set to `x` fits `capacity`; sizes past the supported limits do not.
 pub fn fits_at(plan: &Plan, axis: Axis, x: u64, capacity: Bytes) -> Result<bool, PlanError> {
-    match estimate(&with(plan, axis, x)) {
+    fits_of(estimate(&with(plan, axis, x)), capacity)
+}
+
+/// Whether an estimate's device total fits `capacity` (a plan too large to count does not).
+fn fits_of(e: Result<Estimate, PlanError>, capacity: Bytes) -> Result<bool, PlanError> {
+    match e {
         Ok(e) => Ok(e.device_total <= capacity),
         Err(PlanError::Estimate(EstimateError::TooLarge | EstimateError::TooBig { .. })) => {
             Ok(false)
@@ -612,8 +632,8 @@ fn bisect(
 mod tests {
     use super::*;
 
-    /// The page's search asks at most one question (one estimate, or the lines' two) per step,
-    /// and lands where a plain bisection over real estimates lands.
+    /// The page's search asks at most one question (one estimate, a slice of it per step, or
+    /// the lines' two) per step, and lands where a plain bisection over real estimates lands.
     #[test]
     fn the_search_asks_one_question_a_step_and_answers_as_a_bisection() {
         let plan = Plan {

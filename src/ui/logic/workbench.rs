@@ -566,9 +566,9 @@ impl Workbench {
             .map(|p| Job::Model(model_plan(p)))
     }
 
-    /// Runs a slice of a job: a model and the exact estimate take several, a slice of simulation
-    /// each ([`EstimateSteps`]), the job staying first in line ([`Workbench::next_job`]) until
-    /// it answers; a step of the largest-batch search is one whole estimate.
+    /// Runs a slice of a job: a model, the exact estimate and the largest-batch search take
+    /// several, a slice of simulation each ([`EstimateSteps`]; the search's lines are two whole
+    /// estimates), the job staying first in line ([`Workbench::next_job`]) until it answers.
     pub fn run(&mut self, job: Job) {
         match job {
             Job::Model(p) => {
