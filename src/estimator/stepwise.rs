@@ -99,11 +99,6 @@ impl Stepwise {
         }
     }
 
-    /// Whether the estimate has been answered.
-    pub fn is_done(&self) -> bool {
-        matches!(self.stage, Stage::Done)
-    }
-
     fn advance(&mut self) -> Result<Option<Estimate>, EstimateError> {
         let gpu = self.gpu.as_ref();
         match std::mem::replace(&mut self.stage, Stage::Done) {
