@@ -240,3 +240,33 @@ export async function dragSlider(page, cdp, selector, steps, dx, gapMs) {
   }
   await mouse('mouseReleased', x);
 }
+
+/**
+ * Installs the recorder of presentation delays in `page`, a page with or without script of its
+ * own: for each trusted `input` event, its Event Timing `duration` (from the event's timestamp to
+ * the presentation of the next frame, in steps of 8 ms), or 0 where the browser reported none (it
+ * reports from 16 ms). The same figure on the planner and on its static first screen, where a
+ * typed character is the only change, tells the page's share from this browser's on this machine.
+ */
+export function recordPresentation(page) {
+  return page.evaluate(() => {
+    window.vpTyped = [];
+    window.vpPresented = [];
+    new PerformanceObserver((list) => {
+      for (const e of list.getEntries()) if (e.name === 'input') window.vpPresented.push({ start: e.startTime, duration: e.duration });
+    }).observe({ type: 'event', durationThreshold: 16 });
+    document.addEventListener('input', (e) => e.isTrusted && window.vpTyped.push(e.timeStamp), true);
+  });
+}
+
+/** The presentation delays recorded since the last call, one per trusted `input` event. */
+export async function takePresentation(page) {
+  // Entries are queued until the frame is presented: wait for one more frame and task.
+  await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 50))));
+  return page.evaluate(() => {
+    const out = window.vpTyped.map((t) => window.vpPresented.find((e) => Math.abs(e.start - t) < 1)?.duration ?? 0);
+    window.vpTyped = [];
+    window.vpPresented = [];
+    return out;
+  });
+}
