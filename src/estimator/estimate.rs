@@ -442,16 +442,27 @@ pub fn segments_at_peak(
 ) -> Result<Vec<allocator::SegmentView>, EstimateError> {
     let g = build_graph(model, setup)?;
     let inputs = ReplayInputs::of(setup, gpu);
-    let r = simulate(&g, &step_options(setup, &inputs));
-    if !r.alloc_trace.fits_address_space() {
-        return Err(EstimateError::TooLarge);
-    }
+    let r = simulate_step(&g, setup, &inputs)?;
     Ok(allocator::segment_map(
         &r.alloc_trace,
         &[],
         inputs.settings,
         inputs.capacity,
     ))
+}
+
+/// The step of `g` simulated, refused when its allocator stream overflows the address space
+/// (every estimate, whole or in slices, starts here).
+pub(super) fn simulate_step(
+    g: &Graph,
+    setup: &Setup,
+    inputs: &ReplayInputs,
+) -> Result<StepResult, EstimateError> {
+    let r = simulate(g, &step_options(setup, inputs));
+    if !r.alloc_trace.fits_address_space() {
+        return Err(EstimateError::TooLarge);
+    }
+    Ok(r)
 }
 
 pub(super) fn step_options(setup: &Setup, inputs: &ReplayInputs) -> StepOptions {
@@ -525,10 +536,7 @@ pub fn estimate_graph(
     gpu: Option<&Gpu>,
 ) -> Result<Estimate, EstimateError> {
     let inputs = ReplayInputs::of(plan, gpu);
-    let r = simulate(g, &step_options(plan, &inputs));
-    if !r.alloc_trace.fits_address_space() {
-        return Err(EstimateError::TooLarge);
-    }
+    let r = simulate_step(g, plan, &inputs)?;
     let report = allocator::replay(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
     Ok(estimate_step(label, plan, g, gpu, report, r))
 }

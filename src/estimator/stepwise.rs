@@ -8,13 +8,13 @@ use super::allocator::{AllocatorReport, Replay};
 use super::config::Setup;
 use super::error::EstimateError;
 use super::estimate::{
-    build_graph, build_graph_step, estimate_step, infer_lengths, step_options, Estimate,
+    build_graph, build_graph_step, estimate_step, infer_lengths, simulate_step, Estimate,
     InferenceReport, Pass, ReplayInputs,
 };
 use super::graph::{Graph, StorageKind};
 use super::hardware::Gpu;
 use super::model::{InputKind, ModelSpec};
-use super::simulate::{simulate, StepResult};
+use super::simulate::StepResult;
 use super::tune::Mode;
 use super::units::Bytes;
 
@@ -128,10 +128,7 @@ impl Stepwise {
             }
             Stage::Built { g, prefill } => {
                 let inputs = ReplayInputs::of(&self.setup, gpu);
-                let r = simulate(&g, &step_options(&self.setup, &inputs));
-                if !r.alloc_trace.fits_address_space() {
-                    return Err(EstimateError::TooLarge);
-                }
+                let r = simulate_step(&g, &self.setup, &inputs)?;
                 let replay = Replay::new(&r.alloc_trace, &[], inputs.settings, inputs.capacity);
                 self.stage = Stage::Replaying(Box::new(Replaying {
                     g: *g,
