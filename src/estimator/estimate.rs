@@ -541,8 +541,8 @@ pub fn estimate_graph(
     Ok(estimate_step(label, plan, g, gpu, report, r))
 }
 
-/// The estimate from a simulated step `r` of `g`: its allocator stream replayed, its peak and
-/// breakdown read off its timeline.
+/// The estimate from a simulated step `r` of `g` and the replay of its allocator stream
+/// (`report`): its peak and breakdown read off its timeline.
 pub(super) fn estimate_step(
     label: &str,
     plan: &Setup,

@@ -74,18 +74,23 @@ pub fn estimate(plan: &Plan) -> Result<Estimate, PlanError> {
 }
 
 /// [`estimate`] a slice of work at a time ([`crate::estimator::stepwise`]): the planner page's
-/// background work runs a slice per task. A plan whose names do not resolve, or with a
-/// validation pass, is estimated whole in its one slice.
+/// background work runs a slice per task. A plan with a validation pass is estimated whole in
+/// its one slice; one whose names do not resolve answers their error in its first.
 pub struct EstimateSteps(Steps);
 
 enum Steps {
     Slices(Box<crate::estimator::stepwise::Stepwise>),
     Whole(Box<Plan>),
+    Failed(PlanError),
     Done,
 }
 
 impl EstimateSteps {
     pub fn new(plan: &Plan) -> EstimateSteps {
+        if plan.validation_batch.is_some() {
+            return EstimateSteps(Steps::Whole(Box::new(plan.clone())));
+        }
+        // Resolved in the order `estimate` resolves, so a plan fails with the same error.
         let sliced = || -> Result<_, PlanError> {
             let model = resolve::model(plan)?;
             ensure_loaded(plan)?;
@@ -97,8 +102,8 @@ impl EstimateSteps {
             )))
         };
         EstimateSteps(match sliced() {
-            Ok(s) if plan.validation_batch.is_none() => Steps::Slices(s),
-            _ => Steps::Whole(Box::new(plan.clone())),
+            Ok(s) => Steps::Slices(s),
+            Err(e) => Steps::Failed(e),
         })
     }
 
@@ -113,6 +118,7 @@ impl EstimateSteps {
                 r.map(|r| r.map_err(PlanError::from))
             }
             Steps::Whole(plan) => Some(estimate(&plan)),
+            Steps::Failed(e) => Some(Err(e)),
             Steps::Done => None,
         }
     }

@@ -563,6 +563,15 @@ const FLOOR_BUDGET = { median: 1.2, p95: 1.3 };
  * printed, met or OVER, while the page does not yet meet it (see the README's speed figures). */
 const FLOOR_FAIL = { median: 2.5, p95: 3 };
 
+/** `html` served as a page of its own from a folder that also holds the page's stylesheet. */
+async function serveStatic(html) {
+  const dir = mkdtempSync(join(tmpdir(), 'static-'));
+  writeFileSync(join(dir, 'index.html'), html);
+  for (const f of readdirSync(DIST).filter((f) => f.endsWith('.css'))) copyFileSync(join(DIST, f), join(dir, f));
+  const still = await serve(dir);
+  return { url: still.url, close: async () => (await still.close(), rmSync(dir, { recursive: true })) };
+}
+
 /**
  * The page's first screen as static HTML: its DOM as the first frame holds it, no script, none of
  * what is built after that frame, with the page's stylesheet; served from a folder of its own.
@@ -578,11 +587,7 @@ async function firstScreenFloor() {
     return `<!doctype html>${doc.outerHTML}`;
   });
   await ctx.close();
-  const dir = mkdtempSync(join(tmpdir(), 'first-screen-'));
-  writeFileSync(join(dir, 'index.html'), html);
-  for (const f of readdirSync(DIST).filter((f) => f.endsWith('.css'))) copyFileSync(join(DIST, f), join(dir, f));
-  const still = await serve(dir);
-  return { url: still.url, close: async () => (await still.close(), rmSync(dir, { recursive: true })) };
+  return serveStatic(html);
 }
 
 /**
@@ -607,11 +612,7 @@ async function screenAsStatic(page) {
     for (const e of doc.querySelectorAll('script, link:not([rel=stylesheet]), meta[http-equiv]')) e.remove();
     return `<!doctype html>${doc.outerHTML}`.replace(/data-pixels="(\d+)"/g, (_, i) => `src="${live[Number(i)].toDataURL('image/png')}"`);
   });
-  const dir = mkdtempSync(join(tmpdir(), 'screen-'));
-  writeFileSync(join(dir, 'index.html'), html);
-  for (const f of readdirSync(DIST).filter((f) => f.endsWith('.css'))) copyFileSync(join(DIST, f), join(dir, f));
-  const still = await serve(dir);
-  return { url: still.url, close: async () => (await still.close(), rmSync(dir, { recursive: true })) };
+  return serveStatic(html);
 }
 
 /**

@@ -20,16 +20,15 @@ use super::ckpt_info::CkptInfo;
 
 use crate::estimator::config::Checkpointing;
 use crate::estimator::context::Stack;
-use crate::estimator::error::EstimateError;
 use crate::estimator::hardware::DeviceOverhead;
 use crate::estimator::moe_parts::MoeParts;
 use crate::estimator::timeline::{Category, Phase};
 use crate::estimator::units::Bytes;
 use crate::estimator::{Estimate, MAX_BATCH};
 use crate::plan::sweep::{BatchLines, MaxBatchSearch, Point, LINE_B1};
+use crate::plan::EstimateSteps;
 use crate::plan::Plan;
 use crate::plan::PlanError;
-use crate::plan::{estimate, EstimateSteps};
 use crate::presets::gpus::Gpu;
 
 /// The second batch a model is simulated at: large enough that the 512-byte rounding of each
@@ -157,30 +156,16 @@ pub fn model_key(plan: &Plan) -> ModelKey {
 }
 
 impl BatchModel {
-    /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows).
+    /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows):
+    /// the slices of a [`ModelBuild`] run in one go, so the page's background jobs and this
+    /// make the same two estimates.
     pub fn new(plan: &Plan) -> Result<BatchModel, PlanError> {
-        BatchModel::finish(plan, BatchModel::first(plan)?)
-    }
-
-    /// The first of the two simulations [`BatchModel::new`] runs: the lines' first sample.
-    pub fn first(plan: &Plan) -> Result<Estimate, PlanError> {
-        BatchLines::first(&model_plan(plan))
-    }
-
-    /// The model from [`BatchModel::first`]'s estimate and a second one.
-    pub fn finish(plan: &Plan, e1: Estimate) -> Result<BatchModel, PlanError> {
-        let base = model_plan(plan);
-        let mut err = None;
-        for b2 in [B2, 8] {
-            match estimate(&Plan {
-                batch: b2,
-                ..base.clone()
-            }) {
-                Ok(e2) => return BatchModel::from_estimates(&e1, &e2, b2, plan.stack()),
-                Err(e) => err = Some(e),
+        let mut b = ModelBuild::new(plan);
+        loop {
+            if let Some(m) = b.step() {
+                return m;
             }
         }
-        Err(err.unwrap_or(PlanError::Estimate(EstimateError::TooLarge)))
     }
 
     fn from_estimates(
@@ -314,7 +299,7 @@ struct ModelBuild {
     steps: EstimateSteps,
 }
 
-/// The second batches a model is simulated at, in the order [`BatchModel::finish`] tries them.
+/// The second batches a model is simulated at, in order: the first that estimates is taken.
 const SECOND_BATCHES: [u64; 2] = [B2, 8];
 
 impl ModelBuild {
@@ -620,6 +605,8 @@ impl Workbench {
 mod tests {
     use super::*;
     use crate::estimator::config::Precision;
+    use crate::estimator::error::EstimateError;
+    use crate::plan::estimate;
     use crate::plan::sweep::max_batch;
     use crate::presets::gpus;
     use crate::presets::models::MODELS;
