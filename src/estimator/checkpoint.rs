@@ -8,6 +8,7 @@ use std::ops::Range;
 
 use super::config::Checkpointing;
 use super::error::EstimateError;
+use super::graph::{CkptStack, Graph};
 
 /// `round(√n)` segments, at least one: Chen et al.'s √N segments of √N layers each, which bound
 /// the saved activations by O(√N) for one extra forward. The harness's `sqrt` mode computes the
@@ -75,6 +76,24 @@ pub fn runs(
             out.push((rest..n, false));
             Ok(out)
         }
+    }
+}
+
+impl Graph {
+    /// [`runs`] over a stack of `n` children, noted in [`Graph::ckpt_stacks`] whatever the
+    /// policy (before the policy is judged, so a refused policy still notes it).
+    pub fn checkpoint_runs(
+        &mut self,
+        ckpt: Checkpointing,
+        n: usize,
+        children: &str,
+        stage_is_block: bool,
+    ) -> Result<Vec<(Range<usize>, bool)>, EstimateError> {
+        self.ckpt_stacks.push(CkptStack {
+            children: n,
+            stage_is_block,
+        });
+        runs(ckpt, n, children, stage_is_block)
     }
 }
 

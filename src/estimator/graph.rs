@@ -11,6 +11,15 @@ use super::units::{tensor_bytes, Bytes, DType, Elems};
 pub type TensorId = usize;
 pub type StorageId = usize;
 
+/// A stack of children a builder cuts with [`Graph::checkpoint_runs`] (a model's layers): how
+/// many, and whether `Stage` means `Block` for it. A graph that noted exactly one tells what
+/// every checkpointing policy would make of the model without building it under each.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CkptStack {
+    pub children: usize,
+    pub stage_is_block: bool,
+}
+
 /// What a storage is, for the breakdown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -214,6 +223,8 @@ pub struct Graph {
     pub init: Option<super::model_init::ModelInit>,
     /// What autograd keeps where an older PyTorch release differs from a current one.
     pub rules: super::releases::StackRules,
+    /// The stacks cut by [`Graph::checkpoint_runs`], in build order.
+    pub ckpt_stacks: Vec<CkptStack>,
 }
 
 impl Graph {
@@ -237,6 +248,7 @@ impl Graph {
             image_tokens: 0,
             init: None,
             rules: Default::default(),
+            ckpt_stacks: Vec::new(),
         }
     }
 

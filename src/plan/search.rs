@@ -11,6 +11,7 @@
 //! overflow it ([`surely_over`]) before its timelines are walked: none changes an answer.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 
@@ -279,7 +280,7 @@ type Key = (u64, u64, u64, u64, bool);
 /// its pieces surely save.
 struct Built {
     label: String,
-    g: Option<Graph>,
+    g: Option<Arc<Graph>>,
     floor: SavedFloor,
 }
 
@@ -411,7 +412,7 @@ impl Layouts<'_> {
             layout_graph(p, layout).ok().map(|(label, g)| Built {
                 floor: SavedFloor::of(&g),
                 label,
-                g: Some(g),
+                g: Some(Arc::new(g)),
             })
         };
         let chunks = layout.pp * layout.interleave;
@@ -473,7 +474,7 @@ impl Layouts<'_> {
             }
         }
         if built.g.is_none() {
-            built.g = layout_graph(p, layout).ok().map(|(_, g)| g);
+            built.g = layout_graph(p, layout).ok().map(|(_, g)| Arc::new(g));
         }
         let Some(g) = built.g.as_ref() else {
             return Prepare::Done(None);

@@ -8,7 +8,6 @@
 //! `Segments(k)` run `torch.utils.checkpoint.checkpoint_sequential(model.features, k)`; for the
 //! custom nets `block` wraps each conv block.
 
-use crate::estimator::checkpoint;
 use crate::estimator::config::{BuildCtx, Checkpointing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
@@ -25,7 +24,7 @@ type Child<'a> = Box<dyn FnOnce(&mut Graph, TensorId) -> R + 'a>;
 /// Runs `model.features` (an `nn.Sequential` of `children`) under the plan's checkpointing.
 fn features(g: &mut Graph, ctx: &BuildCtx, x: TensorId, children: Vec<Child<'_>>) -> R {
     let n = children.len();
-    let runs = checkpoint::runs(ctx.ckpt, n, "feature blocks", false)?;
+    let runs = g.checkpoint_runs(ctx.ckpt, n, "feature blocks", false)?;
     g.push("features");
     let mut queue = children.into_iter().enumerate();
     let mut h = x;

@@ -29,7 +29,6 @@
 //! alone, as `seq` does in training: a prompt of `context` tokens with `n` images has
 //! `context + n · image tokens` positions (LLaVA-1.5: 576 per image).
 
-use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, Checkpointing, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, StorageKind, TensorId};
@@ -510,7 +509,7 @@ fn vision_tower(
     let first_tail_tensor = std::cell::Cell::new(None);
     let mut h = x;
     g.scoped("encoder", |g| {
-        for (range, ck) in checkpoint::runs(ctx.ckpt, v.layers as usize, "layers", true)? {
+        for (range, ck) in g.checkpoint_runs(ctx.ckpt, v.layers as usize, "layers", true)? {
             h = g.checkpointed(ck, |g| {
                 let mut h = h;
                 for i in range {

@@ -12,7 +12,6 @@
 //! presets are configs too, so both paths share this builder. Generation ([`super::generate`])
 //! runs the same LLaMA decoder layer (`LlamaLayer`) with its KV cache instead of the mask.
 
-use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, CausalMask, Device, Routing};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
@@ -250,7 +249,7 @@ fn run_layers(
 ) -> Result<TensorId, EstimateError> {
     // `Block` (HF `gradient_checkpointing_enable`, non-reentrant) wraps every layer; a uniform
     // stack has no stages, so `Stage` means the same.
-    for (range, ck) in checkpoint::runs(ctx.ckpt, cfg.layers as usize, "layers", true)? {
+    for (range, ck) in g.checkpoint_runs(ctx.ckpt, cfg.layers as usize, "layers", true)? {
         h = g.checkpointed(ck, |g| {
             let mut h = h;
             for i in range {

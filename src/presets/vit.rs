@@ -4,7 +4,6 @@
 //! `torch.nn.functional.multi_head_attention_forward` runs it with `need_weights=False`, and in
 //! eval mode under `torch.no_grad()` as its fast path, `torch._native_multi_head_attention`.
 
-use crate::estimator::checkpoint;
 use crate::estimator::config::{AttnImpl, BuildCtx, Device};
 use crate::estimator::error::EstimateError;
 use crate::estimator::graph::{Graph, TensorId};
@@ -94,7 +93,7 @@ pub fn vit(ctx: &BuildCtx, cfg: VitConfig) -> Built {
         // `block`: each layer alone (the reference harness wraps every `EncoderBlock`); a ViT
         // has no stages.
         for (layers, ckpt) in
-            checkpoint::runs(ctx.ckpt, cfg.layers as usize, "encoder layers", false)?
+            g.checkpoint_runs(ctx.ckpt, cfg.layers as usize, "encoder layers", false)?
         {
             h = g.checkpointed(ckpt, |g| {
                 let mut h = h;

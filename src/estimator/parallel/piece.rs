@@ -2,8 +2,8 @@
 //! chunks, each chunk simulated once ([`Piece`]); [`Prepared`] is what every layout with the
 //! same model-parallel degrees shares.
 
-use std::borrow::Cow;
 use std::ops::Range;
+use std::sync::Arc;
 
 use super::layout::{bad, Layout};
 use super::zero::ShardFacts;
@@ -18,7 +18,9 @@ use crate::estimator::timeline::{Category, Phase};
 
 /// One simulated piece of the model (the whole model, or one pipeline chunk).
 pub struct Piece {
-    pub g: Graph,
+    /// Shared with the caller's build for a one-chunk layout (a search prepares many layouts of
+    /// one build: a copy each was a tenth of a 128-expert search).
+    pub g: Arc<Graph>,
     pub r: StepResult,
     /// Parameters each op reads (through autocast's casts).
     pub op_params: Vec<Vec<TensorId>>,
@@ -46,9 +48,15 @@ pub struct Piece {
 impl Piece {
     /// `trace`: keep the allocator's stream (read for the layout's overhead, see
     /// [`prepare_with`]); without it the piece is simulated for its timeline alone.
-    fn new(mut g: Graph, opts: &StepOptions, offload_acts: bool, last: bool, trace: bool) -> Piece {
+    fn new(
+        mut g: Arc<Graph>,
+        opts: &StepOptions,
+        offload_acts: bool,
+        last: bool,
+        trace: bool,
+    ) -> Piece {
         let offloaded = if offload_acts {
-            offload::offload_activations(&mut g)
+            offload::offload_activations(Arc::make_mut(&mut g))
         } else {
             0
         };
@@ -309,7 +317,7 @@ pub fn prepare_reusing(
     overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
     let g = layout_graph(model, plan, layout)?;
-    prepare_with(&model.label, plan, layout, Cow::Owned(g), overhead)
+    prepare_with(&model.label, plan, layout, Arc::new(g), overhead)
 }
 
 /// The whole model as [`prepare`] builds it for `layout` before cutting it: with the layout's
@@ -336,16 +344,17 @@ pub fn layout_graph(
 }
 
 /// [`prepare_reusing`] for the graph [`layout_graph`] built for `layout` (or a layout that
-/// differs from it only in what that graph does not depend on), borrowed: a pipeline's pieces
-/// are slices of it, so only a one-chunk layout copies it.
+/// differs from it only in what that graph does not depend on), shared: a pipeline's pieces
+/// are slices of it, and a one-chunk layout's piece holds it (copied only to offload its
+/// activations).
 pub fn prepare_built(
     label: &str,
     plan: &Setup,
     layout: &Layout,
-    g: &Graph,
+    g: &Arc<Graph>,
     overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
-    prepare_with(label, plan, layout, Cow::Borrowed(g), overhead)
+    prepare_with(label, plan, layout, Arc::clone(g), overhead)
 }
 
 /// [`prepare`] for a graph already built with `layout.tp` (a model outside the presets).
@@ -355,14 +364,14 @@ pub fn prepare_graph(
     layout: &Layout,
     g: Graph,
 ) -> Result<Prepared, EstimateError> {
-    prepare_with(label, plan, layout, Cow::Owned(g), None)
+    prepare_with(label, plan, layout, Arc::new(g), None)
 }
 
 fn prepare_with(
     label: &str,
     plan: &Setup,
     layout: &Layout,
-    g: Cow<'_, Graph>,
+    g: Arc<Graph>,
     known_overhead: Option<u64>,
 ) -> Result<Prepared, EstimateError> {
     if layout.tp > 1 && (g.tp.size != layout.tp || g.tp.heads.is_none()) {
@@ -405,7 +414,7 @@ fn prepare_with(
     let trace = known_overhead.is_none();
     let mut pieces: Vec<Piece> = if chunks == 1 {
         vec![Piece::new(
-            g.into_owned(),
+            g,
             &opts,
             layout.offload.activations,
             true,
@@ -420,7 +429,7 @@ fn prepare_with(
             .enumerate()
             .map(|(i, r)| {
                 Piece::new(
-                    pipeline::slice_with(&g, &mut life, r),
+                    Arc::new(pipeline::slice_with(&g, &mut life, r)),
                     &opts,
                     layout.offload.activations,
                     i + 1 == n,

@@ -2,6 +2,7 @@
 //! controls offer only those ([`super::state::applies`]), the charts sweep only those.
 
 use crate::estimator::config::Checkpointing;
+use crate::estimator::graph::CkptStack;
 use crate::plan::build_graph;
 use crate::plan::Plan;
 
@@ -18,27 +19,52 @@ pub struct CkptInfo {
     pub ops: usize,
 }
 
+/// The model's plan (batch 1, no GPU: what `workbench::model_plan` keys models on) under one
+/// policy.
+fn probe_plan(plan: &Plan, ckpt: Checkpointing) -> Plan {
+    Plan {
+        ckpt,
+        batch: 1,
+        gpu: None,
+        ..plan.clone()
+    }
+}
+
 impl CkptInfo {
-    /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions.
+    /// Builds the model's tape under `block` (batch 1) and counts its checkpointed regions. A
+    /// builder that cut one stack of layers with [`crate::estimator::graph::Graph::checkpoint_runs`] says there what the
+    /// other policies make of it ([`CkptInfo::of_stack`]): one build instead of three, which for
+    /// a 61-layer, 256-expert model is most of what a change of its sequence length costs.
+    /// Other models are built under each policy ([`CkptInfo::probe_each`]).
     pub fn probe(plan: &Plan) -> CkptInfo {
-        // The model's plan (batch 1, no GPU: what `workbench::model_plan` keys models on) under
-        // one policy: its checkpointed regions and its length, if it builds.
+        let block = build_graph(&probe_plan(plan, Checkpointing::Block)).ok();
+        match block.as_ref().map(|g| (g, g.ckpt_stacks.as_slice())) {
+            Some((g, &[stack])) => CkptInfo::of_stack(stack, g.segments as u64, g.ops.len()),
+            _ => CkptInfo::probe_each(plan, block.map(|g| (g.segments as u64, g.ops.len()))),
+        }
+    }
+
+    /// What `checkpoint::runs` makes of one stack under each policy, from the stack and the
+    /// tape built under `block` (its `regions` and `ops`): `stage` is `block` where the stack's
+    /// layers are its stages, else refused; `checkpoint_sequential` needs two children.
+    fn of_stack(stack: CkptStack, regions: u64, ops: usize) -> CkptInfo {
+        CkptInfo {
+            blocks: regions,
+            stages: if stack.stage_is_block { regions } else { 0 },
+            segments: regions > 0 && stack.children >= 2,
+            ops,
+        }
+    }
+
+    /// Builds the model's tape under each policy (batch 1) and counts its checkpointed regions;
+    /// `block`: the build under `block`, when already made.
+    fn probe_each(plan: &Plan, block: Option<(u64, usize)>) -> CkptInfo {
         let probe = |ckpt| {
-            build_graph(&Plan {
-                ckpt,
-                batch: 1,
-                gpu: None,
-                ..plan.clone()
-            })
-            .ok()
-            .map(|g| (g.segments as u64, g.ops.len()))
+            build_graph(&probe_plan(plan, ckpt))
+                .ok()
+                .map(|g| (g.segments as u64, g.ops.len()))
         };
-        let [block, stage, seq] = [
-            Checkpointing::Block,
-            Checkpointing::Stage,
-            Checkpointing::Segments(2),
-        ]
-        .map(probe);
+        let [stage, seq] = [Checkpointing::Stage, Checkpointing::Segments(2)].map(probe);
         let regions = |p: Option<(u64, usize)>| p.map_or(0, |(r, _)| r);
         let ops = [block, stage, seq]
             .into_iter()
@@ -54,6 +80,7 @@ impl CkptInfo {
             ops,
         }
     }
+
     pub fn any(&self) -> bool {
         self.blocks > 0 || self.stages > 0 || self.segments
     }
@@ -65,5 +92,61 @@ impl CkptInfo {
             Checkpointing::Stage => self.stages > 0,
             Checkpointing::Sqrt | Checkpointing::Segments(_) => self.segments,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimator::tune::Mode;
+    use crate::presets::models::MODELS;
+
+    /// Building under `block` alone tells every policy's answer for the models whose builder
+    /// cuts one stack: the same as building under each, for every preset, in training and in
+    /// serving (where every policy is refused), and at a sequence too short for some.
+    #[test]
+    fn one_build_answers_as_a_build_per_policy() {
+        let mut derived = 0;
+        for m in MODELS {
+            let mut plans = vec![Plan::new(m.id)];
+            if m.id == "gpt2" || m.id == "vit_b_16" {
+                plans.push(Plan {
+                    mode: Mode::Infer,
+                    ..Plan::new(m.id)
+                });
+                plans.push(Plan {
+                    seq: Some(1),
+                    ..Plan::new(m.id)
+                });
+            }
+            for plan in plans {
+                let block = build_graph(&probe_plan(&plan, Checkpointing::Block)).ok();
+                derived += usize::from(block.as_ref().is_some_and(|g| g.ckpt_stacks.len() == 1));
+                let each =
+                    CkptInfo::probe_each(&plan, block.map(|g| (g.segments as u64, g.ops.len())));
+                assert_eq!(CkptInfo::probe(&plan), each, "{plan:?}");
+            }
+        }
+        // Most presets are text models, which cut one stack.
+        assert!(derived * 2 > MODELS.len(), "{derived} of {}", MODELS.len());
+    }
+
+    /// A stack of one layer has no two segments to cut, and a stack whose layers are not its
+    /// stages refuses `stage`.
+    #[test]
+    fn what_one_stack_allows() {
+        let one = CkptStack {
+            children: 1,
+            stage_is_block: true,
+        };
+        let info = CkptInfo::of_stack(one, 1, 10);
+        assert_eq!((info.blocks, info.stages, info.segments), (1, 1, false));
+        let vit = CkptStack {
+            children: 12,
+            stage_is_block: false,
+        };
+        let info = CkptInfo::of_stack(vit, 12, 10);
+        assert_eq!((info.blocks, info.stages, info.segments), (12, 0, true));
+        assert!(!CkptInfo::of_stack(vit, 0, 10).any());
     }
 }

@@ -504,18 +504,27 @@ impl Workbench {
         self.max_batches.get(&max_batch_key(plan))
     }
 
-    /// The model's checkpointing options (probed once per model and input).
+    /// The model's checkpointing options, probed once per model: the sequence length, the
+    /// resolution and the dtype change the tensors' shapes, not which layers the builder
+    /// checkpoints, so a slider over them probes nothing (for a 256-expert model each probe is a
+    /// build of the whole model in the input's task). The tape's length they do change a little
+    /// (a short sequence routes no token to some experts; autocast adds casts), which only moves
+    /// [`Workbench::heavy`]'s line. A probe that built nothing is not kept: it may be the
+    /// input's fault (a resolution too small for the network), not the model's.
     pub fn ckpt_info(&mut self, plan: &Plan) -> CkptInfo {
         let key = model_key(&Plan {
             ckpt: Checkpointing::None,
             accumulation: 1,
+            seq: None,
+            res: None,
+            dtype: Default::default(),
             ..plan.clone()
         });
         if let Some(i) = self.ckpt.get(&key) {
             return *i;
         }
         let info = CkptInfo::probe(plan);
-        if crate::plan::lazy::ready_for(plan) {
+        if crate::plan::lazy::ready_for(plan) && info.ops > 0 {
             insert_bounded(&mut self.ckpt, key, info);
         }
         info
@@ -957,12 +966,50 @@ mod tests {
         assert!(wb.max_batches.len() <= CACHE_SMALL);
         let last = plan(CACHE_SMALL as u64 + 2);
         assert_eq!(wb.max_batch(&last), Some(&Ok(Some(CACHE_SMALL as u64 + 2))));
-        for s in 0..(CACHE_SMALL as u64 + 3) {
+        // Each pasted config is a model of its own.
+        for v in 0..(CACHE_SMALL as u64 + 3) {
             wb.ckpt_info(&Plan {
-                res: Some(32 + s),
+                hf_config: Some(serde_json::json!({
+                    "model_type": "llama", "hidden_size": 8, "intermediate_size": 16,
+                    "num_hidden_layers": 1, "num_attention_heads": 2,
+                    "num_key_value_heads": 2, "vocab_size": 16 + v
+                })),
+                ..Plan::new("custom")
+            });
+        }
+        assert!(!wb.ckpt.is_empty() && wb.ckpt.len() <= CACHE_SMALL);
+    }
+
+    /// A slider over the sequence length, the resolution or the dtype probes the model once.
+    #[test]
+    fn shapes_and_dtypes_probe_a_model_once() {
+        let mut wb = Workbench::new();
+        for s in [16, 128, 1024] {
+            for dtype in [Precision::Fp32, Precision::AmpBf16] {
+                let info = wb.ckpt_info(&Plan {
+                    seq: Some(s),
+                    dtype,
+                    ..Plan::new("gpt2")
+                });
+                assert_eq!(info.blocks, 12);
+            }
+        }
+        for r in [32, 64, 224] {
+            wb.ckpt_info(&Plan {
+                res: Some(r),
                 ..Plan::new("resnet18")
             });
         }
-        assert!(wb.ckpt.len() <= CACHE_SMALL);
+        assert_eq!(wb.ckpt.len(), 2);
+        // A sequence the model cannot take builds nothing and is not kept for the model.
+        let mut fresh = Workbench::new();
+        let long = |seq| Plan {
+            seq: Some(seq),
+            ..Plan::new("gpt2")
+        };
+        assert_eq!(fresh.ckpt_info(&long(4096)), CkptInfo::default());
+        assert!(fresh.ckpt.is_empty());
+        assert_eq!(fresh.ckpt_info(&long(1024)).blocks, 12);
+        assert_eq!(fresh.ckpt.len(), 1);
     }
 }
