@@ -2,7 +2,8 @@
 //! controls offer only those ([`super::state::applies`]), the charts sweep only those.
 
 use crate::estimator::config::Checkpointing;
-use crate::estimator::graph::CkptStack;
+use crate::estimator::graph::{CkptStack, Graph};
+use crate::estimator::tune::Mode;
 use crate::plan::build_graph;
 use crate::plan::Plan;
 
@@ -32,15 +33,30 @@ fn probe_plan(plan: &Plan, ckpt: Checkpointing) -> Plan {
 
 impl CkptInfo {
     /// Builds the model's tape under `block` (batch 1) and counts its checkpointed regions. A
-    /// builder that cut one stack of layers with [`crate::estimator::graph::Graph::checkpoint_runs`] says there what the
-    /// other policies make of it ([`CkptInfo::of_stack`]): one build instead of three, which for
-    /// a 61-layer, 256-expert model is most of what a change of its sequence length costs.
-    /// Other models are built under each policy ([`CkptInfo::probe_each`]).
+    /// builder that cut one stack of layers says there what every policy makes of it
+    /// ([`CkptInfo::of_graph`]): one build instead of three, which for a 61-layer, 256-expert
+    /// model is most of what probing it costs. Other models are built under each policy
+    /// ([`CkptInfo::probe_each`]).
     pub fn probe(plan: &Plan) -> CkptInfo {
         let block = build_graph(&probe_plan(plan, Checkpointing::Block)).ok();
-        match block.as_ref().map(|g| (g, g.ckpt_stacks.as_slice())) {
-            Some((g, &[stack])) => CkptInfo::of_stack(stack, g.segments as u64, g.ops.len()),
-            _ => CkptInfo::probe_each(plan, block.map(|g| (g.segments as u64, g.ops.len()))),
+        match block.as_ref().and_then(|g| CkptInfo::of_graph(plan, g)) {
+            Some(info) => info,
+            None => CkptInfo::probe_each(plan, block.map(|g| (g.segments as u64, g.ops.len()))),
+        }
+    }
+
+    /// What a tape of `plan`'s model built under any policy tells of every policy, when its
+    /// builder cut one stack of layers with [`Graph::checkpoint_runs`] (`None` otherwise): the
+    /// builder's only choice that depends on the policy is that cut, which `block` makes one
+    /// region per layer. Serving refuses every policy before the builder runs.
+    pub fn of_graph(plan: &Plan, g: &Graph) -> Option<CkptInfo> {
+        match g.ckpt_stacks.as_slice() {
+            &[stack] if plan.mode != Mode::Infer => Some(CkptInfo::of_stack(
+                stack,
+                stack.children as u64,
+                g.ops.len(),
+            )),
+            _ => None,
         }
     }
 
@@ -98,11 +114,10 @@ impl CkptInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::estimator::tune::Mode;
     use crate::presets::models::MODELS;
 
-    /// Building under `block` alone tells every policy's answer for the models whose builder
-    /// cuts one stack: the same as building under each, for every preset, in training and in
+    /// One build under any policy tells every policy's answer for the models whose builder cuts
+    /// one stack: the same as building under each, for every preset, in training and in
     /// serving (where every policy is refused), and at a sequence too short for some.
     #[test]
     fn one_build_answers_as_a_build_per_policy() {
@@ -125,6 +140,14 @@ mod tests {
                 let each =
                     CkptInfo::probe_each(&plan, block.map(|g| (g.segments as u64, g.ops.len())));
                 assert_eq!(CkptInfo::probe(&plan), each, "{plan:?}");
+                // The link's parse builds under the link's policy, not `block`.
+                for policy in [Checkpointing::None, Checkpointing::Segments(2)] {
+                    if let Ok(g) = build_graph(&probe_plan(&plan, policy)) {
+                        if let Some(info) = CkptInfo::of_graph(&plan, &g) {
+                            assert_eq!(info, each, "{plan:?} built under {policy:?}");
+                        }
+                    }
+                }
             }
         }
         // Most presets are text models, which cut one stack.

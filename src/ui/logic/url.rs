@@ -16,6 +16,7 @@ use crate::plan::build_graph;
 use crate::plan::Plan;
 use crate::presets::{gpus, models};
 
+use super::ckpt_info::CkptInfo;
 use super::i18n::{Lang, Units};
 use super::json;
 use super::state::{self, InputSpec};
@@ -100,6 +101,9 @@ pub struct Parsed {
     pub unknown: usize,
     /// The query was too long or had too many pairs, and was ignored.
     pub too_long: bool,
+    /// The plan's checkpointing options, when the graph the parse built tells them
+    /// ([`CkptInfo::of_graph`]): the page starts with them instead of building the model again.
+    pub ckpt: Option<CkptInfo>,
 }
 
 impl Parsed {
@@ -300,6 +304,7 @@ pub fn parse_query(query: &str) -> Parsed {
         rejected: Vec::new(),
         unknown: 0,
         too_long: false,
+        ckpt: None,
     };
     let q = query.strip_prefix('?').unwrap_or(query);
     if q.len() > MAX_QUERY || q.split('&').count() > MAX_PAIRS {
@@ -445,6 +450,7 @@ pub fn parse_query(query: &str) -> Parsed {
         if let Ok(g) = build_graph(&model_plan(plan)) {
             builds = true;
             regions = g.segments;
+            out.ckpt = CkptInfo::of_graph(plan, &g);
             break;
         }
         if set(plan) {
@@ -467,6 +473,7 @@ pub fn parse_query(query: &str) -> Parsed {
     }
     if !builds && build_graph(&model_plan(plan)).is_err() {
         out.plan = state::initial_plan();
+        out.ckpt = None;
         reject(&mut out.rejected, "model");
     }
     out

@@ -155,6 +155,18 @@ pub fn model_key(plan: &Plan) -> ModelKey {
     ModelKey(model_plan(plan))
 }
 
+/// What a model's checkpointing options are kept by ([`Workbench::ckpt_info`]).
+fn ckpt_key(plan: &Plan) -> ModelKey {
+    model_key(&Plan {
+        ckpt: Checkpointing::None,
+        accumulation: 1,
+        seq: None,
+        res: None,
+        dtype: Default::default(),
+        ..plan.clone()
+    })
+}
+
 impl BatchModel {
     /// Simulates `plan` (its batch and GPU ignored) at batch 2 and [`B2`] (8 if that overflows):
     /// the slices of a [`ModelBuild`] run in one go, so the page's background jobs and this
@@ -512,14 +524,7 @@ impl Workbench {
     /// [`Workbench::heavy`]'s line. A probe that built nothing is not kept: it may be the
     /// input's fault (a resolution too small for the network), not the model's.
     pub fn ckpt_info(&mut self, plan: &Plan) -> CkptInfo {
-        let key = model_key(&Plan {
-            ckpt: Checkpointing::None,
-            accumulation: 1,
-            seq: None,
-            res: None,
-            dtype: Default::default(),
-            ..plan.clone()
-        });
+        let key = ckpt_key(plan);
         if let Some(i) = self.ckpt.get(&key) {
             return *i;
         }
@@ -528,6 +533,14 @@ impl Workbench {
             insert_bounded(&mut self.ckpt, key, info);
         }
         info
+    }
+
+    /// Keeps `info` as `plan`'s model's checkpointing options, found elsewhere (the link's
+    /// parse, [`super::url::Parsed::ckpt`]), so that nothing probes the model again.
+    pub fn know_ckpt(&mut self, plan: &Plan, info: CkptInfo) {
+        if crate::plan::lazy::ready_for(plan) && info.ops > 0 {
+            insert_bounded(&mut self.ckpt, ckpt_key(plan), info);
+        }
     }
 
     /// The first missing piece of work, most important first: the plan's model, its exact
@@ -978,6 +991,27 @@ mod tests {
             });
         }
         assert!(!wb.ckpt.is_empty() && wb.ckpt.len() <= CACHE_SMALL);
+    }
+
+    /// What a link's parse found is what the page starts with: nothing probes that model.
+    #[test]
+    fn a_parsed_link_tells_the_checkpointing_options() {
+        let parsed = super::super::url::parse_query("model=gpt2&ckpt=k3&seq=512");
+        let info = parsed.ckpt.expect("gpt2 cuts one stack");
+        assert_eq!(info, CkptInfo::probe(&parsed.plan));
+        let mut wb = Workbench::new();
+        // A value no probe gives, to see that it is the one kept.
+        let marked = CkptInfo {
+            ops: info.ops + 1,
+            ..info
+        };
+        wb.know_ckpt(&parsed.plan, marked);
+        assert_eq!(wb.ckpt_info(&parsed.plan), marked);
+        // A model cut otherwise (a ResNet's stages) is probed as before.
+        assert_eq!(
+            super::super::url::parse_query("model=resnet18&ckpt=stage").ckpt,
+            None
+        );
     }
 
     /// A slider over the sequence length, the resolution or the dtype probes the model once.

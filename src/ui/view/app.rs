@@ -31,6 +31,9 @@ pub fn App() -> impl IntoView {
         .split('&')
         .any(|kv| kv.starts_with("units="));
     let units = browser::initial_units(parsed.view.units, linked_units);
+    if let Some(info) = parsed.ckpt {
+        wb(|w| w.know_ckpt(&parsed.plan, info));
+    }
     let p = Planner::new(parsed.plan.clone(), parsed.view, lang, units, pump::adopt());
     let notice = RwSignal::new(parsed.has_problems().then_some(parsed));
 
