@@ -71,6 +71,20 @@ async fn settle() {
     leptos::task::tick().await;
 }
 
+/// Settles until the layout search has answered (it runs a few steps per task), up to 20 s.
+async fn search_answered(host: &HtmlElement) {
+    for _ in 0..2000 {
+        settle().await;
+        if text(host, "layout-search-status").is_empty() {
+            return;
+        }
+    }
+    panic!(
+        "the layout search never answered: {}",
+        text(host, "layout-search")
+    );
+}
+
 #[track_caller]
 fn by_test_id(host: &HtmlElement, id: &str) -> Element {
     host.query_selector(&format!("[data-testid='{id}']"))
@@ -241,6 +255,7 @@ async fn a_found_layout_applies_with_one_click() {
     settle().await;
     click(&by_test_id(&host, "layout-search-run"));
     settle().await;
+    search_answered(&host).await;
     let found = by_test_id(&host, "layout-search")
         .inner_html()
         .matches("data-testid=\"apply-layout\"")
@@ -366,6 +381,7 @@ async fn the_panels_speak_chinese_and_switch_back_to_english() {
     // The search's outcome is rewritten, not searched again, on a switch.
     click(&by_test_id(&host, "layout-search-run"));
     settle().await;
+    search_answered(&host).await;
     assert!(
         text(&host, "layout-search").contains("张 GPU"),
         "{}",

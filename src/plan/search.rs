@@ -164,58 +164,138 @@ fn search_with(
     opts: &SearchOptions,
     floor: bool,
 ) -> Result<(Vec<Candidate>, usize), PlanError> {
-    let gpu = resolve::gpu(plan)?.ok_or_else(|| {
-        EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
-    })?;
-    if opts.max_gpus > MAX_SEARCH_GPUS {
-        return Err(EstimateError::TooBig {
-            field: "max_gpus",
-            max: MAX_SEARCH_GPUS,
-            got: opts.max_gpus,
+    let mut steps = SearchSteps::with_floors(plan, opts, floor)?;
+    loop {
+        if let Some(found) = steps.step() {
+            return Ok((found, steps.layouts.cache.len()));
         }
-        .into());
     }
-    let gpn = opts.gpus_per_node.max(1);
-    let base_m = plan
-        .parallel
-        .as_ref()
-        .and_then(|p| p.micro_batches)
-        .unwrap_or(plan.accumulation)
-        .max(1) as u64;
-    let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
-    worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
-    let experts = has_routed_experts(plan)?;
-    let mut layouts = Layouts {
-        plan,
-        gpu: &gpu,
-        opts,
-        global: plan.batch.saturating_mul(base_m),
-        cache: HashMap::new(),
-        overheads: HashMap::new(),
-        built: HashMap::new(),
-        resident: HashMap::new(),
-        floor,
-        alike: false,
-    };
-    layouts.alike = layouts.builds_alike();
-    let mut found: Vec<Candidate> = Vec::new();
-    for w in worlds {
-        if found.len() >= opts.top {
-            break;
+}
+
+/// A search under way, one set of degrees (a [`Shape`], every stage and micro-batch count of it)
+/// per step: the page runs it a few steps per task, so a search of a 128-expert model, seconds
+/// of work, leaves the page live. Run to the end it is [`search`].
+pub struct SearchSteps {
+    layouts: Layouts,
+    /// World sizes not yet begun, fewest GPUs first.
+    worlds: std::vec::IntoIter<u64>,
+    /// The world under way: its size, its shapes not yet tried and what fitted so far.
+    world: Option<(u64, std::vec::IntoIter<Shape>, Vec<Candidate>)>,
+    found: Vec<Candidate>,
+    gpus_per_node: u64,
+    experts: bool,
+    top: usize,
+}
+
+impl SearchSteps {
+    /// The search of `plan`'s layouts over `opts`, not yet begun; refused as [`search`] refuses.
+    pub fn new(plan: &Plan, opts: &SearchOptions) -> Result<SearchSteps, PlanError> {
+        SearchSteps::with_floors(plan, opts, true)
+    }
+
+    fn with_floors(
+        plan: &Plan,
+        opts: &SearchOptions,
+        floor: bool,
+    ) -> Result<SearchSteps, PlanError> {
+        let gpu = resolve::gpu(plan)?.ok_or_else(|| {
+            EstimateError::Unsupported("the search needs a GPU (`gpu` in the plan) to fit".into())
+        })?;
+        if opts.max_gpus > MAX_SEARCH_GPUS {
+            return Err(EstimateError::TooBig {
+                field: "max_gpus",
+                max: MAX_SEARCH_GPUS,
+                got: opts.max_gpus,
+            }
+            .into());
         }
+        let gpn = opts.gpus_per_node.max(1);
+        let base_m = plan
+            .parallel
+            .as_ref()
+            .and_then(|p| p.micro_batches)
+            .unwrap_or(plan.accumulation)
+            .max(1) as u64;
+        let mut worlds: Vec<u64> = (1..=gpn.min(opts.max_gpus)).collect();
+        worlds.extend((2..).map(|k| k * gpn).take_while(|&w| w <= opts.max_gpus));
+        let experts = has_routed_experts(plan)?;
+        let mut layouts = Layouts {
+            plan: plan.clone(),
+            gpu,
+            opts: opts.clone(),
+            global: plan.batch.saturating_mul(base_m),
+            cache: HashMap::new(),
+            overheads: HashMap::new(),
+            built: HashMap::new(),
+            resident: HashMap::new(),
+            floor,
+            alike: false,
+        };
+        layouts.alike = layouts.builds_alike();
+        Ok(SearchSteps {
+            layouts,
+            worlds: worlds.into_iter(),
+            world: None,
+            found: Vec::new(),
+            gpus_per_node: gpn,
+            experts,
+            top: opts.top,
+        })
+    }
+
+    /// The GPUs of the world under way (0 before the first step): how far the search got.
+    pub fn gpus(&self) -> u64 {
+        self.world.as_ref().map_or(0, |w| w.0)
+    }
+
+    /// Tries the next shape; the fitting layouts, best first, once the search is over (a world
+    /// is searched whole, then the search stops if it has `top` layouts).
+    pub fn step(&mut self) -> Option<Vec<Candidate>> {
+        loop {
+            let Some((_, shapes, here)) = self.world.as_mut() else {
+                let next = (self.found.len() < self.top)
+                    .then(|| self.worlds.next())
+                    .flatten();
+                let Some(w) = next else {
+                    let mut found = std::mem::take(&mut self.found);
+                    found.truncate(self.top);
+                    return Some(found);
+                };
+                let shapes = self.shapes(w);
+                self.world = Some((w, shapes.into_iter(), Vec::new()));
+                continue;
+            };
+            if let Some(shape) = shapes.next() {
+                here.extend(self.layouts.fitting(&shape));
+                return None;
+            }
+            here.sort_by(|a, b| {
+                let ka = a.step_seconds.unwrap_or(f64::INFINITY);
+                let kb = b.step_seconds.unwrap_or(f64::INFINITY);
+                ka.total_cmp(&kb)
+                    .then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
+            });
+            self.found.append(here);
+            self.world = None;
+        }
+    }
+
+    /// Every shape of a world of `w` GPUs the search tries, in its order.
+    fn shapes(&self, w: u64) -> Vec<Shape> {
+        let gpn = self.gpus_per_node;
         let (node_gpus, nodes) = if w <= gpn { (w, 1) } else { (gpn, w / gpn) };
-        let mut here: Vec<Candidate> = Vec::new();
+        let mut shapes = Vec::new();
         for tp in divisors(node_gpus) {
             for pp in divisors(w / tp) {
                 let dp = w / (tp * pp);
-                if !layouts.global.is_multiple_of(dp) {
+                if !self.layouts.global.is_multiple_of(dp) {
                     continue;
                 }
                 // Expert parallelism splits the routed experts over ep of the dp ranks; an ep that
                 // does not divide the experts is refused by the build and so passed over.
-                let eps = if experts { divisors(dp) } else { vec![1] };
+                let eps = if self.experts { divisors(dp) } else { vec![1] };
                 for ep in eps {
-                    let shape = Shape {
+                    shapes.push(Shape {
                         gpus: w,
                         node_gpus,
                         nodes,
@@ -223,28 +303,19 @@ fn search_with(
                         tp,
                         pp,
                         ep,
-                    };
-                    here.extend(layouts.fitting(&shape));
+                    });
                 }
             }
         }
-        here.sort_by(|a, b| {
-            let ka = a.step_seconds.unwrap_or(f64::INFINITY);
-            let kb = b.step_seconds.unwrap_or(f64::INFINITY);
-            ka.total_cmp(&kb)
-                .then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
-        });
-        found.extend(here);
+        shapes
     }
-    found.truncate(opts.top);
-    Ok((found, layouts.cache.len()))
 }
 
 /// The search's fixed inputs and the simulations its layouts share.
-struct Layouts<'a> {
-    plan: &'a Plan,
-    gpu: &'a Gpu,
-    opts: &'a SearchOptions,
+struct Layouts {
+    plan: Plan,
+    gpu: Gpu,
+    opts: SearchOptions,
     /// Samples per optimizer step over all replicas.
     global: u64,
     /// A simulation depends on the model-parallel degrees, the micro-batch and whether
@@ -299,7 +370,7 @@ impl Prepare {
     }
 }
 
-impl Layouts<'_> {
+impl Layouts {
     /// The stages a layout over `dp` replicas tries: at dp = 1 ZeRO shards nothing, and stage 3
     /// only matters with parameter offload.
     fn stages(&self, dp: u64) -> Vec<Stage> {
@@ -355,7 +426,7 @@ impl Layouts<'_> {
     /// (`None`: the layout cannot be built or resolved, or surely does not fit).
     fn at(&mut self, shape: &Shape, m: u64, stage: Stage) -> Option<(ParallelEstimate, Plan)> {
         let (zero, off_opt, off_params) = stage;
-        let plan = self.plan;
+        let plan = &self.plan;
         let b = self.global / shape.dp / m;
         let mut p = plan.clone();
         p.batch = b;
@@ -378,7 +449,7 @@ impl Layouts<'_> {
             params: off_params,
             ..plan.offload.clone().unwrap_or_default()
         });
-        let links = resolve::layout_links(&p, Some(self.gpu)).ok()?;
+        let links = resolve::layout_links(&p, Some(&self.gpu)).ok()?;
         let setup = p.setup();
         let layout = Layout::resolve(&setup, links).ok()?;
         let step = (shape.tp, shape.ep, b, m > 1);
@@ -394,10 +465,10 @@ impl Layouts<'_> {
             };
         }
         let prep = self.cache.get(&key)?.as_ref()?;
-        if surely_over(&setup, &layout, prep, self.gpu) {
+        if surely_over(&setup, &layout, prep, &self.gpu) {
             return None;
         }
-        let e = evaluate(&setup, &layout, prep, Some(self.gpu), None);
+        let e = evaluate(&setup, &layout, prep, Some(&self.gpu), None);
         Some((e, p))
     }
 
@@ -437,14 +508,14 @@ impl Layouts<'_> {
         if let Some(res) = resident.as_deref() {
             let built = self.built.get_mut(&(tp, ep, b)).and_then(Option::as_mut);
             let saved = built.as_ref().and_then(|x| x.floor.pieces(chunks));
-            if resident_over(setup, layout, res, saved.as_deref(), self.gpu) {
+            if resident_over(setup, layout, res, saved.as_deref(), &self.gpu) {
                 // Dropped as the saved floor alone drops it below; a graph that floor keeps
                 // is kept, for the later stages and replicas its micro-batch fits (dropping it
                 // here rebuilt a 128-expert model a dozen times per search).
                 let none = vec![0; chunks as usize];
                 let saved_over = saved
                     .as_deref()
-                    .is_some_and(|f| resident_over(setup, layout, &none, Some(f), self.gpu));
+                    .is_some_and(|f| resident_over(setup, layout, &none, Some(f), &self.gpu));
                 if let Some(built) = built.filter(|_| saved_over) {
                     built.g = None;
                 }
@@ -461,11 +532,11 @@ impl Layouts<'_> {
             // only with its resident state, it keeps it for the stages that hold less (with
             // the resident floor dropping it too, a 128-expert model was rebuilt 7 times).
             let none = vec![0; chunks as usize];
-            let saved_over = resident_over(setup, layout, &none, Some(&f), self.gpu);
+            let saved_over = resident_over(setup, layout, &none, Some(&f), &self.gpu);
             if saved_over
                 || resident
                     .as_deref()
-                    .is_some_and(|r| resident_over(setup, layout, r, Some(&f), self.gpu))
+                    .is_some_and(|r| resident_over(setup, layout, r, Some(&f), &self.gpu))
             {
                 if saved_over {
                     built.g = None;

@@ -642,6 +642,17 @@ pub fn notice_unknown(n: usize, lang: Lang) -> String {
     }
 }
 
+/// The layout search's progress: the size of the layouts it is trying.
+pub fn searching_layouts(gpus: u64, lang: Lang) -> String {
+    match lang {
+        Lang::En => format!(
+            "Searching: layouts of {gpus} GPU{}…",
+            if gpus == 1 { "" } else { "s" }
+        ),
+        Lang::Zh => format!("正在搜索：{gpus} 张 GPU 的布局……"),
+    }
+}
+
 pub fn notice_too_long(lang: Lang) -> &'static str {
     match lang {
         Lang::En => "the link is too long to read",

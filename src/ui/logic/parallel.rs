@@ -14,7 +14,7 @@ use crate::estimator::parallel::{
 };
 use crate::estimator::tune::Mode;
 use crate::estimator::units::Bytes;
-use crate::plan::search::{search, Candidate, SearchOptions};
+use crate::plan::search::{Candidate, SearchOptions, SearchSteps};
 use crate::plan::Plan;
 use crate::plan::PlanError;
 use crate::plots::rank_chart::RankChart;
@@ -463,8 +463,9 @@ pub fn search_options(plan: &Plan) -> SearchOptions {
     }
 }
 
-/// The cheapest layouts that fit the plan's GPU (fewest GPUs, then the shortest step).
-pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, PlanError> {
+/// The search for the cheapest layouts that fit the plan's GPU (fewest GPUs, then the
+/// shortest step), not yet begun: the page runs it a few steps per task.
+pub fn layout_search(plan: &Plan) -> Result<SearchSteps, PlanError> {
     if plan.mode == Mode::Infer {
         return Err(PlanError::Estimate(EstimateError::Unsupported(
             "the layout search plans training and fine-tuning: inference is estimated on one GPU"
@@ -476,7 +477,17 @@ pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, PlanError> {
             "pick a GPU first: the search looks for layouts that fit it".into(),
         )));
     }
-    search(plan, &search_options(plan))
+    SearchSteps::new(plan, &search_options(plan))
+}
+
+/// [`layout_search`] run to its end.
+pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, PlanError> {
+    let mut steps = layout_search(plan)?;
+    loop {
+        if let Some(found) = steps.step() {
+            return Ok(found);
+        }
+    }
 }
 
 /// One line describing a found layout.
@@ -787,6 +798,35 @@ mod tests {
         assert!(
             zh.iter().all(|r| !r.1.contains("iB")) && zh.iter().any(|r| r.1.ends_with(" GB")),
             "{zh:?}"
+        );
+    }
+
+    /// The page's search, a shape per step, finds what the command line's finds, and reports
+    /// how far it got.
+    #[test]
+    fn the_stepped_search_is_the_search() {
+        let p = Plan {
+            batch: 64,
+            ..gpt2()
+        };
+        let mut steps = layout_search(&p).unwrap();
+        let (mut n, mut gpus) = (0, Vec::new());
+        let found = loop {
+            n += 1;
+            if let Some(f) = steps.step() {
+                break f;
+            }
+            gpus.push(steps.gpus());
+        };
+        let whole = crate::plan::search::search(&p, &search_options(&p)).unwrap();
+        assert_eq!(
+            serde_json::to_string(&found).unwrap(),
+            serde_json::to_string(&whole).unwrap()
+        );
+        assert!(n > 3, "{n} steps");
+        assert!(
+            gpus.windows(2).all(|w| w[0] <= w[1]) && gpus[0] >= 1,
+            "{gpus:?}"
         );
     }
 

@@ -4,19 +4,23 @@
 //! per-rank breakdown, and the search for the cheapest layouts that fit, each applied with one
 //! click. Logic and texts in [`crate::ui::logic::parallel`] and [`crate::ui::logic::i18n`].
 
+use std::cell::RefCell;
+use std::rc::Rc;
+
 use leptos::prelude::*;
 use wasm_bindgen::JsCast;
 
 use super::dom::{button, effect, h, memo, memo_always, El};
+use super::pump;
 use super::widgets::{alert, figure, paint, plan_number, plan_select, rows_view, Prefs};
 use crate::estimator::config::Mode;
 use crate::estimator::units::Bytes;
-use crate::plan::search::Candidate;
+use crate::plan::search::{Candidate, SearchSteps};
 use crate::plan::Plan;
 use crate::plots::rank_chart::draw_rank_chart;
 use crate::plots::zero_chart::{draw_zero_chart, ZeroChart};
 use crate::presets::links::LinkKind;
-use crate::ui::logic::i18n::{prefixed, Label, Msg};
+use crate::ui::logic::i18n::{prefixed, searching_layouts, Label, Msg};
 use crate::ui::logic::parallel as sl;
 use crate::ui::logic::parallel::{Degree, OffloadTarget};
 
@@ -138,6 +142,43 @@ fn found_view(
     }
 }
 
+/// Runs the layout search in `run` for a task's budget once the page is idle, then again in a
+/// later task until it answers: a search of a 128-expert model is seconds of work, and the page
+/// stays live meanwhile. It stops when the panel is gone.
+fn search_slice(
+    run: Rc<RefCell<Option<SearchSteps>>>,
+    found: RwSignal<Option<Result<Vec<Candidate>, String>>>,
+    searching: RwSignal<Option<u64>>,
+) {
+    super::dom::when_idle_after(
+        0.0,
+        Box::new(move || {
+            let start = super::browser::now();
+            loop {
+                let Some(done) = run.borrow_mut().as_mut().map(SearchSteps::step) else {
+                    return;
+                };
+                if let Some(list) = done {
+                    run.borrow_mut().take();
+                    searching.try_set(None);
+                    found.try_set(Some(Ok(list)));
+                    return;
+                }
+                if pump::over_budget(start) {
+                    break;
+                }
+            }
+            let gpus = run.borrow().as_ref().map(SearchSteps::gpus);
+            if searching.try_set(gpus).is_some() {
+                // The panel was unmounted: its signals are gone (the value comes back).
+                run.borrow_mut().take();
+                return;
+            }
+            search_slice(run, found, searching);
+        }),
+    );
+}
+
 pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     let training = memo(move || plan.with(|p| p.mode != Mode::Infer));
     let est = memo_always(move || plan.with(|p| (p.mode != Mode::Infer).then(|| sl::estimate(p))));
@@ -196,18 +237,44 @@ pub fn parallel_panel(plan: RwSignal<Plan>, cx: Prefs) -> El {
     }));
 
     let found = RwSignal::new(None::<Result<Vec<Candidate>, String>>);
+    // The GPUs of the layouts being tried while a search runs.
+    let searching = RwSignal::new(None::<u64>);
+    let run: Rc<RefCell<Option<SearchSteps>>> = Rc::default();
     let search = h("div")
         .cls("search")
         .testid("layout-search")
         .child(button(
             "layout-search-run",
             cx.text(Msg::FindLayouts),
-            move || {
-                found.set(Some(
-                    plan.with_untracked(sl::layouts).map_err(|e| e.to_string()),
-                ))
+            move || match plan.with_untracked(sl::layout_search) {
+                Ok(steps) => {
+                    let fresh = run.borrow_mut().replace(steps).is_none();
+                    found.set(None);
+                    searching.set(Some(0));
+                    // A search already under way goes on with the new steps.
+                    if fresh {
+                        search_slice(run.clone(), found, searching);
+                    }
+                }
+                Err(e) => {
+                    run.borrow_mut().take();
+                    searching.set(None);
+                    found.set(Some(Err(e.to_string())));
+                }
             },
         ))
+        .child(
+            h("p")
+                .cls("detail")
+                .testid("layout-search-status")
+                .attr("role", "status")
+                .dyn_text(move || {
+                    searching
+                        .get()
+                        .map(|g| searching_layouts(g.max(1), cx.lang.get()))
+                        .unwrap_or_default()
+                }),
+        )
         .child(h("div").dyn_children(move || found.with(|f| found_view(plan, cx, f))));
 
     let offload = h("fieldset")

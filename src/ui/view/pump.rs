@@ -128,6 +128,17 @@ pub fn wanted(w: &mut Workbench, plan: &Plan, embed: bool, exact: bool) -> Wants
     }
 }
 
+/// Whether background work begun at `start` should give the main thread back: input waits, or
+/// the task's budget ([`TASK_BUDGET_ASKING_MS`] where the browser tells of waiting input,
+/// [`TASK_BUDGET_MS`] where it cannot) is spent.
+pub fn over_budget(start: f64) -> bool {
+    let spent = now() - start;
+    match super::dom::input_pending() {
+        Some(waiting) => waiting || spent >= TASK_BUDGET_ASKING_MS,
+        None => spent >= TASK_BUDGET_MS,
+    }
+}
+
 /// Slices of jobs for up to [`TASK_BUDGET_MS`], then more in a later task; when only the exact
 /// estimate is left and input has not settled, waits for it to settle.
 fn run_pump(p: Planner) {
@@ -158,12 +169,7 @@ fn run_pump(p: Planner) {
                 if w.next_job(&plan, &wants).as_ref() != Some(&job) {
                     break true;
                 }
-                let spent = now() - start;
-                let over = match super::dom::input_pending() {
-                    Some(waiting) => waiting || spent >= TASK_BUDGET_ASKING_MS,
-                    None => spent >= TASK_BUDGET_MS,
-                };
-                if over {
+                if over_budget(start) {
                     break false;
                 }
             });
