@@ -179,12 +179,21 @@ pub struct SearchSteps {
     layouts: Layouts,
     /// World sizes not yet begun, fewest GPUs first.
     worlds: std::vec::IntoIter<u64>,
-    /// The world under way: its size, its shapes not yet tried and what fitted so far.
-    world: Option<(u64, std::vec::IntoIter<Shape>, Vec<Candidate>)>,
+    /// The world under way: its size, its shapes not yet begun, the shape under way and what
+    /// fitted so far.
+    world: Option<World>,
     found: Vec<Candidate>,
     gpus_per_node: u64,
     experts: bool,
     top: usize,
+}
+
+/// A world size under way in a [`SearchSteps`].
+struct World {
+    gpus: u64,
+    shapes: std::vec::IntoIter<Shape>,
+    shape: Option<ShapeWork>,
+    fitting: Vec<Candidate>,
 }
 
 impl SearchSteps {
@@ -245,14 +254,14 @@ impl SearchSteps {
 
     /// The GPUs of the world under way (0 before the first step): how far the search got.
     pub fn gpus(&self) -> u64 {
-        self.world.as_ref().map_or(0, |w| w.0)
+        self.world.as_ref().map_or(0, |w| w.gpus)
     }
 
-    /// Tries the next shape; the fitting layouts, best first, once the search is over (a world
-    /// is searched whole, then the search stops if it has `top` layouts).
+    /// Tries the next stage of a shape; the fitting layouts, best first, once the search is
+    /// over (a world is searched whole, then the search stops if it has `top` layouts).
     pub fn step(&mut self) -> Option<Vec<Candidate>> {
         loop {
-            let Some((_, shapes, here)) = self.world.as_mut() else {
+            let Some(world) = self.world.as_mut() else {
                 let next = (self.found.len() < self.top)
                     .then(|| self.worlds.next())
                     .flatten();
@@ -261,21 +270,33 @@ impl SearchSteps {
                     found.truncate(self.top);
                     return Some(found);
                 };
-                let shapes = self.shapes(w);
-                self.world = Some((w, shapes.into_iter(), Vec::new()));
+                self.world = Some(World {
+                    gpus: w,
+                    shapes: self.shapes(w).into_iter(),
+                    shape: None,
+                    fitting: Vec::new(),
+                });
                 continue;
             };
-            if let Some(shape) = shapes.next() {
-                here.extend(self.layouts.fitting(&shape));
+            if let Some(work) = world.shape.as_mut() {
+                if work.step(&mut self.layouts) {
+                    let done = world.shape.take().map(ShapeWork::candidates);
+                    world.fitting.extend(done.into_iter().flatten());
+                }
                 return None;
             }
+            if let Some(shape) = world.shapes.next() {
+                world.shape = Some(ShapeWork::new(&self.layouts, shape));
+                continue;
+            }
+            let mut here = std::mem::take(&mut world.fitting);
             here.sort_by(|a, b| {
                 let ka = a.step_seconds.unwrap_or(f64::INFINITY);
                 let kb = b.step_seconds.unwrap_or(f64::INFINITY);
                 ka.total_cmp(&kb)
                     .then(a.peak_device_bytes.cmp(&b.peak_device_bytes))
             });
-            self.found.append(here);
+            self.found.append(&mut here);
             self.world = None;
         }
     }
@@ -559,47 +580,75 @@ impl Layouts {
         self.at(shape, m, stage)
             .filter(|(e, _)| e.fits == Some(true))
     }
+}
 
-    /// Each stage's layout at the fewest micro-batches that fit, listed by micro-batch count,
-    /// then stage, as a scan would list them.
-    ///
-    /// Past one micro-batch (where gradients start to persist between micro-batches) a layout
-    /// needs no more memory as the micro-batch shrinks: the activations and the tensor-parallel
-    /// buffers scale with it, the pipeline keeps `pp - stage` micro-batches in flight whatever
-    /// their number (m >= pp), everything else is fixed. So a stage that does not fit at the
-    /// most micro-batches fits at no count above one (without that, a 70B search tried every
-    /// micro-batch count of every layout too small to hold it), and the fewest that fit are
-    /// found by bisection between the fewest above one and the most.
-    fn fitting(&mut self, shape: &Shape) -> Vec<Candidate> {
-        let per_replica = self.global / shape.dp;
-        let stages = self.stages(shape.dp);
+/// One shape's layouts under way, a stage per step: each stage's layout at the fewest
+/// micro-batches that fit, listed by micro-batch count, then stage, as a scan would list them.
+///
+/// Past one micro-batch (where gradients start to persist between micro-batches) a layout
+/// needs no more memory as the micro-batch shrinks: the activations and the tensor-parallel
+/// buffers scale with it, the pipeline keeps `pp - stage` micro-batches in flight whatever
+/// their number (m >= pp), everything else is fixed. So a stage that does not fit at the
+/// most micro-batches fits at no count above one (without that, a 70B search tried every
+/// micro-batch count of every layout too small to hold it), and the fewest that fit are
+/// found by bisection between the fewest above one and the most.
+struct ShapeWork {
+    shape: Shape,
+    stages: Vec<Stage>,
+    /// The micro-batch counts above one to bisect over, fewest first.
+    rest: Vec<u64>,
+    /// What is left, in order: a stage at one micro-batch (`true`; tried whatever, its
+    /// gradients do not persist), then each stage above one that did not fit at one.
+    tasks: std::collections::VecDeque<(bool, usize)>,
+    fitting: Vec<(u64, usize, ParallelEstimate, Plan)>,
+}
+
+impl ShapeWork {
+    fn new(layouts: &Layouts, shape: Shape) -> ShapeWork {
+        let per_replica = layouts.global / shape.dp;
+        let stages = layouts.stages(shape.dp);
         let ms: Vec<u64> = divisors(per_replica)
             .into_iter()
             .filter(|&m| m >= shape.pp && m <= crate::estimator::MAX_ACCUMULATION as u64)
             .collect();
-        let mut fitting: Vec<(u64, usize, ParallelEstimate, Plan)> = Vec::new();
         let one = ms.first() == Some(&1);
+        let rest = ms[usize::from(one)..].to_vec();
+        let mut tasks: std::collections::VecDeque<(bool, usize)> = Default::default();
         if one {
-            // One micro-batch is tried whatever: its gradients do not persist.
-            for (k, &stage) in stages.iter().enumerate() {
-                if let Some((e, p)) = self.fits(shape, 1, stage) {
-                    fitting.push((1, k, e, p));
-                }
-            }
+            tasks.extend((0..stages.len()).map(|k| (true, k)));
         }
-        let rest = &ms[usize::from(one)..];
-        if let Some(&last) = rest.last() {
-            for (k, &stage) in stages.iter().enumerate() {
-                if fitting.iter().any(|f| f.1 == k) {
-                    continue;
+        if !rest.is_empty() {
+            tasks.extend((0..stages.len()).map(|k| (false, k)));
+        }
+        ShapeWork {
+            shape,
+            stages,
+            rest,
+            tasks,
+            fitting: Vec::new(),
+        }
+    }
+
+    /// Tries the next stage; `true` once every stage has been tried.
+    fn step(&mut self, layouts: &mut Layouts) -> bool {
+        let shape = &self.shape;
+        while let Some((at_one, k)) = self.tasks.pop_front() {
+            let stage = self.stages[k];
+            if at_one {
+                if let Some((e, p)) = layouts.fits(shape, 1, stage) {
+                    self.fitting.push((1, k, e, p));
                 }
-                let Some(top) = self.fits(shape, last, stage) else {
-                    continue;
-                };
+                break;
+            }
+            if self.fitting.iter().any(|f| f.1 == k) {
+                continue;
+            }
+            let rest = &self.rest;
+            if let Some(top) = layouts.fits(shape, rest[rest.len() - 1], stage) {
                 let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
                 while lo < hi {
                     let mid = (lo + hi) / 2;
-                    match self.fits(shape, rest[mid], stage) {
+                    match layouts.fits(shape, rest[mid], stage) {
                         Some(f) => {
                             hi = mid;
                             best = f;
@@ -607,13 +656,20 @@ impl Layouts {
                         None => lo = mid + 1,
                     }
                 }
-                fitting.push((rest[hi], k, best.0, best.1));
+                self.fitting.push((rest[hi], k, best.0, best.1));
             }
+            break;
         }
-        fitting.sort_by_key(|f| (f.0, f.1));
-        fitting
+        self.tasks.is_empty()
+    }
+
+    /// The fitting layouts found, once [`ShapeWork::step`] is done.
+    fn candidates(mut self) -> Vec<Candidate> {
+        self.fitting.sort_by_key(|f| (f.0, f.1));
+        let (shape, stages) = (self.shape, self.stages);
+        self.fitting
             .into_iter()
-            .map(|(m, k, e, p)| candidate(shape, stages[k], m, &e, p))
+            .map(|(m, k, e, p)| candidate(&shape, stages[k], m, &e, p))
             .collect()
     }
 }
