@@ -582,8 +582,9 @@ impl Layouts {
     }
 }
 
-/// One shape's layouts under way, a stage per step: each stage's layout at the fewest
-/// micro-batches that fit, listed by micro-batch count, then stage, as a scan would list them.
+/// One shape's layouts under way, one layout estimated per step: each stage's layout at the
+/// fewest micro-batches that fit, listed by micro-batch count, then stage, as a scan would list
+/// them.
 ///
 /// Past one micro-batch (where gradients start to persist between micro-batches) a layout
 /// needs no more memory as the micro-batch shrinks: the activations and the tensor-parallel
@@ -597,10 +598,24 @@ struct ShapeWork {
     stages: Vec<Stage>,
     /// The micro-batch counts above one to bisect over, fewest first.
     rest: Vec<u64>,
-    /// What is left, in order: a stage at one micro-batch (`true`; tried whatever, its
-    /// gradients do not persist), then each stage above one that did not fit at one.
-    tasks: std::collections::VecDeque<(bool, usize)>,
+    /// What is left, in order.
+    tasks: std::collections::VecDeque<Task>,
     fitting: Vec<(u64, usize, ParallelEstimate, Plan)>,
+}
+
+/// One layout of a [`ShapeWork`] to estimate, for stage `k`.
+enum Task {
+    /// At one micro-batch, tried whatever: its gradients do not persist.
+    One(usize),
+    /// At the most micro-batches, for a stage that did not fit at one.
+    Most(usize),
+    /// Between `rest[lo]` and `rest[hi]`, the fewest known to fit (`best` there).
+    Bisect {
+        k: usize,
+        lo: usize,
+        hi: usize,
+        best: Box<(ParallelEstimate, Plan)>,
+    },
 }
 
 impl ShapeWork {
@@ -613,12 +628,12 @@ impl ShapeWork {
             .collect();
         let one = ms.first() == Some(&1);
         let rest = ms[usize::from(one)..].to_vec();
-        let mut tasks: std::collections::VecDeque<(bool, usize)> = Default::default();
+        let mut tasks: std::collections::VecDeque<Task> = Default::default();
         if one {
-            tasks.extend((0..stages.len()).map(|k| (true, k)));
+            tasks.extend((0..stages.len()).map(Task::One));
         }
         if !rest.is_empty() {
-            tasks.extend((0..stages.len()).map(|k| (false, k)));
+            tasks.extend((0..stages.len()).map(Task::Most));
         }
         ShapeWork {
             shape,
@@ -629,34 +644,56 @@ impl ShapeWork {
         }
     }
 
-    /// Tries the next stage; `true` once every stage has been tried.
+    /// Estimates the next layout; `true` once every stage has its answer.
     fn step(&mut self, layouts: &mut Layouts) -> bool {
-        let shape = &self.shape;
-        while let Some((at_one, k)) = self.tasks.pop_front() {
-            let stage = self.stages[k];
-            if at_one {
-                if let Some((e, p)) = layouts.fits(shape, 1, stage) {
-                    self.fitting.push((1, k, e, p));
-                }
-                break;
-            }
-            if self.fitting.iter().any(|f| f.1 == k) {
-                continue;
-            }
-            let rest = &self.rest;
-            if let Some(top) = layouts.fits(shape, rest[rest.len() - 1], stage) {
-                let (mut lo, mut hi, mut best) = (0, rest.len() - 1, top);
-                while lo < hi {
-                    let mid = (lo + hi) / 2;
-                    match layouts.fits(shape, rest[mid], stage) {
-                        Some(f) => {
-                            hi = mid;
-                            best = f;
-                        }
-                        None => lo = mid + 1,
+        let (shape, rest) = (&self.shape, &self.rest);
+        while let Some(task) = self.tasks.pop_front() {
+            match task {
+                Task::One(k) => {
+                    if let Some((e, p)) = layouts.fits(shape, 1, self.stages[k]) {
+                        self.fitting.push((1, k, e, p));
                     }
                 }
-                self.fitting.push((rest[hi], k, best.0, best.1));
+                Task::Most(k) => {
+                    if self.fitting.iter().any(|f| f.1 == k) {
+                        continue;
+                    }
+                    let top = rest.len() - 1;
+                    if let Some(best) = layouts.fits(shape, rest[top], self.stages[k]) {
+                        self.tasks.push_front(Task::Bisect {
+                            k,
+                            lo: 0,
+                            hi: top,
+                            best: Box::new(best),
+                        });
+                    }
+                }
+                Task::Bisect { k, lo, hi, best } if lo >= hi => {
+                    let (e, p) = *best;
+                    self.fitting.push((rest[hi], k, e, p));
+                    continue;
+                }
+                Task::Bisect {
+                    k,
+                    lo,
+                    hi,
+                    mut best,
+                } => {
+                    let mid = (lo + hi) / 2;
+                    let next = match layouts.fits(shape, rest[mid], self.stages[k]) {
+                        Some(f) => {
+                            *best = f;
+                            (lo, mid)
+                        }
+                        None => (mid + 1, hi),
+                    };
+                    self.tasks.push_front(Task::Bisect {
+                        k,
+                        lo: next.0,
+                        hi: next.1,
+                        best,
+                    });
+                }
             }
             break;
         }
