@@ -165,11 +165,8 @@ fn search_with(
     floor: bool,
 ) -> Result<(Vec<Candidate>, usize), PlanError> {
     let mut steps = SearchSteps::with_floors(plan, opts, floor)?;
-    loop {
-        if let Some(found) = steps.step() {
-            return Ok((found, steps.layouts.cache.len()));
-        }
-    }
+    let found = steps.finish();
+    Ok((found, steps.layouts.cache.len()))
 }
 
 /// A search under way, one set of degrees (a [`Shape`], every stage and micro-batch count of it)
@@ -250,6 +247,15 @@ impl SearchSteps {
             experts,
             top: opts.top,
         })
+    }
+
+    /// Runs the steps left to the end: the fitting layouts, best first.
+    pub fn finish(&mut self) -> Vec<Candidate> {
+        loop {
+            if let Some(found) = self.step() {
+                return found;
+            }
+        }
     }
 
     /// The GPUs of the world under way (0 before the first step): how far the search got.

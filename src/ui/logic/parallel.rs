@@ -482,12 +482,7 @@ pub fn layout_search(plan: &Plan) -> Result<SearchSteps, PlanError> {
 
 /// [`layout_search`] run to its end.
 pub fn layouts(plan: &Plan) -> Result<Vec<Candidate>, PlanError> {
-    let mut steps = layout_search(plan)?;
-    loop {
-        if let Some(found) = steps.step() {
-            return Ok(found);
-        }
-    }
+    Ok(layout_search(plan)?.finish())
 }
 
 /// One line describing a found layout.

@@ -524,19 +524,17 @@ impl Workbench {
     /// [`Workbench::heavy`]'s line. A probe that built nothing is not kept: it may be the
     /// input's fault (a resolution too small for the network), not the model's.
     pub fn ckpt_info(&mut self, plan: &Plan) -> CkptInfo {
-        let key = ckpt_key(plan);
-        if let Some(i) = self.ckpt.get(&key) {
+        if let Some(i) = self.ckpt.get(&ckpt_key(plan)) {
             return *i;
         }
         let info = CkptInfo::probe(plan);
-        if crate::plan::lazy::ready_for(plan) && info.ops > 0 {
-            insert_bounded(&mut self.ckpt, key, info);
-        }
+        self.know_ckpt(plan, info);
         info
     }
 
-    /// Keeps `info` as `plan`'s model's checkpointing options, found elsewhere (the link's
-    /// parse, [`super::url::Parsed::ckpt`]), so that nothing probes the model again.
+    /// Keeps `info` as `plan`'s model's checkpointing options, probed here or found by the link's
+    /// parse ([`super::url::Parsed::ckpt`]), so that nothing probes the model again; not kept
+    /// before its code is here, nor when nothing built.
     pub fn know_ckpt(&mut self, plan: &Plan, info: CkptInfo) {
         if crate::plan::lazy::ready_for(plan) && info.ops > 0 {
             insert_bounded(&mut self.ckpt, ckpt_key(plan), info);
